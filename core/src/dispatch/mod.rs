@@ -1,0 +1,926 @@
+//! The dispatcher: the loop body that turns strategy commands into venue requests.
+//!
+//! Each [`Dispatcher::poll`] does three bounded steps: apply venue outcomes (acks, fills,
+//! rejects, timeouts) to the order table, the guards and the strategies; admit strategy
+//! commands through the guard chain into per-venue priority lanes; and release requests from
+//! the lanes, cancels first, to the venue rings. It owns its state, takes `now_ns` from its
+//! caller, never blocks, never locks and never allocates after [`Dispatcher::new`].
+//!
+//! What it never does: resend after a timeout (a timed-out order becomes `Unknown`), send a
+//! new order on a venue link that is not SYNCED, or drop a refusal silently (every refusal is
+//! an event to the strategy and a counter).
+
+mod config;
+pub mod lanes;
+mod ports;
+mod stats;
+
+pub use config::{ConfigError, DispatcherConfig};
+pub use ports::{
+    strategy_channel, venue_channel, StrategyHandle, StrategyPort, VenueHandle, VenuePort,
+};
+pub use stats::DispatchStats;
+
+use crate::guard::breaker::{Breaker, CallOutcome};
+use crate::guard::bulkhead::Bulkhead;
+use crate::guard::chain::{GuardChain, SendBlock, VenueGuards};
+use crate::guard::limiter::RateLimiter;
+use crate::guard::risk::Risk;
+use crate::guard::shed::{ShedConfig, Shedder};
+use crate::order::table::Applied;
+use crate::order::{
+    CancelRejectReason, ClientOrderId, Command, Event, EventKind, MassCancelScope, NewOrder, Order,
+    OrderEvent, OrderState, OrderTable, OutcomeKind, Price, Qty, RefusalReason, RejectReason,
+    Replace, RequestKind, StrategyId, TableError, VenueRequest,
+};
+use lanes::{BoundedQueue, CancelWork, NewLane, NewLaneFull, QueuedNew, QueuedReplace};
+
+/// One venue link as the dispatcher sees it.
+#[derive(Debug)]
+struct VenueLink {
+    port: VenuePort,
+    cancels: BoundedQueue<CancelWork>,
+    replaces: BoundedQueue<QueuedReplace>,
+    news: NewLane,
+    synced: bool,
+}
+
+/// The dispatcher loop body. See the module docs.
+#[derive(Debug)]
+pub struct Dispatcher {
+    config: DispatcherConfig,
+    table: OrderTable,
+    guards: GuardChain,
+    strategies: Vec<StrategyPort>,
+    venues: Vec<VenueLink>,
+    next_strategy: usize,
+    stats: DispatchStats,
+}
+
+impl Dispatcher {
+    /// Validates `config`, allocates every table, lane and guard, and takes the ports.
+    pub fn new(
+        config: DispatcherConfig,
+        strategies: Vec<StrategyPort>,
+        venues: Vec<VenuePort>,
+        now_ns: u64,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let count = |key, got: usize, want: u16| {
+            if got == usize::from(want) {
+                Ok(())
+            } else {
+                Err(ConfigError::OutOfRange {
+                    key,
+                    value: got as u64,
+                    allowed: "one port per configured entry",
+                })
+            }
+        };
+        count("strategies", strategies.len(), config.strategies)?;
+        count("venues", venues.len(), config.venues)?;
+        let shed = ShedConfig::from_pct(
+            config.lane_new_capacity,
+            config.shed_high_pct,
+            config.shed_low_pct,
+        );
+        let mut venue_guards = Vec::with_capacity(venues.len());
+        for _ in 0..venues.len() {
+            venue_guards.push(VenueGuards {
+                shed: Shedder::new(shed),
+                breaker: Breaker::new(config.breaker)?,
+                limiter: RateLimiter::new(config.limiter, now_ns)?,
+            });
+        }
+        let venues = venues
+            .into_iter()
+            .map(|port| VenueLink {
+                port,
+                cancels: BoundedQueue::new(config.lane_cancel_capacity),
+                replaces: BoundedQueue::new(config.lane_replace_capacity),
+                news: NewLane::new(
+                    config.lane_new_capacity,
+                    config.lane_new_per_symbol_max,
+                    config.symbols,
+                ),
+                synced: false,
+            })
+            .collect();
+        Ok(Self {
+            table: OrderTable::new(config.orders_max),
+            guards: GuardChain {
+                risk: Risk::new(config.risk, config.symbols),
+                bulkhead: Bulkhead::new(config.bulkhead, config.symbols, config.venues),
+                venues: venue_guards,
+            },
+            strategies,
+            venues,
+            next_strategy: 0,
+            stats: DispatchStats::default(),
+            config,
+        })
+    }
+
+    /// One bounded pass: outcomes, then commands, then sends. Returns the units of work done
+    /// (0 means idle, for the caller's idle policy).
+    pub fn poll(&mut self, now_ns: u64) -> u32 {
+        let work =
+            self.drain_outcomes(now_ns) + self.drain_commands(now_ns) + self.serve_lanes(now_ns);
+        self.stats.polls += 1;
+        work
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &DispatchStats {
+        &self.stats
+    }
+
+    /// The order table (read only).
+    pub fn table(&self) -> &OrderTable {
+        &self.table
+    }
+
+    /// The guards (read only), for metrics.
+    pub fn guards(&self) -> &GuardChain {
+        &self.guards
+    }
+
+    /// Operator switch: shed every new order for `venue`.
+    pub fn set_manual_shed(&mut self, venue: u16, on: bool) {
+        self.guards.venues[usize::from(venue)].shed.set_manual(on);
+    }
+
+    /// Depths of a venue's (cancel, replace, new) lanes.
+    pub fn lane_depths(&self, venue: u16) -> (u32, u32, u32) {
+        let v = &self.venues[usize::from(venue)];
+        (v.cancels.len(), v.replaces.len(), v.news.len())
+    }
+
+    /// Whether the venue link is SYNCED (the only state in which new orders leave).
+    pub fn is_synced(&self, venue: u16) -> bool {
+        self.venues[usize::from(venue)].synced
+    }
+
+    // ----- strategy commands -------------------------------------------------------------
+
+    fn drain_commands(&mut self, now_ns: u64) -> u32 {
+        let n = self.strategies.len();
+        let mut done = 0;
+        let mut idle_in_a_row = 0;
+        while done < self.config.commands_per_poll_max && idle_in_a_row < n {
+            let s = self.next_strategy;
+            self.next_strategy = (s + 1) % n;
+            let port = &mut self.strategies[s];
+            // Each command yields at most one immediate event: read only if it has room.
+            if port.events.slots() == 0 {
+                idle_in_a_row += 1;
+                continue;
+            }
+            let Ok(command) = port.commands.pop() else {
+                idle_in_a_row += 1;
+                continue;
+            };
+            idle_in_a_row = 0;
+            done += 1;
+            self.stats.commands += 1;
+            self.handle_command(now_ns, StrategyId(s as u16), command);
+        }
+        done
+    }
+
+    fn handle_command(&mut self, now_ns: u64, strategy: StrategyId, command: Command) {
+        let result = match command {
+            Command::New(order) => self
+                .admit_new(now_ns, strategy, &order)
+                .map_err(|k| (order.id, k)),
+            Command::Cancel { id } => self.admit_cancel(now_ns, strategy, id).map_err(|k| (id, k)),
+            Command::Replace(r) => self
+                .admit_replace(now_ns, strategy, &r)
+                .map_err(|k| (r.new_id, k)),
+            Command::MassCancel { scope } => self
+                .admit_mass_cancel(now_ns, strategy, scope)
+                .map_err(|k| (ClientOrderId(0), k)),
+        };
+        if let Err((id, kind)) = result {
+            self.count_refusal(kind);
+            self.emit(strategy, id, kind, now_ns);
+        }
+    }
+
+    fn admit_new(
+        &mut self,
+        now_ns: u64,
+        strategy: StrategyId,
+        order: &NewOrder,
+    ) -> Result<(), EventKind> {
+        let refuse = |reason| EventKind::Refused { reason };
+        self.check_route(strategy, order)?;
+        let venue = &self.venues[usize::from(order.venue.0)];
+        if !venue.synced {
+            return Err(refuse(RefusalReason::NotSynced));
+        }
+        if self.table.get(order.id).is_some() {
+            return Err(refuse(RefusalReason::DuplicateId));
+        }
+        venue
+            .news
+            .can_push(order.symbol)
+            .map_err(|full| refuse(lane_full_reason(full)))?;
+        if self.table.open_count() >= self.table.capacity() {
+            return Err(refuse(RefusalReason::OrderTableFull));
+        }
+        self.guards.admit(now_ns, order, venue.news.len(), 0)?;
+        let inserted = self.table.insert(strategy, order, None);
+        assert!(
+            inserted.is_ok(),
+            "table room and id were checked: {inserted:?}"
+        );
+        let pushed = self.venues[usize::from(order.venue.0)]
+            .news
+            .push(QueuedNew {
+                order: *order,
+                enqueued_ns: now_ns,
+            });
+        assert!(pushed.is_ok(), "lane room was checked");
+        Ok(())
+    }
+
+    fn admit_cancel(
+        &mut self,
+        now_ns: u64,
+        strategy: StrategyId,
+        id: ClientOrderId,
+    ) -> Result<(), EventKind> {
+        let order = *self.owned_open_order(strategy, id)?;
+        if matches!(
+            order.state,
+            OrderState::PendingCancel | OrderState::PendingReplace | OrderState::Unknown
+        ) {
+            return Err(EventKind::Refused {
+                reason: RefusalReason::AlreadyPending,
+            });
+        }
+        let venue = &mut self.venues[usize::from(order.venue.0)];
+        if order.sent_ns == 0 && venue.news.remove(order.symbol, id).is_some() {
+            // Caught before it left: close it here, no wire traffic, no budget spent.
+            self.cancel_unsent(now_ns, id);
+            return Ok(());
+        }
+        if venue
+            .cancels
+            .push(CancelWork::One {
+                id,
+                enqueued_ns: now_ns,
+            })
+            .is_err()
+        {
+            self.stats.cancel_lane_full += 1;
+            return Err(EventKind::Refused {
+                reason: RefusalReason::CancelLaneFull,
+            });
+        }
+        self.apply(id, OrderEvent::CancelRequested, 0)
+            .expect("open, not pending: the lifecycle allows a cancel request");
+        Ok(())
+    }
+
+    fn admit_replace(
+        &mut self,
+        now_ns: u64,
+        strategy: StrategyId,
+        r: &Replace,
+    ) -> Result<(), EventKind> {
+        let refuse = |reason| EventKind::Refused { reason };
+        let old = *self.owned_open_order(strategy, r.id)?;
+        if !matches!(old.state, OrderState::Live | OrderState::PartiallyFilled) {
+            return Err(refuse(RefusalReason::AlreadyPending));
+        }
+        let replacement = NewOrder {
+            id: r.new_id,
+            price: r.price,
+            qty: r.qty,
+            ..order_as_new(&old)
+        };
+        self.check_route(strategy, &replacement)?;
+        if self.table.get(r.new_id).is_some() {
+            return Err(refuse(RefusalReason::DuplicateId));
+        }
+        if self.table.open_count() >= self.table.capacity() {
+            return Err(refuse(RefusalReason::OrderTableFull));
+        }
+        let venue = &self.venues[usize::from(old.venue.0)];
+        if venue.replaces.free() == 0 {
+            return Err(refuse(RefusalReason::ReplaceLaneFull));
+        }
+        self.guards
+            .admit(now_ns, &replacement, venue.news.len(), old.leaves_qty())?;
+        let inserted = self.table.insert(strategy, &replacement, Some(r.id));
+        assert!(
+            inserted.is_ok(),
+            "table room and id were checked: {inserted:?}"
+        );
+        self.table.set_link(r.id, r.new_id);
+        self.apply(r.id, OrderEvent::ReplaceRequested, 0)
+            .expect("live order: the lifecycle allows a replace request");
+        let queued = QueuedReplace {
+            replace: *r,
+            enqueued_ns: now_ns,
+        };
+        let pushed = self.venues[usize::from(old.venue.0)].replaces.push(queued);
+        assert!(pushed.is_ok(), "lane room was checked");
+        Ok(())
+    }
+
+    fn admit_mass_cancel(
+        &mut self,
+        now_ns: u64,
+        strategy: StrategyId,
+        scope: MassCancelScope,
+    ) -> Result<(), EventKind> {
+        if let MassCancelScope::Symbol(symbol) = scope {
+            if symbol.0 >= self.config.symbols {
+                return Err(EventKind::Refused {
+                    reason: RefusalReason::BadRoute,
+                });
+            }
+        }
+        // All venues or none: a mass cancel is never half-queued.
+        if self.venues.iter().any(|v| v.cancels.free() == 0) {
+            self.stats.cancel_lane_full += 1;
+            return Err(EventKind::Refused {
+                reason: RefusalReason::CancelLaneFull,
+            });
+        }
+        for venue in &mut self.venues {
+            let work = CancelWork::Mass {
+                strategy,
+                scope,
+                cursor: 0,
+                enqueued_ns: now_ns,
+            };
+            venue.cancels.push(work).expect("room was checked");
+        }
+        Ok(())
+    }
+
+    fn check_route(&self, strategy: StrategyId, order: &NewOrder) -> Result<(), EventKind> {
+        let bad = order.venue.0 >= self.config.venues
+            || order.symbol.0 >= self.config.symbols
+            || order.id.strategy() != strategy
+            || order.id.sequence() == 0;
+        if bad {
+            return Err(EventKind::Refused {
+                reason: RefusalReason::BadRoute,
+            });
+        }
+        Ok(())
+    }
+
+    fn owned_open_order(
+        &self,
+        strategy: StrategyId,
+        id: ClientOrderId,
+    ) -> Result<&Order, EventKind> {
+        match self.table.get(id) {
+            Some(order) if order.strategy == strategy && !order.state.is_terminal() => Ok(order),
+            _ => Err(EventKind::Refused {
+                reason: RefusalReason::UnknownOrder,
+            }),
+        }
+    }
+
+    /// Closes an order that never left the engine.
+    fn cancel_unsent(&mut self, now_ns: u64, id: ClientOrderId) {
+        self.apply(id, OrderEvent::CancelRequested, 0)
+            .expect("pending new can be canceled");
+        let applied = self
+            .apply(id, OrderEvent::Canceled, 0)
+            .expect("pending cancel closes");
+        self.emit(applied.order.strategy, id, EventKind::Canceled, now_ns);
+    }
+
+    // ----- sending -----------------------------------------------------------------------
+
+    fn serve_lanes(&mut self, now_ns: u64) -> u32 {
+        let mut sent = 0;
+        for v in 0..self.venues.len() {
+            sent += self.serve_venue(now_ns, v);
+        }
+        sent
+    }
+
+    /// Releases up to `sends_per_poll_max` requests to venue `v`: cancels, then replaces, then
+    /// new orders. Stops when the venue ring is full or the rate budget is short.
+    fn serve_venue(&mut self, now_ns: u64, v: usize) -> u32 {
+        let mut sent = 0;
+        while sent < self.config.sends_per_poll_max && self.venues[v].port.requests.slots() > 0 {
+            let step = if !self.venues[v].cancels.is_empty() {
+                self.serve_cancel(now_ns, v)
+            } else if !self.venues[v].replaces.is_empty() {
+                self.serve_replace(now_ns, v)
+            } else if !self.venues[v].news.is_empty() {
+                self.serve_new(now_ns, v)
+            } else {
+                Step::Idle
+            };
+            match step {
+                Step::Sent => sent += 1,
+                Step::Progress => {}
+                Step::Idle | Step::Wait => break,
+            }
+        }
+        sent
+    }
+
+    fn serve_cancel(&mut self, now_ns: u64, v: usize) -> Step {
+        let work = *self.venues[v].cancels.front().expect("checked non-empty");
+        match work {
+            CancelWork::One { id, .. } => {
+                let still_wanted = self
+                    .table
+                    .get(id)
+                    .is_some_and(|o| o.state == OrderState::PendingCancel);
+                if !still_wanted {
+                    // Filled or closed while the cancel waited: nothing to send.
+                    self.venues[v].cancels.pop();
+                    return Step::Progress;
+                }
+                self.send_cancel(now_ns, v, id)
+            }
+            CancelWork::Mass {
+                strategy,
+                scope,
+                cursor,
+                ..
+            } => self.serve_mass_cancel(now_ns, v, strategy, scope, cursor),
+        }
+    }
+
+    fn serve_mass_cancel(
+        &mut self,
+        now_ns: u64,
+        v: usize,
+        strategy: StrategyId,
+        scope: MassCancelScope,
+        cursor: u32,
+    ) -> Step {
+        let capacity = self.table.capacity();
+        let mut at = cursor;
+        while at < capacity {
+            let Some(order) = self.table.slot(at).copied() else {
+                at += 1;
+                continue;
+            };
+            let matches = order.strategy == strategy
+                && usize::from(order.venue.0) == v
+                && !order.state.is_terminal()
+                && match scope {
+                    MassCancelScope::Symbol(symbol) => order.symbol == symbol,
+                    MassCancelScope::Strategy => true,
+                };
+            let cancelable = matches!(
+                order.state,
+                OrderState::PendingNew | OrderState::Live | OrderState::PartiallyFilled
+            );
+            if !(matches && cancelable) {
+                at += 1;
+                continue;
+            }
+            if order.sent_ns == 0 && self.venues[v].news.remove(order.symbol, order.id).is_some() {
+                self.cancel_unsent(now_ns, order.id);
+                at += 1;
+                continue;
+            }
+            let next = at + 1;
+            return match self.guards.clear_to_send(
+                now_ns,
+                v,
+                self.config.limiter.weights.cancel,
+                false,
+                true,
+            ) {
+                Ok(()) => {
+                    self.apply(order.id, OrderEvent::CancelRequested, 0)
+                        .expect("cancelable state");
+                    self.push_request(now_ns, v, RequestKind::Cancel { id: order.id });
+                    self.set_mass_cursor(v, next);
+                    Step::Sent
+                }
+                Err(_) => {
+                    self.set_mass_cursor(v, at);
+                    Step::Wait
+                }
+            };
+        }
+        self.venues[v].cancels.pop();
+        Step::Progress
+    }
+
+    fn set_mass_cursor(&mut self, v: usize, next: u32) {
+        if let Some(CancelWork::Mass { cursor, .. }) = self.venues[v].cancels.front_mut() {
+            *cursor = next;
+        }
+    }
+
+    fn send_cancel(&mut self, now_ns: u64, v: usize, id: ClientOrderId) -> Step {
+        let weight = self.config.limiter.weights.cancel;
+        match self.guards.clear_to_send(now_ns, v, weight, false, true) {
+            Ok(()) => {
+                self.venues[v].cancels.pop();
+                self.push_request(now_ns, v, RequestKind::Cancel { id });
+                Step::Sent
+            }
+            // Cancels never give up and never meet the breaker: they wait for budget.
+            Err(_) => Step::Wait,
+        }
+    }
+
+    fn serve_replace(&mut self, now_ns: u64, v: usize) -> Step {
+        let queued = *self.venues[v].replaces.front().expect("checked non-empty");
+        let r = queued.replace;
+        let still_wanted = self
+            .table
+            .get(r.id)
+            .is_some_and(|o| o.state == OrderState::PendingReplace);
+        if !still_wanted {
+            // The order filled or closed while the replace waited.
+            self.venues[v].replaces.pop();
+            self.abandon_replacement(
+                now_ns,
+                &r,
+                EventKind::Refused {
+                    reason: RefusalReason::UnknownOrder,
+                },
+            );
+            return Step::Progress;
+        }
+        if now_ns.saturating_sub(queued.enqueued_ns) > self.config.acquire_timeout_ns {
+            self.venues[v].replaces.pop();
+            self.abandon_replacement(now_ns, &r, EventKind::Throttled);
+            return Step::Progress;
+        }
+        match self
+            .guards
+            .clear_to_send(now_ns, v, self.config.limiter.weights.replace, true, false)
+        {
+            Ok(()) => {
+                self.venues[v].replaces.pop();
+                self.table.mark_sent(r.new_id, now_ns);
+                self.push_request(now_ns, v, RequestKind::Replace(r));
+                Step::Sent
+            }
+            Err(SendBlock::Breaker(refused)) => {
+                self.venues[v].replaces.pop();
+                let kind = EventKind::BreakerOpen {
+                    retry_after_ns: refused.retry_after_ns,
+                };
+                self.abandon_replacement(now_ns, &r, kind);
+                Step::Progress
+            }
+            Err(SendBlock::NotReady(_)) => Step::Wait,
+        }
+    }
+
+    fn serve_new(&mut self, now_ns: u64, v: usize) -> Step {
+        let queued = *self.venues[v].news.peek().expect("checked non-empty");
+        let id = queued.order.id;
+        if !self.venues[v].synced {
+            self.venues[v].news.pop();
+            self.abandon_new(
+                now_ns,
+                id,
+                EventKind::Refused {
+                    reason: RefusalReason::NotSynced,
+                },
+            );
+            return Step::Progress;
+        }
+        if now_ns.saturating_sub(queued.enqueued_ns) > self.config.acquire_timeout_ns {
+            self.venues[v].news.pop();
+            self.abandon_new(now_ns, id, EventKind::Throttled);
+            return Step::Progress;
+        }
+        match self
+            .guards
+            .clear_to_send(now_ns, v, self.config.limiter.weights.new, true, false)
+        {
+            Ok(()) => {
+                self.venues[v].news.pop();
+                // The invariant that protects the venue: only a SYNCED link carries new orders.
+                assert!(
+                    self.venues[v].synced,
+                    "new order released on a link that is not SYNCED"
+                );
+                self.table.mark_sent(id, now_ns);
+                self.push_request(now_ns, v, RequestKind::New(queued.order));
+                Step::Sent
+            }
+            Err(SendBlock::Breaker(refused)) => {
+                self.venues[v].news.pop();
+                self.abandon_new(
+                    now_ns,
+                    id,
+                    EventKind::BreakerOpen {
+                        retry_after_ns: refused.retry_after_ns,
+                    },
+                );
+                Step::Progress
+            }
+            Err(SendBlock::NotReady(_)) => Step::Wait,
+        }
+    }
+
+    fn push_request(&mut self, now_ns: u64, v: usize, kind: RequestKind) {
+        let request = VenueRequest {
+            venue: crate::order::VenueId(v as u16),
+            sent_ns: now_ns,
+            kind,
+        };
+        let pushed = self.venues[v].port.requests.push(request);
+        assert!(
+            pushed.is_ok(),
+            "venue ring room was checked before taking budget"
+        );
+        self.stats.count_sent(&kind);
+        if let RequestKind::Cancel { id } | RequestKind::New(NewOrder { id, .. }) = kind {
+            self.table.mark_sent(id, now_ns);
+        }
+    }
+
+    /// A queued new order that will never leave: closed here, its strategy told why.
+    fn abandon_new(&mut self, now_ns: u64, id: ClientOrderId, kind: EventKind) {
+        self.count_refusal(kind);
+        let applied = self
+            .apply(id, OrderEvent::Rejected, 0)
+            .expect("queued order is pending new");
+        self.emit(applied.order.strategy, id, kind, now_ns);
+    }
+
+    /// A queued replace that will never leave: the replacement closes, the original reopens.
+    fn abandon_replacement(&mut self, now_ns: u64, r: &Replace, kind: EventKind) {
+        self.count_refusal(kind);
+        let applied = self
+            .apply(r.new_id, OrderEvent::Rejected, 0)
+            .expect("replacement is pending new");
+        if self
+            .table
+            .get(r.id)
+            .is_some_and(|o| o.state == OrderState::PendingReplace)
+        {
+            self.apply(r.id, OrderEvent::ReplaceRejected, 0)
+                .expect("pending replace reopens");
+        }
+        self.emit(applied.order.strategy, r.new_id, kind, now_ns);
+    }
+
+    // ----- venue outcomes ----------------------------------------------------------------
+
+    fn drain_outcomes(&mut self, now_ns: u64) -> u32 {
+        let mut done = 0;
+        for v in 0..self.venues.len() {
+            while done < self.config.outcomes_per_poll_max {
+                let Ok(outcome) = self.venues[v].port.outcomes.pop() else {
+                    break;
+                };
+                done += 1;
+                self.stats.outcomes += 1;
+                // Judge by when the session saw it, but never by a stamp from the future.
+                self.on_outcome(v, outcome.received_ns.min(now_ns), outcome.kind);
+            }
+        }
+        done
+    }
+
+    fn on_outcome(&mut self, v: usize, at_ns: u64, kind: OutcomeKind) {
+        match kind {
+            OutcomeKind::LinkState { synced } => self.venues[v].synced = synced,
+            OutcomeKind::Accepted { id } => {
+                self.on_answer(v, at_ns, id, OrderEvent::Accepted, EventKind::Accepted)
+            }
+            OutcomeKind::Fill { id, qty, price } => self.on_fill(v, at_ns, id, qty, price),
+            OutcomeKind::Canceled { id } => {
+                self.on_answer(v, at_ns, id, OrderEvent::Canceled, EventKind::Canceled)
+            }
+            OutcomeKind::Replaced { id, new_id } => self.on_replaced(v, at_ns, id, new_id),
+            OutcomeKind::Rejected { id, reason } => self.on_rejected(v, at_ns, id, reason),
+            OutcomeKind::CancelRejected { id, reason } => {
+                self.on_cancel_rejected(v, at_ns, id, reason)
+            }
+            OutcomeKind::Timeout { id } => {
+                // Unknown, never failed: the order may be live or filled. Nothing is resent.
+                if self.report(id, OrderEvent::Timeout, 0).is_some() {
+                    self.guards.venues[v]
+                        .breaker
+                        .record(at_ns, CallOutcome::Failure);
+                    self.emit_for(id, EventKind::Unknown, at_ns);
+                }
+            }
+        }
+    }
+
+    fn on_answer(
+        &mut self,
+        v: usize,
+        at_ns: u64,
+        id: ClientOrderId,
+        event: OrderEvent,
+        kind: EventKind,
+    ) {
+        let Some(applied) = self.report(id, event, 0) else {
+            return;
+        };
+        // A user's cancel is never a breaker call: only first answers to new orders count.
+        if applied.first_answer && event != OrderEvent::Canceled {
+            self.record_success(v, at_ns, &applied.order);
+        }
+        self.emit(applied.order.strategy, id, kind, at_ns);
+    }
+
+    fn on_fill(&mut self, v: usize, at_ns: u64, id: ClientOrderId, qty: Qty, price: Price) {
+        let Some(applied) = self.report(id, OrderEvent::Fill { completes: false }, qty) else {
+            return;
+        };
+        if applied.first_answer {
+            self.record_success(v, at_ns, &applied.order);
+        }
+        let leaves = applied.order.leaves_qty();
+        let kind = if leaves == 0 {
+            EventKind::Filled { qty, price }
+        } else {
+            EventKind::PartiallyFilled { qty, price, leaves }
+        };
+        self.emit(applied.order.strategy, id, kind, at_ns);
+    }
+
+    fn on_replaced(&mut self, v: usize, at_ns: u64, id: ClientOrderId, new_id: ClientOrderId) {
+        let Some(old) = self.report(id, OrderEvent::Replaced, 0) else {
+            return;
+        };
+        if let Some(new) = self.report(new_id, OrderEvent::Accepted, 0) {
+            self.record_success(v, at_ns, &new.order);
+        }
+        self.emit(
+            old.order.strategy,
+            id,
+            EventKind::Replaced { new_id },
+            at_ns,
+        );
+    }
+
+    fn on_rejected(&mut self, v: usize, at_ns: u64, id: ClientOrderId, reason: RejectReason) {
+        let Some(applied) = self.report(id, OrderEvent::Rejected, 0) else {
+            return;
+        };
+        if let Some(old) = applied.order.linked {
+            // A refused replacement: the original order stands again.
+            if self
+                .table
+                .get(old)
+                .is_some_and(|o| o.state == OrderState::PendingReplace)
+            {
+                self.report(old, OrderEvent::ReplaceRejected, 0);
+            }
+        }
+        let guards = &mut self.guards.venues[v];
+        if reason == RejectReason::VenueThrottle {
+            guards.limiter.on_venue_throttle(at_ns);
+        }
+        if reason.is_venue_fault() {
+            guards.breaker.record(at_ns, CallOutcome::Failure);
+        }
+        self.emit(
+            applied.order.strategy,
+            id,
+            EventKind::Rejected { reason },
+            at_ns,
+        );
+    }
+
+    fn on_cancel_rejected(
+        &mut self,
+        v: usize,
+        at_ns: u64,
+        id: ClientOrderId,
+        reason: CancelRejectReason,
+    ) {
+        let Some(applied) = self.report(id, OrderEvent::CancelRejected, 0) else {
+            return;
+        };
+        // "Too late" is a business outcome of the user's own cancel, never a link failure.
+        if reason == CancelRejectReason::VenueSystem {
+            self.guards.venues[v]
+                .breaker
+                .record(at_ns, CallOutcome::Failure);
+        }
+        self.emit(
+            applied.order.strategy,
+            id,
+            EventKind::CancelRejected { reason },
+            at_ns,
+        );
+    }
+
+    fn record_success(&mut self, v: usize, at_ns: u64, order: &Order) {
+        let latency_ns = at_ns.saturating_sub(order.sent_ns);
+        self.guards.venues[v]
+            .breaker
+            .record(at_ns, CallOutcome::Success { latency_ns });
+    }
+
+    /// Applies a venue report; a report the table refuses is counted (and the order flagged
+    /// for reconciliation by the table) and goes no further.
+    fn report(&mut self, id: ClientOrderId, event: OrderEvent, qty: Qty) -> Option<Applied> {
+        match self.apply(id, event, qty) {
+            Ok(applied) => Some(applied),
+            Err(error) => {
+                self.stats.report_errors += 1;
+                self.stats.last_report_error = Some(error);
+                None
+            }
+        }
+    }
+
+    /// The one place order state changes: the table transition plus every guard it affects.
+    fn apply(
+        &mut self,
+        id: ClientOrderId,
+        event: OrderEvent,
+        qty: Qty,
+    ) -> Result<Applied, TableError> {
+        let applied = self.table.apply(id, event, qty)?;
+        let o = &applied.order;
+        if applied.first_answer {
+            self.guards.bulkhead.release(o.venue, o.symbol);
+        }
+        if let OrderEvent::Fill { .. } = event {
+            self.guards.risk.fill(o.symbol, o.side, qty);
+        }
+        match (
+            applied.from == OrderState::Unknown,
+            applied.to == OrderState::Unknown,
+        ) {
+            (false, true) => self.guards.risk.unknown_changed(o.symbol, true),
+            (true, false) => self.guards.risk.unknown_changed(o.symbol, false),
+            _ => {}
+        }
+        if applied.to.is_terminal() && o.leaves_qty() > 0 {
+            self.guards.risk.release(o.symbol, o.side, o.leaves_qty());
+        }
+        Ok(applied)
+    }
+
+    // ----- events ------------------------------------------------------------------------
+
+    fn emit_for(&mut self, id: ClientOrderId, kind: EventKind, at_ns: u64) {
+        if let Some(order) = self.table.get(id) {
+            let strategy = order.strategy;
+            self.emit(strategy, id, kind, at_ns);
+        }
+    }
+
+    fn emit(&mut self, strategy: StrategyId, id: ClientOrderId, kind: EventKind, at_ns: u64) {
+        let port = &mut self.strategies[usize::from(strategy.0)];
+        if port.events.push(Event { id, kind, at_ns }).is_err() {
+            // The order table keeps the truth; the strategy is behind and is told so by the
+            // counter. Never a silent loss, never a wait on a slow consumer.
+            self.stats.events_lost += 1;
+        } else {
+            self.stats.events += 1;
+        }
+    }
+
+    fn count_refusal(&mut self, kind: EventKind) {
+        self.stats.count_refusal(kind);
+    }
+}
+
+/// What one serve step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// A request went to the venue ring.
+    Sent,
+    /// Lane work done without a send (expired, moot, closed locally).
+    Progress,
+    /// Rate budget short: the head waits.
+    Wait,
+    /// Nothing to do.
+    Idle,
+}
+
+fn lane_full_reason(full: NewLaneFull) -> RefusalReason {
+    match full {
+        NewLaneFull::Total | NewLaneFull::Symbol => RefusalReason::NewLaneFull,
+    }
+}
+
+fn order_as_new(order: &Order) -> NewOrder {
+    NewOrder {
+        id: order.id,
+        venue: order.venue,
+        symbol: order.symbol,
+        side: order.side,
+        price: order.price,
+        qty: order.qty,
+        tif: order.tif,
+    }
+}

@@ -1,0 +1,71 @@
+//! Dispatcher counters: plain integers owned by the loop, read by the metrics side thread
+//! through snapshots. docs/operations.md says what each one means and what to do about it.
+
+use crate::order::{EventKind, RefusalReason, RequestKind, TableError};
+
+/// Number of [`RefusalReason`] variants (one counter each).
+pub const REFUSAL_REASONS: usize = 15;
+const _: () = assert!(RefusalReason::BadRoute as usize + 1 == REFUSAL_REASONS);
+
+/// Counters kept by the dispatcher.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DispatchStats {
+    /// Loop passes.
+    pub polls: u64,
+    /// Commands read from strategies.
+    pub commands: u64,
+    /// Outcomes read from venue sessions.
+    pub outcomes: u64,
+    /// Events delivered to strategies.
+    pub events: u64,
+    /// Events a full strategy ring could not take (the order table still has the truth).
+    pub events_lost: u64,
+    /// New orders released to venues.
+    pub sent_new: u64,
+    /// Cancels released to venues.
+    pub sent_cancel: u64,
+    /// Replaces released to venues.
+    pub sent_replace: u64,
+    /// Status queries released to venues.
+    pub sent_query: u64,
+    /// New orders shed.
+    pub shed: u64,
+    /// Orders that waited past the acquire deadline.
+    pub throttled: u64,
+    /// Orders refused by an open breaker.
+    pub breaker_refused: u64,
+    /// Engine refusals by reason (index: `RefusalReason as usize`).
+    pub refused: [u64; REFUSAL_REASONS],
+    /// Cancels refused because the cancel lane was full: critical, page someone.
+    pub cancel_lane_full: u64,
+    /// Venue reports the order table refused (late, duplicate, overfill, unknown id).
+    pub report_errors: u64,
+    /// The most recent such report error, for the operator's first look.
+    pub last_report_error: Option<TableError>,
+}
+
+impl DispatchStats {
+    pub(super) fn count_refusal(&mut self, kind: EventKind) {
+        match kind {
+            EventKind::Shed => self.shed += 1,
+            EventKind::Throttled => self.throttled += 1,
+            EventKind::BreakerOpen { .. } => self.breaker_refused += 1,
+            EventKind::Refused { reason } => self.refused[reason as usize] += 1,
+            _ => {}
+        }
+    }
+
+    pub(super) fn count_sent(&mut self, kind: &RequestKind) {
+        match kind {
+            RequestKind::New(_) => self.sent_new += 1,
+            RequestKind::Cancel { .. } => self.sent_cancel += 1,
+            RequestKind::Replace(_) => self.sent_replace += 1,
+            RequestKind::Query { .. } => self.sent_query += 1,
+        }
+    }
+
+    /// Engine refusals for one reason.
+    pub fn refused_for(&self, reason: RefusalReason) -> u64 {
+        self.refused[reason as usize]
+    }
+}

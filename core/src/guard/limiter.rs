@@ -1,0 +1,521 @@
+//! A weighted rate limiter over several windows at once (token buckets, lazy refill).
+//!
+//! Each [`WindowLimit`] is a token bucket holding at most `burst_weight` tokens and refilled
+//! at `limit_weight` per `window_ns`. A request of weight `w` passes only if *every* bucket
+//! holds `w` tokens; only then is any bucket debited, so a refusal costs no budget. The
+//! guarantee, checked by property tests: over any interval of length `T`, the weight admitted
+//! through a bucket is at most `burst_weight + limit_weight · T / window_ns`; over one window,
+//! at most `burst_weight + limit_weight`. Configure so that sum stays under the venue's limit.
+//!
+//! Arithmetic is exact integers: tokens are kept in units of `1 / (window_ns · 1000)` of a
+//! weight, so refill never drifts and no division sits on the admission path.
+//!
+//! A venue throttle reject (the "429" of order entry) cuts the refill rate to
+//! `throttle_rate_permille` for `throttle_cooldown_ns`, then ramps it back linearly over
+//! `throttle_recovery_ns`. An optional share of every bucket (`cancel_reserve_permille`) is
+//! usable only by cancels, so a flood of new orders can never lock cancels out.
+
+use crate::order::RequestKind;
+
+/// Most windows one limiter checks.
+pub const WINDOWS_MAX: usize = 4;
+const PERMILLE: u64 = 1000;
+
+/// One window of a limiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowLimit {
+    /// Window length.
+    pub window_ns: u64,
+    /// Weight refilled per window (the sustained rate).
+    pub limit_weight: u32,
+    /// Bucket capacity (the largest burst).
+    pub burst_weight: u32,
+}
+
+/// Weight of each message kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Weights {
+    /// New order.
+    pub new: u32,
+    /// Cancel.
+    pub cancel: u32,
+    /// Replace.
+    pub replace: u32,
+    /// Status query.
+    pub query: u32,
+}
+
+/// Limiter configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimiterConfig {
+    /// The windows, checked together (1 to [`WINDOWS_MAX`]).
+    pub windows: [Option<WindowLimit>; WINDOWS_MAX],
+    /// Message weights.
+    pub weights: Weights,
+    /// Share of each bucket (‰) that only cancels may use.
+    pub cancel_reserve_permille: u32,
+    /// Refill rate (‰ of normal) right after a venue throttle reject.
+    pub throttle_rate_permille: u32,
+    /// How long the cut rate holds.
+    pub throttle_cooldown_ns: u64,
+    /// How long the rate then takes to ramp back to normal.
+    pub throttle_recovery_ns: u64,
+}
+
+impl Default for LimiterConfig {
+    fn default() -> Self {
+        Self {
+            windows: [
+                Some(WindowLimit {
+                    window_ns: 1_000_000_000,
+                    limit_weight: 1_000,
+                    burst_weight: 200,
+                }),
+                Some(WindowLimit {
+                    window_ns: 60_000_000_000,
+                    limit_weight: 30_000,
+                    burst_weight: 2_000,
+                }),
+                None,
+                None,
+            ],
+            weights: Weights {
+                new: 1,
+                cancel: 1,
+                replace: 1,
+                query: 1,
+            },
+            cancel_reserve_permille: 100,
+            throttle_rate_permille: 500,
+            throttle_cooldown_ns: 5_000_000_000,
+            throttle_recovery_ns: 10_000_000_000,
+        }
+    }
+}
+
+/// A configuration the limiter cannot honour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LimiterConfigError {
+    /// No window configured.
+    #[error("rate limiter needs at least one window")]
+    NoWindow,
+    /// A window with zero length, rate or burst.
+    #[error("rate limiter window {index}: window_ns, limit_weight and burst_weight must be > 0")]
+    ZeroWindow {
+        /// Which window.
+        index: u32,
+    },
+    /// The scaled token count would overflow 64 bits.
+    #[error("rate limiter window {index}: burst_weight × window_ns too large")]
+    Overflow {
+        /// Which window.
+        index: u32,
+    },
+    /// A message weight larger than what a bucket can ever hold for it.
+    #[error("rate limiter window {index}: weight {weight} exceeds usable burst {usable}")]
+    WeightTooLarge {
+        /// Which window.
+        index: u32,
+        /// The weight.
+        weight: u32,
+        /// What the bucket can hold for that message kind.
+        usable: u32,
+    },
+    /// A per-mille value above 1000.
+    #[error("rate limiter: {name} = {value} is above 1000 ‰")]
+    Permille {
+        /// The key.
+        name: &'static str,
+        /// The value.
+        value: u32,
+    },
+}
+
+/// The limiter's answer when budget is short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotReady {
+    /// Earliest time the request could pass, at the current refill rate.
+    pub ready_at_ns: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    /// `limit_weight`: at rate `r` ‰ the bucket gains `limit_weight · r` scaled units per ns.
+    limit: u64,
+    /// Scaled units per weight: `window_ns · PERMILLE`.
+    unit: u64,
+    capacity: u64,
+    reserve: u64,
+    tokens: u64,
+    last_ns: u64,
+}
+
+impl Bucket {
+    fn refill(&mut self, now_ns: u64, rate_permille: u64) {
+        let elapsed = now_ns.saturating_sub(self.last_ns);
+        self.last_ns = self.last_ns.max(now_ns);
+        // Saturates instead of overflowing on long idles; the cap applies right after.
+        let added = elapsed.saturating_mul(self.limit * rate_permille);
+        self.tokens = self.tokens.saturating_add(added).min(self.capacity);
+    }
+
+    /// Scaled tokens missing for `cost`, keeping `floor` in the bucket.
+    fn deficit(&self, cost: u64, floor: u64) -> u64 {
+        (cost + floor).saturating_sub(self.tokens)
+    }
+}
+
+/// A multi-window weighted rate limiter for one venue.
+#[derive(Debug, Clone)]
+pub struct RateLimiter {
+    config: LimiterConfig,
+    buckets: [Bucket; WINDOWS_MAX],
+    bucket_count: usize,
+    throttled_at_ns: Option<u64>,
+    throttle_events: u64,
+}
+
+impl RateLimiter {
+    /// Validates `config` and starts with every bucket full at `now_ns`.
+    pub fn new(config: LimiterConfig, now_ns: u64) -> Result<Self, LimiterConfigError> {
+        validate(&config)?;
+        let empty = Bucket {
+            limit: 0,
+            unit: 1,
+            capacity: 0,
+            reserve: 0,
+            tokens: 0,
+            last_ns: now_ns,
+        };
+        let mut buckets = [empty; WINDOWS_MAX];
+        let mut bucket_count = 0;
+        for window in config.windows.iter().flatten() {
+            let unit = window.window_ns * PERMILLE;
+            let capacity = unit * u64::from(window.burst_weight);
+            buckets[bucket_count] = Bucket {
+                limit: u64::from(window.limit_weight),
+                unit,
+                capacity,
+                reserve: capacity / PERMILLE * u64::from(config.cancel_reserve_permille),
+                tokens: capacity,
+                last_ns: now_ns,
+            };
+            bucket_count += 1;
+        }
+        Ok(Self {
+            config,
+            buckets,
+            bucket_count,
+            throttled_at_ns: None,
+            throttle_events: 0,
+        })
+    }
+
+    /// The weight of a request kind.
+    pub fn weight(&self, kind: &RequestKind) -> u32 {
+        let w = self.config.weights;
+        match kind {
+            RequestKind::New(_) => w.new,
+            RequestKind::Cancel { .. } => w.cancel,
+            RequestKind::Replace(_) => w.replace,
+            RequestKind::Query { .. } => w.query,
+        }
+    }
+
+    /// Takes `weight` from every bucket, or none of them. Cancels may dig into the reserve.
+    #[inline]
+    pub fn try_acquire(
+        &mut self,
+        now_ns: u64,
+        weight: u32,
+        is_cancel: bool,
+    ) -> Result<(), NotReady> {
+        let rate = self.rate_permille(now_ns);
+        let mut worst_wait_ns = 0;
+        for bucket in &mut self.buckets[..self.bucket_count] {
+            bucket.refill(now_ns, rate);
+            let floor = if is_cancel { 0 } else { bucket.reserve };
+            let deficit = bucket.deficit(bucket.unit * u64::from(weight), floor);
+            if deficit > 0 {
+                let per_ns = (bucket.limit * rate).max(1);
+                worst_wait_ns = worst_wait_ns.max(deficit.div_ceil(per_ns));
+            }
+        }
+        if worst_wait_ns > 0 {
+            return Err(NotReady {
+                ready_at_ns: now_ns + worst_wait_ns,
+            });
+        }
+        for bucket in &mut self.buckets[..self.bucket_count] {
+            bucket.tokens -= bucket.unit * u64::from(weight);
+        }
+        Ok(())
+    }
+
+    /// The venue throttled us: cut the refill rate, then recover gradually.
+    pub fn on_venue_throttle(&mut self, now_ns: u64) {
+        // Settle refills at the old rate first so the cut applies only from now on.
+        let rate = self.rate_permille(now_ns);
+        for bucket in &mut self.buckets[..self.bucket_count] {
+            bucket.refill(now_ns, rate);
+        }
+        self.throttled_at_ns = Some(now_ns);
+        self.throttle_events += 1;
+    }
+
+    /// Venue throttle rejects seen.
+    pub fn throttle_events(&self) -> u64 {
+        self.throttle_events
+    }
+
+    /// Current refill rate in ‰ of normal.
+    pub fn rate_permille(&mut self, now_ns: u64) -> u64 {
+        let Some(at) = self.throttled_at_ns else {
+            return PERMILLE;
+        };
+        let cut = u64::from(self.config.throttle_rate_permille);
+        let since = now_ns.saturating_sub(at);
+        if since < self.config.throttle_cooldown_ns {
+            return cut;
+        }
+        let ramp = since - self.config.throttle_cooldown_ns;
+        if ramp >= self.config.throttle_recovery_ns {
+            self.throttled_at_ns = None;
+            return PERMILLE;
+        }
+        cut + (PERMILLE - cut) * ramp / self.config.throttle_recovery_ns
+    }
+}
+
+fn validate(config: &LimiterConfig) -> Result<(), LimiterConfigError> {
+    for (name, value) in [
+        ("cancel_reserve_permille", config.cancel_reserve_permille),
+        ("throttle_rate_permille", config.throttle_rate_permille),
+    ] {
+        if value > PERMILLE as u32 {
+            return Err(LimiterConfigError::Permille { name, value });
+        }
+    }
+    if config.windows.iter().flatten().next().is_none() {
+        return Err(LimiterConfigError::NoWindow);
+    }
+    let w = config.weights;
+    for (index, window) in config.windows.iter().enumerate() {
+        let Some(window) = window else { continue };
+        let index = index as u32;
+        if window.window_ns == 0 || window.limit_weight == 0 || window.burst_weight == 0 {
+            return Err(LimiterConfigError::ZeroWindow { index });
+        }
+        let fits = window
+            .window_ns
+            .checked_mul(PERMILLE)
+            .and_then(|unit| unit.checked_mul(u64::from(window.burst_weight)))
+            .and_then(|cap| cap.checked_mul(2));
+        if fits.is_none() {
+            return Err(LimiterConfigError::Overflow { index });
+        }
+        let reserve = u64::from(window.burst_weight) * u64::from(config.cancel_reserve_permille);
+        let usable = window.burst_weight - reserve.div_ceil(PERMILLE) as u32;
+        for weight in [w.new, w.replace, w.query] {
+            if weight > usable {
+                return Err(LimiterConfigError::WeightTooLarge {
+                    index,
+                    weight,
+                    usable,
+                });
+            }
+        }
+        if w.cancel > window.burst_weight {
+            let usable = window.burst_weight;
+            return Err(LimiterConfigError::WeightTooLarge {
+                index,
+                weight: w.cancel,
+                usable,
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn config(windows: &[(u64, u32, u32)], reserve: u32) -> LimiterConfig {
+        let mut cfg = LimiterConfig {
+            cancel_reserve_permille: reserve,
+            ..LimiterConfig::default()
+        };
+        cfg.windows = [None; WINDOWS_MAX];
+        for (i, &(window_ns, limit_weight, burst_weight)) in windows.iter().enumerate() {
+            cfg.windows[i] = Some(WindowLimit {
+                window_ns,
+                limit_weight,
+                burst_weight,
+            });
+        }
+        cfg
+    }
+
+    /// Reference model: a token bucket with capacity B and rate r that starts full admits a
+    /// sequence iff for every i ≤ j, Σ w[i..=j] ≤ B + r·(t_j − t_i). Checked by brute force
+    /// over the admitted log, with exact rational arithmetic (no token state at all).
+    fn reference_admits(
+        log: &[(u64, u32)],
+        now: u64,
+        weight: u32,
+        windows: &[(u64, u32, u32)],
+    ) -> bool {
+        windows.iter().all(|&(window_ns, limit, burst)| {
+            let mut sum = u128::from(weight);
+            if sum > u128::from(burst) {
+                return false;
+            }
+            for &(t, w) in log.iter().rev() {
+                sum += u128::from(w);
+                let allowed = u128::from(burst) * u128::from(window_ns)
+                    + u128::from(limit) * u128::from(now - t);
+                if sum * u128::from(window_ns) > allowed {
+                    return false;
+                }
+            }
+            true
+        })
+    }
+
+    fn windows_strategy() -> impl Strategy<Value = Vec<(u64, u32, u32)>> {
+        proptest::collection::vec((1_000u64..1_000_000, 1u32..50, 3u32..40), 1..=3)
+    }
+
+    proptest! {
+        // Goal: the limiter admits exactly what the (σ, ρ) reference model admits, with no
+        // reserve and no throttle; method: random windows, weights and inter-arrival gaps.
+        #[test]
+        fn matches_reference_model(
+            windows in windows_strategy(),
+            steps in proptest::collection::vec((0u64..50_000, 1u32..3), 1..300),
+        ) {
+            let mut limiter = RateLimiter::new(config(&windows, 0), 0).unwrap();
+            let mut log = Vec::new();
+            let mut now = 0;
+            for (gap, weight) in steps {
+                now += gap;
+                let expected = reference_admits(&log, now, weight, &windows);
+                let got = limiter.try_acquire(now, weight, false);
+                prop_assert_eq!(got.is_ok(), expected, "t={} w={}", now, weight);
+                if let Err(NotReady { ready_at_ns }) = got {
+                    prop_assert!(ready_at_ns > now);
+                } else {
+                    log.push((now, weight));
+                }
+            }
+        }
+
+        // Goal: in any window of each configured length, admitted weight ≤ burst + limit,
+        // even with cancels using the reserve and venue throttles; method: sliding check.
+        #[test]
+        fn never_exceeds_window_bound(
+            windows in windows_strategy(),
+            reserve in 0u32..300,
+            steps in proptest::collection::vec((0u64..20_000, any::<bool>(), 0u8..40), 1..400),
+        ) {
+            let cfg = config(&windows, reserve);
+            prop_assume!(validate(&cfg).is_ok());
+            let mut limiter = RateLimiter::new(cfg, 0).unwrap();
+            let mut log: Vec<(u64, u64)> = Vec::new();
+            let mut now = 0;
+            for (gap, is_cancel, throttle) in steps {
+                now += gap;
+                if throttle == 0 {
+                    limiter.on_venue_throttle(now);
+                }
+                if limiter.try_acquire(now, 1, is_cancel).is_ok() {
+                    log.push((now, 1));
+                }
+            }
+            for &(window_ns, limit, burst) in &windows {
+                for (i, &(start, _)) in log.iter().enumerate() {
+                    let in_window: u64 = log[i..].iter().take_while(|(t, _)| *t < start + window_ns).map(|(_, w)| *w).sum();
+                    prop_assert!(in_window <= u64::from(burst + limit), "{} in window of {} from {}", in_window, window_ns, start);
+                }
+            }
+        }
+
+        // Goal: `ready_at_ns` is honest: a retry at that instant succeeds.
+        #[test]
+        fn ready_at_is_exact(windows in windows_strategy(), weight in 1u32..3) {
+            let mut limiter = RateLimiter::new(config(&windows, 0), 0).unwrap();
+            let mut now = 0;
+            for _ in 0..200 {
+                match limiter.try_acquire(now, weight, false) {
+                    Ok(()) => {}
+                    Err(NotReady { ready_at_ns }) => {
+                        prop_assert!(limiter.try_acquire(ready_at_ns - 1, weight, false).is_err());
+                        now = ready_at_ns;
+                        prop_assert!(limiter.try_acquire(now, weight, false).is_ok());
+                    }
+                }
+            }
+        }
+    }
+
+    // Goal: a flood of new orders cannot take the cancels' reserve.
+    #[test]
+    fn reserve_is_for_cancels() {
+        let cfg = config(&[(1_000_000_000, 100, 100)], 200);
+        let mut limiter = RateLimiter::new(cfg, 0).unwrap();
+        let news = (0..200)
+            .filter(|_| limiter.try_acquire(0, 1, false).is_ok())
+            .count();
+        assert_eq!(news, 80);
+        let cancels = (0..200)
+            .filter(|_| limiter.try_acquire(0, 1, true).is_ok())
+            .count();
+        assert_eq!(cancels, 20);
+    }
+
+    // Goal: a venue throttle halves the refill during cool-down, then recovers gradually.
+    #[test]
+    fn throttle_cuts_then_recovers() {
+        let mut cfg = config(&[(1_000_000_000, 1000, 10)], 0);
+        cfg.throttle_rate_permille = 500;
+        cfg.throttle_cooldown_ns = 1_000;
+        cfg.throttle_recovery_ns = 1_000;
+        let mut limiter = RateLimiter::new(cfg, 0).unwrap();
+        limiter.on_venue_throttle(0);
+        assert_eq!(limiter.rate_permille(500), 500);
+        assert_eq!(limiter.rate_permille(1_500), 750);
+        assert_eq!(limiter.rate_permille(2_000), 1000);
+        assert_eq!(limiter.throttle_events(), 1);
+    }
+
+    #[test]
+    fn bad_configs_are_refused_with_the_value() {
+        let zero = config(&[(0, 1, 1)], 0);
+        assert_eq!(
+            RateLimiter::new(zero, 0).unwrap_err(),
+            LimiterConfigError::ZeroWindow { index: 0 }
+        );
+        let mut heavy = config(&[(1_000, 10, 10)], 0);
+        heavy.weights.new = 11;
+        assert_eq!(
+            RateLimiter::new(heavy, 0).unwrap_err(),
+            LimiterConfigError::WeightTooLarge {
+                index: 0,
+                weight: 11,
+                usable: 10
+            }
+        );
+        let none = config(&[], 0);
+        assert_eq!(
+            RateLimiter::new(none, 0).unwrap_err(),
+            LimiterConfigError::NoWindow
+        );
+        let permille = config(&[(1_000, 10, 10)], 1001);
+        assert!(matches!(
+            RateLimiter::new(permille, 0),
+            Err(LimiterConfigError::Permille { value: 1001, .. })
+        ));
+    }
+}

@@ -1,0 +1,223 @@
+//! Pre-trade risk: per-order quantity and notional caps, worst-case position per symbol, and
+//! the unknown-state gate (no new order on a symbol while one of its orders is `Unknown`).
+//!
+//! Position is checked worst-case: filled position plus every open order on the same side, as
+//! if all of them filled. Open quantity is reserved when an order is admitted and released
+//! when it fills, closes or is refused.
+
+use crate::order::{notional, Price, Qty, RefusalReason, Side, SymbolId};
+
+/// Risk limits (one set for every symbol).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RiskLimits {
+    /// Largest quantity of one order.
+    pub order_qty_max: Qty,
+    /// Largest notional of one order, in fixed-point price units × quantity.
+    pub order_notional_max: i64,
+    /// Largest absolute worst-case position per symbol.
+    pub position_max: i64,
+    /// Refuse new orders on a symbol while one of its orders is `Unknown`.
+    pub unknown_gate: bool,
+}
+
+impl Default for RiskLimits {
+    fn default() -> Self {
+        Self {
+            order_qty_max: 10_000,
+            order_notional_max: 1_000_000 * Price::SCALE,
+            position_max: 100_000,
+            unknown_gate: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Exposure {
+    position: i64,
+    open_buy: i64,
+    open_sell: i64,
+    unknown_orders: u32,
+}
+
+/// Pre-trade risk state for every symbol.
+#[derive(Debug, Clone)]
+pub struct Risk {
+    limits: RiskLimits,
+    symbols: Vec<Exposure>,
+}
+
+impl Risk {
+    /// Flat exposure on `symbols` symbols.
+    pub fn new(limits: RiskLimits, symbols: u16) -> Self {
+        Self {
+            limits,
+            symbols: vec![Exposure::default(); usize::from(symbols)],
+        }
+    }
+
+    /// Checks a new order (or a replacement's additional open quantity) without changing state.
+    #[inline]
+    pub fn check(
+        &self,
+        symbol: SymbolId,
+        side: Side,
+        price: Price,
+        qty: Qty,
+        released_qty: Qty,
+    ) -> Result<(), RefusalReason> {
+        let l = &self.limits;
+        if qty == 0 || qty > l.order_qty_max {
+            return Err(RefusalReason::RiskQty);
+        }
+        if notional(price, qty).abs() > i128::from(l.order_notional_max) {
+            return Err(RefusalReason::RiskNotional);
+        }
+        let e = &self.symbols[usize::from(symbol.0)];
+        if l.unknown_gate && e.unknown_orders > 0 {
+            return Err(RefusalReason::UnknownOrderOnSymbol);
+        }
+        let added = i64::from(qty) - i64::from(released_qty);
+        let worst = match side {
+            Side::Buy => e.position + e.open_buy + added,
+            Side::Sell => -(e.position - e.open_sell - added),
+        };
+        if worst > l.position_max {
+            return Err(RefusalReason::RiskPosition);
+        }
+        Ok(())
+    }
+
+    /// Reserves open quantity for an admitted order.
+    #[inline]
+    pub fn reserve(&mut self, symbol: SymbolId, side: Side, qty: Qty) {
+        *self.open_mut(symbol, side) += i64::from(qty);
+    }
+
+    /// Releases open quantity that will never fill (cancel, reject, replace, refusal).
+    #[inline]
+    pub fn release(&mut self, symbol: SymbolId, side: Side, qty: Qty) {
+        let open = self.open_mut(symbol, side);
+        *open -= i64::from(qty);
+        assert!(*open >= 0, "risk released more open quantity than reserved");
+    }
+
+    /// Moves filled quantity from open to position.
+    #[inline]
+    pub fn fill(&mut self, symbol: SymbolId, side: Side, qty: Qty) {
+        self.release(symbol, side, qty);
+        let e = &mut self.symbols[usize::from(symbol.0)];
+        e.position += match side {
+            Side::Buy => i64::from(qty),
+            Side::Sell => -i64::from(qty),
+        };
+    }
+
+    /// An order on `symbol` became `Unknown` (+1) or was resolved (−1).
+    pub fn unknown_changed(&mut self, symbol: SymbolId, became_unknown: bool) {
+        let e = &mut self.symbols[usize::from(symbol.0)];
+        if became_unknown {
+            e.unknown_orders += 1;
+        } else {
+            assert!(e.unknown_orders > 0, "unknown count below zero");
+            e.unknown_orders -= 1;
+        }
+    }
+
+    /// Filled position on `symbol` (positive long).
+    pub fn position(&self, symbol: SymbolId) -> i64 {
+        self.symbols[usize::from(symbol.0)].position
+    }
+
+    /// Open (unfilled) quantity on `symbol` and `side`.
+    pub fn open_qty(&self, symbol: SymbolId, side: Side) -> i64 {
+        let e = &self.symbols[usize::from(symbol.0)];
+        match side {
+            Side::Buy => e.open_buy,
+            Side::Sell => e.open_sell,
+        }
+    }
+
+    /// Orders on `symbol` currently `Unknown`.
+    pub fn unknown_orders(&self, symbol: SymbolId) -> u32 {
+        self.symbols[usize::from(symbol.0)].unknown_orders
+    }
+
+    fn open_mut(&mut self, symbol: SymbolId, side: Side) -> &mut i64 {
+        let e = &mut self.symbols[usize::from(symbol.0)];
+        match side {
+            Side::Buy => &mut e.open_buy,
+            Side::Sell => &mut e.open_sell,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn risk() -> Risk {
+        let limits = RiskLimits {
+            order_qty_max: 100,
+            order_notional_max: 1_000 * Price::SCALE,
+            position_max: 150,
+            unknown_gate: true,
+        };
+        Risk::new(limits, 2)
+    }
+
+    #[test]
+    fn per_order_caps() {
+        let r = risk();
+        let s = SymbolId(0);
+        let px = Price::from_units(1, 0);
+        assert_eq!(r.check(s, Side::Buy, px, 0, 0), Err(RefusalReason::RiskQty));
+        assert_eq!(
+            r.check(s, Side::Buy, px, 101, 0),
+            Err(RefusalReason::RiskQty)
+        );
+        assert_eq!(
+            r.check(s, Side::Buy, Price::from_units(11, 0), 100, 0),
+            Err(RefusalReason::RiskNotional)
+        );
+        assert_eq!(r.check(s, Side::Buy, px, 100, 0), Ok(()));
+    }
+
+    // Goal: worst-case position counts open orders and fills on each side.
+    #[test]
+    fn worst_case_position() {
+        let mut r = risk();
+        let (s, px) = (SymbolId(1), Price::from_units(1, 0));
+        r.reserve(s, Side::Buy, 100);
+        assert_eq!(
+            r.check(s, Side::Buy, px, 60, 0),
+            Err(RefusalReason::RiskPosition)
+        );
+        assert_eq!(r.check(s, Side::Buy, px, 50, 0), Ok(()));
+        r.fill(s, Side::Buy, 100);
+        assert_eq!(r.position(s), 100);
+        // Selling reduces the long: a sell of 100 leaves the worst case at 0 short.
+        assert_eq!(r.check(s, Side::Sell, px, 100, 0), Ok(()));
+        r.reserve(s, Side::Sell, 100);
+        r.reserve(s, Side::Sell, 100);
+        assert_eq!(
+            r.check(s, Side::Sell, px, 100, 0),
+            Err(RefusalReason::RiskPosition)
+        );
+        // A replace that lowers quantity is checked on its net addition.
+        assert_eq!(r.check(s, Side::Sell, px, 60, 100), Ok(()));
+    }
+
+    #[test]
+    fn unknown_gate_blocks_symbol_until_resolved() {
+        let mut r = risk();
+        let (s, px) = (SymbolId(0), Price::from_units(1, 0));
+        r.unknown_changed(s, true);
+        assert_eq!(
+            r.check(s, Side::Buy, px, 1, 0),
+            Err(RefusalReason::UnknownOrderOnSymbol)
+        );
+        assert_eq!(r.check(SymbolId(1), Side::Buy, px, 1, 0), Ok(()));
+        r.unknown_changed(s, false);
+        assert_eq!(r.check(s, Side::Buy, px, 1, 0), Ok(()));
+    }
+}

@@ -1,0 +1,14 @@
+//! keel: a low-latency order execution core.
+//!
+//! The crate is organised one folder per concern. State machines (`order`, `guard`,
+//! `dispatch`) take `now_ns: u64` from their caller and write into caller-owned buffers; they
+//! never read a clock, touch a socket or allocate after start-up. Drivers (threads, io_uring,
+//! files) wrap them. See docs/architecture.md for the map.
+
+#![deny(unsafe_code)]
+
+pub mod clock;
+pub mod dispatch;
+pub mod guard;
+pub mod order;
+pub mod rng;

@@ -1,0 +1,321 @@
+//! The messages that cross keel's rings, all fixed-size and `Copy`.
+//!
+//! - [`Command`]: strategy → dispatcher (new, cancel, replace, mass cancel).
+//! - [`VenueRequest`]: dispatcher → venue session (what goes on the wire).
+//! - [`Outcome`]: venue session → dispatcher (acks, fills, rejects, timeouts, link state).
+//! - [`Event`]: dispatcher → strategy (what happened to its order, or why it was refused).
+
+use super::{ClientOrderId, Price, Qty, Side, StrategyId, SymbolId, TimeInForce, VenueId};
+
+/// A new order as a strategy asks for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewOrder {
+    /// Id chosen by the strategy's [`super::IdAllocator`].
+    pub id: ClientOrderId,
+    /// Venue to route to.
+    pub venue: VenueId,
+    /// Interned symbol.
+    pub symbol: SymbolId,
+    /// Buy or sell.
+    pub side: Side,
+    /// Limit price.
+    pub price: Price,
+    /// Quantity; zero is refused by risk.
+    pub qty: Qty,
+    /// Time in force.
+    pub tif: TimeInForce,
+}
+
+/// A replace (cancel/replace) of a live order: the venue swaps `id` for `new_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replace {
+    /// The order to replace.
+    pub id: ClientOrderId,
+    /// The id the replacement will carry.
+    pub new_id: ClientOrderId,
+    /// New limit price.
+    pub price: Price,
+    /// New total quantity (OUCH semantics: the new open quantity).
+    pub qty: Qty,
+}
+
+/// Which of the strategy's own orders a mass cancel covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MassCancelScope {
+    /// Every open order of the strategy on this symbol.
+    Symbol(SymbolId),
+    /// Every open order of the strategy.
+    Strategy,
+}
+
+/// A strategy's instruction to the dispatcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// Enter a new order.
+    New(NewOrder),
+    /// Cancel one order.
+    Cancel {
+        /// Order to cancel.
+        id: ClientOrderId,
+    },
+    /// Replace an order.
+    Replace(Replace),
+    /// Cancel many orders; expanded into single cancels in the cancel lane.
+    MassCancel {
+        /// Which orders.
+        scope: MassCancelScope,
+    },
+}
+
+/// A command tagged with the strategy that sent it (the dispatcher adds the tag from the ring
+/// it read, so a strategy cannot act for another).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaggedCommand {
+    /// The sending strategy.
+    pub strategy: StrategyId,
+    /// The command.
+    pub command: Command,
+}
+
+/// What the dispatcher asks a venue session to put on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    /// Enter this order.
+    New(NewOrder),
+    /// Cancel this order (all remaining quantity).
+    Cancel {
+        /// Order to cancel.
+        id: ClientOrderId,
+    },
+    /// Replace an order.
+    Replace(Replace),
+    /// Ask the venue for the state of this order (never a resend).
+    Query {
+        /// Order to ask about.
+        id: ClientOrderId,
+    },
+}
+
+/// A request to a venue session, stamped with when the dispatcher released it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VenueRequest {
+    /// The venue link.
+    pub venue: VenueId,
+    /// When the dispatcher released it (monotonic ns).
+    pub sent_ns: u64,
+    /// What to send.
+    pub kind: RequestKind,
+}
+
+/// Why a venue rejected an order. Split by whose fault it is: the breaker counts only
+/// venue/system faults, never the strategy's own mistakes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectReason {
+    /// The venue reported a system problem (unavailable, internal error, halted gateway).
+    VenueSystem,
+    /// The venue throttled us (the "429" of order entry); feeds the rate limiter's cool-down.
+    VenueThrottle,
+    /// The order itself was invalid at the venue (price, quantity, symbol, permissions).
+    Invalid,
+    /// The venue already knew this client order id.
+    DuplicateId,
+    /// Trading halted or market closed for the symbol.
+    MarketClosed,
+    /// Any other venue reason, carried as the venue's one-byte code.
+    Other(u8),
+}
+
+impl RejectReason {
+    /// True when the reject says the venue link is unhealthy (a breaker failure).
+    pub fn is_venue_fault(self) -> bool {
+        matches!(self, Self::VenueSystem)
+    }
+}
+
+/// Why a venue refused a cancel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelRejectReason {
+    /// The order was already filled or closed: a business outcome, not a failure.
+    TooLateToCancel,
+    /// The venue does not know the order.
+    UnknownOrder,
+    /// A venue/system problem: counts as a breaker failure.
+    VenueSystem,
+}
+
+/// What a venue session reports to the dispatcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutcomeKind {
+    /// The venue accepted a new order.
+    Accepted {
+        /// The order.
+        id: ClientOrderId,
+    },
+    /// A (partial or full) execution.
+    Fill {
+        /// The order.
+        id: ClientOrderId,
+        /// Executed quantity in this fill.
+        qty: Qty,
+        /// Execution price.
+        price: Price,
+    },
+    /// The order is closed at the venue with nothing more to fill (user cancel, IOC remainder,
+    /// venue-initiated cancel).
+    Canceled {
+        /// The order.
+        id: ClientOrderId,
+    },
+    /// The venue swapped `id` for `new_id`.
+    Replaced {
+        /// The old order (now closed).
+        id: ClientOrderId,
+        /// The new order (now live).
+        new_id: ClientOrderId,
+    },
+    /// A new or replace request was rejected.
+    Rejected {
+        /// The order (for a replace, the new id).
+        id: ClientOrderId,
+        /// Why.
+        reason: RejectReason,
+    },
+    /// A cancel was refused; the order stays as it was.
+    CancelRejected {
+        /// The order.
+        id: ClientOrderId,
+        /// Why.
+        reason: CancelRejectReason,
+    },
+    /// No answer within the ack timeout: the order's state is unknown (never "failed").
+    Timeout {
+        /// The order.
+        id: ClientOrderId,
+    },
+    /// The session's trading state changed; only a synced link may carry new orders.
+    LinkState {
+        /// True when the session is SYNCED.
+        synced: bool,
+    },
+}
+
+/// An outcome from a venue session, stamped with when it was received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// The venue link.
+    pub venue: VenueId,
+    /// When the session received it (monotonic ns).
+    pub received_ns: u64,
+    /// What happened.
+    pub kind: OutcomeKind,
+}
+
+/// Why the engine refused a command itself, before or instead of sending it. Distinct from a
+/// venue [`RejectReason`] so a strategy cannot mistake one for the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalReason {
+    /// The venue session is not SYNCED; no new order may leave.
+    NotSynced,
+    /// Quantity above `order_qty_max`, or zero.
+    RiskQty,
+    /// Notional above `order_notional_max`.
+    RiskNotional,
+    /// Would take the symbol's worst-case position beyond `position_max`.
+    RiskPosition,
+    /// An order on this symbol is `Unknown`; new orders wait until it is resolved.
+    UnknownOrderOnSymbol,
+    /// In-flight cap for the symbol reached.
+    BulkheadSymbol,
+    /// In-flight cap for the venue reached.
+    BulkheadVenue,
+    /// The cancel lane is full: a critical condition, counted and surfaced.
+    CancelLaneFull,
+    /// The replace lane is full.
+    ReplaceLaneFull,
+    /// The new-order lane has no room (per symbol or in total) even below the shed watermark.
+    NewLaneFull,
+    /// The client order id is already known to the order table.
+    DuplicateId,
+    /// The order table is full of open orders.
+    OrderTableFull,
+    /// The order does not exist, is not open, or belongs to another strategy.
+    UnknownOrder,
+    /// The order already has a cancel or replace in flight.
+    AlreadyPending,
+    /// The venue or symbol id is not configured.
+    BadRoute,
+}
+
+/// What happened, as a strategy sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// Accepted by the venue.
+    Accepted,
+    /// Part filled; `leaves` remain open.
+    PartiallyFilled {
+        /// Quantity in this fill.
+        qty: Qty,
+        /// Fill price.
+        price: Price,
+        /// Open quantity left.
+        leaves: Qty,
+    },
+    /// Completely filled.
+    Filled {
+        /// Quantity in this fill.
+        qty: Qty,
+        /// Fill price.
+        price: Price,
+    },
+    /// Closed with nothing more to fill.
+    Canceled,
+    /// Replaced by `new_id`.
+    Replaced {
+        /// The replacement's id.
+        new_id: ClientOrderId,
+    },
+    /// Rejected by the venue.
+    Rejected {
+        /// The venue's reason.
+        reason: RejectReason,
+    },
+    /// A cancel was refused by the venue.
+    CancelRejected {
+        /// The venue's reason.
+        reason: CancelRejectReason,
+    },
+    /// No answer in time: the order may be live or filled. keel is asking the venue; it will
+    /// never resend. Treat the order as live until told otherwise.
+    Unknown,
+    /// Shed under overload (new-order lane above its high watermark, or manual shedding).
+    Shed,
+    /// Short of rate budget past the acquire deadline.
+    Throttled,
+    /// The venue link's breaker is open; try again no sooner than `retry_after_ns`.
+    BreakerOpen {
+        /// Nanoseconds until the breaker may admit probes.
+        retry_after_ns: u64,
+    },
+    /// Refused by the engine itself.
+    Refused {
+        /// Why.
+        reason: RefusalReason,
+    },
+}
+
+/// An event for one strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    /// The order concerned.
+    pub id: ClientOrderId,
+    /// What happened.
+    pub kind: EventKind,
+    /// When the dispatcher produced it (monotonic ns).
+    pub at_ns: u64,
+}
+
+// Fixed-size messages keep ring slots small; growth here is a design change, so it is caught.
+const _: () = assert!(std::mem::size_of::<Command>() <= 48);
+const _: () = assert!(std::mem::size_of::<Event>() <= 48);
+const _: () = assert!(std::mem::size_of::<Outcome>() <= 48);
+const _: () = assert!(std::mem::size_of::<VenueRequest>() <= 64);
