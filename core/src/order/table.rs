@@ -409,3 +409,152 @@ fn remember_origin(order: &mut Order, from: OrderState, to: OrderState, event: O
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::order::lifecycle::OrderEvent as E;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, VecDeque};
+
+    fn new_order(seq: u64, qty: Qty) -> NewOrder {
+        NewOrder {
+            id: ClientOrderId(seq),
+            venue: VenueId(0),
+            symbol: SymbolId(0),
+            side: Side::Buy,
+            price: Price(100),
+            qty,
+            tif: TimeInForce::Day,
+        }
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    struct ModelOrder {
+        state: OrderState,
+        qty: Qty,
+        filled: Qty,
+        pending_from: OrderState,
+        unknown_from: OrderState,
+    }
+
+    fn event_strategy() -> impl Strategy<Value = (E, Qty)> {
+        prop_oneof![
+            Just((E::Accepted, 0)),
+            (1u32..6).prop_map(|q| (E::Fill { completes: false }, q)),
+            Just((E::CancelRequested, 0)),
+            Just((E::Canceled, 0)),
+            Just((E::CancelRejected, 0)),
+            Just((E::ReplaceRequested, 0)),
+            Just((E::Replaced, 0)),
+            Just((E::ReplaceRejected, 0)),
+            Just((E::Rejected, 0)),
+            Just((E::Timeout, 0)),
+        ]
+    }
+
+    proptest! {
+        // Goal: the table's bookkeeping (index, eviction of the oldest closed order, refusal
+        // when full of open orders, overfill detection, errors that change nothing) matches a
+        // BTreeMap model. Method: random inserts and reports on a small table.
+        #[test]
+        fn matches_btreemap_model(
+            ops in proptest::collection::vec((0u64..12, any::<bool>(), event_strategy()), 1..500),
+        ) {
+            const CAP: u32 = 6;
+            let mut table = OrderTable::new(CAP);
+            let mut model: BTreeMap<u64, ModelOrder> = BTreeMap::new();
+            let mut closed: VecDeque<u64> = VecDeque::new();
+            for (seq, insert, (event, qty)) in ops {
+                let id = ClientOrderId(seq + 1);
+                if insert {
+                    let open = model.values().filter(|o| !o.state.is_terminal()).count() as u32;
+                    let got = table.insert(StrategyId(0), &new_order(seq + 1, 10), None).map(|o| o.id);
+                    if model.contains_key(&id.0) {
+                        prop_assert_eq!(got, Err(TableError::DuplicateId(id)));
+                    } else if model.len() as u32 == CAP && open == CAP {
+                        prop_assert_eq!(got, Err(TableError::Full { orders_max: CAP }));
+                    } else {
+                        prop_assert_eq!(got, Ok(id));
+                        if model.len() as u32 == CAP {
+                            let evicted = closed.pop_front().unwrap();
+                            model.remove(&evicted);
+                        }
+                        let m = ModelOrder { state: OrderState::PendingNew, qty: 10, filled: 0, pending_from: OrderState::PendingNew, unknown_from: OrderState::PendingNew };
+                        model.insert(id.0, m);
+                    }
+                } else {
+                    let got = table.apply(id, event, qty);
+                    match model.get_mut(&id.0) {
+                        None => prop_assert_eq!(got, Err(TableError::UnknownId(id))),
+                        Some(m) => {
+                            let leaves = m.qty - m.filled;
+                            let is_fill = matches!(event, E::Fill { .. });
+                            if is_fill && qty > leaves {
+                                prop_assert_eq!(got, Err(TableError::Overfill { id, leaves_qty: leaves, fill_qty: qty }));
+                                continue;
+                            }
+                            let event = if is_fill { E::Fill { completes: qty == leaves } } else { event };
+                            let ctx = Context { filled: m.filled > 0, pending_from: m.pending_from, unknown_from: m.unknown_from };
+                            match transition(m.state, event, ctx) {
+                                Err(error) => prop_assert_eq!(got, Err(TableError::Lifecycle { id, error })),
+                                Ok(to) => {
+                                    let applied = got.unwrap();
+                                    prop_assert_eq!(applied.to, to);
+                                    let from = m.state;
+                                    if is_fill { m.filled += qty; }
+                                    if matches!(event, E::CancelRequested | E::ReplaceRequested) { m.pending_from = from; }
+                                    if event == E::Accepted && m.pending_from == OrderState::PendingNew { m.pending_from = OrderState::Live; }
+                                    if event == E::Timeout && from != OrderState::Unknown { m.unknown_from = from; }
+                                    m.state = to;
+                                    if to.is_terminal() && !from.is_terminal() { closed.push_back(id.0); }
+                                }
+                            }
+                        }
+                    }
+                }
+                for (&raw, m) in &model {
+                    let o = table.get(ClientOrderId(raw));
+                    prop_assert!(o.is_some(), "{} lost", raw);
+                    let o = o.unwrap();
+                    prop_assert_eq!((o.state, o.filled_qty), (m.state, m.filled));
+                }
+                let open = model.values().filter(|o| !o.state.is_terminal()).count() as u32;
+                prop_assert_eq!(table.open_count(), open);
+            }
+        }
+    }
+
+    // Goal: a double fill is caught, counted, flags the order, and changes nothing.
+    #[test]
+    fn double_fill_is_refused() {
+        let mut table = OrderTable::new(4);
+        let id = ClientOrderId(1);
+        table.insert(StrategyId(0), &new_order(1, 100), None).unwrap();
+        table.apply(id, E::Accepted, 0).unwrap();
+        table.apply(id, E::Fill { completes: false }, 100).unwrap();
+        let again = table.apply(id, E::Fill { completes: false }, 100);
+        assert!(matches!(again, Err(TableError::Overfill { leaves_qty: 0, fill_qty: 100, .. })), "{again:?}");
+        let order = table.get(id).unwrap();
+        assert_eq!((order.state, order.filled_qty), (OrderState::Filled, 100));
+        assert!(order.needs_reconcile);
+        assert_eq!(table.stats().overfills, 1);
+    }
+
+    // Goal: backward-shift deletion keeps every surviving id findable through heavy churn.
+    #[test]
+    fn index_survives_churn() {
+        let mut table = OrderTable::new(64);
+        for seq in 1..=20_000u64 {
+            table.insert(StrategyId(0), &new_order(seq, 1), None).unwrap();
+            table.apply(ClientOrderId(seq), E::Rejected, 0).unwrap();
+            if seq >= 64 {
+                for back in seq - 63..=seq {
+                    assert!(table.get(ClientOrderId(back)).is_some(), "{back} lost at {seq}");
+                }
+                assert!(table.get(ClientOrderId(seq - 64)).is_none());
+            }
+        }
+        assert_eq!(table.stats().evictions, 20_000 - 64);
+    }
+}

@@ -1,0 +1,153 @@
+//! A test rig around one dispatcher: strategies and venues are driven by hand on the test's
+//! thread, with time passed explicitly, so every test is deterministic.
+
+#![allow(dead_code)]
+
+use keel::dispatch::{
+    strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle, VenueHandle,
+};
+use keel::guard::limiter::{LimiterConfig, WindowLimit, WINDOWS_MAX};
+use keel::order::{
+    ClientOrderId, Command, Event, EventKind, NewOrder, Outcome, OutcomeKind, Price, Side,
+    StrategyId, SymbolId, TimeInForce, VenueId, VenueRequest,
+};
+
+pub const MS: u64 = 1_000_000;
+pub const SEC: u64 = 1_000_000_000;
+
+pub struct Rig {
+    pub dispatcher: Dispatcher,
+    pub strategies: Vec<StrategyHandle>,
+    pub venues: Vec<VenueHandle>,
+    pub now_ns: u64,
+    pub next_seq: Vec<u64>,
+}
+
+/// A generous configuration: limits high enough that only the guard under test bites.
+pub fn roomy_config() -> DispatcherConfig {
+    let mut c = DispatcherConfig {
+        strategies: 2,
+        venues: 1,
+        symbols: 8,
+        orders_max: 32_768,
+        lane_cancel_capacity: 1_024,
+        lane_replace_capacity: 256,
+        lane_new_capacity: 16_384,
+        lane_new_per_symbol_max: 16_384,
+        shed_high_pct: 100,
+        shed_low_pct: 50,
+        acquire_timeout_ns: 3_600 * SEC,
+        ..DispatcherConfig::default()
+    };
+    c.risk.position_max = i64::MAX / 4;
+    c.risk.order_notional_max = i64::MAX / 4;
+    c.bulkhead.in_flight_per_symbol_max = 1 << 20;
+    c.bulkhead.in_flight_per_venue_max = 1 << 20;
+    c.limiter = limiter(1_000_000, 1_000_000);
+    c
+}
+
+/// A limiter with one one-second window.
+pub fn limiter(limit_weight: u32, burst_weight: u32) -> LimiterConfig {
+    let mut windows = [None; WINDOWS_MAX];
+    windows[0] = Some(WindowLimit { window_ns: SEC, limit_weight, burst_weight });
+    LimiterConfig { windows, cancel_reserve_permille: 0, ..LimiterConfig::default() }
+}
+
+impl Rig {
+    pub fn new(config: DispatcherConfig) -> Self {
+        Self::with_rings(config, 32_768, 32_768)
+    }
+
+    pub fn with_rings(config: DispatcherConfig, strategy_ring: u32, venue_ring: u32) -> Self {
+        let (handles, ports): (Vec<_>, Vec<_>) =
+            (0..config.strategies).map(|_| strategy_channel(strategy_ring, strategy_ring)).unzip();
+        let (vhandles, vports): (Vec<_>, Vec<_>) =
+            (0..config.venues).map(|_| venue_channel(venue_ring, venue_ring)).unzip();
+        let dispatcher = Dispatcher::new(config, ports, vports, 0).expect("valid config");
+        let mut rig = Self {
+            dispatcher,
+            strategies: handles,
+            venues: vhandles,
+            now_ns: 1,
+            next_seq: vec![0; usize::from(config.strategies)],
+        };
+        for v in 0..config.venues {
+            rig.outcome(v, OutcomeKind::LinkState { synced: true });
+        }
+        rig.poll();
+        rig
+    }
+
+    pub fn id(&mut self, strategy: u16) -> ClientOrderId {
+        self.next_seq[usize::from(strategy)] += 1;
+        ClientOrderId::new(StrategyId(strategy), self.next_seq[usize::from(strategy)]).unwrap()
+    }
+
+    pub fn order(&mut self, strategy: u16, symbol: u16, qty: u32) -> NewOrder {
+        NewOrder {
+            id: self.id(strategy),
+            venue: VenueId(0),
+            symbol: SymbolId(symbol),
+            side: Side::Buy,
+            price: Price::from_units(10, 0),
+            qty,
+            tif: TimeInForce::Day,
+        }
+    }
+
+    pub fn send(&mut self, strategy: u16, command: Command) {
+        self.strategies[usize::from(strategy)].commands.push(command).expect("strategy ring has room");
+    }
+
+    pub fn new_order(&mut self, strategy: u16, symbol: u16, qty: u32) -> ClientOrderId {
+        let order = self.order(strategy, symbol, qty);
+        self.send(strategy, Command::New(order));
+        order.id
+    }
+
+    pub fn outcome(&mut self, venue: u16, kind: OutcomeKind) {
+        let outcome = Outcome { venue: VenueId(venue), received_ns: self.now_ns, kind };
+        self.venues[usize::from(venue)].outcomes.push(outcome).expect("venue ring has room");
+    }
+
+    pub fn poll(&mut self) -> u32 {
+        self.dispatcher.poll(self.now_ns)
+    }
+
+    /// Polls until a pass does no work.
+    pub fn settle(&mut self) {
+        while self.poll() > 0 {}
+    }
+
+    pub fn advance(&mut self, ns: u64) {
+        self.now_ns += ns;
+    }
+
+    pub fn requests(&mut self, venue: u16) -> Vec<VenueRequest> {
+        let ring = &mut self.venues[usize::from(venue)].requests;
+        std::iter::from_fn(|| ring.pop().ok()).collect()
+    }
+
+    pub fn events(&mut self, strategy: u16) -> Vec<Event> {
+        let ring = &mut self.strategies[usize::from(strategy)].events;
+        std::iter::from_fn(|| ring.pop().ok()).collect()
+    }
+
+    pub fn kinds(&mut self, strategy: u16) -> Vec<(ClientOrderId, EventKind)> {
+        self.events(strategy).into_iter().map(|e| (e.id, e.kind)).collect()
+    }
+
+    /// Places an order and has the venue accept it; returns its id.
+    pub fn live_order(&mut self, strategy: u16, symbol: u16, qty: u32) -> ClientOrderId {
+        let id = self.new_order(strategy, symbol, qty);
+        self.settle();
+        let sent = self.requests(0);
+        assert_eq!(sent.len(), 1, "one request for the new order: {sent:?}");
+        self.outcome(0, OutcomeKind::Accepted { id });
+        self.settle();
+        let events = self.kinds(strategy);
+        assert_eq!(events, vec![(id, EventKind::Accepted)]);
+        id
+    }
+}

@@ -1,0 +1,405 @@
+//! Behaviour of the dispatcher and its guard chain, driven through its real rings with time
+//! passed by hand.
+
+mod common;
+
+use common::{limiter, roomy_config, Rig, MS, SEC};
+use keel::guard::breaker::{BreakerConfig, BreakerState};
+use keel::order::{
+    CancelRejectReason, ClientOrderId, Command, EventKind, MassCancelScope, OrderState,
+    OutcomeKind, Price, RefusalReason, RejectReason, Replace, RequestKind, SymbolId,
+};
+
+// Goal: priority is structural. Method: 10,000 new orders queue behind a slow rate limit,
+// then a cancel for a live order arrives last; it must leave before the queued new orders.
+#[test]
+fn cancel_after_ten_thousand_new_orders_leaves_first() {
+    let mut config = roomy_config();
+    config.limiter = limiter(1_000, 10);
+    let mut rig = Rig::new(config);
+    let live = rig.live_order(0, 0, 10);
+    rig.advance(SEC); // refill the burst used by the first order
+    for i in 0..10_000 {
+        rig.new_order(0, (i % 8) as u16, 1);
+    }
+    rig.send(0, Command::Cancel { id: live });
+    let mut sent = Vec::new();
+    for _ in 0..200 {
+        rig.poll();
+        sent.extend(rig.requests(0));
+        rig.advance(MS);
+    }
+    let cancel_at = sent
+        .iter()
+        .position(|r| r.kind == RequestKind::Cancel { id: live })
+        .expect("the cancel was sent");
+    let news_before = sent[..cancel_at].iter().filter(|r| matches!(r.kind, RequestKind::New(_))).count();
+    // Only what the limiter released while the 10,001 commands were being read (40 polls of
+    // 256 commands, 1 ms apart: a burst of 10 plus 1,000/s) precedes it; the rest still wait.
+    assert!(news_before <= 10 + 41, "{news_before} new orders left before the cancel");
+    let queued_behind = 10_000 - news_before;
+    assert!(queued_behind > 9_900, "only {queued_behind} new orders were still queued");
+    assert_eq!(rig.dispatcher.stats().shed, 0);
+}
+
+// Goal: no new order leaves a link that is not SYNCED; it is refused with that reason.
+#[test]
+fn not_synced_refuses_new_orders() {
+    let mut rig = Rig::new(roomy_config());
+    rig.outcome(0, OutcomeKind::LinkState { synced: false });
+    rig.settle();
+    let id = rig.new_order(0, 0, 1);
+    rig.settle();
+    assert!(rig.requests(0).is_empty());
+    assert_eq!(rig.kinds(0), vec![(id, EventKind::Refused { reason: RefusalReason::NotSynced })]);
+    assert_eq!(rig.dispatcher.stats().refused_for(RefusalReason::NotSynced), 1);
+}
+
+// Goal: a timeout makes an order Unknown, never resends it, gates the symbol, and the venue's
+// later answer resolves it.
+#[test]
+fn timeout_is_unknown_and_never_resent() {
+    let mut rig = Rig::new(roomy_config());
+    let id = rig.new_order(0, 3, 100);
+    rig.settle();
+    assert_eq!(rig.requests(0).len(), 1);
+    rig.advance(2 * SEC);
+    rig.outcome(0, OutcomeKind::Timeout { id });
+    rig.settle();
+    assert_eq!(rig.kinds(0), vec![(id, EventKind::Unknown)]);
+    assert_eq!(rig.dispatcher.table().get(id).unwrap().state, OrderState::Unknown);
+    // The gate: no new order on that symbol while one is Unknown; other symbols still trade.
+    let gated = rig.new_order(0, 3, 1);
+    let other = rig.new_order(0, 4, 1);
+    rig.settle();
+    let sent = rig.requests(0);
+    assert_eq!(sent.len(), 1, "only the other symbol's order leaves: {sent:?}");
+    assert!(matches!(sent[0].kind, RequestKind::New(o) if o.id == other));
+    assert_eq!(
+        rig.kinds(0),
+        vec![(gated, EventKind::Refused { reason: RefusalReason::UnknownOrderOnSymbol })]
+    );
+    // The late report: 50 filled, then the rest. Exactly the intended 100, nothing resent.
+    rig.outcome(0, OutcomeKind::Fill { id, qty: 50, price: Price::from_units(10, 0) });
+    rig.outcome(0, OutcomeKind::Fill { id, qty: 50, price: Price::from_units(10, 0) });
+    rig.settle();
+    assert_eq!(rig.dispatcher.table().get(id).unwrap().state, OrderState::Filled);
+    assert_eq!(rig.dispatcher.guards().risk.position(SymbolId(3)), 100);
+    assert_eq!(rig.dispatcher.guards().risk.unknown_orders(SymbolId(3)), 0);
+    assert_eq!(rig.dispatcher.stats().sent_new, 2);
+    let again = rig.new_order(0, 3, 1);
+    rig.settle();
+    let sent = rig.requests(0);
+    assert!(matches!(sent[..], [r] if matches!(r.kind, RequestKind::New(o) if o.id == again)), "gate lifted: {sent:?}");
+}
+
+// Goal: a double fill is caught: counted, the order flagged, position not doubled, and the
+// strategy sees exactly one Filled.
+#[test]
+fn double_fill_is_caught() {
+    let mut rig = Rig::new(roomy_config());
+    let id = rig.live_order(0, 1, 100);
+    let px = Price::from_units(10, 0);
+    rig.outcome(0, OutcomeKind::Fill { id, qty: 100, price: px });
+    rig.outcome(0, OutcomeKind::Fill { id, qty: 100, price: px });
+    rig.settle();
+    assert_eq!(rig.kinds(0), vec![(id, EventKind::Filled { qty: 100, price: px })]);
+    assert_eq!(rig.dispatcher.guards().risk.position(SymbolId(1)), 100);
+    assert_eq!(rig.dispatcher.stats().report_errors, 1);
+    assert!(rig.dispatcher.table().get(id).unwrap().needs_reconcile);
+}
+
+fn breaker_config() -> BreakerConfig {
+    BreakerConfig {
+        window_ns: 10 * SEC,
+        window_buckets: 10,
+        calls_min: 4,
+        open_duration_ns: 5 * SEC,
+        half_open_probes: 2,
+        ..BreakerConfig::default()
+    }
+}
+
+// Goal: the breaker drill. Venue system rejects trip it within the window; new orders are
+// then refused at once with BreakerOpen while cancels pass; half-open probes close it.
+#[test]
+fn breaker_trips_refuses_new_passes_cancels_and_recovers() {
+    let mut config = roomy_config();
+    config.breaker = breaker_config();
+    let mut rig = Rig::new(config);
+    let resting = rig.live_order(0, 0, 10);
+    for _ in 0..4 {
+        let id = rig.new_order(0, 1, 1);
+        rig.settle();
+        rig.requests(0);
+        rig.outcome(0, OutcomeKind::Rejected { id, reason: RejectReason::VenueSystem });
+        rig.settle();
+    }
+    rig.events(0);
+    assert!(matches!(rig.dispatcher.guards().venues[0].breaker.clone().state(rig.now_ns), BreakerState::Open { .. }));
+    let refused = rig.new_order(0, 2, 1);
+    rig.send(0, Command::Cancel { id: resting });
+    rig.settle();
+    let sent = rig.requests(0);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].kind, RequestKind::Cancel { id: resting });
+    let events = rig.kinds(0);
+    assert_eq!(events.len(), 1);
+    assert!(matches!(events[0], (id, EventKind::BreakerOpen { retry_after_ns }) if id == refused && retry_after_ns == 5 * SEC));
+    // After the open duration: probes go out; their success closes the breaker.
+    rig.advance(5 * SEC);
+    let probes = [rig.new_order(0, 2, 1), rig.new_order(0, 2, 1)];
+    rig.settle();
+    assert_eq!(rig.requests(0).len(), 2);
+    for id in probes {
+        rig.outcome(0, OutcomeKind::Accepted { id });
+    }
+    rig.settle();
+    assert_eq!(rig.dispatcher.guards().venues[0].breaker.clone().state(rig.now_ns), BreakerState::Closed);
+}
+
+// Goal: user cancels never count against the breaker, even when every one of them is refused
+// as too late (the orders had filled).
+#[test]
+fn user_cancels_never_trip_the_breaker() {
+    let mut config = roomy_config();
+    config.breaker = breaker_config();
+    let mut rig = Rig::new(config);
+    for _ in 0..20 {
+        let id = rig.live_order(0, 0, 1);
+        rig.send(0, Command::Cancel { id });
+        rig.settle();
+        rig.requests(0);
+        rig.outcome(0, OutcomeKind::CancelRejected { id, reason: CancelRejectReason::TooLateToCancel });
+        rig.outcome(0, OutcomeKind::Fill { id, qty: 1, price: Price::from_units(10, 0) });
+        rig.settle();
+        rig.events(0);
+    }
+    let other = rig.live_order(0, 1, 1);
+    rig.send(0, Command::Cancel { id: other });
+    rig.settle();
+    rig.outcome(0, OutcomeKind::Canceled { id: other });
+    rig.settle();
+    assert_eq!(rig.dispatcher.guards().venues[0].breaker.clone().state(rig.now_ns), BreakerState::Closed);
+    assert_eq!(rig.dispatcher.guards().venues[0].breaker.stats().opened, 0);
+}
+
+// Goal: shedding under overload with hysteresis, and cancels are never shed.
+#[test]
+fn sheds_new_orders_above_watermark_but_never_cancels() {
+    let mut config = roomy_config();
+    config.lane_new_capacity = 100;
+    config.lane_new_per_symbol_max = 100;
+    config.shed_high_pct = 80;
+    config.shed_low_pct = 50;
+    config.limiter = limiter(1, 1);
+    let mut rig = Rig::new(config);
+    let live = rig.live_order(0, 0, 1);
+    for _ in 0..90 {
+        rig.new_order(0, 1, 1);
+    }
+    rig.send(0, Command::Cancel { id: live });
+    rig.settle();
+    let events = rig.kinds(0);
+    let shed = events.iter().filter(|(_, k)| *k == EventKind::Shed).count();
+    assert_eq!(shed, 10, "orders 81..=90 are shed once the lane holds 80");
+    assert_eq!(rig.dispatcher.stats().shed, 10);
+    assert_eq!(rig.dispatcher.lane_depths(0), (1, 0, 80), "the cancel is queued, not shed");
+}
+
+// Goal: a full cancel lane refuses the cancel back with its own reason and a critical counter.
+#[test]
+fn full_cancel_lane_refuses_loudly() {
+    let mut config = roomy_config();
+    config.lane_cancel_capacity = 2;
+    config.limiter = limiter(1, 1);
+    let mut rig = Rig::new(config);
+    let ids: Vec<ClientOrderId> = (0..3).map(|_| {
+        let id = rig.new_order(0, 0, 1);
+        rig.settle();
+        rig.advance(SEC);
+        id
+    }).collect();
+    rig.settle();
+    for &id in &ids {
+        rig.outcome(0, OutcomeKind::Accepted { id });
+    }
+    rig.settle();
+    rig.events(0);
+    for &id in &ids {
+        rig.send(0, Command::Cancel { id });
+    }
+    rig.settle();
+    let events = rig.kinds(0);
+    assert!(events.len() <= 1);
+    if let [(id, kind)] = events[..] {
+        assert_eq!(kind, EventKind::Refused { reason: RefusalReason::CancelLaneFull });
+        assert_eq!(id, ids[2]);
+        assert_eq!(rig.dispatcher.stats().cancel_lane_full, 1);
+    } else {
+        panic!("expected exactly one refusal, got {events:?}");
+    }
+}
+
+// Goal: an order short of budget waits in its lane until its acquire deadline, then the
+// strategy gets Throttled and the order is closed locally (never sent).
+#[test]
+fn throttled_after_acquire_deadline() {
+    let mut config = roomy_config();
+    config.limiter = limiter(1, 1);
+    config.acquire_timeout_ns = 100 * MS;
+    let mut rig = Rig::new(config);
+    let first = rig.new_order(0, 0, 1);
+    let second = rig.new_order(0, 0, 1);
+    rig.settle();
+    assert_eq!(rig.requests(0).len(), 1);
+    rig.advance(101 * MS);
+    rig.settle();
+    assert!(rig.requests(0).is_empty());
+    assert_eq!(rig.kinds(0), vec![(second, EventKind::Throttled)]);
+    assert_eq!(rig.dispatcher.table().get(second).unwrap().state, OrderState::Rejected);
+    assert_eq!(rig.dispatcher.table().get(first).unwrap().state, OrderState::PendingNew);
+    assert_eq!(rig.dispatcher.stats().throttled, 1);
+}
+
+// Goal: requests released to a venue never exceed the limiter's bound in any window.
+#[test]
+fn venue_never_sees_more_than_the_rate_limit() {
+    let mut config = roomy_config();
+    config.limiter = limiter(50, 10);
+    let mut rig = Rig::new(config);
+    let mut stamps = Vec::new();
+    for step in 0..3_000 {
+        if step % 2 == 0 {
+            rig.new_order(0, (step % 8) as u16, 1);
+        }
+        rig.poll();
+        stamps.extend(rig.requests(0).iter().map(|r| r.sent_ns));
+        rig.advance(MS);
+    }
+    assert!(stamps.len() > 100);
+    for (i, &start) in stamps.iter().enumerate() {
+        let in_window = stamps[i..].iter().take_while(|&&t| t < start + SEC).count();
+        assert!(in_window <= 60, "{in_window} requests in one second from {start}");
+    }
+}
+
+// Goal: bulkheads cap in-flight orders per symbol; an answer frees the slot.
+#[test]
+fn bulkhead_caps_in_flight_per_symbol() {
+    let mut config = roomy_config();
+    config.bulkhead.in_flight_per_symbol_max = 2;
+    let mut rig = Rig::new(config);
+    let a = rig.new_order(0, 0, 1);
+    let _b = rig.new_order(0, 0, 1);
+    let c = rig.new_order(0, 0, 1);
+    rig.settle();
+    assert_eq!(rig.requests(0).len(), 2);
+    assert_eq!(rig.kinds(0), vec![(c, EventKind::Refused { reason: RefusalReason::BulkheadSymbol })]);
+    rig.outcome(0, OutcomeKind::Accepted { id: a });
+    rig.settle();
+    rig.new_order(0, 0, 1);
+    rig.settle();
+    assert_eq!(rig.requests(0).len(), 1);
+}
+
+// Goal: risk limits refuse with the precise reason and reserve nothing.
+#[test]
+fn risk_refusals() {
+    let mut config = roomy_config();
+    config.risk.order_qty_max = 10;
+    config.risk.position_max = 15;
+    let mut rig = Rig::new(config);
+    let too_big = rig.new_order(0, 0, 11);
+    let ok = rig.new_order(0, 0, 10);
+    let over_position = rig.new_order(0, 0, 6);
+    rig.settle();
+    assert_eq!(
+        rig.kinds(0),
+        vec![
+            (too_big, EventKind::Refused { reason: RefusalReason::RiskQty }),
+            (over_position, EventKind::Refused { reason: RefusalReason::RiskPosition }),
+        ]
+    );
+    assert!(matches!(rig.requests(0)[..], [r] if matches!(r.kind, RequestKind::New(o) if o.id == ok)));
+}
+
+// Goal: mass cancel closes queued orders locally and sends cancels for live ones, only for
+// the issuing strategy and scope.
+#[test]
+fn mass_cancel_by_symbol() {
+    let mut config = roomy_config();
+    config.limiter = limiter(1_000, 3);
+    let mut rig = Rig::new(config);
+    let live = rig.live_order(0, 5, 1);
+    let other_symbol = rig.live_order(0, 6, 1);
+    let other_strategy = rig.live_order(1, 5, 1);
+    rig.advance(SEC);
+    let queued: Vec<_> = (0..10).map(|_| rig.new_order(0, 5, 1)).collect();
+    rig.settle();
+    let sent_news = rig.requests(0).len();
+    assert_eq!(sent_news, 3, "burst of 3 goes out, 7 wait");
+    rig.send(0, Command::MassCancel { scope: MassCancelScope::Symbol(SymbolId(5)) });
+    let mut sent = Vec::new();
+    for _ in 0..4 {
+        rig.settle();
+        sent.extend(rig.requests(0));
+        rig.advance(SEC);
+    }
+    let cancels: Vec<_> = sent.into_iter().filter_map(|r| match r.kind {
+        RequestKind::Cancel { id } => Some(id),
+        _ => None,
+    }).collect();
+    // The live order and the three sent ones get wire cancels; the seven queued close here.
+    assert!(cancels.contains(&live));
+    assert_eq!(cancels.len(), 4, "{cancels:?}");
+    assert!(!cancels.contains(&other_symbol) && !cancels.contains(&other_strategy));
+    let canceled_locally = rig.kinds(0).iter().filter(|(_, k)| *k == EventKind::Canceled).count();
+    assert_eq!(canceled_locally, 7);
+    for id in &queued[3..] {
+        assert_eq!(rig.dispatcher.table().get(*id).unwrap().state, OrderState::Canceled);
+    }
+}
+
+// Goal: a replace swaps ids and keeps risk honest; a rejected replace restores the original.
+#[test]
+fn replace_accepted_and_rejected() {
+    let mut rig = Rig::new(roomy_config());
+    let id = rig.live_order(0, 0, 10);
+    let new_id = rig.id(0);
+    let r = Replace { id, new_id, price: Price::from_units(11, 0), qty: 5 };
+    rig.send(0, Command::Replace(r));
+    rig.settle();
+    assert_eq!(rig.requests(0)[0].kind, RequestKind::Replace(r));
+    rig.outcome(0, OutcomeKind::Replaced { id, new_id });
+    rig.settle();
+    assert_eq!(rig.kinds(0), vec![(id, EventKind::Replaced { new_id })]);
+    let risk = &rig.dispatcher.guards().risk;
+    assert_eq!(risk.open_qty(SymbolId(0), keel::order::Side::Buy), 5);
+    // Now a replace the venue refuses: the replacement closes, the order stands again.
+    let third = rig.id(0);
+    let r2 = Replace { id: new_id, new_id: third, price: Price::from_units(12, 0), qty: 7 };
+    rig.send(0, Command::Replace(r2));
+    rig.settle();
+    rig.requests(0);
+    rig.outcome(0, OutcomeKind::Rejected { id: third, reason: RejectReason::Invalid });
+    rig.settle();
+    assert_eq!(rig.dispatcher.table().get(new_id).unwrap().state, OrderState::Live);
+    assert_eq!(rig.dispatcher.table().get(third).unwrap().state, OrderState::Rejected);
+    assert_eq!(rig.dispatcher.guards().risk.open_qty(SymbolId(0), keel::order::Side::Buy), 5);
+}
+
+// Goal: a strategy cannot act on another strategy's orders or reuse an id.
+#[test]
+fn ownership_and_duplicates() {
+    let mut rig = Rig::new(roomy_config());
+    let id = rig.live_order(0, 0, 1);
+    rig.send(1, Command::Cancel { id });
+    let mut dup = rig.order(0, 0, 1);
+    dup.id = id;
+    rig.send(0, Command::New(dup));
+    rig.settle();
+    assert_eq!(rig.kinds(1), vec![(id, EventKind::Refused { reason: RefusalReason::UnknownOrder })]);
+    assert_eq!(rig.kinds(0), vec![(id, EventKind::Refused { reason: RefusalReason::DuplicateId })]);
+    assert!(rig.requests(0).is_empty());
+}
