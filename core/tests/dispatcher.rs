@@ -33,12 +33,21 @@ fn cancel_after_ten_thousand_new_orders_leaves_first() {
         .iter()
         .position(|r| r.kind == RequestKind::Cancel { id: live })
         .expect("the cancel was sent");
-    let news_before = sent[..cancel_at].iter().filter(|r| matches!(r.kind, RequestKind::New(_))).count();
+    let news_before = sent[..cancel_at]
+        .iter()
+        .filter(|r| matches!(r.kind, RequestKind::New(_)))
+        .count();
     // Only what the limiter released while the 10,001 commands were being read (40 polls of
     // 256 commands, 1 ms apart: a burst of 10 plus 1,000/s) precedes it; the rest still wait.
-    assert!(news_before <= 10 + 41, "{news_before} new orders left before the cancel");
+    assert!(
+        news_before <= 10 + 41,
+        "{news_before} new orders left before the cancel"
+    );
     let queued_behind = 10_000 - news_before;
-    assert!(queued_behind > 9_900, "only {queued_behind} new orders were still queued");
+    assert!(
+        queued_behind > 9_900,
+        "only {queued_behind} new orders were still queued"
+    );
     assert_eq!(rig.dispatcher.stats().shed, 0);
 }
 
@@ -51,8 +60,19 @@ fn not_synced_refuses_new_orders() {
     let id = rig.new_order(0, 0, 1);
     rig.settle();
     assert!(rig.requests(0).is_empty());
-    assert_eq!(rig.kinds(0), vec![(id, EventKind::Refused { reason: RefusalReason::NotSynced })]);
-    assert_eq!(rig.dispatcher.stats().refused_for(RefusalReason::NotSynced), 1);
+    assert_eq!(
+        rig.kinds(0),
+        vec![(
+            id,
+            EventKind::Refused {
+                reason: RefusalReason::NotSynced
+            }
+        )]
+    );
+    assert_eq!(
+        rig.dispatcher.stats().refused_for(RefusalReason::NotSynced),
+        1
+    );
 }
 
 // Goal: a timeout makes an order Unknown, never resends it, gates the symbol, and the venue's
@@ -67,30 +87,62 @@ fn timeout_is_unknown_and_never_resent() {
     rig.outcome(0, OutcomeKind::Timeout { id });
     rig.settle();
     assert_eq!(rig.kinds(0), vec![(id, EventKind::Unknown)]);
-    assert_eq!(rig.dispatcher.table().get(id).unwrap().state, OrderState::Unknown);
+    assert_eq!(
+        rig.dispatcher.table().get(id).unwrap().state,
+        OrderState::Unknown
+    );
     // The gate: no new order on that symbol while one is Unknown; other symbols still trade.
     let gated = rig.new_order(0, 3, 1);
     let other = rig.new_order(0, 4, 1);
     rig.settle();
     let sent = rig.requests(0);
-    assert_eq!(sent.len(), 1, "only the other symbol's order leaves: {sent:?}");
+    assert_eq!(
+        sent.len(),
+        1,
+        "only the other symbol's order leaves: {sent:?}"
+    );
     assert!(matches!(sent[0].kind, RequestKind::New(o) if o.id == other));
     assert_eq!(
         rig.kinds(0),
-        vec![(gated, EventKind::Refused { reason: RefusalReason::UnknownOrderOnSymbol })]
+        vec![(
+            gated,
+            EventKind::Refused {
+                reason: RefusalReason::UnknownOrderOnSymbol
+            }
+        )]
     );
     // The late report: 50 filled, then the rest. Exactly the intended 100, nothing resent.
-    rig.outcome(0, OutcomeKind::Fill { id, qty: 50, price: Price::from_units(10, 0) });
-    rig.outcome(0, OutcomeKind::Fill { id, qty: 50, price: Price::from_units(10, 0) });
+    rig.outcome(
+        0,
+        OutcomeKind::Fill {
+            id,
+            qty: 50,
+            price: Price::from_units(10, 0),
+        },
+    );
+    rig.outcome(
+        0,
+        OutcomeKind::Fill {
+            id,
+            qty: 50,
+            price: Price::from_units(10, 0),
+        },
+    );
     rig.settle();
-    assert_eq!(rig.dispatcher.table().get(id).unwrap().state, OrderState::Filled);
+    assert_eq!(
+        rig.dispatcher.table().get(id).unwrap().state,
+        OrderState::Filled
+    );
     assert_eq!(rig.dispatcher.guards().risk.position(SymbolId(3)), 100);
     assert_eq!(rig.dispatcher.guards().risk.unknown_orders(SymbolId(3)), 0);
     assert_eq!(rig.dispatcher.stats().sent_new, 2);
     let again = rig.new_order(0, 3, 1);
     rig.settle();
     let sent = rig.requests(0);
-    assert!(matches!(sent[..], [r] if matches!(r.kind, RequestKind::New(o) if o.id == again)), "gate lifted: {sent:?}");
+    assert!(
+        matches!(sent[..], [r] if matches!(r.kind, RequestKind::New(o) if o.id == again)),
+        "gate lifted: {sent:?}"
+    );
 }
 
 // Goal: a double fill is caught: counted, the order flagged, position not doubled, and the
@@ -100,10 +152,33 @@ fn double_fill_is_caught() {
     let mut rig = Rig::new(roomy_config());
     let id = rig.live_order(0, 1, 100);
     let px = Price::from_units(10, 0);
-    rig.outcome(0, OutcomeKind::Fill { id, qty: 100, price: px });
-    rig.outcome(0, OutcomeKind::Fill { id, qty: 100, price: px });
+    rig.outcome(
+        0,
+        OutcomeKind::Fill {
+            id,
+            qty: 100,
+            price: px,
+        },
+    );
+    rig.outcome(
+        0,
+        OutcomeKind::Fill {
+            id,
+            qty: 100,
+            price: px,
+        },
+    );
     rig.settle();
-    assert_eq!(rig.kinds(0), vec![(id, EventKind::Filled { qty: 100, price: px })]);
+    assert_eq!(
+        rig.kinds(0),
+        vec![(
+            id,
+            EventKind::Filled {
+                qty: 100,
+                price: px
+            }
+        )]
+    );
     assert_eq!(rig.dispatcher.guards().risk.position(SymbolId(1)), 100);
     assert_eq!(rig.dispatcher.stats().report_errors, 1);
     assert!(rig.dispatcher.table().get(id).unwrap().needs_reconcile);
@@ -132,11 +207,23 @@ fn breaker_trips_refuses_new_passes_cancels_and_recovers() {
         let id = rig.new_order(0, 1, 1);
         rig.settle();
         rig.requests(0);
-        rig.outcome(0, OutcomeKind::Rejected { id, reason: RejectReason::VenueSystem });
+        rig.outcome(
+            0,
+            OutcomeKind::Rejected {
+                id,
+                reason: RejectReason::VenueSystem,
+            },
+        );
         rig.settle();
     }
     rig.events(0);
-    assert!(matches!(rig.dispatcher.guards().venues[0].breaker.clone().state(rig.now_ns), BreakerState::Open { .. }));
+    assert!(matches!(
+        rig.dispatcher.guards().venues[0]
+            .breaker
+            .clone()
+            .state(rig.now_ns),
+        BreakerState::Open { .. }
+    ));
     let refused = rig.new_order(0, 2, 1);
     rig.send(0, Command::Cancel { id: resting });
     rig.settle();
@@ -145,7 +232,9 @@ fn breaker_trips_refuses_new_passes_cancels_and_recovers() {
     assert_eq!(sent[0].kind, RequestKind::Cancel { id: resting });
     let events = rig.kinds(0);
     assert_eq!(events.len(), 1);
-    assert!(matches!(events[0], (id, EventKind::BreakerOpen { retry_after_ns }) if id == refused && retry_after_ns == 5 * SEC));
+    assert!(
+        matches!(events[0], (id, EventKind::BreakerOpen { retry_after_ns }) if id == refused && retry_after_ns == 5 * SEC)
+    );
     // After the open duration: probes go out; their success closes the breaker.
     rig.advance(5 * SEC);
     let probes = [rig.new_order(0, 2, 1), rig.new_order(0, 2, 1)];
@@ -155,7 +244,13 @@ fn breaker_trips_refuses_new_passes_cancels_and_recovers() {
         rig.outcome(0, OutcomeKind::Accepted { id });
     }
     rig.settle();
-    assert_eq!(rig.dispatcher.guards().venues[0].breaker.clone().state(rig.now_ns), BreakerState::Closed);
+    assert_eq!(
+        rig.dispatcher.guards().venues[0]
+            .breaker
+            .clone()
+            .state(rig.now_ns),
+        BreakerState::Closed
+    );
 }
 
 // Goal: user cancels never count against the breaker, even when every one of them is refused
@@ -170,8 +265,21 @@ fn user_cancels_never_trip_the_breaker() {
         rig.send(0, Command::Cancel { id });
         rig.settle();
         rig.requests(0);
-        rig.outcome(0, OutcomeKind::CancelRejected { id, reason: CancelRejectReason::TooLateToCancel });
-        rig.outcome(0, OutcomeKind::Fill { id, qty: 1, price: Price::from_units(10, 0) });
+        rig.outcome(
+            0,
+            OutcomeKind::CancelRejected {
+                id,
+                reason: CancelRejectReason::TooLateToCancel,
+            },
+        );
+        rig.outcome(
+            0,
+            OutcomeKind::Fill {
+                id,
+                qty: 1,
+                price: Price::from_units(10, 0),
+            },
+        );
         rig.settle();
         rig.events(0);
     }
@@ -180,7 +288,13 @@ fn user_cancels_never_trip_the_breaker() {
     rig.settle();
     rig.outcome(0, OutcomeKind::Canceled { id: other });
     rig.settle();
-    assert_eq!(rig.dispatcher.guards().venues[0].breaker.clone().state(rig.now_ns), BreakerState::Closed);
+    assert_eq!(
+        rig.dispatcher.guards().venues[0]
+            .breaker
+            .clone()
+            .state(rig.now_ns),
+        BreakerState::Closed
+    );
     assert_eq!(rig.dispatcher.guards().venues[0].breaker.stats().opened, 0);
 }
 
@@ -204,7 +318,11 @@ fn sheds_new_orders_above_watermark_but_never_cancels() {
     let shed = events.iter().filter(|(_, k)| *k == EventKind::Shed).count();
     assert_eq!(shed, 10, "orders 81..=90 are shed once the lane holds 80");
     assert_eq!(rig.dispatcher.stats().shed, 10);
-    assert_eq!(rig.dispatcher.lane_depths(0), (1, 0, 80), "the cancel is queued, not shed");
+    assert_eq!(
+        rig.dispatcher.lane_depths(0),
+        (1, 0, 80),
+        "the cancel is queued, not shed"
+    );
 }
 
 // Goal: a full cancel lane refuses the cancel back with its own reason and a critical counter.
@@ -214,12 +332,14 @@ fn full_cancel_lane_refuses_loudly() {
     config.lane_cancel_capacity = 2;
     config.limiter = limiter(1, 1);
     let mut rig = Rig::new(config);
-    let ids: Vec<ClientOrderId> = (0..3).map(|_| {
-        let id = rig.new_order(0, 0, 1);
-        rig.settle();
-        rig.advance(SEC);
-        id
-    }).collect();
+    let ids: Vec<ClientOrderId> = (0..3)
+        .map(|_| {
+            let id = rig.new_order(0, 0, 1);
+            rig.settle();
+            rig.advance(SEC);
+            id
+        })
+        .collect();
     rig.settle();
     for &id in &ids {
         rig.outcome(0, OutcomeKind::Accepted { id });
@@ -233,7 +353,12 @@ fn full_cancel_lane_refuses_loudly() {
     let events = rig.kinds(0);
     assert!(events.len() <= 1);
     if let [(id, kind)] = events[..] {
-        assert_eq!(kind, EventKind::Refused { reason: RefusalReason::CancelLaneFull });
+        assert_eq!(
+            kind,
+            EventKind::Refused {
+                reason: RefusalReason::CancelLaneFull
+            }
+        );
         assert_eq!(id, ids[2]);
         assert_eq!(rig.dispatcher.stats().cancel_lane_full, 1);
     } else {
@@ -257,8 +382,14 @@ fn throttled_after_acquire_deadline() {
     rig.settle();
     assert!(rig.requests(0).is_empty());
     assert_eq!(rig.kinds(0), vec![(second, EventKind::Throttled)]);
-    assert_eq!(rig.dispatcher.table().get(second).unwrap().state, OrderState::Rejected);
-    assert_eq!(rig.dispatcher.table().get(first).unwrap().state, OrderState::PendingNew);
+    assert_eq!(
+        rig.dispatcher.table().get(second).unwrap().state,
+        OrderState::Rejected
+    );
+    assert_eq!(
+        rig.dispatcher.table().get(first).unwrap().state,
+        OrderState::PendingNew
+    );
     assert_eq!(rig.dispatcher.stats().throttled, 1);
 }
 
@@ -280,7 +411,10 @@ fn venue_never_sees_more_than_the_rate_limit() {
     assert!(stamps.len() > 100);
     for (i, &start) in stamps.iter().enumerate() {
         let in_window = stamps[i..].iter().take_while(|&&t| t < start + SEC).count();
-        assert!(in_window <= 60, "{in_window} requests in one second from {start}");
+        assert!(
+            in_window <= 60,
+            "{in_window} requests in one second from {start}"
+        );
     }
 }
 
@@ -295,7 +429,15 @@ fn bulkhead_caps_in_flight_per_symbol() {
     let c = rig.new_order(0, 0, 1);
     rig.settle();
     assert_eq!(rig.requests(0).len(), 2);
-    assert_eq!(rig.kinds(0), vec![(c, EventKind::Refused { reason: RefusalReason::BulkheadSymbol })]);
+    assert_eq!(
+        rig.kinds(0),
+        vec![(
+            c,
+            EventKind::Refused {
+                reason: RefusalReason::BulkheadSymbol
+            }
+        )]
+    );
     rig.outcome(0, OutcomeKind::Accepted { id: a });
     rig.settle();
     rig.new_order(0, 0, 1);
@@ -317,11 +459,23 @@ fn risk_refusals() {
     assert_eq!(
         rig.kinds(0),
         vec![
-            (too_big, EventKind::Refused { reason: RefusalReason::RiskQty }),
-            (over_position, EventKind::Refused { reason: RefusalReason::RiskPosition }),
+            (
+                too_big,
+                EventKind::Refused {
+                    reason: RefusalReason::RiskQty
+                }
+            ),
+            (
+                over_position,
+                EventKind::Refused {
+                    reason: RefusalReason::RiskPosition
+                }
+            ),
         ]
     );
-    assert!(matches!(rig.requests(0)[..], [r] if matches!(r.kind, RequestKind::New(o) if o.id == ok)));
+    assert!(
+        matches!(rig.requests(0)[..], [r] if matches!(r.kind, RequestKind::New(o) if o.id == ok))
+    );
 }
 
 // Goal: mass cancel closes queued orders locally and sends cancels for live ones, only for
@@ -339,25 +493,40 @@ fn mass_cancel_by_symbol() {
     rig.settle();
     let sent_news = rig.requests(0).len();
     assert_eq!(sent_news, 3, "burst of 3 goes out, 7 wait");
-    rig.send(0, Command::MassCancel { scope: MassCancelScope::Symbol(SymbolId(5)) });
+    rig.send(
+        0,
+        Command::MassCancel {
+            scope: MassCancelScope::Symbol(SymbolId(5)),
+        },
+    );
     let mut sent = Vec::new();
     for _ in 0..4 {
         rig.settle();
         sent.extend(rig.requests(0));
         rig.advance(SEC);
     }
-    let cancels: Vec<_> = sent.into_iter().filter_map(|r| match r.kind {
-        RequestKind::Cancel { id } => Some(id),
-        _ => None,
-    }).collect();
+    let cancels: Vec<_> = sent
+        .into_iter()
+        .filter_map(|r| match r.kind {
+            RequestKind::Cancel { id } => Some(id),
+            _ => None,
+        })
+        .collect();
     // The live order and the three sent ones get wire cancels; the seven queued close here.
     assert!(cancels.contains(&live));
     assert_eq!(cancels.len(), 4, "{cancels:?}");
     assert!(!cancels.contains(&other_symbol) && !cancels.contains(&other_strategy));
-    let canceled_locally = rig.kinds(0).iter().filter(|(_, k)| *k == EventKind::Canceled).count();
+    let canceled_locally = rig
+        .kinds(0)
+        .iter()
+        .filter(|(_, k)| *k == EventKind::Canceled)
+        .count();
     assert_eq!(canceled_locally, 7);
     for id in &queued[3..] {
-        assert_eq!(rig.dispatcher.table().get(*id).unwrap().state, OrderState::Canceled);
+        assert_eq!(
+            rig.dispatcher.table().get(*id).unwrap().state,
+            OrderState::Canceled
+        );
     }
 }
 
@@ -367,7 +536,12 @@ fn replace_accepted_and_rejected() {
     let mut rig = Rig::new(roomy_config());
     let id = rig.live_order(0, 0, 10);
     let new_id = rig.id(0);
-    let r = Replace { id, new_id, price: Price::from_units(11, 0), qty: 5 };
+    let r = Replace {
+        id,
+        new_id,
+        price: Price::from_units(11, 0),
+        qty: 5,
+    };
     rig.send(0, Command::Replace(r));
     rig.settle();
     assert_eq!(rig.requests(0)[0].kind, RequestKind::Replace(r));
@@ -378,15 +552,38 @@ fn replace_accepted_and_rejected() {
     assert_eq!(risk.open_qty(SymbolId(0), keel::order::Side::Buy), 5);
     // Now a replace the venue refuses: the replacement closes, the order stands again.
     let third = rig.id(0);
-    let r2 = Replace { id: new_id, new_id: third, price: Price::from_units(12, 0), qty: 7 };
+    let r2 = Replace {
+        id: new_id,
+        new_id: third,
+        price: Price::from_units(12, 0),
+        qty: 7,
+    };
     rig.send(0, Command::Replace(r2));
     rig.settle();
     rig.requests(0);
-    rig.outcome(0, OutcomeKind::Rejected { id: third, reason: RejectReason::Invalid });
+    rig.outcome(
+        0,
+        OutcomeKind::Rejected {
+            id: third,
+            reason: RejectReason::Invalid,
+        },
+    );
     rig.settle();
-    assert_eq!(rig.dispatcher.table().get(new_id).unwrap().state, OrderState::Live);
-    assert_eq!(rig.dispatcher.table().get(third).unwrap().state, OrderState::Rejected);
-    assert_eq!(rig.dispatcher.guards().risk.open_qty(SymbolId(0), keel::order::Side::Buy), 5);
+    assert_eq!(
+        rig.dispatcher.table().get(new_id).unwrap().state,
+        OrderState::Live
+    );
+    assert_eq!(
+        rig.dispatcher.table().get(third).unwrap().state,
+        OrderState::Rejected
+    );
+    assert_eq!(
+        rig.dispatcher
+            .guards()
+            .risk
+            .open_qty(SymbolId(0), keel::order::Side::Buy),
+        5
+    );
 }
 
 // Goal: a strategy cannot act on another strategy's orders or reuse an id.
@@ -399,7 +596,23 @@ fn ownership_and_duplicates() {
     dup.id = id;
     rig.send(0, Command::New(dup));
     rig.settle();
-    assert_eq!(rig.kinds(1), vec![(id, EventKind::Refused { reason: RefusalReason::UnknownOrder })]);
-    assert_eq!(rig.kinds(0), vec![(id, EventKind::Refused { reason: RefusalReason::DuplicateId })]);
+    assert_eq!(
+        rig.kinds(1),
+        vec![(
+            id,
+            EventKind::Refused {
+                reason: RefusalReason::UnknownOrder
+            }
+        )]
+    );
+    assert_eq!(
+        rig.kinds(0),
+        vec![(
+            id,
+            EventKind::Refused {
+                reason: RefusalReason::DuplicateId
+            }
+        )]
+    );
     assert!(rig.requests(0).is_empty());
 }

@@ -8,26 +8,15 @@
 
 use std::collections::VecDeque;
 
-use crate::order::{ClientOrderId, MassCancelScope, NewOrder, Replace, StrategyId, SymbolId};
+use crate::order::{ClientOrderId, NewOrder, Replace, SymbolId};
 
-/// Work in the cancel lane.
+/// Work in the cancel lane. Mass cancels are expanded into single cancels on admission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelWork {
     /// Cancel one order.
     One {
         /// The order.
         id: ClientOrderId,
-        /// When it entered the lane.
-        enqueued_ns: u64,
-    },
-    /// Cancel every matching order of a strategy; `cursor` is the next table slot to scan.
-    Mass {
-        /// Whose orders.
-        strategy: StrategyId,
-        /// Which of them.
-        scope: MassCancelScope,
-        /// Next order-table slot to look at.
-        cursor: u32,
         /// When it entered the lane.
         enqueued_ns: u64,
     },
@@ -77,15 +66,6 @@ impl<T> BoundedQueue<T> {
         Ok(())
     }
 
-    /// Puts an item back at the front (work resumed later); refuses when full.
-    pub fn push_front(&mut self, item: T) -> Result<(), T> {
-        if self.items.len() >= self.capacity {
-            return Err(item);
-        }
-        self.items.push_front(item);
-        Ok(())
-    }
-
     /// Removes the oldest item.
     #[inline]
     pub fn pop(&mut self) -> Option<T> {
@@ -96,11 +76,6 @@ impl<T> BoundedQueue<T> {
     #[inline]
     pub fn front(&self) -> Option<&T> {
         self.items.front()
-    }
-
-    /// Mutable oldest item.
-    pub fn front_mut(&mut self) -> Option<&mut T> {
-        self.items.front_mut()
     }
 
     /// Items queued.

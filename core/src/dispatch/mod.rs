@@ -54,6 +54,8 @@ pub struct Dispatcher {
     strategies: Vec<StrategyPort>,
     venues: Vec<VenueLink>,
     next_strategy: usize,
+    /// Scratch for mass cancels: wire cancels needed per venue (allocated at start).
+    mass_cancel_need: Vec<u32>,
     stats: DispatchStats,
 }
 
@@ -107,7 +109,7 @@ impl Dispatcher {
             })
             .collect();
         Ok(Self {
-            table: OrderTable::new(config.orders_max),
+            table: OrderTable::new(config.orders_max, config.strategies),
             guards: GuardChain {
                 risk: Risk::new(config.risk, config.symbols),
                 bulkhead: Bulkhead::new(config.bulkhead, config.symbols, config.venues),
@@ -116,6 +118,7 @@ impl Dispatcher {
             strategies,
             venues,
             next_strategy: 0,
+            mass_cancel_need: vec![0; usize::from(config.venues)],
             stats: DispatchStats::default(),
             config,
         })
@@ -331,6 +334,9 @@ impl Dispatcher {
         Ok(())
     }
 
+    /// Expands a mass cancel at once into single cancels, walking only the strategy's open
+    /// orders. All or nothing: if any venue's cancel lane lacks room for its share, the whole
+    /// mass cancel is refused before anything changes.
     fn admit_mass_cancel(
         &mut self,
         now_ns: u64,
@@ -344,23 +350,108 @@ impl Dispatcher {
                 });
             }
         }
-        // All venues or none: a mass cancel is never half-queued.
-        if self.venues.iter().any(|v| v.cancels.free() == 0) {
+        self.mass_cancel_need.iter_mut().for_each(|n| *n = 0);
+        let mut at = self.table.first_open(strategy);
+        while let Some(slot) = at {
+            at = self.table.next_open(slot);
+            let order = *self
+                .table
+                .slot(slot)
+                .expect("open list names occupied slots");
+            if let MassCancelStep::Wire = self.mass_cancel_step(&order, scope) {
+                self.mass_cancel_need[usize::from(order.venue.0)] += 1;
+            }
+        }
+        let short = self
+            .venues
+            .iter()
+            .zip(&self.mass_cancel_need)
+            .any(|(v, &need)| v.cancels.free() < need);
+        if short {
             self.stats.cancel_lane_full += 1;
             return Err(EventKind::Refused {
                 reason: RefusalReason::CancelLaneFull,
             });
         }
-        for venue in &mut self.venues {
-            let work = CancelWork::Mass {
-                strategy,
-                scope,
-                cursor: 0,
-                enqueued_ns: now_ns,
-            };
-            venue.cancels.push(work).expect("room was checked");
+        let mut at = self.table.first_open(strategy);
+        while let Some(slot) = at {
+            at = self.table.next_open(slot);
+            let order = *self
+                .table
+                .slot(slot)
+                .expect("open list names occupied slots");
+            match self.mass_cancel_step(&order, scope) {
+                MassCancelStep::Skip => {}
+                MassCancelStep::SkipUnknown => self.stats.mass_cancel_skipped += 1,
+                MassCancelStep::Local => {
+                    let removed = self.venues[usize::from(order.venue.0)]
+                        .news
+                        .remove(order.symbol, order.id);
+                    assert!(removed.is_some(), "unsent new order is in its lane");
+                    self.cancel_unsent(now_ns, order.id);
+                }
+                MassCancelStep::Wire => {
+                    if let Some(original) = order.linked.filter(|_| order.sent_ns == 0) {
+                        // A queued replace: withdraw it, then cancel the original instead.
+                        self.withdraw_replacement(now_ns, &order, original);
+                        self.queue_cancel(now_ns, original);
+                    } else {
+                        self.queue_cancel(now_ns, order.id);
+                    }
+                }
+            }
         }
         Ok(())
+    }
+
+    /// What a mass cancel does with one open order of its strategy.
+    fn mass_cancel_step(&self, order: &Order, scope: MassCancelScope) -> MassCancelStep {
+        let in_scope = match scope {
+            MassCancelScope::Symbol(symbol) => order.symbol == symbol,
+            MassCancelScope::Strategy => true,
+        };
+        match order.state {
+            _ if !in_scope => MassCancelStep::Skip,
+            OrderState::Live | OrderState::PartiallyFilled => MassCancelStep::Wire,
+            OrderState::PendingNew if order.sent_ns == 0 && order.linked.is_none() => {
+                MassCancelStep::Local
+            }
+            // Sent: cancel before the ack. Queued replacement: withdrawn, original canceled.
+            OrderState::PendingNew => MassCancelStep::Wire,
+            // Unknown: resolve first (status query), then cancel; counted.
+            OrderState::Unknown => MassCancelStep::SkipUnknown,
+            // Covered through its replacement; already canceling; or closed.
+            _ => MassCancelStep::Skip,
+        }
+    }
+
+    /// Puts a single cancel in its venue's lane (room checked by the caller).
+    fn queue_cancel(&mut self, now_ns: u64, id: ClientOrderId) {
+        let venue = self.table.get(id).expect("order to cancel exists").venue;
+        let pushed = self.venues[usize::from(venue.0)]
+            .cancels
+            .push(CancelWork::One {
+                id,
+                enqueued_ns: now_ns,
+            });
+        assert!(pushed.is_ok(), "cancel lane room was checked");
+        self.apply(id, OrderEvent::CancelRequested, 0)
+            .expect("open order accepts a cancel request");
+    }
+
+    /// Takes back a replace that has not left yet: the replacement closes as canceled, the
+    /// original stands again. Its entry in the replace lane is dropped when reached.
+    fn withdraw_replacement(&mut self, now_ns: u64, replacement: &Order, original: ClientOrderId) {
+        self.apply(replacement.id, OrderEvent::Rejected, 0)
+            .expect("queued replacement is pending new");
+        self.apply(original, OrderEvent::ReplaceRejected, 0)
+            .expect("original is pending replace");
+        self.emit(
+            replacement.strategy,
+            replacement.id,
+            EventKind::Canceled,
+            now_ns,
+        );
     }
 
     fn check_route(&self, strategy: StrategyId, order: &NewOrder) -> Result<(), EventKind> {
@@ -433,93 +524,18 @@ impl Dispatcher {
     }
 
     fn serve_cancel(&mut self, now_ns: u64, v: usize) -> Step {
-        let work = *self.venues[v].cancels.front().expect("checked non-empty");
-        match work {
-            CancelWork::One { id, .. } => {
-                let still_wanted = self
-                    .table
-                    .get(id)
-                    .is_some_and(|o| o.state == OrderState::PendingCancel);
-                if !still_wanted {
-                    // Filled or closed while the cancel waited: nothing to send.
-                    self.venues[v].cancels.pop();
-                    return Step::Progress;
-                }
-                self.send_cancel(now_ns, v, id)
-            }
-            CancelWork::Mass {
-                strategy,
-                scope,
-                cursor,
-                ..
-            } => self.serve_mass_cancel(now_ns, v, strategy, scope, cursor),
+        let CancelWork::One { id, .. } =
+            *self.venues[v].cancels.front().expect("checked non-empty");
+        let still_wanted = self
+            .table
+            .get(id)
+            .is_some_and(|o| o.state == OrderState::PendingCancel);
+        if !still_wanted {
+            // Filled or closed while the cancel waited: nothing to send.
+            self.venues[v].cancels.pop();
+            return Step::Progress;
         }
-    }
-
-    fn serve_mass_cancel(
-        &mut self,
-        now_ns: u64,
-        v: usize,
-        strategy: StrategyId,
-        scope: MassCancelScope,
-        cursor: u32,
-    ) -> Step {
-        let capacity = self.table.capacity();
-        let mut at = cursor;
-        while at < capacity {
-            let Some(order) = self.table.slot(at).copied() else {
-                at += 1;
-                continue;
-            };
-            let matches = order.strategy == strategy
-                && usize::from(order.venue.0) == v
-                && !order.state.is_terminal()
-                && match scope {
-                    MassCancelScope::Symbol(symbol) => order.symbol == symbol,
-                    MassCancelScope::Strategy => true,
-                };
-            let cancelable = matches!(
-                order.state,
-                OrderState::PendingNew | OrderState::Live | OrderState::PartiallyFilled
-            );
-            if !(matches && cancelable) {
-                at += 1;
-                continue;
-            }
-            if order.sent_ns == 0 && self.venues[v].news.remove(order.symbol, order.id).is_some() {
-                self.cancel_unsent(now_ns, order.id);
-                at += 1;
-                continue;
-            }
-            let next = at + 1;
-            return match self.guards.clear_to_send(
-                now_ns,
-                v,
-                self.config.limiter.weights.cancel,
-                false,
-                true,
-            ) {
-                Ok(()) => {
-                    self.apply(order.id, OrderEvent::CancelRequested, 0)
-                        .expect("cancelable state");
-                    self.push_request(now_ns, v, RequestKind::Cancel { id: order.id });
-                    self.set_mass_cursor(v, next);
-                    Step::Sent
-                }
-                Err(_) => {
-                    self.set_mass_cursor(v, at);
-                    Step::Wait
-                }
-            };
-        }
-        self.venues[v].cancels.pop();
-        Step::Progress
-    }
-
-    fn set_mass_cursor(&mut self, v: usize, next: u32) {
-        if let Some(CancelWork::Mass { cursor, .. }) = self.venues[v].cancels.front_mut() {
-            *cursor = next;
-        }
+        self.send_cancel(now_ns, v, id)
     }
 
     fn send_cancel(&mut self, now_ns: u64, v: usize, id: ClientOrderId) -> Step {
@@ -538,6 +554,15 @@ impl Dispatcher {
     fn serve_replace(&mut self, now_ns: u64, v: usize) -> Step {
         let queued = *self.venues[v].replaces.front().expect("checked non-empty");
         let r = queued.replace;
+        let withdrawn = self
+            .table
+            .get(r.new_id)
+            .is_none_or(|o| o.state != OrderState::PendingNew);
+        if withdrawn {
+            // Taken back by a mass cancel; both orders are already settled.
+            self.venues[v].replaces.pop();
+            return Step::Progress;
+        }
         let still_wanted = self
             .table
             .get(r.id)
@@ -892,6 +917,19 @@ impl Dispatcher {
     fn count_refusal(&mut self, kind: EventKind) {
         self.stats.count_refusal(kind);
     }
+}
+
+/// What a mass cancel does with one order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MassCancelStep {
+    /// Out of scope, or covered another way (already canceling; covered via its replacement).
+    Skip,
+    /// In scope but `Unknown`: counted; resolve it first (status query), then cancel.
+    SkipUnknown,
+    /// Still in the new-order lane: closed here.
+    Local,
+    /// Needs a cancel on the wire.
+    Wire,
 }
 
 /// What one serve step did.

@@ -6,6 +6,9 @@
 //! reused oldest first. When every slot holds an open order the table is full and new orders
 //! are refused, never evicted.
 //!
+//! Open orders of each strategy are also threaded on an intrusive list (prev/next slot
+//! indices), so a mass cancel walks only that strategy's open orders, never the whole table.
+//!
 //! Every change of state goes through [`super::lifecycle::transition`]. A report the
 //! lifecycle does not allow is a typed error: counted, the order flagged for reconciliation,
 //! nothing applied.
@@ -136,12 +139,17 @@ pub struct OrderTable {
     free: Vec<u32>,
     closed: VecDeque<u32>,
     open_count: u32,
+    /// Per strategy: first slot of its open-order list.
+    open_head: Vec<u32>,
+    open_prev: Vec<u32>,
+    open_next: Vec<u32>,
     stats: TableStats,
 }
 
 impl OrderTable {
-    /// A table for `orders_max` orders (open plus retained closed). Allocates everything now.
-    pub fn new(orders_max: u32) -> Self {
+    /// A table for `orders_max` orders (open plus retained closed) of `strategies` strategies.
+    /// Allocates everything now.
+    pub fn new(orders_max: u32, strategies: u16) -> Self {
         assert!(orders_max > 0, "orders_max must be positive");
         assert!(orders_max < EMPTY / 2, "orders_max too large for the index");
         let index_len = (orders_max as usize * 2).next_power_of_two();
@@ -152,8 +160,48 @@ impl OrderTable {
             free: (0..orders_max).rev().collect(),
             closed: VecDeque::with_capacity(orders_max as usize),
             open_count: 0,
+            open_head: vec![EMPTY; usize::from(strategies)],
+            open_prev: vec![EMPTY; orders_max as usize],
+            open_next: vec![EMPTY; orders_max as usize],
             stats: TableStats::default(),
         }
+    }
+
+    /// First slot of `strategy`'s open orders (newest first), for walks with [`Self::next_open`].
+    pub fn first_open(&self, strategy: StrategyId) -> Option<u32> {
+        let head = self.open_head[usize::from(strategy.0)];
+        (head != EMPTY).then_some(head)
+    }
+
+    /// The open order after `slot` in its strategy's list. Read it before changing `slot`'s
+    /// order: closing an order unlinks it.
+    pub fn next_open(&self, slot: u32) -> Option<u32> {
+        let next = self.open_next[slot as usize];
+        (next != EMPTY).then_some(next)
+    }
+
+    fn link_open(&mut self, strategy: StrategyId, slot: u32) {
+        let head = &mut self.open_head[usize::from(strategy.0)];
+        self.open_prev[slot as usize] = EMPTY;
+        self.open_next[slot as usize] = *head;
+        if *head != EMPTY {
+            self.open_prev[*head as usize] = slot;
+        }
+        *head = slot;
+    }
+
+    fn unlink_open(&mut self, strategy: StrategyId, slot: u32) {
+        let (prev, next) = (self.open_prev[slot as usize], self.open_next[slot as usize]);
+        if prev == EMPTY {
+            self.open_head[usize::from(strategy.0)] = next;
+        } else {
+            self.open_next[prev as usize] = next;
+        }
+        if next != EMPTY {
+            self.open_prev[next as usize] = prev;
+        }
+        self.open_prev[slot as usize] = EMPTY;
+        self.open_next[slot as usize] = EMPTY;
     }
 
     /// Slot count chosen at start.
@@ -212,6 +260,7 @@ impl OrderTable {
             answered: false,
         });
         self.index_insert(new.id, slot);
+        self.link_open(strategy, slot);
         self.open_count += 1;
         Ok(self.slots[slot as usize]
             .as_ref()
@@ -295,6 +344,7 @@ impl OrderTable {
         if to.is_terminal() && !from.is_terminal() {
             self.open_count -= 1;
             self.closed.push_back(slot);
+            self.unlink_open(applied.order.strategy, slot);
         }
         Ok(applied)
     }
@@ -462,7 +512,7 @@ mod tests {
             ops in proptest::collection::vec((0u64..12, any::<bool>(), event_strategy()), 1..500),
         ) {
             const CAP: u32 = 6;
-            let mut table = OrderTable::new(CAP);
+            let mut table = OrderTable::new(CAP, 1);
             let mut model: BTreeMap<u64, ModelOrder> = BTreeMap::new();
             let mut closed: VecDeque<u64> = VecDeque::new();
             for (seq, insert, (event, qty)) in ops {
@@ -521,6 +571,14 @@ mod tests {
                 }
                 let open = model.values().filter(|o| !o.state.is_terminal()).count() as u32;
                 prop_assert_eq!(table.open_count(), open);
+                let mut walked = 0;
+                let mut at = table.first_open(StrategyId(0));
+                while let Some(slot) = at {
+                    prop_assert!(!table.slot(slot).unwrap().state.is_terminal());
+                    walked += 1;
+                    at = table.next_open(slot);
+                }
+                prop_assert_eq!(walked, open, "open list length");
             }
         }
     }
@@ -528,13 +586,25 @@ mod tests {
     // Goal: a double fill is caught, counted, flags the order, and changes nothing.
     #[test]
     fn double_fill_is_refused() {
-        let mut table = OrderTable::new(4);
+        let mut table = OrderTable::new(4, 1);
         let id = ClientOrderId(1);
-        table.insert(StrategyId(0), &new_order(1, 100), None).unwrap();
+        table
+            .insert(StrategyId(0), &new_order(1, 100), None)
+            .unwrap();
         table.apply(id, E::Accepted, 0).unwrap();
         table.apply(id, E::Fill { completes: false }, 100).unwrap();
         let again = table.apply(id, E::Fill { completes: false }, 100);
-        assert!(matches!(again, Err(TableError::Overfill { leaves_qty: 0, fill_qty: 100, .. })), "{again:?}");
+        assert!(
+            matches!(
+                again,
+                Err(TableError::Overfill {
+                    leaves_qty: 0,
+                    fill_qty: 100,
+                    ..
+                })
+            ),
+            "{again:?}"
+        );
         let order = table.get(id).unwrap();
         assert_eq!((order.state, order.filled_qty), (OrderState::Filled, 100));
         assert!(order.needs_reconcile);
@@ -544,13 +614,18 @@ mod tests {
     // Goal: backward-shift deletion keeps every surviving id findable through heavy churn.
     #[test]
     fn index_survives_churn() {
-        let mut table = OrderTable::new(64);
+        let mut table = OrderTable::new(64, 1);
         for seq in 1..=20_000u64 {
-            table.insert(StrategyId(0), &new_order(seq, 1), None).unwrap();
+            table
+                .insert(StrategyId(0), &new_order(seq, 1), None)
+                .unwrap();
             table.apply(ClientOrderId(seq), E::Rejected, 0).unwrap();
             if seq >= 64 {
                 for back in seq - 63..=seq {
-                    assert!(table.get(ClientOrderId(back)).is_some(), "{back} lost at {seq}");
+                    assert!(
+                        table.get(ClientOrderId(back)).is_some(),
+                        "{back} lost at {seq}"
+                    );
                 }
                 assert!(table.get(ClientOrderId(seq - 64)).is_none());
             }

@@ -50,8 +50,16 @@ pub fn roomy_config() -> DispatcherConfig {
 /// A limiter with one one-second window.
 pub fn limiter(limit_weight: u32, burst_weight: u32) -> LimiterConfig {
     let mut windows = [None; WINDOWS_MAX];
-    windows[0] = Some(WindowLimit { window_ns: SEC, limit_weight, burst_weight });
-    LimiterConfig { windows, cancel_reserve_permille: 0, ..LimiterConfig::default() }
+    windows[0] = Some(WindowLimit {
+        window_ns: SEC,
+        limit_weight,
+        burst_weight,
+    });
+    LimiterConfig {
+        windows,
+        cancel_reserve_permille: 0,
+        ..LimiterConfig::default()
+    }
 }
 
 impl Rig {
@@ -60,10 +68,12 @@ impl Rig {
     }
 
     pub fn with_rings(config: DispatcherConfig, strategy_ring: u32, venue_ring: u32) -> Self {
-        let (handles, ports): (Vec<_>, Vec<_>) =
-            (0..config.strategies).map(|_| strategy_channel(strategy_ring, strategy_ring)).unzip();
-        let (vhandles, vports): (Vec<_>, Vec<_>) =
-            (0..config.venues).map(|_| venue_channel(venue_ring, venue_ring)).unzip();
+        let (handles, ports): (Vec<_>, Vec<_>) = (0..config.strategies)
+            .map(|_| strategy_channel(strategy_ring, strategy_ring))
+            .unzip();
+        let (vhandles, vports): (Vec<_>, Vec<_>) = (0..config.venues)
+            .map(|_| venue_channel(venue_ring, venue_ring))
+            .unzip();
         let dispatcher = Dispatcher::new(config, ports, vports, 0).expect("valid config");
         let mut rig = Self {
             dispatcher,
@@ -97,7 +107,10 @@ impl Rig {
     }
 
     pub fn send(&mut self, strategy: u16, command: Command) {
-        self.strategies[usize::from(strategy)].commands.push(command).expect("strategy ring has room");
+        self.strategies[usize::from(strategy)]
+            .commands
+            .push(command)
+            .expect("strategy ring has room");
     }
 
     pub fn new_order(&mut self, strategy: u16, symbol: u16, qty: u32) -> ClientOrderId {
@@ -107,8 +120,15 @@ impl Rig {
     }
 
     pub fn outcome(&mut self, venue: u16, kind: OutcomeKind) {
-        let outcome = Outcome { venue: VenueId(venue), received_ns: self.now_ns, kind };
-        self.venues[usize::from(venue)].outcomes.push(outcome).expect("venue ring has room");
+        let outcome = Outcome {
+            venue: VenueId(venue),
+            received_ns: self.now_ns,
+            kind,
+        };
+        self.venues[usize::from(venue)]
+            .outcomes
+            .push(outcome)
+            .expect("venue ring has room");
     }
 
     pub fn poll(&mut self) -> u32 {
@@ -135,7 +155,10 @@ impl Rig {
     }
 
     pub fn kinds(&mut self, strategy: u16) -> Vec<(ClientOrderId, EventKind)> {
-        self.events(strategy).into_iter().map(|e| (e.id, e.kind)).collect()
+        self.events(strategy)
+            .into_iter()
+            .map(|e| (e.id, e.kind))
+            .collect()
     }
 
     /// Places an order and has the venue accept it; returns its id.

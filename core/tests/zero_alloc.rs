@@ -1,0 +1,192 @@
+//! Zero heap allocations on the hot path. Method: a counting global allocator that counts
+//! only on this test's thread while armed; 1,000,000 mixed commands (new, cancel, replace,
+//! mass cancel) flow through the dispatcher's real rings to an in-test venue that acks,
+//! fills, cancels, replaces and times out, after a warm-up. The count must be zero.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use common::{roomy_config, Rig};
+use keel::order::{
+    ClientOrderId, Command, MassCancelScope, OutcomeKind, Price, Replace, RequestKind, Side,
+    SymbolId,
+};
+use keel::rng::{Rng64, SplitMix64};
+
+struct CountingAllocator;
+
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count_if_armed() {
+    // try_with: the thread-local may be gone during thread teardown.
+    let _ = ARMED.try_with(|armed| {
+        if armed.get() {
+            ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        }
+    });
+}
+
+// SAFETY: delegates every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_if_armed();
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_if_armed();
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+const RECENT: usize = 4096;
+
+struct Driver {
+    rng: SplitMix64,
+    recent: [ClientOrderId; RECENT],
+    recent_len: usize,
+}
+
+impl Driver {
+    fn remember(&mut self, id: ClientOrderId) {
+        self.recent[self.recent_len % RECENT] = id;
+        self.recent_len += 1;
+    }
+
+    /// One of the last 64 ids issued (most of them still open).
+    fn recent_id(&mut self) -> Option<ClientOrderId> {
+        let n = self.recent_len.min(64) as u64;
+        let back = self.rng.below_inclusive(n.checked_sub(1)?) as usize;
+        Some(self.recent[(self.recent_len - 1 - back) % RECENT])
+    }
+
+    /// One command from strategy 0 or 1: 55% new, 30% cancel, 12% replace, 3% mass cancel.
+    fn command(&mut self, rig: &mut Rig) {
+        let strategy = (self.rng.next_u64() & 1) as u16;
+        let roll = self.rng.below_inclusive(99);
+        let command = if roll < 55 {
+            let mut order = rig.order(
+                strategy,
+                self.rng.below_inclusive(7) as u16,
+                1 + self.rng.below_inclusive(99) as u32,
+            );
+            order.side = if self.rng.next_u64() & 1 == 0 {
+                Side::Buy
+            } else {
+                Side::Sell
+            };
+            self.remember(order.id);
+            Command::New(order)
+        } else if let (true, Some(id)) = (roll < 85, self.recent_id()) {
+            Command::Cancel { id }
+        } else if let (true, Some(id)) = (roll < 97, self.recent_id()) {
+            let new_id = rig.id(id.strategy().0);
+            self.remember(new_id);
+            Command::Replace(Replace {
+                id,
+                new_id,
+                price: Price::from_units(9, 5_000),
+                qty: 10,
+            })
+        } else {
+            Command::MassCancel {
+                scope: MassCancelScope::Symbol(SymbolId(self.rng.below_inclusive(7) as u16)),
+            }
+        };
+        let strategy = match command {
+            Command::Cancel { id } | Command::Replace(Replace { id, .. }) => id.strategy().0,
+            _ => strategy,
+        };
+        rig.send(strategy, command);
+    }
+
+    /// The venue's side: answer everything it was sent.
+    fn answer(&mut self, rig: &mut Rig) {
+        while let Ok(request) = rig.venues[0].requests.pop() {
+            let outcome = match request.kind {
+                RequestKind::New(order) => match self.rng.below_inclusive(9) {
+                    0..=2 => OutcomeKind::Fill {
+                        id: order.id,
+                        qty: order.qty,
+                        price: order.price,
+                    },
+                    3 => OutcomeKind::Timeout { id: order.id },
+                    _ => OutcomeKind::Accepted { id: order.id },
+                },
+                RequestKind::Cancel { id } => OutcomeKind::Canceled { id },
+                RequestKind::Replace(r) => OutcomeKind::Replaced {
+                    id: r.id,
+                    new_id: r.new_id,
+                },
+                RequestKind::Query { id } => OutcomeKind::Accepted { id },
+            };
+            rig.outcome(0, outcome);
+            if let OutcomeKind::Timeout { id } = outcome {
+                // The late answer that resolves the Unknown order.
+                rig.outcome(0, OutcomeKind::Accepted { id });
+            }
+        }
+    }
+
+    fn run(&mut self, rig: &mut Rig, commands: u64) {
+        for i in 0..commands {
+            self.command(rig);
+            if i % 32 == 31 {
+                rig.poll();
+                self.answer(rig);
+                rig.poll();
+                for s in 0..2 {
+                    while rig.strategies[s].events.pop().is_ok() {}
+                }
+                rig.advance(20_000);
+            }
+        }
+    }
+}
+
+#[test]
+fn one_million_commands_allocate_nothing() {
+    let mut config = roomy_config();
+    config.orders_max = 65_536;
+    let mut rig = Rig::with_rings(config, 1_024, 1_024);
+    let mut driver = Driver {
+        rng: SplitMix64::new(42),
+        recent: [ClientOrderId(0); RECENT],
+        recent_len: 0,
+    };
+    driver.run(&mut rig, 100_000);
+    let before = *rig.dispatcher.stats();
+
+    ARMED.with(|a| a.set(true));
+    driver.run(&mut rig, 1_000_000);
+    ARMED.with(|a| a.set(false));
+
+    let allocations = ALLOCATIONS.with(Cell::get);
+    let after = *rig.dispatcher.stats();
+    // The run did real work of every kind; otherwise zero would prove nothing.
+    assert_eq!(after.commands - before.commands, 1_000_000);
+    assert!(after.sent_new - before.sent_new > 200_000, "{after:?}");
+    assert!(after.sent_cancel - before.sent_cancel > 50_000, "{after:?}");
+    assert!(
+        after.sent_replace - before.sent_replace > 10_000,
+        "{after:?}"
+    );
+    assert!(after.events - before.events > 500_000, "{after:?}");
+    assert!(rig.dispatcher.table().stats().evictions > 100_000);
+    assert_eq!(allocations, 0, "heap allocations on the hot path");
+}
