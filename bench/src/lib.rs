@@ -1,1 +1,93 @@
+//! Shared measurement harness for keel's benchmarks.
+//!
+//! Every benchmark measures keel and its baselines in the same run, interleaved, records
+//! latencies in HdrHistogram, and prints p50/p99/p99.9/max plus ratios to the baseline.
+//! Pinning degrades gracefully: on a machine with too few cores it warns and runs unpinned.
 
+use hdrhistogram::Histogram;
+
+/// A latency histogram in picoseconds (so sub-nanosecond per-op costs keep precision).
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 10_000_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Quantiles of a histogram, in nanoseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary {
+    /// Median.
+    pub p50_ns: f64,
+    /// 99th percentile.
+    pub p99_ns: f64,
+    /// 99.9th percentile.
+    pub p999_ns: f64,
+    /// Largest sample.
+    pub max_ns: f64,
+    /// Samples.
+    pub count: u64,
+}
+
+/// Summarises a picosecond histogram.
+pub fn summary(h: &Histogram<u64>) -> Summary {
+    let ns = |ps: u64| ps as f64 / 1_000.0;
+    Summary {
+        p50_ns: ns(h.value_at_quantile(0.50)),
+        p99_ns: ns(h.value_at_quantile(0.99)),
+        p999_ns: ns(h.value_at_quantile(0.999)),
+        max_ns: ns(h.max()),
+        count: h.len(),
+    }
+}
+
+/// Prints one table row: name, quantiles, and the median's ratio to `baseline_p50_ns`.
+pub fn print_row(name: &str, s: &Summary, baseline_p50_ns: f64) {
+    println!(
+        "{name:<34} {:>10.2} {:>10.2} {:>10.2} {:>12.2} {:>9.2}x {:>9}",
+        s.p50_ns,
+        s.p99_ns,
+        s.p999_ns,
+        s.max_ns,
+        s.p50_ns / baseline_p50_ns,
+        s.count
+    );
+}
+
+/// Prints the table header.
+pub fn print_header(unit: &str, baseline: &str) {
+    println!(
+        "{:<34} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9}",
+        format!("({unit}, ns)"),
+        "p50",
+        "p99",
+        "p99.9",
+        "max",
+        format!("/{baseline}"),
+        "samples"
+    );
+}
+
+/// Pins the current thread to `core` if the machine has it; otherwise warns and carries on.
+///
+/// The core is named by its OS index, not looked up in the calling thread's affinity mask
+/// (a thread spawned by a pinned thread inherits that one-core mask).
+pub fn pin_or_warn(core: usize) -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if core < cores && core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+        return true;
+    }
+    eprintln!("warning: could not pin to core {core} ({cores} cores); running unpinned");
+    false
+}
+
+/// Reads an integer option `--name=value` from the command line, or `default`.
+pub fn arg_u64(name: &str, default: u64) -> u64 {
+    let prefix = format!("--{name}=");
+    std::env::args()
+        .find_map(|a| a.strip_prefix(&prefix).and_then(|v| v.parse().ok()))
+        .unwrap_or(default)
+}
+
+/// True when `--flag` is on the command line.
+pub fn flag(name: &str) -> bool {
+    let want = format!("--{name}");
+    std::env::args().any(|a| a == want)
+}
