@@ -7,6 +7,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod cli;
 pub mod clock;
 pub mod dispatch;
 pub mod guard;

@@ -1,1 +1,8 @@
-fn main() {}
+//! The `keel` command. See `keel --help`.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    keel::cli::run(&args)
+}
