@@ -87,10 +87,7 @@ fn timeout_is_unknown_and_never_resent() {
     rig.outcome(0, OutcomeKind::Timeout { id });
     rig.settle();
     assert_eq!(rig.kinds(0), vec![(id, EventKind::Unknown)]);
-    assert_eq!(
-        rig.dispatcher.table().get(id).unwrap().state,
-        OrderState::Unknown
-    );
+    assert_eq!(rig.state(id), OrderState::Unknown);
     // The gate: no new order on that symbol while one is Unknown; other symbols still trade.
     let gated = rig.new_order(0, 3, 1);
     let other = rig.new_order(0, 4, 1);
@@ -129,10 +126,7 @@ fn timeout_is_unknown_and_never_resent() {
         },
     );
     rig.settle();
-    assert_eq!(
-        rig.dispatcher.table().get(id).unwrap().state,
-        OrderState::Filled
-    );
+    assert_eq!(rig.state(id), OrderState::Filled);
     assert_eq!(rig.dispatcher.guards().risk.position(SymbolId(3)), 100);
     assert_eq!(rig.dispatcher.guards().risk.unknown_orders(SymbolId(3)), 0);
     assert_eq!(rig.dispatcher.stats().sent_new, 2);
@@ -382,14 +376,8 @@ fn throttled_after_acquire_deadline() {
     rig.settle();
     assert!(rig.requests(0).is_empty());
     assert_eq!(rig.kinds(0), vec![(second, EventKind::Throttled)]);
-    assert_eq!(
-        rig.dispatcher.table().get(second).unwrap().state,
-        OrderState::Rejected
-    );
-    assert_eq!(
-        rig.dispatcher.table().get(first).unwrap().state,
-        OrderState::PendingNew
-    );
+    assert_eq!(rig.state(second), OrderState::Rejected);
+    assert_eq!(rig.state(first), OrderState::PendingNew);
     assert_eq!(rig.dispatcher.stats().throttled, 1);
 }
 
@@ -523,10 +511,7 @@ fn mass_cancel_by_symbol() {
         .count();
     assert_eq!(canceled_locally, 7);
     for id in &queued[3..] {
-        assert_eq!(
-            rig.dispatcher.table().get(*id).unwrap().state,
-            OrderState::Canceled
-        );
+        assert_eq!(rig.state(*id), OrderState::Canceled);
     }
 }
 
@@ -569,14 +554,8 @@ fn replace_accepted_and_rejected() {
         },
     );
     rig.settle();
-    assert_eq!(
-        rig.dispatcher.table().get(new_id).unwrap().state,
-        OrderState::Live
-    );
-    assert_eq!(
-        rig.dispatcher.table().get(third).unwrap().state,
-        OrderState::Rejected
-    );
+    assert_eq!(rig.state(new_id), OrderState::Live);
+    assert_eq!(rig.state(third), OrderState::Rejected);
     assert_eq!(
         rig.dispatcher
             .guards()
@@ -615,4 +594,139 @@ fn ownership_and_duplicates() {
         )]
     );
     assert!(rig.requests(0).is_empty());
+}
+
+// Goal: a venue throttle reject cuts the refill rate (fewer releases in the next second) and
+// does not count against the breaker.
+#[test]
+fn venue_throttle_cuts_the_rate_not_the_breaker() {
+    let mut config = roomy_config();
+    config.limiter = limiter(100, 1);
+    config.limiter.throttle_rate_permille = 100;
+    config.limiter.throttle_cooldown_ns = 10 * SEC;
+    config.breaker = breaker_config();
+    let mut rig = Rig::new(config);
+    let released_in_one_second = |rig: &mut Rig| {
+        let mut sent = 0;
+        for _ in 0..1_000 {
+            rig.new_order(0, 0, 1);
+            rig.poll();
+            for r in rig.requests(0) {
+                if let RequestKind::New(o) = r.kind {
+                    rig.outcome(0, OutcomeKind::Accepted { id: o.id });
+                    sent += 1;
+                }
+            }
+            rig.advance(MS);
+        }
+        rig.settle();
+        rig.events(0);
+        sent
+    };
+    let calm = released_in_one_second(&mut rig);
+    for _ in 0..5 {
+        let id = rig.new_order(0, 1, 1);
+        rig.advance(SEC);
+        rig.settle();
+        rig.requests(0);
+        rig.outcome(
+            0,
+            OutcomeKind::Rejected {
+                id,
+                reason: RejectReason::VenueThrottle,
+            },
+        );
+        rig.settle();
+    }
+    rig.events(0);
+    let throttled = released_in_one_second(&mut rig);
+    assert!((95..=101).contains(&calm), "calm: {calm}");
+    assert!(throttled <= 12, "after throttle rejects: {throttled}");
+    assert_eq!(
+        rig.dispatcher.guards().venues[0].limiter.throttle_events(),
+        5
+    );
+    assert_eq!(rig.dispatcher.guards().venues[0].breaker.stats().opened, 0);
+}
+
+// Goal: a mass cancel withdraws a replace that has not left yet and cancels the original,
+// so nothing of the strategy stays live.
+#[test]
+fn mass_cancel_withdraws_queued_replace() {
+    let mut config = roomy_config();
+    config.limiter = limiter(1, 1);
+    let mut rig = Rig::new(config);
+    let id = rig.live_order(0, 2, 10);
+    let new_id = rig.id(0);
+    rig.send(
+        0,
+        Command::Replace(Replace {
+            id,
+            new_id,
+            price: Price::from_units(9, 0),
+            qty: 10,
+        }),
+    );
+    rig.settle();
+    assert!(
+        rig.requests(0).is_empty(),
+        "no budget: the replace waits in its lane"
+    );
+    rig.send(
+        0,
+        Command::MassCancel {
+            scope: MassCancelScope::Strategy,
+        },
+    );
+    rig.settle();
+    assert_eq!(rig.state(new_id), OrderState::Rejected);
+    assert_eq!(rig.state(id), OrderState::PendingCancel);
+    assert_eq!(rig.kinds(0), vec![(new_id, EventKind::Canceled)]);
+    rig.advance(SEC);
+    rig.settle();
+    let sent: Vec<_> = rig.requests(0).into_iter().map(|r| r.kind).collect();
+    assert_eq!(
+        sent,
+        vec![RequestKind::Cancel { id }],
+        "the replace never leaves"
+    );
+    assert_eq!(rig.dispatcher.lane_depths(0), (0, 0, 0));
+}
+
+// Goal: every configuration error names its key, its value and what is allowed.
+#[test]
+fn bad_configuration_is_refused_with_key_and_value() {
+    use keel::dispatch::{ConfigError, Dispatcher};
+    let bad = keel::dispatch::DispatcherConfig {
+        shed_low_pct: 100,
+        ..roomy_config()
+    };
+    let err = Dispatcher::new(bad, Vec::new(), Vec::new(), 0).unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::OutOfRange {
+            key: "shed_low_pct",
+            value: 100,
+            allowed: "0..shed_high_pct"
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "shed_low_pct = 100: allowed 0..shed_high_pct"
+    );
+    let mut bad = roomy_config();
+    bad.breaker.half_open_probes = 0;
+    assert!(matches!(
+        Dispatcher::new(bad, Vec::new(), Vec::new(), 0),
+        Err(ConfigError::Breaker(_))
+    ));
+    let ok_but_no_ports = roomy_config();
+    assert!(matches!(
+        Dispatcher::new(ok_but_no_ports, Vec::new(), Vec::new(), 0),
+        Err(ConfigError::OutOfRange {
+            key: "strategies",
+            value: 0,
+            ..
+        })
+    ));
 }

@@ -161,6 +161,15 @@ impl Rig {
             .collect()
     }
 
+    /// The order's state in the dispatcher's table (panics if the id is unknown).
+    pub fn state(&self, id: ClientOrderId) -> keel::order::OrderState {
+        self.dispatcher
+            .table()
+            .get(id)
+            .expect("order in table")
+            .state
+    }
+
     /// Places an order and has the venue accept it; returns its id.
     pub fn live_order(&mut self, strategy: u16, symbol: u16, qty: u32) -> ClientOrderId {
         let id = self.new_order(strategy, symbol, qty);
