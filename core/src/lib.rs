@@ -12,4 +12,5 @@ pub mod clock;
 pub mod dispatch;
 pub mod guard;
 pub mod order;
+pub mod proto;
 pub mod rng;
