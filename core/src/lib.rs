@@ -14,3 +14,4 @@ pub mod guard;
 pub mod order;
 pub mod proto;
 pub mod rng;
+pub mod venue;

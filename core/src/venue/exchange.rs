@@ -1,0 +1,698 @@
+//! The exchange core, sans-IO: accounts, orders, books and each account's sequenced stream.
+//!
+//! Every OUCH message an account sends is answered by appending encoded OUCH messages to that
+//! account's stream; message `n` of the stream is SoupBinTCP sequence number `n`. A client
+//! that logs in again asking for sequence `k` is replayed the stream from `k`. Synthetic
+//! liquidity (makers and takers from a seeded generator) trades against the accounts' orders.
+//!
+//! Reject codes in Order Rejected are keel's own (OUCH leaves the code table to the venue);
+//! [`RejectCode`] lists them and docs/protocol.md documents them.
+
+use std::collections::{HashMap, HashSet};
+
+use super::book::{Book, Fill, OrderRef};
+use crate::order::{Side, SymbolTable};
+use crate::proto::ouch::{
+    encode_outbound, ClOrdId, Dialect, EnterOrder, Inbound, OrderAccepted, OrderFields,
+    OrderStatus, Outbound, ReplaceOrder,
+};
+use crate::proto::soupbin::LoginRejectReason;
+
+/// keel venue reject codes carried in Order Rejected's Reason field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum RejectCode {
+    /// Quantity zero or above the venue maximum.
+    InvalidQuantity = 1,
+    /// Price not positive.
+    InvalidPrice = 2,
+    /// Symbol not listed.
+    UnknownSymbol = 3,
+    /// UserRefNum not above the last one, or ClOrdID already used today.
+    DuplicateId = 4,
+    /// Over the account's message rate limit.
+    Throttled = 5,
+    /// Rejected by fault injection ("venue system problem").
+    SystemUnavailable = 6,
+    /// The order to replace is not open.
+    UnknownOrder = 7,
+}
+
+impl RejectCode {
+    /// The code from its wire value.
+    pub fn from_wire(code: u16) -> Option<Self> {
+        [
+            Self::InvalidQuantity,
+            Self::InvalidPrice,
+            Self::UnknownSymbol,
+            Self::DuplicateId,
+            Self::Throttled,
+            Self::SystemUnavailable,
+            Self::UnknownOrder,
+        ]
+        .into_iter()
+        .find(|c| *c as u16 == code)
+    }
+}
+
+/// Exchange settings.
+#[derive(Debug, Clone)]
+pub struct ExchangeConfig {
+    /// Listed symbols.
+    pub symbols: Vec<String>,
+    /// Password every account must present (usernames are free).
+    pub password: String,
+    /// Reject a ClOrdID already used by the account today (real venues differ).
+    pub reject_duplicate_cl_ord_id: bool,
+    /// Largest order quantity.
+    pub order_qty_max: u32,
+    /// Account message limit: at most this many messages per `rate_window_ns` (0: none).
+    pub rate_limit_messages: u32,
+    /// Window of the account message limit.
+    pub rate_window_ns: u64,
+    /// Messages kept per account stream for replay; beyond it the session ends.
+    pub stream_messages_max: usize,
+    /// Wire layout.
+    pub dialect: Dialect,
+    /// Session name announced at login.
+    pub session: [u8; 10],
+}
+
+impl Default for ExchangeConfig {
+    fn default() -> Self {
+        Self {
+            symbols: ["AAPL", "MSFT", "AMZN", "NVDA"].map(String::from).to_vec(),
+            password: "keel".into(),
+            reject_duplicate_cl_ord_id: true,
+            order_qty_max: 1_000_000,
+            rate_limit_messages: 0,
+            rate_window_ns: 1_000_000_000,
+            stream_messages_max: 4_000_000,
+            dialect: Dialect::SPEC,
+            session: *b"KEELSIM001",
+        }
+    }
+}
+
+/// Who owns an order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// An account's order, by account index and UserRefNum.
+    Account {
+        /// Account index.
+        account: u32,
+        /// UserRefNum.
+        user_ref: u32,
+    },
+    /// Synthetic liquidity.
+    Synthetic,
+}
+
+/// An order the venue knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VenueOrder {
+    /// Owner.
+    pub owner: Owner,
+    /// Symbol index.
+    pub symbol: u16,
+    /// The order's fields as accepted.
+    pub fields: OrderFields,
+    /// Shares still open.
+    pub open_qty: u32,
+    /// Shares executed.
+    pub executed_qty: u32,
+}
+
+/// One account: its orders, ids and sequenced stream.
+#[derive(Debug, Default)]
+pub struct Account {
+    /// Username, space padded.
+    pub username: [u8; 6],
+    /// Encoded OUCH messages; index `n - 1` is sequence `n`.
+    pub stream: Vec<Vec<u8>>,
+    user_refs: HashMap<u32, OrderRef>,
+    cl_ord_ids: HashSet<ClOrdId>,
+    last_user_ref: u32,
+    window_start_ns: u64,
+    window_count: u32,
+    /// Messages refused by the rate limit.
+    pub throttled: u64,
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExchangeStats {
+    /// Orders accepted.
+    pub accepted: u64,
+    /// Orders rejected.
+    pub rejected: u64,
+    /// Fills (each side counted once per match).
+    pub matches: u64,
+    /// Cancels applied.
+    pub canceled: u64,
+}
+
+/// The exchange core.
+#[derive(Debug)]
+pub struct Exchange {
+    config: ExchangeConfig,
+    symbols: SymbolTable,
+    books: Vec<Book>,
+    orders: HashMap<OrderRef, VenueOrder>,
+    accounts: Vec<Account>,
+    by_username: HashMap<[u8; 6], u32>,
+    next_order_ref: OrderRef,
+    next_match: u64,
+    fills: Vec<Fill>,
+    scratch: Vec<u8>,
+    stats: ExchangeStats,
+    /// Reject every order with `SystemUnavailable` while positive (fault injection).
+    pub reject_burst_remaining: u32,
+}
+
+impl Exchange {
+    /// A venue with the configured symbols listed and empty books.
+    pub fn new(config: ExchangeConfig) -> Self {
+        let mut symbols = SymbolTable::with_capacity(config.symbols.len() as u16);
+        for s in &config.symbols {
+            symbols
+                .intern(s)
+                .expect("symbol names validated by the caller");
+        }
+        Self {
+            books: (0..config.symbols.len()).map(|_| Book::new()).collect(),
+            symbols,
+            orders: HashMap::new(),
+            accounts: Vec::new(),
+            by_username: HashMap::new(),
+            next_order_ref: 1,
+            next_match: 1,
+            fills: Vec::new(),
+            scratch: vec![0; 512],
+            stats: ExchangeStats::default(),
+            reject_burst_remaining: 0,
+            config,
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ExchangeStats {
+        self.stats
+    }
+
+    /// Checks credentials and the requested session; returns the account index and the next
+    /// sequence number the client will receive.
+    pub fn login(
+        &mut self,
+        username: [u8; 6],
+        password: &[u8; 10],
+        session: &[u8; 10],
+        requested: u64,
+    ) -> Result<(u32, u64), LoginRejectReason> {
+        let given = crate::proto::soupbin::alpha::<10>(&self.config.password);
+        if *password != given {
+            return Err(LoginRejectReason::NotAuthorized);
+        }
+        if session.iter().any(|&b| b != b' ') && *session != self.config.session {
+            return Err(LoginRejectReason::SessionNotAvailable);
+        }
+        let account = *self.by_username.entry(username).or_insert_with(|| {
+            self.accounts.push(Account {
+                username,
+                ..Account::default()
+            });
+            (self.accounts.len() - 1) as u32
+        });
+        let next = self.accounts[account as usize].stream.len() as u64 + 1;
+        // 0 asks for "from now on"; anything past the end is clamped to the end.
+        let start = if requested == 0 {
+            next
+        } else {
+            requested.min(next)
+        };
+        Ok((account, start))
+    }
+
+    /// The session name announced at login.
+    pub fn session(&self) -> [u8; 10] {
+        self.config.session
+    }
+
+    /// An account.
+    pub fn account(&self, account: u32) -> &Account {
+        &self.accounts[account as usize]
+    }
+
+    /// The order with this reference.
+    pub fn order(&self, order_ref: OrderRef) -> Option<&VenueOrder> {
+        self.orders.get(&order_ref)
+    }
+
+    /// The account's order for `user_ref`.
+    pub fn order_of(&self, account: u32, user_ref: u32) -> Option<&VenueOrder> {
+        self.accounts[account as usize]
+            .user_refs
+            .get(&user_ref)
+            .and_then(|r| self.orders.get(r))
+    }
+
+    /// A symbol's book.
+    pub fn book(&self, symbol: u16) -> &Book {
+        &self.books[usize::from(symbol)]
+    }
+
+    /// Handles one message from an account at `now_ns`; answers go to its stream.
+    pub fn handle(&mut self, now_ns: u64, account: u32, msg: &Inbound<'_>) {
+        if !self.within_rate(now_ns, account) {
+            self.accounts[account as usize].throttled += 1;
+            match msg {
+                Inbound::EnterOrder(e) => self.reject(
+                    now_ns,
+                    account,
+                    e.user_ref,
+                    RejectCode::Throttled,
+                    e.order.cl_ord_id,
+                ),
+                Inbound::ReplaceOrder(r) => self.reject(
+                    now_ns,
+                    account,
+                    r.user_ref,
+                    RejectCode::Throttled,
+                    r.cl_ord_id,
+                ),
+                Inbound::CancelOrder { user_ref, .. } | Inbound::ModifyOrder { user_ref, .. } => {
+                    self.emit(
+                        account,
+                        &Outbound::CancelReject {
+                            timestamp: now_ns,
+                            user_ref: *user_ref,
+                        },
+                    );
+                }
+                Inbound::AccountQuery | Inbound::OrderStatusQuery { .. } => {}
+            }
+            return;
+        }
+        match msg {
+            Inbound::EnterOrder(e) => self.enter(now_ns, account, e),
+            Inbound::ReplaceOrder(r) => self.replace(now_ns, account, r),
+            Inbound::CancelOrder { user_ref, qty } => self.cancel(now_ns, account, *user_ref, *qty),
+            Inbound::ModifyOrder { user_ref, qty, .. } => {
+                self.cancel(now_ns, account, *user_ref, *qty)
+            }
+            Inbound::AccountQuery => {
+                let next = self.accounts[account as usize].last_user_ref + 1;
+                self.emit(
+                    account,
+                    &Outbound::AccountQueryResponse {
+                        timestamp: now_ns,
+                        next_user_ref: next,
+                    },
+                );
+            }
+            Inbound::OrderStatusQuery { user_ref } => self.status(now_ns, account, *user_ref),
+        }
+    }
+
+    fn within_rate(&mut self, now_ns: u64, account: u32) -> bool {
+        if self.config.rate_limit_messages == 0 {
+            return true;
+        }
+        let a = &mut self.accounts[account as usize];
+        if now_ns.saturating_sub(a.window_start_ns) >= self.config.rate_window_ns {
+            a.window_start_ns = now_ns;
+            a.window_count = 0;
+        }
+        a.window_count += 1;
+        a.window_count <= self.config.rate_limit_messages
+    }
+
+    fn enter(&mut self, now_ns: u64, account: u32, e: &EnterOrder<'_>) {
+        if let Err(code) = self.validate_new(account, e.user_ref, &e.order) {
+            return self.reject(now_ns, account, e.user_ref, code, e.order.cl_ord_id);
+        }
+        let symbol = self.symbols.find(&e.order.symbol).expect("validated").0;
+        self.admit(now_ns, account, e.user_ref, 0, symbol, e.order);
+    }
+
+    fn validate_new(
+        &mut self,
+        account: u32,
+        user_ref: u32,
+        order: &OrderFields,
+    ) -> Result<(), RejectCode> {
+        if self.reject_burst_remaining > 0 {
+            self.reject_burst_remaining -= 1;
+            return Err(RejectCode::SystemUnavailable);
+        }
+        let a = &self.accounts[account as usize];
+        if user_ref <= a.last_user_ref
+            || (self.config.reject_duplicate_cl_ord_id && a.cl_ord_ids.contains(&order.cl_ord_id))
+        {
+            return Err(RejectCode::DuplicateId);
+        }
+        if order.qty == 0 || order.qty > self.config.order_qty_max {
+            return Err(RejectCode::InvalidQuantity);
+        }
+        if order.price <= 0 {
+            return Err(RejectCode::InvalidPrice);
+        }
+        if self.symbols.find(&order.symbol).is_none() {
+            return Err(RejectCode::UnknownSymbol);
+        }
+        Ok(())
+    }
+
+    /// Books a validated order (new or replacement), answers Accepted/Replaced, then fills.
+    fn admit(
+        &mut self,
+        now_ns: u64,
+        account: u32,
+        user_ref: u32,
+        orig_user_ref: u32,
+        symbol: u16,
+        fields: OrderFields,
+    ) {
+        let order_ref = self.next_order_ref;
+        self.next_order_ref += 1;
+        let a = &mut self.accounts[account as usize];
+        a.last_user_ref = user_ref;
+        a.cl_ord_ids.insert(fields.cl_ord_id);
+        a.user_refs.insert(user_ref, order_ref);
+        let owner = Owner::Account { account, user_ref };
+        self.orders.insert(
+            order_ref,
+            VenueOrder {
+                owner,
+                symbol,
+                fields,
+                open_qty: fields.qty,
+                executed_qty: 0,
+            },
+        );
+        self.stats.accepted += 1;
+        let accepted = OrderAccepted {
+            timestamp: now_ns,
+            orig_user_ref,
+            user_ref,
+            order: fields,
+            order_ref,
+            state: b'L',
+            appendages: &[],
+        };
+        let msg = if orig_user_ref == 0 {
+            Outbound::Accepted(accepted)
+        } else {
+            Outbound::Replaced(accepted)
+        };
+        self.emit(account, &msg);
+        let ioc = fields.tif == b'3';
+        self.match_order(now_ns, order_ref, !ioc);
+        if ioc {
+            self.close_unfilled(now_ns, order_ref, b'I');
+        }
+    }
+
+    /// Places a synthetic (simulated participant) order and matches it; returns its reference.
+    pub fn synthetic(
+        &mut self,
+        now_ns: u64,
+        symbol: u16,
+        side: Side,
+        price: i64,
+        qty: u32,
+        rest: bool,
+    ) -> OrderRef {
+        let order_ref = self.next_order_ref;
+        self.next_order_ref += 1;
+        let fields = OrderFields {
+            side: if side == Side::Buy { b'B' } else { b'S' },
+            qty,
+            symbol: *self
+                .symbols
+                .name(crate::order::SymbolId(symbol))
+                .expect("listed symbol"),
+            price,
+            tif: if rest { b'0' } else { b'3' },
+            display: b'Y',
+            capacity: b'P',
+            ise: b'N',
+            cross_type: b'N',
+            cl_ord_id: [b' '; 14],
+        };
+        self.orders.insert(
+            order_ref,
+            VenueOrder {
+                owner: Owner::Synthetic,
+                symbol,
+                fields,
+                open_qty: qty,
+                executed_qty: 0,
+            },
+        );
+        self.match_order(now_ns, order_ref, rest);
+        if !rest {
+            self.orders
+                .get_mut(&order_ref)
+                .expect("just inserted")
+                .open_qty = 0;
+        }
+        self.forget_if_done(order_ref);
+        order_ref
+    }
+
+    /// Cancels a resting synthetic order (the flow generator keeps books bounded with it).
+    pub fn cancel_synthetic(&mut self, order_ref: OrderRef) {
+        if let Some(o) = self.orders.get(&order_ref).copied() {
+            self.books[usize::from(o.symbol)].reduce(order_ref, 0);
+            self.orders.remove(&order_ref);
+        }
+    }
+
+    /// Synthetic orders are forgotten once closed; account orders stay for status queries.
+    fn forget_if_done(&mut self, order_ref: OrderRef) {
+        if self
+            .orders
+            .get(&order_ref)
+            .is_some_and(|o| o.owner == Owner::Synthetic && o.open_qty == 0)
+        {
+            self.orders.remove(&order_ref);
+        }
+    }
+
+    /// Number of listed symbols.
+    pub fn symbol_count(&self) -> u16 {
+        self.books.len() as u16
+    }
+
+    /// Submits a booked order to its symbol's book and reports every fill to both owners.
+    fn match_order(&mut self, now_ns: u64, order_ref: OrderRef, rest: bool) {
+        let o = self.orders[&order_ref];
+        let side = if o.fields.side == b'B' { Side::Buy } else { Side::Sell };
+        let (symbol, price, qty) = (o.symbol, o.fields.price, o.open_qty);
+        let mut fills = std::mem::take(&mut self.fills);
+        fills.clear();
+        self.books[usize::from(symbol)].submit(order_ref, side, price, qty, rest, &mut fills);
+        for fill in &fills {
+            let match_number = self.next_match;
+            self.next_match += 1;
+            self.stats.matches += 1;
+            self.execute(now_ns, fill.maker, fill.qty, fill.price, b'A', match_number);
+            self.execute(now_ns, fill.taker, fill.qty, fill.price, b'R', match_number);
+            if fill.maker_done {
+                self.forget_if_done(fill.maker);
+            }
+        }
+        self.fills = fills;
+    }
+
+    fn execute(
+        &mut self,
+        now_ns: u64,
+        order_ref: OrderRef,
+        qty: u32,
+        price: i64,
+        liquidity_flag: u8,
+        match_number: u64,
+    ) {
+        let Some(order) = self.orders.get_mut(&order_ref) else {
+            return;
+        };
+        order.open_qty -= qty;
+        order.executed_qty += qty;
+        if let Owner::Account { account, user_ref } = order.owner {
+            let msg = Outbound::Executed {
+                timestamp: now_ns,
+                user_ref,
+                qty,
+                price,
+                liquidity_flag,
+                match_number,
+                appendages: &[],
+            };
+            self.emit(account, &msg);
+        }
+    }
+
+    /// Closes whatever an order still has open (IOC remainder), reporting Order Canceled.
+    fn close_unfilled(&mut self, now_ns: u64, order_ref: OrderRef, reason: u8) {
+        let Some(order) = self.orders.get_mut(&order_ref) else {
+            return;
+        };
+        let qty = order.open_qty;
+        if qty == 0 {
+            return;
+        }
+        order.open_qty = 0;
+        if let Owner::Account { account, user_ref } = order.owner {
+            self.stats.canceled += 1;
+            self.emit(
+                account,
+                &Outbound::Canceled {
+                    timestamp: now_ns,
+                    orig_user_ref: user_ref,
+                    user_ref,
+                    qty,
+                    reason,
+                },
+            );
+        }
+    }
+
+    fn cancel(&mut self, now_ns: u64, account: u32, user_ref: u32, leave_qty: u32) {
+        let order_ref = self.accounts[account as usize]
+            .user_refs
+            .get(&user_ref)
+            .copied();
+        let open = order_ref
+            .and_then(|r| self.orders.get(&r))
+            .map_or(0, |o| o.open_qty);
+        let (Some(order_ref), true) = (order_ref, open > leave_qty) else {
+            // Unknown, closed, or nothing to take off: the cancel is refused.
+            return self.emit(
+                account,
+                &Outbound::CancelReject {
+                    timestamp: now_ns,
+                    user_ref,
+                },
+            );
+        };
+        let symbol = self.orders[&order_ref].symbol;
+        let taken = self.books[usize::from(symbol)]
+            .reduce(order_ref, leave_qty)
+            .unwrap_or(0);
+        let order = self.orders.get_mut(&order_ref).expect("looked up above");
+        order.open_qty -= taken;
+        self.stats.canceled += 1;
+        self.emit(
+            account,
+            &Outbound::Canceled {
+                timestamp: now_ns,
+                orig_user_ref: user_ref,
+                user_ref,
+                qty: taken,
+                reason: b'U',
+            },
+        );
+    }
+
+    fn replace(&mut self, now_ns: u64, account: u32, r: &ReplaceOrder<'_>) {
+        let old_ref = self.accounts[account as usize]
+            .user_refs
+            .get(&r.orig_user_ref)
+            .copied();
+        let Some(old_ref) = old_ref.filter(|o| self.orders[o].open_qty > 0) else {
+            return self.reject(
+                now_ns,
+                account,
+                r.user_ref,
+                RejectCode::UnknownOrder,
+                r.cl_ord_id,
+            );
+        };
+        let old = self.orders[&old_ref];
+        let fields = OrderFields {
+            qty: r.qty,
+            price: r.price,
+            tif: r.tif,
+            display: r.display,
+            ise: r.ise,
+            cl_ord_id: r.cl_ord_id,
+            ..old.fields
+        };
+        if let Err(code) = self.validate_new(account, r.user_ref, &fields) {
+            return self.reject(now_ns, account, r.user_ref, code, r.cl_ord_id);
+        }
+        // The old order leaves the book; the replacement enters with new priority.
+        self.books[usize::from(old.symbol)].reduce(old_ref, 0);
+        self.orders.get_mut(&old_ref).expect("exists").open_qty = 0;
+        self.admit(
+            now_ns,
+            account,
+            r.user_ref,
+            r.orig_user_ref,
+            old.symbol,
+            fields,
+        );
+    }
+
+    fn status(&mut self, now_ns: u64, account: u32, user_ref: u32) {
+        let msg = match self.order_of(account, user_ref) {
+            Some(o) => OrderStatus {
+                timestamp: now_ns,
+                user_ref,
+                state: if o.open_qty > 0 { b'L' } else { b'D' },
+                side: o.fields.side,
+                symbol: o.fields.symbol,
+                price: o.fields.price,
+                open_qty: o.open_qty,
+                executed_qty: o.executed_qty,
+                cl_ord_id: o.fields.cl_ord_id,
+            },
+            None => OrderStatus {
+                timestamp: now_ns,
+                user_ref,
+                state: b'U',
+                side: b'B',
+                symbol: [b' '; 8],
+                price: 0,
+                open_qty: 0,
+                executed_qty: 0,
+                cl_ord_id: [b' '; 14],
+            },
+        };
+        self.emit(account, &Outbound::OrderStatus(msg));
+    }
+
+    fn reject(
+        &mut self,
+        now_ns: u64,
+        account: u32,
+        user_ref: u32,
+        code: RejectCode,
+        cl_ord_id: ClOrdId,
+    ) {
+        self.stats.rejected += 1;
+        self.emit(
+            account,
+            &Outbound::Rejected {
+                timestamp: now_ns,
+                user_ref,
+                reason: code as u16,
+                cl_ord_id,
+            },
+        );
+    }
+
+    fn emit(&mut self, account: u32, msg: &Outbound<'_>) {
+        let n = encode_outbound(&mut self.scratch, msg, self.config.dialect)
+            .expect("scratch fits every message keel's venue sends");
+        let a = &mut self.accounts[account as usize];
+        if a.stream.len() < self.config.stream_messages_max {
+            a.stream.push(self.scratch[..n].to_vec());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,360 @@
+//! Exchange core tests: the answers an account's stream receives for each kind of message.
+
+use super::*;
+use crate::proto::ouch::{decode_outbound, ReplaceOrder};
+
+fn fields(side: u8, qty: u32, price: i64, tif: u8, cl: &str) -> OrderFields {
+    OrderFields {
+        side,
+        qty,
+        symbol: *b"AAPL    ",
+        price,
+        tif,
+        display: b'Y',
+        capacity: b'A',
+        ise: b'N',
+        cross_type: b'N',
+        cl_ord_id: crate::proto::soupbin::alpha(cl),
+    }
+}
+
+fn enter(ex: &mut Exchange, account: u32, user_ref: u32, f: OrderFields) {
+    ex.handle(
+        1,
+        account,
+        &Inbound::EnterOrder(EnterOrder {
+            user_ref,
+            order: f,
+            appendages: &[],
+        }),
+    );
+}
+
+fn stream(ex: &Exchange, account: u32) -> Vec<Outbound<'_>> {
+    ex.account(account)
+        .stream
+        .iter()
+        .map(|m| decode_outbound(m, Dialect::SPEC).expect("venue emits valid OUCH"))
+        .collect()
+}
+
+fn login(ex: &mut Exchange, user: &str) -> u32 {
+    let pass = crate::proto::soupbin::alpha("keel");
+    ex.login(crate::proto::soupbin::alpha(user), &pass, &[b' '; 10], 1)
+        .unwrap()
+        .0
+}
+
+#[test]
+fn accept_then_fill_against_synthetic_liquidity() {
+    let mut ex = Exchange::new(ExchangeConfig::default());
+    let a = login(&mut ex, "alice");
+    enter(&mut ex, a, 1, fields(b'B', 100, 10_0000, b'0', "A1"));
+    ex.synthetic(2, 0, Side::Sell, 9_9000, 60, true);
+    ex.synthetic(3, 0, Side::Sell, 10_0000, 60, true);
+    let s = stream(&ex, a);
+    assert!(matches!(s[0], Outbound::Accepted(o) if o.user_ref == 1 && o.state == b'L'));
+    // A sell at or below the resting bid trades at the resting buyer's price.
+    assert!(matches!(
+        s[1],
+        Outbound::Executed {
+            user_ref: 1,
+            qty: 60,
+            price: 10_0000,
+            liquidity_flag: b'A',
+            ..
+        }
+    ));
+    assert!(matches!(
+        s[2],
+        Outbound::Executed {
+            user_ref: 1,
+            qty: 40,
+            price: 10_0000,
+            ..
+        }
+    ));
+    assert_eq!(ex.order_of(a, 1).unwrap().open_qty, 0);
+    assert_eq!(
+        ex.book(0).best(),
+        (None, Some(10_0000)),
+        "20 shares of the second seller rest"
+    );
+}
+
+#[test]
+fn cancel_and_cancel_reject() {
+    let mut ex = Exchange::new(ExchangeConfig::default());
+    let a = login(&mut ex, "alice");
+    enter(&mut ex, a, 1, fields(b'S', 100, 10_0000, b'0', "A1"));
+    ex.handle(
+        2,
+        a,
+        &Inbound::CancelOrder {
+            user_ref: 1,
+            qty: 30,
+        },
+    );
+    ex.handle(
+        3,
+        a,
+        &Inbound::CancelOrder {
+            user_ref: 1,
+            qty: 0,
+        },
+    );
+    ex.handle(
+        4,
+        a,
+        &Inbound::CancelOrder {
+            user_ref: 1,
+            qty: 0,
+        },
+    );
+    ex.handle(
+        5,
+        a,
+        &Inbound::CancelOrder {
+            user_ref: 99,
+            qty: 0,
+        },
+    );
+    let s = stream(&ex, a);
+    assert!(matches!(
+        s[1],
+        Outbound::Canceled {
+            user_ref: 1,
+            qty: 70,
+            reason: b'U',
+            ..
+        }
+    ));
+    assert!(matches!(
+        s[2],
+        Outbound::Canceled {
+            user_ref: 1,
+            qty: 30,
+            ..
+        }
+    ));
+    assert!(
+        matches!(s[3], Outbound::CancelReject { user_ref: 1, .. }),
+        "already closed"
+    );
+    assert!(
+        matches!(s[4], Outbound::CancelReject { user_ref: 99, .. }),
+        "unknown"
+    );
+    assert!(ex.book(0).is_empty());
+}
+
+#[test]
+fn duplicate_ids_are_rejected_unless_switched_off() {
+    let mut ex = Exchange::new(ExchangeConfig::default());
+    let a = login(&mut ex, "alice");
+    enter(&mut ex, a, 5, fields(b'B', 1, 1_0000, b'0', "X"));
+    enter(&mut ex, a, 5, fields(b'B', 1, 1_0000, b'0', "Y"));
+    enter(&mut ex, a, 6, fields(b'B', 1, 1_0000, b'0', "X"));
+    let s = stream(&ex, a);
+    assert!(
+        matches!(
+            s[1],
+            Outbound::Rejected {
+                user_ref: 5,
+                reason: 4,
+                ..
+            }
+        ),
+        "UserRefNum not increasing"
+    );
+    assert!(
+        matches!(
+            s[2],
+            Outbound::Rejected {
+                user_ref: 6,
+                reason: 4,
+                ..
+            }
+        ),
+        "ClOrdID reused"
+    );
+    let mut ex = Exchange::new(ExchangeConfig {
+        reject_duplicate_cl_ord_id: false,
+        ..ExchangeConfig::default()
+    });
+    let a = login(&mut ex, "alice");
+    enter(&mut ex, a, 5, fields(b'B', 1, 1_0000, b'0', "X"));
+    enter(&mut ex, a, 6, fields(b'B', 1, 1_0000, b'0', "X"));
+    assert!(matches!(stream(&ex, a)[1], Outbound::Accepted(o) if o.user_ref == 6));
+}
+
+#[test]
+fn invalid_orders_are_rejected_with_their_code() {
+    let mut ex = Exchange::new(ExchangeConfig::default());
+    let a = login(&mut ex, "alice");
+    enter(&mut ex, a, 1, fields(b'B', 0, 1_0000, b'0', "A"));
+    enter(&mut ex, a, 2, fields(b'B', 1, 0, b'0', "B"));
+    let mut f = fields(b'B', 1, 1_0000, b'0', "C");
+    f.symbol = *b"ZZZZ    ";
+    enter(&mut ex, a, 3, f);
+    let codes: Vec<u16> = stream(&ex, a)
+        .iter()
+        .map(|m| match m {
+            Outbound::Rejected { reason, .. } => *reason,
+            _ => 0,
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        vec![
+            RejectCode::InvalidQuantity as u16,
+            RejectCode::InvalidPrice as u16,
+            RejectCode::UnknownSymbol as u16
+        ]
+    );
+}
+
+#[test]
+fn ioc_remainder_is_canceled() {
+    let mut ex = Exchange::new(ExchangeConfig::default());
+    let a = login(&mut ex, "alice");
+    ex.synthetic(0, 0, Side::Sell, 10_0000, 30, true);
+    enter(&mut ex, a, 1, fields(b'B', 100, 10_0000, b'3', "I"));
+    let s = stream(&ex, a);
+    assert!(matches!(s[1], Outbound::Executed { qty: 30, .. }));
+    assert!(matches!(
+        s[2],
+        Outbound::Canceled {
+            qty: 70,
+            reason: b'I',
+            ..
+        }
+    ));
+    assert!(ex.book(0).is_empty());
+}
+
+#[test]
+fn replace_swaps_orders_and_loses_priority() {
+    let mut ex = Exchange::new(ExchangeConfig::default());
+    let a = login(&mut ex, "alice");
+    enter(&mut ex, a, 1, fields(b'B', 100, 10_0000, b'0', "R1"));
+    let r = ReplaceOrder {
+        orig_user_ref: 1,
+        user_ref: 2,
+        qty: 50,
+        price: 10_1000,
+        tif: b'0',
+        display: b'Y',
+        ise: b'N',
+        cl_ord_id: crate::proto::soupbin::alpha("R2"),
+        appendages: &[],
+    };
+    ex.handle(2, a, &Inbound::ReplaceOrder(r));
+    ex.handle(
+        3,
+        a,
+        &Inbound::ReplaceOrder(ReplaceOrder {
+            orig_user_ref: 1,
+            user_ref: 3,
+            cl_ord_id: crate::proto::soupbin::alpha("R3"),
+            ..r
+        }),
+    );
+    let s = stream(&ex, a);
+    assert!(
+        matches!(s[1], Outbound::Replaced(o) if o.orig_user_ref == 1 && o.user_ref == 2 && o.order.qty == 50)
+    );
+    assert!(
+        matches!(
+            s[2],
+            Outbound::Rejected {
+                user_ref: 3,
+                reason: 7,
+                ..
+            }
+        ),
+        "the original is gone"
+    );
+    assert_eq!(ex.book(0).best(), (Some(10_1000), None));
+    assert_eq!(ex.book(0).len(), 1);
+}
+
+#[test]
+fn server_side_rate_limit() {
+    let mut ex = Exchange::new(ExchangeConfig {
+        rate_limit_messages: 3,
+        rate_window_ns: 1_000,
+        ..ExchangeConfig::default()
+    });
+    let a = login(&mut ex, "alice");
+    for i in 1..=5 {
+        enter(
+            &mut ex,
+            a,
+            i,
+            fields(b'B', 1, 1_0000, b'0', &format!("T{i}")),
+        );
+    }
+    let throttled = stream(&ex, a)
+        .iter()
+        .filter(|m| matches!(m, Outbound::Rejected { reason: 5, .. }))
+        .count();
+    assert_eq!(throttled, 2);
+    assert_eq!(ex.account(a).throttled, 2);
+}
+
+#[test]
+fn status_query_and_login_replay_position() {
+    let mut ex = Exchange::new(ExchangeConfig::default());
+    let a = login(&mut ex, "alice");
+    enter(&mut ex, a, 1, fields(b'B', 100, 10_0000, b'0', "S1"));
+    ex.handle(2, a, &Inbound::OrderStatusQuery { user_ref: 1 });
+    ex.handle(3, a, &Inbound::OrderStatusQuery { user_ref: 42 });
+    let s = stream(&ex, a);
+    assert!(matches!(s[1], Outbound::OrderStatus(o) if o.state == b'L' && o.open_qty == 100));
+    assert!(matches!(s[2], Outbound::OrderStatus(o) if o.state == b'U'));
+    let pass = crate::proto::soupbin::alpha("keel");
+    let user = crate::proto::soupbin::alpha("alice");
+    assert_eq!(
+        ex.login(user, &pass, &[b' '; 10], 2),
+        Ok((a, 2)),
+        "resume at 2: replay from there"
+    );
+    assert_eq!(
+        ex.login(user, &pass, &[b' '; 10], 0),
+        Ok((a, 4)),
+        "0: from now on"
+    );
+    assert_eq!(
+        ex.login(user, &pass, &[b' '; 10], 99),
+        Ok((a, 4)),
+        "past the end: clamped"
+    );
+    assert_eq!(
+        ex.login(user, &crate::proto::soupbin::alpha("nope"), &[b' '; 10], 1),
+        Err(LoginRejectReason::NotAuthorized)
+    );
+    assert_eq!(
+        ex.login(user, &pass, b"OTHERSESSN", 1),
+        Err(LoginRejectReason::SessionNotAvailable)
+    );
+}
+
+#[test]
+fn reject_burst_fault() {
+    let mut ex = Exchange::new(ExchangeConfig::default());
+    let a = login(&mut ex, "alice");
+    ex.reject_burst_remaining = 2;
+    for i in 1..=3 {
+        enter(
+            &mut ex,
+            a,
+            i,
+            fields(b'B', 1, 1_0000, b'0', &format!("B{i}")),
+        );
+    }
+    let s = stream(&ex, a);
+    assert!(matches!(s[0], Outbound::Rejected { reason: 6, .. }));
+    assert!(matches!(s[1], Outbound::Rejected { reason: 6, .. }));
+    assert!(matches!(s[2], Outbound::Accepted(_)));
+}
