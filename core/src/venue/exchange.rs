@@ -488,7 +488,11 @@ impl Exchange {
     /// Submits a booked order to its symbol's book and reports every fill to both owners.
     fn match_order(&mut self, now_ns: u64, order_ref: OrderRef, rest: bool) {
         let o = self.orders[&order_ref];
-        let side = if o.fields.side == b'B' { Side::Buy } else { Side::Sell };
+        let side = if o.fields.side == b'B' {
+            Side::Buy
+        } else {
+            Side::Sell
+        };
         let (symbol, price, qty) = (o.symbol, o.fields.price, o.open_qty);
         let mut fills = std::mem::take(&mut self.fills);
         fills.clear();

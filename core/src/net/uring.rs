@@ -1,0 +1,855 @@
+//! TCP over io_uring.
+//!
+//! A [`Reactor`] owns one ring, a fixed table of connection slots, and one registered buffer
+//! region split into a receive and a send buffer per slot. The owner drives it with
+//! [`Reactor::poll`], which submits what is pending, collects completions (busy-polling or
+//! blocking with a timeout) and reports [`NetEvent`]s. Received bytes accumulate in the slot's
+//! receive buffer until the owner consumes them (a full buffer stops reading: back-pressure
+//! through TCP, never unbounded memory); bytes to send are copied into the slot's send buffer
+//! and written with as many writes as the kernel needs (partial writes continue where they
+//! stopped). Completions carry a slot generation, so a completion for a closed slot can never
+//! touch its next occupant.
+//!
+//! What it never does: allocate after [`Reactor::new`], block in `Busy` mode, or lose bytes a
+//! caller was told were queued.
+
+#![allow(unsafe_code)]
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::{SocketAddr, SocketAddrV4, TcpListener};
+use std::os::fd::RawFd;
+
+use io_uring::{cqueue, opcode, types, IoUring};
+
+/// How [`Reactor::poll`] waits for completions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Never sleep: submit, reap what is there, return (for isolated cores).
+    BusyPoll,
+    /// Sleep in the kernel until a completion or the timeout (for shared cores).
+    Blocking,
+}
+
+/// Sizes and modes, fixed at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReactorConfig {
+    /// Submission queue entries (a power of two).
+    pub ring_entries: u32,
+    /// Connection slots.
+    pub conns_max: u32,
+    /// Receive buffer per connection.
+    pub recv_buffer_bytes: u32,
+    /// Send buffer per connection.
+    pub send_buffer_bytes: u32,
+    /// How `poll` waits.
+    pub wait: WaitMode,
+    /// Kernel-side submission polling with this idle time (ms); `None` (the default): off.
+    pub sqpoll_idle_ms: Option<u32>,
+    /// Timers that may be pending at once.
+    pub timers_max: u32,
+}
+
+impl Default for ReactorConfig {
+    fn default() -> Self {
+        Self {
+            ring_entries: 256,
+            conns_max: 64,
+            recv_buffer_bytes: 64 * 1024,
+            send_buffer_bytes: 64 * 1024,
+            wait: WaitMode::Blocking,
+            sqpoll_idle_ms: None,
+            timers_max: 1024,
+        }
+    }
+}
+
+/// A connection, by slot and generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConnId {
+    slot: u32,
+    generation: u32,
+}
+
+/// A listening socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ListenerId(pub u32);
+
+/// Why a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The peer closed its side (read returned 0).
+    PeerClosed,
+    /// The peer reset the connection.
+    Reset,
+    /// Another socket error (errno).
+    Error(i32),
+    /// Closed by the owner.
+    Local,
+}
+
+/// What happened, as reported by [`Reactor::poll`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetEvent {
+    /// A listener accepted a connection.
+    Accepted {
+        /// Which listener.
+        listener: ListenerId,
+        /// The new connection.
+        conn: ConnId,
+    },
+    /// An outgoing connection is established.
+    Connected {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// An outgoing connection failed (its slot is already free).
+    ConnectFailed {
+        /// The connection.
+        conn: ConnId,
+        /// errno.
+        errno: i32,
+    },
+    /// New bytes arrived in the connection's receive buffer (edge-triggered: bytes the owner
+    /// leaves unconsumed are not announced again).
+    Readable {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// The connection is closed and its slot free.
+    Closed {
+        /// The connection.
+        conn: ConnId,
+        /// Why.
+        reason: CloseReason,
+    },
+    /// A timer set with [`Reactor::set_timer`] expired.
+    Timer {
+        /// The caller's token.
+        token: u64,
+    },
+}
+
+/// Transport errors (edges: set-up and misuse), with the offending values.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// io_uring cannot be used on this host.
+    #[error("io_uring unavailable: {source} (kernel.io_uring_disabled = {disabled}); keel needs io_uring for venue links, see docs/operations.md")]
+    Unavailable {
+        /// The error from io_uring_setup.
+        source: std::io::Error,
+        /// The sysctl's value, or "not present".
+        disabled: String,
+    },
+    /// A system call failed.
+    #[error("{call}: {source}")]
+    Io {
+        /// Which call.
+        call: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Every connection slot is taken.
+    #[error("all {conns_max} connection slots in use")]
+    NoFreeSlot {
+        /// The configured bound.
+        conns_max: u32,
+    },
+    /// The send buffer cannot take the bytes now.
+    #[error("send buffer full: {len} bytes offered, {free} free")]
+    SendBufferFull {
+        /// Bytes offered.
+        len: u32,
+        /// Bytes free.
+        free: u32,
+    },
+    /// The connection is not open (closed, closing, or a stale id).
+    #[error("connection not open")]
+    NotOpen,
+    /// Too many timers pending.
+    #[error("timer table full ({timers_max})")]
+    TimersFull {
+        /// The configured bound.
+        timers_max: u32,
+    },
+    /// Only IPv4 addresses are supported.
+    #[error("address {0} is not IPv4")]
+    NotIpv4(SocketAddr),
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Accepted sockets closed at once because no slot was free.
+    pub accept_refused: u64,
+    /// Bytes written.
+    pub bytes_sent: u64,
+    /// Bytes read.
+    pub bytes_received: u64,
+    /// Writes the kernel took only part of.
+    pub partial_sends: u64,
+    /// Reads or writes that returned EAGAIN/EINTR and were retried.
+    pub retries: u64,
+    /// Connections reset by the peer.
+    pub resets: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Free,
+    Connecting,
+    Open,
+    Closing,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Conn {
+    fd: RawFd,
+    generation: u32,
+    state: State,
+    recv_len: u32,
+    recv_at: Option<u32>,
+    send_len: u32,
+    send_inflight: u32,
+    ops: u32,
+    close_reason: CloseReason,
+    addr: libc::sockaddr_in,
+}
+
+const OP_ACCEPT: u64 = 1;
+const OP_CONNECT: u64 = 2;
+const OP_RECV: u64 = 3;
+const OP_SEND: u64 = 4;
+
+fn user_data(op: u64, generation: u32, slot: u32) -> u64 {
+    op << 56 | u64::from(generation & 0x00FF_FFFF) << 32 | u64::from(slot)
+}
+
+fn split(data: u64) -> (u64, u32, u32) {
+    (data >> 56, ((data >> 32) & 0x00FF_FFFF) as u32, data as u32)
+}
+
+/// An io_uring TCP reactor. See the module docs.
+pub struct Reactor {
+    ring: IoUring,
+    config: ReactorConfig,
+    conns: Vec<Conn>,
+    free: Vec<u32>,
+    buffers: Box<[u8]>,
+    listeners: Vec<TcpListener>,
+    /// Slots whose close began with nothing in flight: reported on the next poll.
+    pending_close: Vec<u32>,
+    multishot_accept: bool,
+    timers: BinaryHeap<Reverse<(u64, u64)>>,
+    stats: NetStats,
+}
+
+impl std::fmt::Debug for Reactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reactor")
+            .field("config", &self.config)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Reactor {
+    /// Sets up the ring (failing clearly when io_uring is unavailable), allocates and
+    /// registers every buffer, and prepares the connection slots.
+    pub fn new(config: ReactorConfig) -> Result<Self, NetError> {
+        let mut builder = IoUring::builder();
+        if let Some(idle) = config.sqpoll_idle_ms {
+            builder.setup_sqpoll(idle);
+        }
+        let ring = builder
+            .build(config.ring_entries)
+            .map_err(|source| NetError::Unavailable {
+                source,
+                disabled: std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_else(|_| "not present".into()),
+            })?;
+        let per_slot = (config.recv_buffer_bytes + config.send_buffer_bytes) as usize;
+        let mut buffers = vec![0u8; per_slot * config.conns_max as usize].into_boxed_slice();
+        let iovecs: Vec<libc::iovec> = (0..config.conns_max as usize)
+            .flat_map(|slot| {
+                let base = slot * per_slot;
+                [
+                    (base, config.recv_buffer_bytes),
+                    (
+                        base + config.recv_buffer_bytes as usize,
+                        config.send_buffer_bytes,
+                    ),
+                ]
+            })
+            .map(|(offset, len)| libc::iovec {
+                // SAFETY: offset + len lies within `buffers` (computed from the same sizes).
+                iov_base: unsafe { buffers.as_mut_ptr().add(offset) }.cast(),
+                iov_len: len as usize,
+            })
+            .collect();
+        // SAFETY: the iovecs point into `buffers`, a boxed slice that lives as long as the ring
+        // (both are fields of the Reactor, and the ring is dropped first) and never moves or
+        // reallocates.
+        unsafe { ring.submitter().register_buffers(&iovecs) }.map_err(|source| NetError::Io {
+            call: "io_uring_register(buffers)",
+            source,
+        })?;
+        let empty = Conn {
+            fd: -1,
+            generation: 0,
+            state: State::Free,
+            recv_len: 0,
+            recv_at: None,
+            send_len: 0,
+            send_inflight: 0,
+            ops: 0,
+            close_reason: CloseReason::Local,
+            // SAFETY: sockaddr_in is plain data; all-zero is a valid value.
+            addr: unsafe { std::mem::zeroed() },
+        };
+        Ok(Self {
+            ring,
+            conns: vec![empty; config.conns_max as usize],
+            free: (0..config.conns_max).rev().collect(),
+            buffers,
+            listeners: Vec::with_capacity(8),
+            pending_close: Vec::with_capacity(config.conns_max as usize),
+            multishot_accept: true,
+            timers: BinaryHeap::with_capacity(config.timers_max as usize),
+            stats: NetStats::default(),
+            config,
+        })
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> NetStats {
+        self.stats
+    }
+
+    /// Listens on `addr` (port 0 picks a free port) and starts accepting.
+    pub fn listen(&mut self, addr: SocketAddr) -> Result<(ListenerId, SocketAddr), NetError> {
+        let listener = TcpListener::bind(addr).map_err(|source| NetError::Io {
+            call: "bind",
+            source,
+        })?;
+        let local = listener.local_addr().map_err(|source| NetError::Io {
+            call: "getsockname",
+            source,
+        })?;
+        let id = ListenerId(self.listeners.len() as u32);
+        self.listeners.push(listener);
+        self.arm_accept(id.0);
+        Ok((id, local))
+    }
+
+    /// Starts connecting to `addr`; [`NetEvent::Connected`] or `ConnectFailed` follows.
+    pub fn connect(&mut self, addr: SocketAddr) -> Result<ConnId, NetError> {
+        let SocketAddr::V4(v4) = addr else {
+            return Err(NetError::NotIpv4(addr));
+        };
+        // SAFETY: plain socket(2) call; the result is checked.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(NetError::Io {
+                call: "socket",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        set_nodelay(fd);
+        let Some(slot) = self.free.pop() else {
+            // SAFETY: fd was just created by us and is not shared.
+            unsafe { libc::close(fd) };
+            return Err(NetError::NoFreeSlot {
+                conns_max: self.config.conns_max,
+            });
+        };
+        let conn = &mut self.conns[slot as usize];
+        *conn = Conn {
+            fd,
+            state: State::Connecting,
+            addr: sockaddr(v4),
+            ops: 1,
+            ..*conn
+        };
+        let entry = opcode::Connect::new(
+            types::Fd(fd),
+            std::ptr::addr_of!(conn.addr).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as u32,
+        )
+        .build()
+        .user_data(user_data(OP_CONNECT, conn.generation, slot));
+        let id = ConnId {
+            slot,
+            generation: conn.generation,
+        };
+        self.push(entry);
+        Ok(id)
+    }
+
+    /// The bytes received and not yet consumed.
+    pub fn received(&self, conn: ConnId) -> &[u8] {
+        match self.live(conn) {
+            Some(c) => {
+                let base = self.recv_base(conn.slot);
+                &self.buffers[base..base + c.recv_len as usize]
+            }
+            None => &[],
+        }
+    }
+
+    /// Drops the first `n` received bytes (the owner decoded them).
+    pub fn consume(&mut self, conn: ConnId, n: usize) {
+        let base = self.recv_base(conn.slot);
+        let Some(c) = self.live_mut(conn) else { return };
+        let len = c.recv_len as usize;
+        assert!(n <= len, "consumed {n} of {len} received bytes");
+        c.recv_len -= n as u32;
+        self.buffers.copy_within(base + n..base + len, base);
+        self.arm_recv(conn.slot);
+    }
+
+    /// Queues `bytes` for sending, all or nothing.
+    pub fn send(&mut self, conn: ConnId, bytes: &[u8]) -> Result<(), NetError> {
+        let cap = self.config.send_buffer_bytes;
+        let base = self.send_base(conn.slot);
+        let c = self
+            .live_mut(conn)
+            .filter(|c| c.state == State::Open)
+            .ok_or(NetError::NotOpen)?;
+        let free = cap - c.send_len;
+        if bytes.len() > free as usize {
+            return Err(NetError::SendBufferFull {
+                len: bytes.len() as u32,
+                free,
+            });
+        }
+        let at = base + c.send_len as usize;
+        c.send_len += bytes.len() as u32;
+        self.buffers[at..at + bytes.len()].copy_from_slice(bytes);
+        self.arm_send(conn.slot);
+        Ok(())
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn send_pending(&self, conn: ConnId) -> u32 {
+        self.live(conn).map_or(0, |c| c.send_len)
+    }
+
+    /// Closes a connection; [`NetEvent::Closed`] with [`CloseReason::Local`] follows.
+    pub fn close(&mut self, conn: ConnId) {
+        self.begin_close(conn.slot, conn.generation, CloseReason::Local);
+    }
+
+    /// Arms a timer: [`NetEvent::Timer`] with `token` once `now_ns` passes `deadline_ns`.
+    pub fn set_timer(&mut self, deadline_ns: u64, token: u64) -> Result<(), NetError> {
+        if self.timers.len() >= self.config.timers_max as usize {
+            return Err(NetError::TimersFull {
+                timers_max: self.config.timers_max,
+            });
+        }
+        self.timers.push(Reverse((deadline_ns, token)));
+        Ok(())
+    }
+
+    /// Submits pending work, collects completions and appends events to `events`.
+    /// In `Blocking` mode waits at most `timeout_ns` (or until the next timer).
+    pub fn poll(
+        &mut self,
+        now_ns: u64,
+        timeout_ns: u64,
+        events: &mut Vec<NetEvent>,
+    ) -> Result<(), NetError> {
+        self.fire_timers(now_ns, events);
+        let next_timer = self
+            .timers
+            .peek()
+            .map(|Reverse((d, _))| d.saturating_sub(now_ns));
+        let wait_ns = next_timer.map_or(timeout_ns, |t| t.min(timeout_ns));
+        let result = match self.config.wait {
+            WaitMode::BusyPoll => self.ring.submit(),
+            WaitMode::Blocking if wait_ns == 0 || !self.ring.completion().is_empty() => {
+                self.ring.submit()
+            }
+            WaitMode::Blocking => {
+                let ts = types::Timespec::new()
+                    .sec(wait_ns / 1_000_000_000)
+                    .nsec((wait_ns % 1_000_000_000) as u32);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+        };
+        match result {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME | libc::EINTR | libc::EBUSY)
+                ) => {}
+            Err(source) => {
+                return Err(NetError::Io {
+                    call: "io_uring_enter",
+                    source,
+                })
+            }
+        }
+        loop {
+            let Some(cqe) = self.ring.completion().next() else {
+                break;
+            };
+            self.complete(cqe.user_data(), cqe.result(), cqe.flags(), events);
+        }
+        while let Some(slot) = self.pending_close.pop() {
+            self.finish_close_if_idle(slot, events);
+        }
+        Ok(())
+    }
+
+    /// Expires timers due at `now_ns` (`poll` does this with the time it is given).
+    pub fn fire_timers(&mut self, now_ns: u64, events: &mut Vec<NetEvent>) {
+        while let Some(Reverse((deadline, token))) = self.timers.peek().copied() {
+            if deadline > now_ns {
+                break;
+            }
+            self.timers.pop();
+            events.push(NetEvent::Timer { token });
+        }
+    }
+
+    fn complete(&mut self, data: u64, res: i32, flags: u32, events: &mut Vec<NetEvent>) {
+        let (op, generation, slot) = split(data);
+        if op == OP_ACCEPT {
+            return self.on_accept(slot, res, flags, events);
+        }
+        let conn = &mut self.conns[slot as usize];
+        if conn.generation & 0x00FF_FFFF != generation || conn.state == State::Free {
+            return; // a completion for a previous occupant of the slot
+        }
+        conn.ops -= 1;
+        match op {
+            OP_CONNECT => self.on_connect(slot, res, events),
+            OP_RECV => self.on_recv(slot, res, events),
+            OP_SEND => self.on_send(slot, res),
+            _ => unreachable!("unknown op in user data {data:#x}"),
+        }
+        self.finish_close_if_idle(slot, events);
+    }
+
+    fn on_accept(&mut self, listener: u32, res: i32, flags: u32, events: &mut Vec<NetEvent>) {
+        let rearm = !cqueue::more(flags);
+        if res == -libc::EINVAL && self.multishot_accept {
+            self.multishot_accept = false; // old kernel: fall back to one accept per completion
+            return self.arm_accept(listener);
+        }
+        if res >= 0 {
+            self.adopt(listener, res, events);
+        }
+        if rearm || !self.multishot_accept {
+            self.arm_accept(listener);
+        }
+    }
+
+    fn adopt(&mut self, listener: u32, fd: RawFd, events: &mut Vec<NetEvent>) {
+        let Some(slot) = self.free.pop() else {
+            self.stats.accept_refused += 1;
+            // SAFETY: fd was handed to us by accept and is not shared.
+            unsafe { libc::close(fd) };
+            return;
+        };
+        set_nodelay(fd);
+        self.stats.accepted += 1;
+        let conn = &mut self.conns[slot as usize];
+        *conn = Conn {
+            fd,
+            state: State::Open,
+            ..*conn
+        };
+        let id = ConnId {
+            slot,
+            generation: conn.generation,
+        };
+        events.push(NetEvent::Accepted {
+            listener: ListenerId(listener),
+            conn: id,
+        });
+        self.arm_recv(slot);
+    }
+
+    fn on_connect(&mut self, slot: u32, res: i32, events: &mut Vec<NetEvent>) {
+        let conn = &mut self.conns[slot as usize];
+        let id = ConnId {
+            slot,
+            generation: conn.generation,
+        };
+        if res < 0 {
+            events.push(NetEvent::ConnectFailed {
+                conn: id,
+                errno: -res,
+            });
+            conn.state = State::Closing;
+            conn.close_reason = CloseReason::Error(-res);
+            // Reported as ConnectFailed; no Closed event for a connection that never opened.
+            self.release(slot);
+            return;
+        }
+        if conn.state == State::Connecting {
+            conn.state = State::Open;
+            events.push(NetEvent::Connected { conn: id });
+            self.arm_recv(slot);
+            self.arm_send(slot);
+        }
+    }
+
+    fn on_recv(&mut self, slot: u32, res: i32, events: &mut Vec<NetEvent>) {
+        let base = self.recv_base(slot);
+        let conn = &mut self.conns[slot as usize];
+        let at = conn.recv_at.take().expect("a read was in flight") as usize;
+        let generation = conn.generation;
+        let id = ConnId { slot, generation };
+        match res {
+            n if n > 0 => {
+                // The owner may have consumed bytes while the read was in flight: move the new
+                // bytes down to the end of what is still unconsumed.
+                let n = n as usize;
+                let end = conn.recv_len as usize;
+                if at != end {
+                    self.buffers
+                        .copy_within(base + at..base + at + n, base + end);
+                }
+                let conn = &mut self.conns[slot as usize];
+                conn.recv_len += n as u32;
+                self.stats.bytes_received += n as u64;
+                if conn.state == State::Open {
+                    events.push(NetEvent::Readable { conn: id });
+                    self.arm_recv(slot);
+                }
+            }
+            0 => self.begin_close(slot, generation, CloseReason::PeerClosed),
+            e if e == -libc::EAGAIN || e == -libc::EINTR => {
+                self.stats.retries += 1;
+                self.arm_recv(slot);
+            }
+            e if e == -libc::ECONNRESET => {
+                self.stats.resets += 1;
+                self.begin_close(slot, generation, CloseReason::Reset);
+            }
+            e => self.begin_close(slot, generation, CloseReason::Error(-e)),
+        }
+    }
+
+    fn on_send(&mut self, slot: u32, res: i32) {
+        let base = self.send_base(slot);
+        let conn = &mut self.conns[slot as usize];
+        let inflight = std::mem::take(&mut conn.send_inflight);
+        match res {
+            n if n >= 0 => {
+                let n = n as u32;
+                if n < inflight {
+                    self.stats.partial_sends += 1;
+                }
+                let len = conn.send_len as usize;
+                conn.send_len -= n;
+                self.stats.bytes_sent += u64::from(n);
+                self.buffers
+                    .copy_within(base + n as usize..base + len, base);
+                self.arm_send(slot);
+            }
+            e if e == -libc::EAGAIN || e == -libc::EINTR => {
+                self.stats.retries += 1;
+                self.arm_send(slot);
+            }
+            e if e == -libc::ECONNRESET || e == -libc::EPIPE => {
+                self.stats.resets += 1;
+                let generation = conn.generation;
+                self.begin_close(slot, generation, CloseReason::Reset);
+            }
+            e => {
+                let generation = conn.generation;
+                self.begin_close(slot, generation, CloseReason::Error(-e));
+            }
+        }
+    }
+
+    fn arm_accept(&mut self, listener: u32) {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.listeners[listener as usize]);
+        let entry = if self.multishot_accept {
+            opcode::AcceptMulti::new(types::Fd(fd))
+                .flags(libc::SOCK_CLOEXEC)
+                .build()
+        } else {
+            opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())
+                .flags(libc::SOCK_CLOEXEC)
+                .build()
+        };
+        self.push(entry.user_data(user_data(OP_ACCEPT, 0, listener)));
+    }
+
+    fn arm_recv(&mut self, slot: u32) {
+        let cap = self.config.recv_buffer_bytes;
+        let base = self.recv_base(slot);
+        let conn = &mut self.conns[slot as usize];
+        if conn.state != State::Open || conn.recv_at.is_some() || conn.recv_len >= cap {
+            return;
+        }
+        conn.recv_at = Some(conn.recv_len);
+        conn.ops += 1;
+        let ptr = self.buffers[base + conn.recv_len as usize..].as_mut_ptr();
+        let entry = opcode::ReadFixed::new(
+            types::Fd(conn.fd),
+            ptr,
+            cap - conn.recv_len,
+            (slot * 2) as u16,
+        )
+        .build()
+        .user_data(user_data(OP_RECV, conn.generation, slot));
+        self.push(entry);
+    }
+
+    fn arm_send(&mut self, slot: u32) {
+        let base = self.send_base(slot);
+        let conn = &mut self.conns[slot as usize];
+        if conn.state != State::Open || conn.send_inflight > 0 || conn.send_len == 0 {
+            return;
+        }
+        conn.send_inflight = conn.send_len;
+        conn.ops += 1;
+        let ptr = self.buffers[base..].as_ptr();
+        let entry = opcode::WriteFixed::new(
+            types::Fd(conn.fd),
+            ptr,
+            conn.send_len,
+            (slot * 2 + 1) as u16,
+        )
+        .build()
+        .user_data(user_data(OP_SEND, conn.generation, slot));
+        self.push(entry);
+    }
+
+    fn begin_close(&mut self, slot: u32, generation: u32, reason: CloseReason) {
+        let conn = &mut self.conns[slot as usize];
+        if conn.generation != generation || !matches!(conn.state, State::Open | State::Connecting) {
+            return;
+        }
+        conn.state = State::Closing;
+        conn.close_reason = reason;
+        // Shutting the socket down completes any read or write still in flight.
+        // SAFETY: fd is owned by this slot and still open.
+        unsafe { libc::shutdown(conn.fd, libc::SHUT_RDWR) };
+        if conn.ops == 0 {
+            self.pending_close.push(slot);
+        }
+    }
+
+    fn finish_close_if_idle(&mut self, slot: u32, events: &mut Vec<NetEvent>) {
+        let conn = &self.conns[slot as usize];
+        if conn.state == State::Closing && conn.ops == 0 {
+            let id = ConnId {
+                slot,
+                generation: conn.generation,
+            };
+            events.push(NetEvent::Closed {
+                conn: id,
+                reason: conn.close_reason,
+            });
+            self.release(slot);
+        }
+    }
+
+    /// Closes the fd and frees the slot under a new generation.
+    fn release(&mut self, slot: u32) {
+        let conn = &mut self.conns[slot as usize];
+        // SAFETY: fd is owned by this slot; no operation on it is in flight.
+        unsafe { libc::close(conn.fd) };
+        *conn = Conn {
+            fd: -1,
+            generation: conn.generation.wrapping_add(1) & 0x00FF_FFFF,
+            state: State::Free,
+            recv_len: 0,
+            recv_at: None,
+            send_len: 0,
+            send_inflight: 0,
+            ops: 0,
+            ..*conn
+        };
+        self.free.push(slot);
+    }
+
+    /// Submissions never exceed the ring: flush to the kernel when it is full.
+    fn push(&mut self, entry: io_uring::squeue::Entry) {
+        loop {
+            // SAFETY: every buffer and address an entry points to lives in `self.buffers` or
+            // `self.conns`, which outlive the operation (slots are released only when no
+            // operation on them is in flight).
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                return;
+            }
+            if let Err(e) = self.ring.submit() {
+                assert!(
+                    e.raw_os_error() == Some(libc::EBUSY),
+                    "io_uring_enter failed while flushing: {e}"
+                );
+            }
+        }
+    }
+
+    fn live(&self, id: ConnId) -> Option<&Conn> {
+        self.conns
+            .get(id.slot as usize)
+            .filter(|c| c.generation == id.generation && c.state != State::Free)
+    }
+
+    fn live_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
+        self.conns
+            .get_mut(id.slot as usize)
+            .filter(|c| c.generation == id.generation && c.state != State::Free)
+    }
+
+    fn recv_base(&self, slot: u32) -> usize {
+        slot as usize * (self.config.recv_buffer_bytes + self.config.send_buffer_bytes) as usize
+    }
+
+    fn send_base(&self, slot: u32) -> usize {
+        self.recv_base(slot) + self.config.recv_buffer_bytes as usize
+    }
+}
+
+impl Drop for Reactor {
+    fn drop(&mut self) {
+        for conn in &self.conns {
+            if conn.state != State::Free {
+                // SAFETY: the slot owns this fd; the ring (and its operations) goes with us.
+                unsafe { libc::close(conn.fd) };
+            }
+        }
+    }
+}
+
+fn sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: addr.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*addr.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+fn set_nodelay(fd: RawFd) {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt with a valid fd and a pointer to a c_int of the stated size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            std::ptr::addr_of!(one).cast(),
+            std::mem::size_of::<libc::c_int>() as u32,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests;
