@@ -15,4 +15,5 @@ pub mod net;
 pub mod order;
 pub mod proto;
 pub mod rng;
+pub mod session;
 pub mod venue;

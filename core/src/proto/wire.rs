@@ -4,7 +4,7 @@
 //! so its reads cannot run past the end; a [`Writer`] likewise checks the whole size first.
 
 /// Why bytes could not be decoded. Every variant names what was wrong and the value found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum DecodeError {
     /// A packet announced a length above the configured maximum.
     #[error("packet length {len} exceeds the maximum {max}")]

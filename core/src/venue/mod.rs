@@ -5,3 +5,5 @@
 
 pub mod book;
 pub mod exchange;
+pub mod flow;
+pub mod server;

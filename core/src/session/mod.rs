@@ -1,0 +1,7 @@
+//! Venue sessions, engine side. `ouch` is the sans-IO client of a SoupBinTCP/OUCH venue: it
+//! turns dispatcher requests into OUCH messages and venue messages into dispatcher outcomes.
+//! `link` drives it over the io_uring reactor. The connection state machine with reconnect,
+//! reconciliation and ack timeouts is the next step (see the open issues).
+
+pub mod link;
+pub mod ouch;

@@ -1,0 +1,356 @@
+//! The OUCH client, sans-IO.
+//!
+//! keel's ClientOrderId travels as the 13-character base-36 ClOrdID; OUCH's UserRefNum is
+//! assigned here, strictly increasing per session as OUCH requires, and mapped back to the
+//! ClientOrderId when the venue answers. Every venue answer becomes an [`Outcome`]; a message
+//! that cannot be mapped (an unknown UserRefNum, a broken trade) is counted, never guessed.
+
+use std::collections::HashMap;
+
+use crate::order::{
+    CancelRejectReason, ClientOrderId, NewOrder, Outcome, OutcomeKind, Price, RejectReason,
+    Replace, RequestKind, Side, TimeInForce, VenueId, VenueRequest, CLIENT_ORDER_ID_TEXT_LEN,
+};
+use crate::proto::ouch::{
+    decode_outbound, encode_inbound, ClOrdId, Dialect, EnterOrder, Inbound, OrderFields, Outbound,
+    ReplaceOrder,
+};
+use crate::proto::soupbin::{self, decode_server, ClientPacket, LoginRequest, ServerPacket};
+use crate::proto::{DecodeError, EncodeError};
+use crate::venue::exchange::RejectCode;
+
+/// Login and layout settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Username.
+    pub username: String,
+    /// Password.
+    pub password: String,
+    /// Wire layout.
+    pub dialect: Dialect,
+    /// Orders whose UserRefNum mapping is kept (open orders plus recently closed).
+    pub orders_max: u32,
+    /// Symbol names by `SymbolId`, space padded.
+    pub symbols: Vec<crate::order::SymbolName>,
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Venue messages mapped to outcomes.
+    pub mapped: u64,
+    /// Venue messages for a UserRefNum this session never sent.
+    pub unknown_user_ref: u64,
+    /// Broken trades reported (need an operator).
+    pub broken_trades: u64,
+    /// Venue messages with no outcome (system events, priority updates...).
+    pub informational: u64,
+    /// Sequenced messages received.
+    pub sequenced: u64,
+}
+
+/// Why a request could not be encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// The order is not known to this session (never sent, or forgotten).
+    #[error("no UserRefNum for order {0}")]
+    UnknownOrder(ClientOrderId),
+    /// The symbol id has no name.
+    #[error("symbol id {0} not configured")]
+    UnknownSymbol(u16),
+    /// The encoder refused.
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+}
+
+/// What a server packet meant for the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionNews {
+    /// Logged in; sequenced messages continue from `next_seq`.
+    LoggedIn {
+        /// Next sequence number.
+        next_seq: u64,
+    },
+    /// The venue refused the login.
+    LoginRejected,
+    /// The venue ended the session.
+    EndOfSession,
+    /// Nothing for the session state (data, heartbeat, debug).
+    Nothing,
+}
+
+/// The OUCH client state.
+#[derive(Debug)]
+pub struct OuchClient {
+    config: ClientConfig,
+    venue: VenueId,
+    next_user_ref: u32,
+    next_seq: u64,
+    by_user_ref: HashMap<u32, ClientOrderId>,
+    by_id: HashMap<ClientOrderId, u32>,
+    stats: ClientStats,
+}
+
+impl OuchClient {
+    /// A client for `venue`.
+    pub fn new(config: ClientConfig, venue: VenueId) -> Self {
+        let cap = config.orders_max as usize * 2;
+        Self {
+            by_user_ref: HashMap::with_capacity(cap),
+            by_id: HashMap::with_capacity(cap),
+            next_user_ref: 1,
+            next_seq: 1,
+            stats: ClientStats::default(),
+            venue,
+            config,
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ClientStats {
+        self.stats
+    }
+
+    /// Next sequence number expected from the venue.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The UserRefNum this session gave to `id`.
+    pub fn user_ref(&self, id: ClientOrderId) -> Option<u32> {
+        self.by_id.get(&id).copied()
+    }
+
+    /// Encodes the login request (asking to resume at the next expected sequence).
+    pub fn encode_login(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+        let login = LoginRequest {
+            username: soupbin::alpha(&self.config.username),
+            password: soupbin::alpha(&self.config.password),
+            session: [b' '; soupbin::SESSION_LEN],
+            sequence: self.next_seq,
+            heartbeat_timeout_ms: None,
+        };
+        soupbin::encode_client(out, &ClientPacket::LoginRequest(login))
+    }
+
+    /// Encodes a client heartbeat.
+    pub fn encode_heartbeat(out: &mut [u8]) -> Result<usize, EncodeError> {
+        soupbin::encode_client(out, &ClientPacket::Heartbeat)
+    }
+
+    /// Encodes a dispatcher request as one SoupBinTCP packet carrying an OUCH message.
+    pub fn encode_request(
+        &mut self,
+        request: &VenueRequest,
+        out: &mut [u8],
+    ) -> Result<usize, RequestError> {
+        let mut msg = [0u8; 128];
+        let dialect = self.config.dialect;
+        let n = match request.kind {
+            RequestKind::New(order) => {
+                let user_ref = self.assign(order.id);
+                let order = self.fields(&order)?;
+                encode_inbound(
+                    &mut msg,
+                    &Inbound::EnterOrder(EnterOrder {
+                        user_ref,
+                        order,
+                        appendages: &[],
+                    }),
+                    dialect,
+                )?
+            }
+            RequestKind::Cancel { id } => {
+                let user_ref = self.user_ref(id).ok_or(RequestError::UnknownOrder(id))?;
+                encode_inbound(
+                    &mut msg,
+                    &Inbound::CancelOrder { user_ref, qty: 0 },
+                    dialect,
+                )?
+            }
+            RequestKind::Replace(r) => self.encode_replace(&r, &mut msg)?,
+            RequestKind::Query { id } => {
+                let user_ref = self.user_ref(id).ok_or(RequestError::UnknownOrder(id))?;
+                encode_inbound(&mut msg, &Inbound::OrderStatusQuery { user_ref }, dialect)?
+            }
+        };
+        Ok(soupbin::encode_client(
+            out,
+            &ClientPacket::Unsequenced(&msg[..n]),
+        )?)
+    }
+
+    fn encode_replace(&mut self, r: &Replace, msg: &mut [u8]) -> Result<usize, RequestError> {
+        let orig_user_ref = self
+            .user_ref(r.id)
+            .ok_or(RequestError::UnknownOrder(r.id))?;
+        let user_ref = self.assign(r.new_id);
+        let replace = ReplaceOrder {
+            orig_user_ref,
+            user_ref,
+            qty: r.qty,
+            price: r.price.0,
+            tif: b'0',
+            display: b'Y',
+            ise: b'N',
+            cl_ord_id: cl_ord_id(r.new_id),
+            appendages: &[],
+        };
+        Ok(encode_inbound(
+            msg,
+            &Inbound::ReplaceOrder(replace),
+            self.config.dialect,
+        )?)
+    }
+
+    fn assign(&mut self, id: ClientOrderId) -> u32 {
+        let user_ref = self.next_user_ref;
+        self.next_user_ref += 1;
+        if self.by_id.len() >= self.config.orders_max as usize * 2 {
+            // Forget the oldest mappings; their orders closed long ago (bounded memory).
+            let oldest = user_ref.saturating_sub(self.config.orders_max);
+            self.by_user_ref.retain(|&u, _| u >= oldest);
+            self.by_id.retain(|_, u| *u >= oldest);
+        }
+        self.by_user_ref.insert(user_ref, id);
+        self.by_id.insert(id, user_ref);
+        user_ref
+    }
+
+    fn fields(&self, order: &NewOrder) -> Result<OrderFields, RequestError> {
+        let symbol = *self
+            .config
+            .symbols
+            .get(usize::from(order.symbol.0))
+            .ok_or(RequestError::UnknownSymbol(order.symbol.0))?;
+        Ok(OrderFields {
+            side: if order.side == Side::Buy { b'B' } else { b'S' },
+            qty: order.qty,
+            symbol,
+            price: order.price.0,
+            tif: if order.tif == TimeInForce::ImmediateOrCancel {
+                b'3'
+            } else {
+                b'0'
+            },
+            display: b'Y',
+            capacity: b'A',
+            ise: b'N',
+            cross_type: b'N',
+            cl_ord_id: cl_ord_id(order.id),
+        })
+    }
+
+    /// Handles one server packet; venue answers become outcomes passed to `emit`.
+    pub fn on_packet(
+        &mut self,
+        now_ns: u64,
+        packet_type: u8,
+        payload: &[u8],
+        emit: &mut impl FnMut(Outcome),
+    ) -> Result<SessionNews, DecodeError> {
+        match decode_server(packet_type, payload)? {
+            ServerPacket::LoginAccepted { sequence, .. } => {
+                self.next_seq = sequence;
+                Ok(SessionNews::LoggedIn { next_seq: sequence })
+            }
+            ServerPacket::LoginRejected(_) => Ok(SessionNews::LoginRejected),
+            ServerPacket::EndOfSession => Ok(SessionNews::EndOfSession),
+            ServerPacket::Heartbeat | ServerPacket::Debug(_) => Ok(SessionNews::Nothing),
+            ServerPacket::Sequenced(msg) => {
+                let msg = decode_outbound(msg, self.config.dialect)?;
+                self.next_seq += 1;
+                self.stats.sequenced += 1;
+                if let Some(kind) = self.map(&msg) {
+                    self.stats.mapped += 1;
+                    emit(Outcome {
+                        venue: self.venue,
+                        received_ns: now_ns,
+                        kind,
+                    });
+                }
+                Ok(SessionNews::Nothing)
+            }
+        }
+    }
+
+    fn map(&mut self, msg: &Outbound<'_>) -> Option<OutcomeKind> {
+        let kind = match *msg {
+            Outbound::Accepted(a) => OutcomeKind::Accepted {
+                id: self.id(a.user_ref)?,
+            },
+            Outbound::Replaced(a) => OutcomeKind::Replaced {
+                id: self.id(a.orig_user_ref)?,
+                new_id: self.id(a.user_ref)?,
+            },
+            Outbound::Executed {
+                user_ref,
+                qty,
+                price,
+                ..
+            } => OutcomeKind::Fill {
+                id: self.id(user_ref)?,
+                qty,
+                price: Price(price),
+            },
+            Outbound::Canceled { user_ref, .. } | Outbound::AiqCanceled { user_ref, .. } => {
+                OutcomeKind::Canceled {
+                    id: self.id(user_ref)?,
+                }
+            }
+            Outbound::Rejected {
+                user_ref, reason, ..
+            } => OutcomeKind::Rejected {
+                id: self.id(user_ref)?,
+                reason: reject_reason(reason),
+            },
+            // OUCH's cancel reject carries no reason: the order was not open to cancel.
+            Outbound::CancelReject { user_ref, .. } => OutcomeKind::CancelRejected {
+                id: self.id(user_ref)?,
+                reason: CancelRejectReason::TooLateToCancel,
+            },
+            Outbound::BrokenTrade { .. } => {
+                self.stats.broken_trades += 1;
+                return None;
+            }
+            _ => {
+                self.stats.informational += 1;
+                return None;
+            }
+        };
+        Some(kind)
+    }
+
+    fn id(&mut self, user_ref: u32) -> Option<ClientOrderId> {
+        let id = self.by_user_ref.get(&user_ref).copied();
+        if id.is_none() {
+            self.stats.unknown_user_ref += 1;
+        }
+        id
+    }
+}
+
+/// keel's ClientOrderId as an OUCH ClOrdID: 13 base-36 characters and one space.
+pub fn cl_ord_id(id: ClientOrderId) -> ClOrdId {
+    let mut out = [b' '; 14];
+    let mut text = [0u8; CLIENT_ORDER_ID_TEXT_LEN];
+    id.encode_text(&mut text);
+    out[..CLIENT_ORDER_ID_TEXT_LEN].copy_from_slice(&text);
+    out
+}
+
+/// Maps keel's venue reject codes (and unknown ones) to the engine's reasons.
+pub fn reject_reason(code: u16) -> RejectReason {
+    match RejectCode::from_wire(code) {
+        Some(RejectCode::Throttled) => RejectReason::VenueThrottle,
+        Some(RejectCode::SystemUnavailable) => RejectReason::VenueSystem,
+        Some(RejectCode::DuplicateId) => RejectReason::DuplicateId,
+        Some(
+            RejectCode::InvalidQuantity
+            | RejectCode::InvalidPrice
+            | RejectCode::UnknownSymbol
+            | RejectCode::UnknownOrder,
+        ) => RejectReason::Invalid,
+        None => RejectReason::Other(code.min(255) as u8),
+    }
+}

@@ -1,0 +1,547 @@
+//! The venue's network side: SoupBinTCP sessions carrying OUCH over keel's io_uring reactor,
+//! serving an [`Exchange`], with heartbeats, replay on re-login, and fault injection that can
+//! be changed while running through a line-based control port.
+//!
+//! One thread runs everything: [`VenueServer::step`] polls the reactor, feeds decoded messages
+//! to the exchange (after any injected latency), runs the synthetic flow, and writes each
+//! logged-in session's sequenced stream from where that session stands. A malformed packet or
+//! message closes its connection with a counted reason; it never reaches the exchange.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+
+use super::exchange::{Exchange, ExchangeConfig};
+use super::flow::{Flow, FlowConfig};
+use crate::net::{ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, WaitMode};
+use crate::proto::ouch::decode_inbound;
+use crate::proto::soupbin::{
+    decode_client, encode_server, frame, ClientPacket, LoginRequest, ServerPacket,
+};
+use crate::proto::DecodeError;
+use crate::rng::{Rng64, SplitMix64};
+
+/// Fault knobs, all changeable while running (see [`VenueServer::apply_control`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Faults {
+    /// Added delay before the venue acts on a client message.
+    pub latency_ns: u64,
+    /// Uniform extra delay in `0..=jitter_ns` on top of `latency_ns`.
+    pub jitter_ns: u64,
+    /// Sequenced messages are held this long before they are sent (delayed reports).
+    pub report_delay_ns: u64,
+    /// Most sessions connected at once; further connects are accepted and closed (0: no limit).
+    pub accept_limit: u32,
+    /// Close every new connection at once.
+    pub refuse_connects: bool,
+    /// Stop reading from clients until this time (ns on the server's clock).
+    pub stalled_until_ns: u64,
+}
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct VenueConfig {
+    /// Order-entry listen address.
+    pub listen: SocketAddr,
+    /// Control listen address (`None`: no control port).
+    pub control: Option<SocketAddr>,
+    /// Exchange settings.
+    pub exchange: ExchangeConfig,
+    /// Synthetic flow settings.
+    pub flow: FlowConfig,
+    /// Faults at start.
+    pub faults: Faults,
+    /// Send a heartbeat after this long without sending anything.
+    pub heartbeat_interval_ns: u64,
+    /// Close a session silent for this long.
+    pub client_timeout_ns: u64,
+    /// Largest SoupBinTCP packet accepted from a client.
+    pub max_packet_len: u16,
+    /// Connection slots.
+    pub sessions_max: u32,
+    /// How the reactor waits.
+    pub wait: WaitMode,
+}
+
+impl Default for VenueConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:0".parse().expect("literal address"),
+            control: None,
+            exchange: ExchangeConfig::default(),
+            flow: FlowConfig::default(),
+            faults: Faults::default(),
+            heartbeat_interval_ns: 1_000_000_000,
+            client_timeout_ns: 15_000_000_000,
+            max_packet_len: 1024,
+            sessions_max: 256,
+            wait: WaitMode::Blocking,
+        }
+    }
+}
+
+/// Why the server closed a connection, counted per reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Malformed SoupBinTCP or OUCH.
+    Malformed(DecodeError),
+    /// A message before login, or a second login.
+    ProtocolViolation,
+    /// Bad credentials or session.
+    LoginRejected,
+    /// Silent past the client timeout.
+    Timeout,
+    /// Over the accept limit, or connects refused.
+    AcceptLimit,
+    /// Fault injection: drop or restart.
+    Injected,
+    /// The client logged out.
+    Logout,
+}
+
+/// Counters.
+#[derive(Debug, Clone, Default)]
+pub struct VenueStats {
+    /// Sessions that logged in.
+    pub logins: u64,
+    /// Connections closed by the server, by reason.
+    pub drops: HashMap<DropReason, u64>,
+    /// Sequenced messages sent (replays included).
+    pub sequenced_sent: u64,
+    /// Client messages handed to the exchange.
+    pub messages_in: u64,
+}
+
+#[derive(Debug)]
+struct Session {
+    account: Option<u32>,
+    next_seq: u64,
+    last_rx_ns: u64,
+    last_tx_ns: u64,
+}
+
+#[derive(Debug)]
+struct Delayed {
+    due_ns: u64,
+    conn: ConnId,
+    account: u32,
+    bytes: [u8; 256],
+    len: usize,
+}
+
+/// The venue server. See the module docs.
+#[derive(Debug)]
+pub struct VenueServer {
+    reactor: Reactor,
+    exchange: Exchange,
+    flow: Flow,
+    config: VenueConfig,
+    order_entry: ListenerId,
+    control: Option<ListenerId>,
+    local: SocketAddr,
+    control_local: Option<SocketAddr>,
+    sessions: HashMap<ConnId, Session>,
+    controls: Vec<ConnId>,
+    /// When each stream message was produced, per account, for delayed reports.
+    produced_ns: HashMap<u32, Vec<u64>>,
+    delayed: VecDeque<Delayed>,
+    rng: SplitMix64,
+    events: Vec<NetEvent>,
+    scratch: Vec<u8>,
+    stats: VenueStats,
+}
+
+impl VenueServer {
+    /// Binds the listeners and builds the exchange.
+    pub fn new(config: VenueConfig) -> Result<Self, NetError> {
+        let mut reactor = Reactor::new(ReactorConfig {
+            conns_max: config.sessions_max + 8,
+            wait: config.wait,
+            recv_buffer_bytes: 64 * 1024,
+            send_buffer_bytes: 256 * 1024,
+            ..ReactorConfig::default()
+        })?;
+        let (order_entry, local) = reactor.listen(config.listen)?;
+        let (control, control_local) = match config.control {
+            Some(addr) => reactor.listen(addr).map(|(id, a)| (Some(id), Some(a)))?,
+            None => (None, None),
+        };
+        let exchange = Exchange::new(config.exchange.clone());
+        let flow = Flow::new(config.flow, exchange.symbol_count());
+        Ok(Self {
+            reactor,
+            flow,
+            exchange,
+            order_entry,
+            control,
+            local,
+            control_local,
+            sessions: HashMap::new(),
+            controls: Vec::new(),
+            produced_ns: HashMap::new(),
+            delayed: VecDeque::new(),
+            rng: SplitMix64::new(config.flow.seed ^ 0x5eed),
+            events: Vec::with_capacity(1024),
+            scratch: vec![0; 2048],
+            stats: VenueStats::default(),
+            config,
+        })
+    }
+
+    /// The order-entry address (with the port the OS chose).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The control address.
+    pub fn control_addr(&self) -> Option<SocketAddr> {
+        self.control_local
+    }
+
+    /// The exchange (read only).
+    pub fn exchange(&self) -> &Exchange {
+        &self.exchange
+    }
+
+    /// The exchange, for tests and drills that act as the market.
+    pub fn exchange_mut(&mut self) -> &mut Exchange {
+        &mut self.exchange
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &VenueStats {
+        &self.stats
+    }
+
+    /// Current faults.
+    pub fn faults(&self) -> Faults {
+        self.config.faults
+    }
+
+    /// Sessions connected now.
+    pub fn sessions(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// One pass: network, delayed messages, synthetic flow, outbound streams, heartbeats.
+    pub fn step(&mut self, now_ns: u64, timeout_ns: u64) -> Result<(), NetError> {
+        let mut events = std::mem::take(&mut self.events);
+        events.clear();
+        self.reactor.poll(now_ns, timeout_ns, &mut events)?;
+        for event in &events {
+            self.on_event(now_ns, *event);
+        }
+        self.events = events;
+        if now_ns >= self.config.faults.stalled_until_ns {
+            let conns: Vec<ConnId> = self.sessions.keys().copied().collect();
+            for conn in conns {
+                self.read_session(now_ns, conn);
+            }
+        }
+        self.read_controls(now_ns);
+        self.release_delayed(now_ns);
+        self.flow.run_until(now_ns, &mut self.exchange);
+        self.write_streams(now_ns);
+        self.expire_sessions(now_ns);
+        Ok(())
+    }
+
+    fn on_event(&mut self, now_ns: u64, event: NetEvent) {
+        match event {
+            NetEvent::Accepted { listener, conn } if Some(listener) == self.control => {
+                self.controls.push(conn)
+            }
+            NetEvent::Accepted { listener, conn } if listener == self.order_entry => {
+                let f = self.config.faults;
+                let over = f.accept_limit > 0 && self.sessions.len() as u32 >= f.accept_limit;
+                if f.refuse_connects || over {
+                    self.count_drop(DropReason::AcceptLimit);
+                    self.reactor.close(conn);
+                    return;
+                }
+                self.sessions.insert(
+                    conn,
+                    Session {
+                        account: None,
+                        next_seq: 1,
+                        last_rx_ns: now_ns,
+                        last_tx_ns: now_ns,
+                    },
+                );
+            }
+            NetEvent::Accepted { conn, .. } => self.reactor.close(conn),
+            NetEvent::Closed { conn, .. } => {
+                self.sessions.remove(&conn);
+                self.controls.retain(|c| *c != conn);
+            }
+            NetEvent::Readable { .. }
+            | NetEvent::Connected { .. }
+            | NetEvent::ConnectFailed { .. }
+            | NetEvent::Timer { .. } => {}
+        }
+    }
+
+    /// Decodes every whole packet a session has sent.
+    fn read_session(&mut self, now_ns: u64, conn: ConnId) {
+        loop {
+            let buf = self.reactor.received(conn);
+            let f = match frame(buf, self.config.max_packet_len) {
+                Ok(Some(f)) => f,
+                Ok(None) => return,
+                Err(e) => return self.drop_session(conn, DropReason::Malformed(e)),
+            };
+            let len = f.len;
+            let mut packet = [0u8; 1100];
+            let payload_len = f.payload.len();
+            packet[..payload_len].copy_from_slice(f.payload);
+            let packet_type = f.packet_type;
+            self.reactor.consume(conn, len);
+            if let Some(s) = self.sessions.get_mut(&conn) {
+                s.last_rx_ns = now_ns;
+            }
+            let decoded = decode_client(packet_type, &packet[..payload_len]);
+            if let Err(reason) = self.on_packet(now_ns, conn, decoded) {
+                return self.drop_session(conn, reason);
+            }
+            if !self.sessions.contains_key(&conn) {
+                return;
+            }
+        }
+    }
+
+    fn on_packet(
+        &mut self,
+        now_ns: u64,
+        conn: ConnId,
+        packet: Result<ClientPacket<'_>, DecodeError>,
+    ) -> Result<(), DropReason> {
+        let packet = packet.map_err(DropReason::Malformed)?;
+        let account = self.sessions.get(&conn).and_then(|s| s.account);
+        match (account, packet) {
+            (None, ClientPacket::LoginRequest(login)) => self.login(now_ns, conn, &login),
+            (Some(account), ClientPacket::Unsequenced(msg)) => {
+                decode_inbound(msg, self.config.exchange.dialect).map_err(DropReason::Malformed)?;
+                self.schedule(now_ns, conn, account, msg);
+                Ok(())
+            }
+            (_, ClientPacket::Heartbeat | ClientPacket::Debug(_)) => Ok(()),
+            (Some(_), ClientPacket::LogoutRequest) => Err(DropReason::Logout),
+            _ => Err(DropReason::ProtocolViolation),
+        }
+    }
+
+    fn login(&mut self, now_ns: u64, conn: ConnId, login: &LoginRequest) -> Result<(), DropReason> {
+        match self.exchange.login(
+            login.username,
+            &login.password,
+            &login.session,
+            login.sequence,
+        ) {
+            Ok((account, next_seq)) => {
+                let session = self.exchange.session();
+                self.send_packet(
+                    conn,
+                    &ServerPacket::LoginAccepted {
+                        session,
+                        sequence: next_seq,
+                    },
+                );
+                let s = self.sessions.get_mut(&conn).expect("session exists");
+                s.account = Some(account);
+                s.next_seq = next_seq;
+                s.last_tx_ns = now_ns;
+                self.stats.logins += 1;
+                Ok(())
+            }
+            Err(reason) => {
+                self.send_packet(conn, &ServerPacket::LoginRejected(reason));
+                Err(DropReason::LoginRejected)
+            }
+        }
+    }
+
+    /// Hands a validated OUCH message to the exchange now, or after the injected latency.
+    fn schedule(&mut self, now_ns: u64, conn: ConnId, account: u32, msg: &[u8]) {
+        let f = self.config.faults;
+        let delay = f.latency_ns
+            + if f.jitter_ns > 0 {
+                self.rng.below_inclusive(f.jitter_ns)
+            } else {
+                0
+            };
+        if delay == 0 && self.delayed.is_empty() {
+            return self.deliver(now_ns, account, msg);
+        }
+        let mut bytes = [0u8; 256];
+        let len = msg.len().min(256);
+        bytes[..len].copy_from_slice(&msg[..len]);
+        // Keep arrival order: a message never overtakes an earlier one from the same venue.
+        let due_ns = self
+            .delayed
+            .back()
+            .map_or(now_ns + delay, |d| d.due_ns.max(now_ns + delay));
+        self.delayed.push_back(Delayed {
+            due_ns,
+            conn,
+            account,
+            bytes,
+            len,
+        });
+    }
+
+    fn release_delayed(&mut self, now_ns: u64) {
+        while self.delayed.front().is_some_and(|d| d.due_ns <= now_ns) {
+            let d = self.delayed.pop_front().expect("checked");
+            let _ = d.conn;
+            self.deliver(now_ns, d.account, &d.bytes[..d.len]);
+        }
+    }
+
+    fn deliver(&mut self, now_ns: u64, account: u32, msg: &[u8]) {
+        let msg = decode_inbound(msg, self.config.exchange.dialect).expect("validated on arrival");
+        self.stats.messages_in += 1;
+        self.exchange.handle(now_ns, account, &msg);
+    }
+
+    fn write_streams(&mut self, now_ns: u64) {
+        let hold = self.config.faults.report_delay_ns;
+        let conns: Vec<ConnId> = self.sessions.keys().copied().collect();
+        for conn in conns {
+            let Some(account) = self.sessions[&conn].account else {
+                continue;
+            };
+            let stream_len = self.exchange.account(account).stream.len() as u64;
+            let produced = self.produced_ns.entry(account).or_default();
+            while (produced.len() as u64) < stream_len {
+                produced.push(now_ns);
+            }
+            loop {
+                let seq = self.sessions[&conn].next_seq;
+                if seq > stream_len {
+                    break;
+                }
+                if self.produced_ns[&account][(seq - 1) as usize] + hold > now_ns {
+                    break;
+                }
+                let msg = &self.exchange.account(account).stream[(seq - 1) as usize];
+                let n = encode_server(&mut self.scratch, &ServerPacket::Sequenced(msg))
+                    .expect("scratch fits");
+                match self.reactor.send(conn, &self.scratch[..n]) {
+                    Ok(()) => {
+                        let s = self.sessions.get_mut(&conn).expect("exists");
+                        s.next_seq += 1;
+                        s.last_tx_ns = now_ns;
+                        self.stats.sequenced_sent += 1;
+                    }
+                    // A slow client: its stream waits at its position; nothing is lost.
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
+    fn expire_sessions(&mut self, now_ns: u64) {
+        let mut expired = Vec::new();
+        let mut idle = Vec::new();
+        for (conn, s) in &self.sessions {
+            if now_ns.saturating_sub(s.last_rx_ns) > self.config.client_timeout_ns {
+                expired.push(*conn);
+            } else if s.account.is_some()
+                && now_ns.saturating_sub(s.last_tx_ns) >= self.config.heartbeat_interval_ns
+            {
+                idle.push(*conn);
+            }
+        }
+        for conn in expired {
+            self.drop_session(conn, DropReason::Timeout);
+        }
+        for conn in idle {
+            self.send_packet(conn, &ServerPacket::Heartbeat);
+            if let Some(s) = self.sessions.get_mut(&conn) {
+                s.last_tx_ns = now_ns;
+            }
+        }
+    }
+
+    fn send_packet(&mut self, conn: ConnId, packet: &ServerPacket<'_>) {
+        let n = encode_server(&mut self.scratch, packet).expect("scratch fits");
+        // A full buffer means the client is not reading; the heartbeat or reply is dropped and
+        // the client timeout will end the session.
+        let _ = self.reactor.send(conn, &self.scratch[..n]);
+    }
+
+    fn drop_session(&mut self, conn: ConnId, reason: DropReason) {
+        if let DropReason::Malformed(e) = reason {
+            let text = format!("closing: {e}");
+            self.send_packet(conn, &ServerPacket::Debug(text.as_bytes()));
+        }
+        self.count_drop(reason);
+        self.sessions.remove(&conn);
+        self.reactor.close(conn);
+    }
+
+    fn count_drop(&mut self, reason: DropReason) {
+        *self.stats.drops.entry(reason).or_default() += 1;
+    }
+
+    /// Drops every connection now (fault: disconnect). Books and streams are kept.
+    pub fn drop_all(&mut self) {
+        let conns: Vec<ConnId> = self.sessions.keys().copied().collect();
+        for conn in conns {
+            self.drop_session(conn, DropReason::Injected);
+        }
+    }
+
+    fn read_controls(&mut self, now_ns: u64) {
+        for conn in self.controls.clone() {
+            loop {
+                let buf = self.reactor.received(conn);
+                let Some(end) = buf.iter().position(|&b| b == b'\n') else {
+                    break;
+                };
+                let line = String::from_utf8_lossy(&buf[..end]).trim().to_string();
+                self.reactor.consume(conn, end + 1);
+                let reply = match self.apply_control(now_ns, &line) {
+                    Ok(()) => format!("ok {line}\n"),
+                    Err(e) => format!("error {e}\n"),
+                };
+                let _ = self.reactor.send(conn, reply.as_bytes());
+            }
+        }
+    }
+
+    /// Applies one control command. Commands (times in milliseconds):
+    /// `latency MS [JITTER_MS]`, `delay-reports MS`, `accept-limit N`, `refuse on|off`,
+    /// `stall MS`, `drop`, `restart`, `reject-burst N`, `status`.
+    pub fn apply_control(&mut self, now_ns: u64, line: &str) -> Result<(), String> {
+        const MS: u64 = 1_000_000;
+        let mut words = line.split_whitespace();
+        let cmd = words.next().unwrap_or("");
+        let mut num = |name: &str| -> Result<u64, String> {
+            let w = words
+                .next()
+                .ok_or_else(|| format!("{cmd}: missing {name}"))?;
+            w.parse::<u64>()
+                .map_err(|_| format!("{cmd}: {name} '{w}' is not a whole number"))
+        };
+        let f = &mut self.config.faults;
+        match cmd {
+            "latency" => {
+                f.latency_ns = num("milliseconds")? * MS;
+                f.jitter_ns = num("jitter").unwrap_or(0) * MS;
+            }
+            "delay-reports" => f.report_delay_ns = num("milliseconds")? * MS,
+            "accept-limit" => f.accept_limit = num("sessions")? as u32,
+            "refuse" => match words.next() {
+                Some("on") => f.refuse_connects = true,
+                Some("off") => f.refuse_connects = false,
+                other => return Err(format!("refuse: expected on|off, got {other:?}")),
+            },
+            "stall" => f.stalled_until_ns = now_ns + num("milliseconds")? * MS,
+            "reject-burst" => self.exchange.reject_burst_remaining = num("orders")? as u32,
+            "drop" | "restart" => self.drop_all(),
+            "status" => {}
+            other => return Err(format!("unknown command '{other}'")),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,428 @@
+//! The order path on real sockets: dispatcher → OUCH link over io_uring → simulated venue over
+//! io_uring → back, plus the venue's session layer against hand-driven SoupBinTCP clients
+//! (malformed input, many sessions, restart and replay).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use keel::clock::{Clock, TscClock};
+use keel::dispatch::{
+    strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle,
+};
+use keel::net::{NetEvent, Reactor, ReactorConfig};
+use keel::order::{
+    ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
+    VenueId,
+};
+use keel::proto::ouch::{
+    decode_outbound, encode_inbound, Dialect, EnterOrder, Inbound, OrderFields, Outbound,
+};
+use keel::proto::soupbin::{
+    alpha, decode_server, encode_client, frame, ClientPacket, LoginRequest, ServerPacket,
+};
+use keel::session::link::{Phase, VenueLink};
+use keel::session::ouch::{ClientConfig, OuchClient};
+use keel::venue::flow::FlowConfig;
+use keel::venue::server::{DropReason, VenueConfig, VenueServer};
+
+fn venue() -> VenueServer {
+    let config = VenueConfig {
+        flow: FlowConfig {
+            events_per_sec: 0,
+            ..FlowConfig::default()
+        },
+        ..VenueConfig::default()
+    };
+    VenueServer::new(config).expect("venue starts on loopback")
+}
+
+struct Engine {
+    clock: TscClock,
+    reactor: Reactor,
+    dispatcher: Dispatcher,
+    link: VenueLink,
+    strategy: StrategyHandle,
+    events: Vec<NetEvent>,
+}
+
+impl Engine {
+    fn new(venue: &VenueServer) -> Self {
+        let clock = TscClock::new();
+        let mut reactor = Reactor::new(ReactorConfig {
+            conns_max: 4,
+            ..ReactorConfig::default()
+        })
+        .unwrap();
+        let config = DispatcherConfig {
+            strategies: 1,
+            venues: 1,
+            symbols: 4,
+            ..DispatcherConfig::default()
+        };
+        let (strategy, sport) = strategy_channel(1024, 1024);
+        let (vhandle, vport) = venue_channel(1024, 1024);
+        let dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns()).unwrap();
+        let symbols = ["AAPL", "MSFT", "AMZN", "NVDA"].map(alpha::<8>).to_vec();
+        let client = OuchClient::new(
+            ClientConfig {
+                username: "engine".into(),
+                password: "keel".into(),
+                dialect: Dialect::SPEC,
+                orders_max: 1024,
+                symbols,
+            },
+            VenueId(0),
+        );
+        let mut link = VenueLink::new(venue.local_addr(), VenueId(0), client, vhandle);
+        link.start(&mut reactor).unwrap();
+        Self {
+            clock,
+            reactor,
+            dispatcher,
+            link,
+            strategy,
+            events: Vec::new(),
+        }
+    }
+
+    /// One pass of the engine and the venue.
+    fn step(&mut self, venue: &mut VenueServer) {
+        let now = self.clock.now_ns();
+        venue.step(now, 0).unwrap();
+        self.events.clear();
+        self.reactor.poll(now, 0, &mut self.events).unwrap();
+        for e in self.events.clone() {
+            self.link.on_event(now, &mut self.reactor, &e);
+        }
+        self.link.step(now, &mut self.reactor);
+        self.dispatcher.poll(now);
+    }
+
+    fn until(
+        &mut self,
+        venue: &mut VenueServer,
+        what: &str,
+        mut done: impl FnMut(&mut Self, &VenueServer) -> bool,
+    ) {
+        for _ in 0..200_000 {
+            self.step(venue);
+            if done(self, venue) {
+                return;
+            }
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    fn order(&self, seq: u64, side: Side, qty: u32, price: Price) -> NewOrder {
+        NewOrder {
+            id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
+            venue: VenueId(0),
+            symbol: SymbolId(0),
+            side,
+            price,
+            qty,
+            tif: TimeInForce::Day,
+        }
+    }
+}
+
+// Goal: the whole order path on real sockets: accepted, filled by the venue's market, a
+// second order canceled; the strategy sees exactly those events.
+#[test]
+fn order_round_trip_through_the_venue() {
+    let mut venue = venue();
+    let mut engine = Engine::new(&venue);
+    engine.until(&mut venue, "login", |e, _| e.dispatcher.is_synced(0));
+    assert!(matches!(engine.link.phase(), Phase::LoggedIn(_)));
+    let buy = engine.order(1, Side::Buy, 100, Price::from_units(10, 0));
+    engine.strategy.commands.push(Command::New(buy)).unwrap();
+    let mut seen = Vec::new();
+    engine.until(&mut venue, "accept", |e, _| {
+        seen.extend(std::iter::from_fn(|| e.strategy.events.pop().ok()));
+        !seen.is_empty()
+    });
+    assert_eq!(seen[0].kind, EventKind::Accepted);
+    let now = engine.clock.now_ns();
+    venue
+        .exchange_mut()
+        .synthetic(now, 0, Side::Sell, Price::from_units(9, 9000).0, 100, true);
+    seen.clear();
+    engine.until(&mut venue, "fill", |e, _| {
+        seen.extend(std::iter::from_fn(|| e.strategy.events.pop().ok()));
+        !seen.is_empty()
+    });
+    assert_eq!(
+        seen[0].kind,
+        EventKind::Filled {
+            qty: 100,
+            price: Price::from_units(10, 0)
+        }
+    );
+    let rest = engine.order(2, Side::Sell, 50, Price::from_units(11, 0));
+    engine.strategy.commands.push(Command::New(rest)).unwrap();
+    seen.clear();
+    engine.until(&mut venue, "second accept", |e, _| {
+        seen.extend(std::iter::from_fn(|| e.strategy.events.pop().ok()));
+        !seen.is_empty()
+    });
+    engine
+        .strategy
+        .commands
+        .push(Command::Cancel { id: rest.id })
+        .unwrap();
+    seen.clear();
+    engine.until(&mut venue, "cancel", |e, _| {
+        seen.extend(std::iter::from_fn(|| e.strategy.events.pop().ok()));
+        !seen.is_empty()
+    });
+    assert_eq!(seen[0].kind, EventKind::Canceled);
+    assert!(venue.exchange().book(0).is_empty());
+    assert_eq!(engine.link.stats().decode_errors, 0);
+    assert_eq!(engine.dispatcher.guards().risk.position(SymbolId(0)), 100);
+}
+
+/// A hand-driven SoupBinTCP client on a plain socket, for the venue's session tests.
+struct RawClient {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl RawClient {
+    fn connect(venue: &mut VenueServer) -> Self {
+        let stream = TcpStream::connect(venue.local_addr()).unwrap();
+        stream.set_nonblocking(true).unwrap();
+        Self {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    fn send_packet(&mut self, packet: &ClientPacket<'_>) {
+        let mut out = [0u8; 256];
+        let n = encode_client(&mut out, packet).unwrap();
+        self.stream.write_all(&out[..n]).unwrap();
+    }
+
+    fn login(&mut self, user: &str, seq: u64) {
+        let login = LoginRequest {
+            username: alpha(user),
+            password: alpha("keel"),
+            session: [b' '; 10],
+            sequence: seq,
+            heartbeat_timeout_ms: None,
+        };
+        self.send_packet(&ClientPacket::LoginRequest(login));
+    }
+
+    fn enter(&mut self, user_ref: u32, qty: u32) {
+        let order = OrderFields {
+            side: b'B',
+            qty,
+            symbol: *b"MSFT    ",
+            price: 50_0000,
+            tif: b'0',
+            display: b'Y',
+            capacity: b'A',
+            ise: b'N',
+            cross_type: b'N',
+            cl_ord_id: alpha(&format!("R{user_ref}")),
+        };
+        let mut msg = [0u8; 128];
+        let n = encode_inbound(
+            &mut msg,
+            &Inbound::EnterOrder(EnterOrder {
+                user_ref,
+                order,
+                appendages: &[],
+            }),
+            Dialect::SPEC,
+        )
+        .unwrap();
+        self.send_packet(&ClientPacket::Unsequenced(&msg[..n]));
+    }
+
+    /// Steps the venue until this client has `count` packets of interest (not heartbeats).
+    fn read(&mut self, venue: &mut VenueServer, count: usize) -> Vec<(u8, Vec<u8>)> {
+        let clock = TscClock::new();
+        let mut packets = Vec::new();
+        for _ in 0..200_000 {
+            venue.step(clock.now_ns(), 0).unwrap();
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => break,
+            }
+            while let Some(f) = frame(&self.buf, 2048).unwrap() {
+                if f.packet_type != b'H' {
+                    packets.push((f.packet_type, f.payload.to_vec()));
+                }
+                let len = f.len;
+                self.buf.drain(..len);
+            }
+            if packets.len() >= count {
+                break;
+            }
+        }
+        packets
+    }
+
+    fn closed(&mut self, venue: &mut VenueServer) -> bool {
+        let clock = TscClock::new();
+        for _ in 0..200_000 {
+            venue.step(clock.now_ns(), 0).unwrap();
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return true,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return true,
+            }
+        }
+        false
+    }
+}
+
+fn sequenced(packets: &[(u8, Vec<u8>)]) -> Vec<Outbound<'_>> {
+    packets
+        .iter()
+        .filter(|(t, _)| *t == b'S')
+        .map(|(_, p)| decode_outbound(p, Dialect::SPEC).unwrap())
+        .collect()
+}
+
+// Goal: malformed input closes the connection with a counted, typed reason.
+#[test]
+fn malformed_input_is_refused_and_counted() {
+    let mut venue = venue();
+    let mut client = RawClient::connect(&mut venue);
+    client.stream.write_all(&[0x00, 0x02, b'Y', 0]).unwrap();
+    assert!(
+        client.closed(&mut venue),
+        "unknown packet type closes the connection"
+    );
+    let mut client = RawClient::connect(&mut venue);
+    client.login("bob", 1);
+    client.read(&mut venue, 1);
+    client.send_packet(&ClientPacket::Unsequenced(&[b'X', 0, 0]));
+    assert!(
+        client.closed(&mut venue),
+        "a truncated OUCH message closes the connection"
+    );
+    let mut client = RawClient::connect(&mut venue);
+    client.send_packet(&ClientPacket::Unsequenced(b"Q"));
+    assert!(
+        client.closed(&mut venue),
+        "a message before login closes the connection"
+    );
+    let drops = &venue.stats().drops;
+    assert!(
+        drops.keys().any(|r| matches!(
+            r,
+            DropReason::Malformed(keel::proto::DecodeError::UnknownType { byte: b'Y', .. })
+        )),
+        "{drops:?}"
+    );
+    assert!(
+        drops.keys().any(|r| matches!(
+            r,
+            DropReason::Malformed(keel::proto::DecodeError::Length { msg_type: b'X', .. })
+        )),
+        "{drops:?}"
+    );
+    assert_eq!(drops.get(&DropReason::ProtocolViolation), Some(&1));
+}
+
+// Goal: 30 sessions at once, each sees only its own answers, numbered from 1.
+#[test]
+fn many_sessions_each_get_their_stream() {
+    let mut venue = venue();
+    let mut clients: Vec<RawClient> = (0..30).map(|_| RawClient::connect(&mut venue)).collect();
+    for (i, c) in clients.iter_mut().enumerate() {
+        c.login(&format!("u{i}"), 1);
+    }
+    for c in clients.iter_mut() {
+        let login = c.read(&mut venue, 1);
+        assert_eq!(
+            decode_server(login[0].0, &login[0].1).unwrap(),
+            ServerPacket::LoginAccepted {
+                session: *b"KEELSIM001",
+                sequence: 1
+            }
+        );
+    }
+    for (i, c) in clients.iter_mut().enumerate() {
+        c.enter(1, 10 + i as u32);
+    }
+    for (i, c) in clients.iter_mut().enumerate() {
+        let got = c.read(&mut venue, 1);
+        let msgs = sequenced(&got);
+        assert!(
+            matches!(msgs[0], Outbound::Accepted(a) if a.user_ref == 1 && a.order.qty == 10 + i as u32),
+            "client {i}: {msgs:?}"
+        );
+    }
+    assert_eq!(venue.stats().logins, 30);
+}
+
+// Goal: after a venue restart (every connection dropped, books and streams kept), a client
+// that logs in again asking for its next sequence number receives exactly what it missed.
+#[test]
+fn restart_then_replay_from_the_requested_sequence() {
+    let mut venue = venue();
+    let mut client = RawClient::connect(&mut venue);
+    client.login("carol", 1);
+    client.read(&mut venue, 1);
+    client.enter(1, 100);
+    let first = client.read(&mut venue, 1);
+    assert!(matches!(sequenced(&first)[0], Outbound::Accepted(_)));
+    venue.apply_control(0, "restart").unwrap();
+    assert!(client.closed(&mut venue));
+    // While carol is away her order fills.
+    venue
+        .exchange_mut()
+        .synthetic(0, 1, Side::Sell, 50_0000, 100, true);
+    let mut again = RawClient::connect(&mut venue);
+    again.login("carol", 2);
+    let got = again.read(&mut venue, 2);
+    assert_eq!(
+        decode_server(got[0].0, &got[0].1).unwrap(),
+        ServerPacket::LoginAccepted {
+            session: *b"KEELSIM001",
+            sequence: 2
+        }
+    );
+    assert!(
+        matches!(
+            sequenced(&got)[..],
+            [Outbound::Executed {
+                user_ref: 1,
+                qty: 100,
+                ..
+            }]
+        ),
+        "{got:?}"
+    );
+    // A client asking from 1 gets the whole day again.
+    let mut full = RawClient::connect(&mut venue);
+    full.login("carol", 1);
+    let got = full.read(&mut venue, 3);
+    assert_eq!(sequenced(&got).len(), 2);
+    assert_eq!(venue.stats().drops.get(&DropReason::Injected), Some(&1));
+}
+
+// Goal: fault knobs change while running: accept limit refuses the extra session.
+#[test]
+fn accept_limit_refuses_extra_sessions() {
+    let mut venue = venue();
+    venue.apply_control(0, "accept-limit 1").unwrap();
+    let mut first = RawClient::connect(&mut venue);
+    first.login("dan", 1);
+    assert_eq!(first.read(&mut venue, 1).len(), 1);
+    let mut second = RawClient::connect(&mut venue);
+    assert!(second.closed(&mut venue));
+    assert_eq!(venue.stats().drops.get(&DropReason::AcceptLimit), Some(&1));
+    assert!(venue.apply_control(0, "latency x").is_err());
+    assert!(venue.apply_control(0, "bogus").is_err());
+}
