@@ -3,6 +3,5 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    keel::cli::run(&args)
+    keel::cli::run(std::env::args_os())
 }

@@ -1,55 +1,82 @@
-//! The `keel` command line. Subcommands arrive with the issues that build them; until then
-//! the command says plainly what exists and what does not, and exits non-zero for the latter.
+//! The `keel` command line (clap). Each subcommand is a thin driver over the library.
+
+mod venue;
 
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
+
 use crate::dispatch::DispatcherConfig;
 
-const HELP: &str = "\
-keel — a low-latency order execution core
+/// keel — a low-latency order execution core.
+///
+/// What exists today: the library (order model, guard chain, dispatcher, OUCH/SoupBinTCP
+/// codecs, io_uring transport) and the simulated venue (`keel venue`). The demo, the engine
+/// runner and the configuration file are being built; `keel demo` says so.
+#[derive(Debug, Parser)]
+#[command(name = "keel", version, about, long_about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-USAGE:
-    keel <COMMAND>
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the simulated exchange: OUCH 5.0 over SoupBinTCP 4.0, with fault injection.
+    ///
+    /// Price-time order books per symbol with seeded synthetic makers and takers, sequenced
+    /// streams replayed on re-login, server-side rate limits, duplicate-id rejection, keel's
+    /// order-status query, and fault injection. Every fault knob below can also be changed
+    /// while running: connect to the control port (e.g. `nc 127.0.0.1 15001`) and send one
+    /// command per line; each is answered `ok ...` or `error ...`:
+    ///
+    ///   latency MS [JITTER_MS]   added ack/fill latency, with uniform jitter
+    ///   delay-reports MS         hold every outbound report this long
+    ///   accept-limit N           most sessions at once (0: no limit)
+    ///   refuse on|off            close every new connection at once
+    ///   stall MS                 stop reading from clients for MS
+    ///   drop                     drop every connection now
+    ///   restart                  drop every connection; books and sequences are kept
+    ///   reject-burst N           reject the next N orders (venue system problem, code 6)
+    ///   status                   answer ok (liveness check)
+    #[command(verbatim_doc_comment)]
+    Venue(venue::VenueArgs),
+    /// The main job: simulated venue, engine, cancel storm (not built yet).
+    Demo,
+    /// Print the dispatcher's default bounds (see docs/config.md).
+    Defaults,
+}
 
-COMMANDS:
-    defaults    Print the dispatcher's default bounds (see docs/config.md)
-    demo        The main job: simulated venue, engine, cancel storm (not built yet)
-    venue       The simulated exchange (not built yet)
-    help        Print this help
-
-OPTIONS:
-    -h, --help       Print this help
-    -V, --version    Print the version
-
-What exists today: the library (order model, guard chain, dispatcher) and its tests
-(scripts/test) and benchmarks (scripts/bench). See README.md.
-";
-
-/// Runs the command line; returns the process exit code.
-pub fn run(args: &[String]) -> ExitCode {
-    match args.first().map(String::as_str) {
-        None | Some("help" | "-h" | "--help") => {
-            print!("{HELP}");
-            ExitCode::SUCCESS
+/// Parses `args` (without the program name) and runs the command.
+pub fn run<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(64)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
-        Some("-V" | "--version") => {
-            println!("keel {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        Some("defaults") => {
+    };
+    match cli.command {
+        Command::Venue(args) => venue::run(args),
+        Command::Defaults => {
             println!("{:#?}", DispatcherConfig::default());
             ExitCode::SUCCESS
         }
-        Some(cmd @ ("demo" | "venue")) => {
+        Command::Demo => {
             eprintln!(
-                "keel {cmd}: not built yet. The engine's parts (guard chain, dispatcher) exist \
-                 and are tested; the venue, sessions and demo are the next issues. See README.md."
+                "keel demo: not built yet. Built so far: the guard chain and dispatcher, the \
+                 OUCH/SoupBinTCP codecs, the io_uring transport and the simulated venue \
+                 (`keel venue --help`). See README.md."
             );
             ExitCode::from(2)
-        }
-        Some(other) => {
-            eprintln!("keel: unknown command '{other}'\n\n{HELP}");
-            ExitCode::from(64)
         }
     }
 }

@@ -1,0 +1,166 @@
+//! `keel venue`: the simulated exchange as a standalone process.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+
+use crate::clock::{Clock, TscClock};
+use crate::net::WaitMode;
+use crate::proto::ouch::Dialect;
+use crate::venue::exchange::ExchangeConfig;
+use crate::venue::flow::FlowConfig;
+use crate::venue::server::{Faults, VenueConfig, VenueServer};
+
+/// Wire layout.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DialectArg {
+    /// The published OUCH 5.0 layout (8-byte Symbol).
+    Spec,
+    /// The layout of the ouch-connect package (9-byte Symbol, OrigUserRefNum in Order Canceled).
+    OuchConnect,
+}
+
+/// Settings of `keel venue`. Every fault knob can also be changed while running: connect to
+/// the control port and send one command per line (`latency MS [JITTER_MS]`,
+/// `delay-reports MS`, `accept-limit N`, `refuse on|off`, `stall MS`, `drop`, `restart`,
+/// `reject-burst N`, `status`); each line is answered `ok ...` or `error ...`.
+#[derive(Debug, Args)]
+pub struct VenueArgs {
+    /// Order-entry address (SoupBinTCP/OUCH).
+    #[arg(long, default_value = "127.0.0.1:15000")]
+    listen: SocketAddr,
+    /// Control address for changing faults while running (line commands, see above).
+    #[arg(long, default_value = "127.0.0.1:15001")]
+    control: SocketAddr,
+    /// Listed symbols, comma separated (1 to 8 characters each).
+    #[arg(long, value_delimiter = ',', default_value = "AAPL,MSFT,AMZN,NVDA")]
+    symbols: Vec<String>,
+    /// Password every account must present (any username is accepted).
+    #[arg(long, default_value = "keel")]
+    password: String,
+    /// Wire layout.
+    #[arg(long, value_enum, default_value_t = DialectArg::Spec)]
+    dialect: DialectArg,
+    /// Accept a ClOrdID the account already used today (real venues differ).
+    #[arg(long)]
+    allow_duplicate_cl_ord_id: bool,
+    /// Server-side rate limit: messages per window per account (0: none); excess orders are
+    /// rejected with code 5 (throttled), excess cancels get a Cancel Reject.
+    #[arg(long, default_value_t = 0)]
+    rate_limit: u32,
+    /// Window of the server-side rate limit, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    rate_window_ms: u64,
+    /// Synthetic market events per second (makers and takers; 0: none).
+    #[arg(long, default_value_t = 200)]
+    flow_rate: u32,
+    /// Seed of the synthetic flow and of the latency jitter.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Fault: added delay before the venue acts on each client message (ack/fill latency).
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
+    /// Fault: uniform random extra delay on top of --latency-ms.
+    #[arg(long, default_value_t = 0)]
+    jitter_ms: u64,
+    /// Fault: hold every outbound report this long before sending it (delayed reports).
+    #[arg(long, default_value_t = 0)]
+    delay_reports_ms: u64,
+    /// Fault: most sessions connected at once; extra connects are closed (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    accept_limit: u32,
+    /// Fault: close every new connection at once.
+    #[arg(long)]
+    refuse_connects: bool,
+    /// Fault: reject the next N orders as a venue system problem (code 6).
+    #[arg(long, default_value_t = 0)]
+    reject_burst: u32,
+    /// Busy-poll the network (for a dedicated core); default is blocking waits.
+    #[arg(long)]
+    busy_poll: bool,
+    /// Stop after this many seconds (0: run until killed).
+    #[arg(long, default_value_t = 0)]
+    duration_s: u64,
+}
+
+/// Runs the venue until the duration elapses (or forever).
+pub fn run(args: VenueArgs) -> ExitCode {
+    for s in &args.symbols {
+        if s.is_empty() || s.len() > 8 || !s.bytes().all(|b| b.is_ascii_graphic()) {
+            eprintln!("keel venue: --symbols: '{s}' must be 1 to 8 printable characters");
+            return ExitCode::from(64);
+        }
+    }
+    const MS: u64 = 1_000_000;
+    let config = VenueConfig {
+        listen: args.listen,
+        control: Some(args.control),
+        exchange: ExchangeConfig {
+            symbols: args.symbols.clone(),
+            password: args.password.clone(),
+            reject_duplicate_cl_ord_id: !args.allow_duplicate_cl_ord_id,
+            rate_limit_messages: args.rate_limit,
+            rate_window_ns: args.rate_window_ms * MS,
+            dialect: match args.dialect {
+                DialectArg::Spec => Dialect::SPEC,
+                DialectArg::OuchConnect => Dialect::OUCH_CONNECT,
+            },
+            ..ExchangeConfig::default()
+        },
+        flow: FlowConfig {
+            seed: args.seed,
+            events_per_sec: args.flow_rate,
+            ..FlowConfig::default()
+        },
+        faults: Faults {
+            latency_ns: args.latency_ms * MS,
+            jitter_ns: args.jitter_ms * MS,
+            report_delay_ns: args.delay_reports_ms * MS,
+            accept_limit: args.accept_limit,
+            refuse_connects: args.refuse_connects,
+            stalled_until_ns: 0,
+        },
+        wait: if args.busy_poll {
+            WaitMode::BusyPoll
+        } else {
+            WaitMode::Blocking
+        },
+        ..VenueConfig::default()
+    };
+    let mut server = match VenueServer::new(config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("keel venue: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    server.exchange_mut().reject_burst_remaining = args.reject_burst;
+    println!(
+        "keel venue: order entry on {}, control on {}, symbols {}",
+        server.local_addr(),
+        server.control_addr().map_or("-".into(), |a| a.to_string()),
+        args.symbols.join(",")
+    );
+    let clock = TscClock::new();
+    let end_ns = (args.duration_s > 0).then(|| args.duration_s * 1_000_000_000);
+    loop {
+        let now = clock.now_ns();
+        if end_ns.is_some_and(|end| now >= end) {
+            break;
+        }
+        if let Err(e) = server.step(now, MS) {
+            eprintln!("keel venue: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    let stats = server.exchange().stats();
+    println!(
+        "keel venue: done: {} logins, {} accepted, {} rejected, {} matches",
+        server.stats().logins,
+        stats.accepted,
+        stats.rejected,
+        stats.matches
+    );
+    ExitCode::SUCCESS
+}

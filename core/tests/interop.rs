@@ -1,0 +1,226 @@
+//! Interoperability with an OUCH implementation nobody here wrote: the `ouch-connect` package
+//! from PyPI (5.0.1), which speaks OUCH 5.0 over SoupBinTCP. Its client trades on keel's
+//! venue, and keel's engine trades with its server. Both use its wire layout (`Dialect::
+//! OUCH_CONNECT`: 9-byte Symbol, OrigUserRefNum in Order Canceled; see docs/protocol.md).
+//!
+//! scripts/test installs the package in a virtualenv and sets `KEEL_INTEROP_PYTHON`; with
+//! `KEEL_REQUIRE_INTEROP=1` (as scripts/test sets it) a missing interpreter fails the test.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command as Process, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use keel::clock::{Clock, TscClock};
+use keel::dispatch::{strategy_channel, venue_channel, Dispatcher, DispatcherConfig};
+use keel::net::{Reactor, ReactorConfig};
+use keel::order::{
+    ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
+    VenueId,
+};
+use keel::proto::ouch::Dialect;
+use keel::proto::soupbin::alpha;
+use keel::session::link::VenueLink;
+use keel::session::ouch::{ClientConfig, OuchClient};
+use keel::venue::exchange::ExchangeConfig;
+use keel::venue::flow::FlowConfig;
+use keel::venue::server::{VenueConfig, VenueServer};
+
+fn python() -> Option<String> {
+    match std::env::var("KEEL_INTEROP_PYTHON") {
+        Ok(p) => Some(p),
+        Err(_) if std::env::var("KEEL_REQUIRE_INTEROP").as_deref() == Ok("1") => {
+            panic!("KEEL_INTEROP_PYTHON is not set but KEEL_REQUIRE_INTEROP=1")
+        }
+        Err(_) => {
+            eprintln!("interop test not run: set KEEL_INTEROP_PYTHON (scripts/test does)");
+            None
+        }
+    }
+}
+
+fn script(name: &str) -> String {
+    format!("{}/tests/interop/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Spawns a script and forwards its stdout lines to a channel.
+fn spawn(python: &str, args: &[String]) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Process::new(python)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python starts");
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            println!("[python] {line}");
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+// Goal: the ouch-connect client logs into keel's venue, enters, cancels, gets filled by the
+// venue's market and has a duplicate UserRefNum rejected, all decoded by its own codec.
+#[test]
+fn ouch_connect_client_trades_on_keel_venue() {
+    let Some(python) = python() else { return };
+    let config = VenueConfig {
+        exchange: ExchangeConfig {
+            dialect: Dialect::OUCH_CONNECT,
+            ..ExchangeConfig::default()
+        },
+        flow: FlowConfig {
+            events_per_sec: 0,
+            ..FlowConfig::default()
+        },
+        ..VenueConfig::default()
+    };
+    let mut venue = VenueServer::new(config).unwrap();
+    let (mut child, lines) = spawn(
+        &python,
+        &[script("ouch_client.py"), venue.local_addr().to_string()],
+    );
+    let clock = TscClock::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    let status = loop {
+        assert!(
+            Instant::now() < deadline,
+            "ouch-connect client did not finish: {seen:?}"
+        );
+        venue.step(clock.now_ns(), 1_000_000).unwrap();
+        while let Ok(line) = lines.try_recv() {
+            if line == "READY-FOR-FILL" {
+                // The market takes the client's resting sell.
+                venue.exchange_mut().synthetic(
+                    clock.now_ns(),
+                    0,
+                    Side::Buy,
+                    Price::from_units(10, 0).0,
+                    40,
+                    false,
+                );
+            }
+            seen.push(line);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+    };
+    seen.extend(lines.try_iter());
+    assert!(status.success(), "client failed: {seen:?}");
+    assert_eq!(seen.last().map(String::as_str), Some("OK"), "{seen:?}");
+    assert_eq!(venue.stats().logins, 1);
+    let stats = venue.exchange().stats();
+    assert_eq!((stats.accepted, stats.rejected, stats.matches), (2, 1, 1));
+}
+
+// Goal: keel's engine (dispatcher → OUCH link over io_uring) trades with the ouch-connect
+// server: login, an order accepted, the order canceled, events delivered to the strategy.
+#[test]
+fn keel_engine_trades_with_ouch_connect_venue() {
+    let Some(python) = python() else { return };
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (mut child, lines) = spawn(
+        &python,
+        &[script("ouch_venue.py"), addr.to_string(), "6".into()],
+    );
+    assert_eq!(
+        lines.recv_timeout(Duration::from_secs(30)).as_deref(),
+        Ok("READY")
+    );
+
+    let clock = TscClock::new();
+    let mut reactor = Reactor::new(ReactorConfig {
+        conns_max: 2,
+        ..ReactorConfig::default()
+    })
+    .unwrap();
+    let (mut strategy, sport) = strategy_channel(64, 64);
+    let (vhandle, vport) = venue_channel(64, 64);
+    let config = DispatcherConfig {
+        strategies: 1,
+        venues: 1,
+        symbols: 1,
+        ..DispatcherConfig::default()
+    };
+    let mut dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns()).unwrap();
+    let client_config = ClientConfig {
+        username: "keel".into(),
+        password: "pw".into(),
+        dialect: Dialect::OUCH_CONNECT,
+        orders_max: 64,
+        symbols: vec![alpha("AAPL")],
+    };
+    let mut link = VenueLink::new(
+        addr,
+        VenueId(0),
+        OuchClient::new(client_config, VenueId(0)),
+        vhandle,
+    );
+    link.start(&mut reactor).unwrap();
+
+    let id = ClientOrderId::new(StrategyId(0), 1).unwrap();
+    let order = NewOrder {
+        id,
+        venue: VenueId(0),
+        symbol: SymbolId(0),
+        side: Side::Buy,
+        price: Price::from_units(12, 3400),
+        qty: 300,
+        tif: TimeInForce::Day,
+    };
+    let mut sent_order = false;
+    let mut sent_cancel = false;
+    let mut events = Vec::new();
+    let mut net_events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while events.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no answers from the ouch-connect venue: {events:?}, link {:?}",
+            link.stats()
+        );
+        let now = clock.now_ns();
+        net_events.clear();
+        reactor.poll(now, 1_000_000, &mut net_events).unwrap();
+        for e in &net_events {
+            link.on_event(now, &mut reactor, e);
+        }
+        link.step(now, &mut reactor);
+        dispatcher.poll(now);
+        if dispatcher.is_synced(0) && !sent_order {
+            strategy.commands.push(Command::New(order)).unwrap();
+            sent_order = true;
+        }
+        while let Ok(e) = strategy.events.pop() {
+            if e.kind == EventKind::Accepted && !sent_cancel {
+                strategy.commands.push(Command::Cancel { id }).unwrap();
+                sent_cancel = true;
+            }
+            events.push(e);
+        }
+    }
+    assert_eq!(
+        events.iter().map(|e| (e.id, e.kind)).collect::<Vec<_>>(),
+        vec![(id, EventKind::Accepted), (id, EventKind::Canceled)]
+    );
+    assert_eq!(link.stats().decode_errors, 0);
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    let summary: Vec<String> = lines.try_iter().collect();
+    assert!(
+        summary
+            .iter()
+            .any(|l| l == r#"SUMMARY {"cancel": 1, "enter": 1, "login": 1}"#),
+        "{summary:?}"
+    );
+}
