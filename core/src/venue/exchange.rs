@@ -123,13 +123,34 @@ pub struct VenueOrder {
     pub executed_qty: u32,
 }
 
+impl Account {
+    /// Messages in the stream (the last sequence number sent or to send).
+    pub fn stream_len(&self) -> u64 {
+        self.stream_ends.len() as u64
+    }
+
+    /// Message `seq` (1-based) of the stream.
+    pub fn message(&self, seq: u64) -> &[u8] {
+        let i = (seq - 1) as usize;
+        let start = if i == 0 { 0 } else { self.stream_ends[i - 1] };
+        &self.stream_bytes[start..self.stream_ends[i]]
+    }
+
+    /// Every message of the stream, in order.
+    pub fn messages(&self) -> impl Iterator<Item = &[u8]> {
+        (1..=self.stream_len()).map(|seq| self.message(seq))
+    }
+}
+
 /// One account: its orders, ids and sequenced stream.
 #[derive(Debug, Default)]
 pub struct Account {
     /// Username, space padded.
     pub username: [u8; 6],
-    /// Encoded OUCH messages; index `n - 1` is sequence `n`.
-    pub stream: Vec<Vec<u8>>,
+    /// The sequenced stream: encoded OUCH messages back to back (amortised, no allocation
+    /// per message); `stream_ends[n - 1]` is where message `n` ends.
+    stream_bytes: Vec<u8>,
+    stream_ends: Vec<usize>,
     user_refs: HashMap<u32, OrderRef>,
     cl_ord_ids: HashSet<ClOrdId>,
     last_user_ref: u32,
@@ -223,7 +244,7 @@ impl Exchange {
             });
             (self.accounts.len() - 1) as u32
         });
-        let next = self.accounts[account as usize].stream.len() as u64 + 1;
+        let next = self.accounts[account as usize].stream_len() + 1;
         // 0 asks for "from now on"; anything past the end is clamped to the end.
         let start = if requested == 0 {
             next
@@ -692,8 +713,9 @@ impl Exchange {
         let n = encode_outbound(&mut self.scratch, msg, self.config.dialect)
             .expect("scratch fits every message keel's venue sends");
         let a = &mut self.accounts[account as usize];
-        if a.stream.len() < self.config.stream_messages_max {
-            a.stream.push(self.scratch[..n].to_vec());
+        if a.stream_ends.len() < self.config.stream_messages_max {
+            a.stream_bytes.extend_from_slice(&self.scratch[..n]);
+            a.stream_ends.push(a.stream_bytes.len());
         }
     }
 }

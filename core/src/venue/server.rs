@@ -146,6 +146,9 @@ pub struct VenueServer {
     delayed: VecDeque<Delayed>,
     rng: SplitMix64,
     events: Vec<NetEvent>,
+    /// Reused lists of connections, so a pass allocates nothing once warm.
+    conn_scratch: Vec<ConnId>,
+    idle_scratch: Vec<ConnId>,
     scratch: Vec<u8>,
     stats: VenueStats,
 }
@@ -181,6 +184,8 @@ impl VenueServer {
             delayed: VecDeque::new(),
             rng: SplitMix64::new(config.flow.seed ^ 0x5eed),
             events: Vec::with_capacity(1024),
+            conn_scratch: Vec::with_capacity(config.sessions_max as usize),
+            idle_scratch: Vec::with_capacity(config.sessions_max as usize),
             scratch: vec![0; 2048],
             stats: VenueStats::default(),
             config,
@@ -232,10 +237,12 @@ impl VenueServer {
         }
         self.events = events;
         if now_ns >= self.config.faults.stalled_until_ns {
-            let conns: Vec<ConnId> = self.sessions.keys().copied().collect();
-            for conn in conns {
+            let mut conns = self.session_list();
+            for &conn in &conns {
                 self.read_session(now_ns, conn);
             }
+            conns.clear();
+            self.conn_scratch = conns;
         }
         self.read_controls(now_ns);
         self.release_delayed(now_ns);
@@ -404,12 +411,12 @@ impl VenueServer {
 
     fn write_streams(&mut self, now_ns: u64) {
         let hold = self.config.faults.report_delay_ns;
-        let conns: Vec<ConnId> = self.sessions.keys().copied().collect();
-        for conn in conns {
+        let mut conns = self.session_list();
+        for &conn in &conns {
             let Some(account) = self.sessions[&conn].account else {
                 continue;
             };
-            let stream_len = self.exchange.account(account).stream.len() as u64;
+            let stream_len = self.exchange.account(account).stream_len();
             let produced = self.produced_ns.entry(account).or_default();
             while (produced.len() as u64) < stream_len {
                 produced.push(now_ns);
@@ -422,7 +429,7 @@ impl VenueServer {
                 if self.produced_ns[&account][(seq - 1) as usize] + hold > now_ns {
                     break;
                 }
-                let msg = &self.exchange.account(account).stream[(seq - 1) as usize];
+                let msg = self.exchange.account(account).message(seq);
                 let n = encode_server(&mut self.scratch, &ServerPacket::Sequenced(msg))
                     .expect("scratch fits");
                 match self.reactor.send(conn, &self.scratch[..n]) {
@@ -437,11 +444,23 @@ impl VenueServer {
                 }
             }
         }
+        conns.clear();
+        self.conn_scratch = conns;
+    }
+
+    /// The connected sessions, in the reused scratch list (give it back when done).
+    fn session_list(&mut self) -> Vec<ConnId> {
+        let mut conns = std::mem::take(&mut self.conn_scratch);
+        conns.clear();
+        conns.extend(self.sessions.keys().copied());
+        conns
     }
 
     fn expire_sessions(&mut self, now_ns: u64) {
-        let mut expired = Vec::new();
-        let mut idle = Vec::new();
+        let mut expired = self.session_list();
+        expired.clear();
+        let mut idle = std::mem::take(&mut self.idle_scratch);
+        idle.clear();
         for (conn, s) in &self.sessions {
             if now_ns.saturating_sub(s.last_rx_ns) > self.config.client_timeout_ns {
                 expired.push(*conn);
@@ -451,15 +470,18 @@ impl VenueServer {
                 idle.push(*conn);
             }
         }
-        for conn in expired {
+        for &conn in &expired {
             self.drop_session(conn, DropReason::Timeout);
         }
-        for conn in idle {
+        for &conn in &idle {
             self.send_packet(conn, &ServerPacket::Heartbeat);
             if let Some(s) = self.sessions.get_mut(&conn) {
                 s.last_tx_ns = now_ns;
             }
         }
+        expired.clear();
+        self.conn_scratch = expired;
+        self.idle_scratch = idle;
     }
 
     fn send_packet(&mut self, conn: ConnId, packet: &ServerPacket<'_>) {

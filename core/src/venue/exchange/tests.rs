@@ -32,8 +32,7 @@ fn enter(ex: &mut Exchange, account: u32, user_ref: u32, f: OrderFields) {
 
 fn stream(ex: &Exchange, account: u32) -> Vec<Outbound<'_>> {
     ex.account(account)
-        .stream
-        .iter()
+        .messages()
         .map(|m| decode_outbound(m, Dialect::SPEC).expect("venue emits valid OUCH"))
         .collect()
 }
