@@ -11,6 +11,7 @@ pub mod cli;
 pub mod clock;
 pub mod dispatch;
 pub mod guard;
+pub mod hash;
 pub mod net;
 pub mod order;
 pub mod proto;

@@ -259,18 +259,12 @@ impl Reactor {
     /// Sets up the ring (failing clearly when io_uring is unavailable), allocates and
     /// registers every buffer, and prepares the connection slots.
     pub fn new(config: ReactorConfig) -> Result<Self, NetError> {
-        let mut builder = IoUring::builder();
-        if let Some(idle) = config.sqpoll_idle_ms {
-            builder.setup_sqpoll(idle);
-        }
-        let ring = builder
-            .build(config.ring_entries)
-            .map_err(|source| NetError::Unavailable {
-                source,
-                disabled: std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
-                    .map(|s| s.trim().to_string())
-                    .unwrap_or_else(|_| "not present".into()),
-            })?;
+        let ring = build_ring(&config).map_err(|source| NetError::Unavailable {
+            source,
+            disabled: std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "not present".into()),
+        })?;
         let per_slot = (config.recv_buffer_bytes + config.send_buffer_bytes) as usize;
         let mut buffers = vec![0u8; per_slot * config.conns_max as usize].into_boxed_slice();
         let iovecs: Vec<libc::iovec> = (0..config.conns_max as usize)
@@ -431,6 +425,23 @@ impl Reactor {
         self.buffers[at..at + bytes.len()].copy_from_slice(bytes);
         self.arm_send(conn.slot);
         Ok(())
+    }
+
+    /// Hands queued operations to the kernel now instead of at the next [`Reactor::poll`]
+    /// (call after a burst of sends so they leave in this pass). No system call when nothing
+    /// is queued.
+    pub fn flush(&mut self) -> Result<(), NetError> {
+        if self.ring.submission().is_empty() {
+            return Ok(());
+        }
+        match self.ring.submit() {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => Ok(()),
+            Err(source) => Err(NetError::Io {
+                call: "io_uring_enter",
+                source,
+            }),
+        }
     }
 
     /// Bytes queued and not yet written.
@@ -823,6 +834,24 @@ impl Drop for Reactor {
                 unsafe { libc::close(conn.fd) };
             }
         }
+    }
+}
+
+/// Builds the ring. Without SQPOLL, the owning thread enters the kernel on every poll, so
+/// completions need no inter-processor interrupt: task work runs on the next entry
+/// (cooperative task running, single issuer). That halves the loopback round trip on a VM
+/// (see docs/benchmarks.md, order round trip). Kernels without these flags (before 6.0) get
+/// a plain ring. The ring must be used by the thread that created it.
+fn build_ring(config: &ReactorConfig) -> std::io::Result<IoUring> {
+    let mut builder = IoUring::builder();
+    if let Some(idle) = config.sqpoll_idle_ms {
+        builder.setup_sqpoll(idle);
+        return builder.build(config.ring_entries);
+    }
+    builder.setup_coop_taskrun().setup_single_issuer();
+    match builder.build(config.ring_entries) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::new(config.ring_entries),
+        other => other,
     }
 }
 

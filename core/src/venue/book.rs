@@ -7,7 +7,9 @@
 //! quantity increase loses it. This is the venue simulator's book, not the engine's hot path:
 //! it favours clarity over zero allocation.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::hash::FxHashMap;
 
 use crate::order::Side;
 
@@ -58,7 +60,7 @@ struct Location {
 pub struct Book {
     bids: BTreeMap<i64, VecDeque<Resting>>,
     asks: BTreeMap<i64, VecDeque<Resting>>,
-    index: HashMap<OrderRef, Location>,
+    index: FxHashMap<OrderRef, Location>,
 }
 
 impl Book {

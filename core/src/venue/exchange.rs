@@ -8,7 +8,7 @@
 //! Reject codes in Order Rejected are keel's own (OUCH leaves the code table to the venue);
 //! [`RejectCode`] lists them and docs/protocol.md documents them.
 
-use std::collections::{HashMap, HashSet};
+use crate::hash::{FxHashMap, FxHashSet};
 
 use super::book::{Book, Fill, OrderRef};
 use crate::order::{Side, SymbolTable};
@@ -151,8 +151,8 @@ pub struct Account {
     /// per message); `stream_ends[n - 1]` is where message `n` ends.
     stream_bytes: Vec<u8>,
     stream_ends: Vec<usize>,
-    user_refs: HashMap<u32, OrderRef>,
-    cl_ord_ids: HashSet<ClOrdId>,
+    user_refs: FxHashMap<u32, OrderRef>,
+    cl_ord_ids: FxHashSet<ClOrdId>,
     last_user_ref: u32,
     window_start_ns: u64,
     window_count: u32,
@@ -179,9 +179,9 @@ pub struct Exchange {
     config: ExchangeConfig,
     symbols: SymbolTable,
     books: Vec<Book>,
-    orders: HashMap<OrderRef, VenueOrder>,
+    orders: FxHashMap<OrderRef, VenueOrder>,
     accounts: Vec<Account>,
-    by_username: HashMap<[u8; 6], u32>,
+    by_username: FxHashMap<[u8; 6], u32>,
     next_order_ref: OrderRef,
     next_match: u64,
     fills: Vec<Fill>,
@@ -203,9 +203,9 @@ impl Exchange {
         Self {
             books: (0..config.symbols.len()).map(|_| Book::new()).collect(),
             symbols,
-            orders: HashMap::new(),
+            orders: FxHashMap::default(),
             accounts: Vec::new(),
-            by_username: HashMap::new(),
+            by_username: FxHashMap::default(),
             next_order_ref: 1,
             next_match: 1,
             fills: Vec::new(),

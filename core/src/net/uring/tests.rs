@@ -281,3 +281,42 @@ fn timers_fire_in_deadline_order() {
     r.poll(300, 0, &mut events).unwrap();
     assert_eq!(events, vec![NetEvent::Timer { token: 3 }]);
 }
+
+// Goal: the optional kernel-side submission polling (SQPOLL) carries data like the default.
+#[test]
+fn sqpoll_option_works() {
+    let config = ReactorConfig {
+        conns_max: 2,
+        sqpoll_idle_ms: Some(50),
+        ..ReactorConfig::default()
+    };
+    let mut r = Reactor::new(config).expect("SQPOLL ring");
+    let (_, addr) = r.listen(loopback()).unwrap();
+    let mut peer = TcpStream::connect(addr).unwrap();
+    let mut events = Vec::new();
+    poll_until(&mut r, &mut events, |_, e| {
+        e.iter().any(|e| matches!(e, NetEvent::Accepted { .. }))
+    });
+    let conn = events
+        .iter()
+        .find_map(|e| {
+            if let NetEvent::Accepted { conn, .. } = e {
+                Some(*conn)
+            } else {
+                None
+            }
+        })
+        .unwrap();
+    peer.write_all(b"ping").unwrap();
+    poll_until(&mut r, &mut events, |r, _| r.received(conn) == b"ping");
+    r.send(conn, b"pong").unwrap();
+    let mut got = [0u8; 4];
+    for _ in 0..1000 {
+        r.poll(0, 1_000_000, &mut events).unwrap();
+        if r.send_pending(conn) == 0 {
+            break;
+        }
+    }
+    peer.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"pong");
+}

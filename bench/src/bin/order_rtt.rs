@@ -1,0 +1,571 @@
+//! Order round trip on loopback: Enter Order out, Order Accepted back, through keel's venue.
+//!
+//! Contenders, measured in the same run in interleaved rounds, all encoding and decoding with
+//! keel's codecs so only the I/O path differs:
+//! - floor: a raw busy-polled TCP ping-pong with the same message sizes (50 bytes out, 67
+//!   back) against a trivial echo loop on the server core;
+//! - keel's io_uring reactor on both ends of the same ping-pong, no venue logic (the
+//!   transport's own cost against the floor);
+//! - keel's io_uring reactor, busy-polling, against keel's venue;
+//! - keel's io_uring reactor, blocking in the kernel until the answer;
+//! - a plain `std::net` blocking client;
+//! - a tokio (current-thread) client.
+//!
+//! The server thread (pinned to core 0) runs keel's venue (busy-polling) or the echo loop; the
+//! client runs on core 1.
+//!
+//! Usage: cargo run -p keel-bench --release --bin order_rtt -- [--round-trips=N] [--smoke]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use hdrhistogram::Histogram;
+use keel::clock::{Clock, TscClock};
+use keel::dispatch::venue_channel;
+use keel::net::{NetEvent, Reactor, ReactorConfig, WaitMode};
+use keel::order::{
+    ClientOrderId, NewOrder, OutcomeKind, Price, RequestKind, Side, StrategyId, SymbolId,
+    TimeInForce, VenueId, VenueRequest,
+};
+use keel::proto::ouch::Dialect;
+use keel::proto::soupbin::{alpha, frame};
+use keel::session::ouch::{ClientConfig, OuchClient, SessionNews};
+use keel::venue::flow::FlowConfig;
+use keel::venue::server::{VenueConfig, VenueServer};
+use keel_bench::{arg_u64, flag, histogram, pin_or_warn, print_header, print_row, summary};
+
+const STOP: u8 = 0;
+const VENUE: u8 = 1;
+const ECHO: u8 = 2;
+const URING_ECHO: u8 = 3;
+const REQUEST_BYTES: usize = 50;
+const REPLY_BYTES: usize = 67;
+
+fn client(name: &str) -> OuchClient {
+    let symbols = vec![alpha("AAPL"), alpha("MSFT"), alpha("AMZN"), alpha("NVDA")];
+    OuchClient::new(
+        ClientConfig {
+            username: name.into(),
+            password: "keel".into(),
+            dialect: Dialect::SPEC,
+            orders_max: 1 << 20,
+            symbols,
+        },
+        VenueId(0),
+    )
+}
+
+/// Encodes the next Enter Order (a fresh id each time, far from any synthetic price).
+fn next_order(c: &mut OuchClient, seq: &mut u64, out: &mut [u8]) -> usize {
+    *seq += 1;
+    let order = NewOrder {
+        id: ClientOrderId::new(StrategyId(0), *seq).unwrap(),
+        venue: VenueId(0),
+        symbol: SymbolId((*seq % 4) as u16),
+        side: Side::Buy,
+        price: Price::from_units(1, 0),
+        qty: 100,
+        tif: TimeInForce::Day,
+    };
+    let n = c
+        .encode_request(
+            &VenueRequest {
+                venue: VenueId(0),
+                sent_ns: 0,
+                kind: RequestKind::New(order),
+            },
+            out,
+        )
+        .unwrap();
+    assert_eq!(n, REQUEST_BYTES);
+    n
+}
+
+/// Consumes whole packets from `buf`; true once an Order Accepted was seen.
+fn take_packets(c: &mut OuchClient, buf: &[u8], used: &mut usize) -> bool {
+    let mut accepted = false;
+    while let Some(f) = frame(&buf[*used..], 2048).unwrap() {
+        let news = c
+            .on_packet(0, f.packet_type, f.payload, &mut |o| {
+                accepted |= matches!(o.kind, OutcomeKind::Accepted { .. })
+            })
+            .unwrap();
+        assert!(news != SessionNews::LoginRejected);
+        *used += f.len;
+    }
+    accepted
+}
+
+trait Contender {
+    fn round_trip(&mut self) -> bool;
+}
+
+struct Uring {
+    reactor: Reactor,
+    conn: keel::net::ConnId,
+    client: OuchClient,
+    seq: u64,
+    events: Vec<NetEvent>,
+    timeout_ns: u64,
+}
+
+impl Uring {
+    fn connect(addr: SocketAddr, wait: WaitMode, name: &str) -> Self {
+        let mut reactor = Reactor::new(ReactorConfig {
+            conns_max: 2,
+            wait,
+            ..ReactorConfig::default()
+        })
+        .unwrap();
+        let conn = reactor.connect(addr).unwrap();
+        let mut events = Vec::new();
+        while !events
+            .iter()
+            .any(|e| matches!(e, NetEvent::Connected { .. }))
+        {
+            reactor.poll(0, 1_000_000, &mut events).unwrap();
+        }
+        let client = client(name);
+        let mut buf = [0u8; 128];
+        let n = client.encode_login(&mut buf).unwrap();
+        reactor.send(conn, &buf[..n]).unwrap();
+        let mut me = Self {
+            reactor,
+            conn,
+            client,
+            seq: 0,
+            events,
+            timeout_ns: if wait == WaitMode::Blocking {
+                1_000_000_000
+            } else {
+                0
+            },
+        };
+        me.await_packets(|news, _| matches!(news, SessionNews::LoggedIn { .. }));
+        me
+    }
+
+    fn await_packets(&mut self, mut done: impl FnMut(SessionNews, bool) -> bool) {
+        loop {
+            self.events.clear();
+            self.reactor
+                .poll(0, self.timeout_ns, &mut self.events)
+                .unwrap();
+            loop {
+                let Some(f) = frame(self.reactor.received(self.conn), 2048).unwrap() else {
+                    break;
+                };
+                let (t, len) = (f.packet_type, f.len);
+                let mut payload = [0u8; 256];
+                payload[..f.payload.len()].copy_from_slice(f.payload);
+                let plen = f.payload.len();
+                self.reactor.consume(self.conn, len);
+                let mut accepted = false;
+                let news = self
+                    .client
+                    .on_packet(0, t, &payload[..plen], &mut |o| {
+                        accepted |= matches!(o.kind, OutcomeKind::Accepted { .. })
+                    })
+                    .unwrap();
+                if done(news, accepted) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Contender for Uring {
+    fn round_trip(&mut self) -> bool {
+        let mut buf = [0u8; 128];
+        let n = next_order(&mut self.client, &mut self.seq, &mut buf);
+        self.reactor.send(self.conn, &buf[..n]).unwrap();
+        self.await_packets(|_, accepted| accepted);
+        true
+    }
+}
+
+struct StdBlocking {
+    stream: TcpStream,
+    client: OuchClient,
+    seq: u64,
+    buf: Vec<u8>,
+}
+
+impl StdBlocking {
+    fn connect(addr: SocketAddr, name: &str) -> Self {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream.set_nodelay(true).unwrap();
+        let mut client = client(name);
+        let mut out = [0u8; 128];
+        let n = client.encode_login(&mut out).unwrap();
+        stream.write_all(&out[..n]).unwrap();
+        let mut buf = vec![0u8; 4096];
+        let mut len = 0;
+        loop {
+            len += stream.read(&mut buf[len..]).unwrap();
+            if let Some(f) = frame(&buf[..len], 2048).unwrap() {
+                client
+                    .on_packet(0, f.packet_type, f.payload, &mut |_| {})
+                    .unwrap();
+                break;
+            }
+        }
+        Self {
+            stream,
+            client,
+            seq: 0,
+            buf,
+        }
+    }
+}
+
+impl Contender for StdBlocking {
+    fn round_trip(&mut self) -> bool {
+        let mut out = [0u8; 128];
+        let n = next_order(&mut self.client, &mut self.seq, &mut out);
+        self.stream.write_all(&out[..n]).unwrap();
+        let (mut len, mut used) = (0, 0);
+        loop {
+            len += self.stream.read(&mut self.buf[len..]).unwrap();
+            if take_packets(&mut self.client, &self.buf[..len], &mut used) {
+                return true;
+            }
+        }
+    }
+}
+
+struct Tokio {
+    rt: tokio::runtime::Runtime,
+    stream: tokio::net::TcpStream,
+    client: OuchClient,
+    seq: u64,
+    buf: Vec<u8>,
+}
+
+impl Tokio {
+    fn connect(addr: SocketAddr, name: &str) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        let mut client = client(name);
+        let stream = rt.block_on(async {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.set_nodelay(true).unwrap();
+            let mut out = [0u8; 128];
+            let n = client.encode_login(&mut out).unwrap();
+            s.write_all(&out[..n]).await.unwrap();
+            let mut buf = [0u8; 256];
+            let mut len = 0;
+            loop {
+                len += s.read(&mut buf[len..]).await.unwrap();
+                if let Some(f) = frame(&buf[..len], 2048).unwrap() {
+                    client
+                        .on_packet(0, f.packet_type, f.payload, &mut |_| {})
+                        .unwrap();
+                    break;
+                }
+            }
+            s
+        });
+        Self {
+            rt,
+            stream,
+            client,
+            seq: 0,
+            buf: vec![0u8; 4096],
+        }
+    }
+}
+
+impl Contender for Tokio {
+    fn round_trip(&mut self) -> bool {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut out = [0u8; 128];
+        let n = next_order(&mut self.client, &mut self.seq, &mut out);
+        let Self {
+            rt,
+            stream,
+            client,
+            buf,
+            ..
+        } = self;
+        rt.block_on(async {
+            stream.write_all(&out[..n]).await.unwrap();
+            let (mut len, mut used) = (0, 0);
+            loop {
+                len += stream.read(&mut buf[len..]).await.unwrap();
+                if take_packets(client, &buf[..len], &mut used) {
+                    return true;
+                }
+            }
+        })
+    }
+}
+
+/// keel's reactor as a plain ping-pong client against keel's reactor as an echo server.
+struct UringPingPong {
+    reactor: Reactor,
+    conn: keel::net::ConnId,
+    events: Vec<NetEvent>,
+}
+
+impl UringPingPong {
+    fn connect(addr: SocketAddr, mode: &AtomicU8) -> Self {
+        mode.store(URING_ECHO, Ordering::Relaxed);
+        let mut reactor = Reactor::new(ReactorConfig {
+            conns_max: 2,
+            wait: WaitMode::BusyPoll,
+            ..ReactorConfig::default()
+        })
+        .unwrap();
+        let conn = reactor.connect(addr).unwrap();
+        let mut events = Vec::new();
+        while !events
+            .iter()
+            .any(|e| matches!(e, NetEvent::Connected { .. }))
+        {
+            reactor.poll(0, 0, &mut events).unwrap();
+        }
+        Self {
+            reactor,
+            conn,
+            events,
+        }
+    }
+}
+
+impl Contender for UringPingPong {
+    fn round_trip(&mut self) -> bool {
+        self.reactor.send(self.conn, &[7u8; REQUEST_BYTES]).unwrap();
+        loop {
+            self.events.clear();
+            self.reactor.poll(0, 0, &mut self.events).unwrap();
+            if self.reactor.received(self.conn).len() >= REPLY_BYTES {
+                let ok = self.reactor.received(self.conn)[0] == 9;
+                self.reactor.consume(self.conn, REPLY_BYTES);
+                return ok;
+            }
+        }
+    }
+}
+
+struct Floor {
+    stream: TcpStream,
+}
+
+impl Contender for Floor {
+    fn round_trip(&mut self) -> bool {
+        let out = [7u8; REQUEST_BYTES];
+        self.stream.write_all(&out).unwrap();
+        let mut buf = [0u8; REPLY_BYTES];
+        let mut got = 0;
+        while got < REPLY_BYTES {
+            match self.stream.read(&mut buf[got..]) {
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        buf[0] == 9
+    }
+}
+
+/// The server core: keel's venue or the echo loop, switched by `mode`.
+fn server(
+    mode: Arc<AtomicU8>,
+    venue_addr: std::sync::mpsc::Sender<(SocketAddr, SocketAddr)>,
+    echo: TcpListener,
+) {
+    pin_or_warn(0);
+    let mut uring_echo = Reactor::new(ReactorConfig {
+        conns_max: 2,
+        wait: WaitMode::BusyPoll,
+        ..ReactorConfig::default()
+    })
+    .unwrap();
+    let (_, uring_echo_addr) = uring_echo.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut uring_conn = None;
+    let mut uring_events = Vec::new();
+    let config = VenueConfig {
+        flow: FlowConfig {
+            events_per_sec: 0,
+            ..FlowConfig::default()
+        },
+        wait: WaitMode::BusyPoll,
+        client_timeout_ns: 3_600_000_000_000,
+        heartbeat_interval_ns: 3_600_000_000_000,
+        ..VenueConfig::default()
+    };
+    let mut venue = VenueServer::new(config).unwrap();
+    venue_addr
+        .send((venue.local_addr(), uring_echo_addr))
+        .unwrap();
+    let clock = TscClock::new();
+    let mut echo_conn: Option<TcpStream> = None;
+    let mut pending = 0usize;
+    loop {
+        match mode.load(Ordering::Relaxed) {
+            STOP => return,
+            VENUE => venue.step(clock.now_ns(), 0).unwrap(),
+            URING_ECHO => {
+                uring_events.clear();
+                uring_echo.poll(0, 0, &mut uring_events).unwrap();
+                for e in &uring_events {
+                    if let NetEvent::Accepted { conn, .. } = e {
+                        uring_conn = Some(*conn);
+                    }
+                }
+                if let Some(c) = uring_conn {
+                    while uring_echo.received(c).len() >= REQUEST_BYTES {
+                        uring_echo.consume(c, REQUEST_BYTES);
+                        uring_echo.send(c, &[9u8; REPLY_BYTES]).unwrap();
+                    }
+                    uring_echo.flush().unwrap();
+                }
+            }
+            _ => {
+                let conn = echo_conn.get_or_insert_with(|| {
+                    let (s, _) = echo.accept().unwrap();
+                    s.set_nodelay(true).unwrap();
+                    s.set_nonblocking(true).unwrap();
+                    s
+                });
+                let mut buf = [0u8; 512];
+                match conn.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => pending += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("{e}"),
+                }
+                while pending >= REQUEST_BYTES {
+                    pending -= REQUEST_BYTES;
+                    let reply = [9u8; REPLY_BYTES];
+                    let mut sent = 0;
+                    while sent < REPLY_BYTES {
+                        match conn.write(&reply[sent..]) {
+                            Ok(n) => sent += n,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn measure(c: &mut dyn Contender, n: u64, clock: &TscClock, h: &mut Histogram<u64>) {
+    for _ in 0..n {
+        let t0 = clock.raw();
+        assert!(c.round_trip(), "round trip did not complete correctly");
+        let t1 = clock.raw();
+        h.record(((clock.raw_to_ns(t1) - clock.raw_to_ns(t0)) * 1_000).max(1))
+            .unwrap();
+    }
+}
+
+fn main() {
+    let total = if flag("smoke") {
+        2_000
+    } else {
+        arg_u64("round-trips", 50_000)
+    };
+    let rounds = 5;
+    let per_round = total / rounds;
+    let mode = Arc::new(AtomicU8::new(VENUE));
+    let echo = TcpListener::bind("127.0.0.1:0").unwrap();
+    let echo_addr = echo.local_addr().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server_mode = Arc::clone(&mode);
+    let server = std::thread::spawn(move || server(server_mode, tx, echo));
+    let (venue_addr, uring_echo_addr) = rx.recv().unwrap();
+    pin_or_warn(1);
+    let clock = TscClock::new();
+    let _ = venue_channel(1, 1); // the engine's rings exist; the bench drives the wire directly
+
+    let mut busy = Uring::connect(venue_addr, WaitMode::BusyPoll, "busy");
+    let mut blocking = Uring::connect(venue_addr, WaitMode::Blocking, "block");
+    let mut std_client = StdBlocking::connect(venue_addr, "std");
+    let mut tokio_client = Tokio::connect(venue_addr, "tokio");
+    let floor_stream = TcpStream::connect(echo_addr).unwrap();
+    floor_stream.set_nodelay(true).unwrap();
+    floor_stream.set_nonblocking(true).unwrap();
+    let mut floor = Floor {
+        stream: floor_stream,
+    };
+    let mut uring_ping_pong = UringPingPong::connect(uring_echo_addr, &mode);
+
+    let names = [
+        "raw busy-polled TCP ping-pong (floor)",
+        "keel io_uring ping-pong, no venue",
+        "keel io_uring, busy-poll",
+        "keel io_uring, blocking wait",
+        "std::net blocking client",
+        "tokio client (current thread)",
+    ];
+    let mut h: Vec<Histogram<u64>> = (0..names.len()).map(|_| histogram()).collect();
+    for round in 0..=rounds {
+        // Round 0 is warm-up and is not recorded.
+        let n = if round == 0 {
+            500.min(per_round)
+        } else {
+            per_round
+        };
+        let mut scratch = histogram();
+        mode.store(ECHO, Ordering::Relaxed);
+        measure(
+            &mut floor,
+            n,
+            &clock,
+            if round == 0 { &mut scratch } else { &mut h[0] },
+        );
+        mode.store(URING_ECHO, Ordering::Relaxed);
+        measure(
+            &mut uring_ping_pong,
+            n,
+            &clock,
+            if round == 0 { &mut scratch } else { &mut h[1] },
+        );
+        mode.store(VENUE, Ordering::Relaxed);
+        let contenders: [&mut dyn Contender; 4] =
+            [&mut busy, &mut blocking, &mut std_client, &mut tokio_client];
+        for (i, c) in contenders.into_iter().enumerate() {
+            measure(
+                c,
+                n,
+                &clock,
+                if round == 0 {
+                    &mut scratch
+                } else {
+                    &mut h[i + 2]
+                },
+            );
+        }
+    }
+    mode.store(STOP, Ordering::Relaxed);
+    drop(floor);
+    server.join().unwrap();
+    let s: Vec<_> = h.iter().map(summary).collect();
+    println!("order round trip on loopback (Enter Order -> Order Accepted), {total} per contender, {rounds} interleaved rounds");
+    print_header("round trip", "floor");
+    for (name, summary) in names.iter().zip(&s) {
+        print_row(name, summary, s[0].p50_ns);
+    }
+    println!(
+        "keel_transport_vs_floor_ratio: {:.2}",
+        s[1].p50_ns / s[0].p50_ns
+    );
+    println!(
+        "keel_busy_poll_vs_floor_ratio: {:.2}",
+        s[2].p50_ns / s[0].p50_ns
+    );
+    println!(
+        "keel_busy_poll_vs_tokio_ratio: {:.2}",
+        s[2].p50_ns / s[5].p50_ns
+    );
+}
