@@ -153,10 +153,7 @@ impl Uring {
             self.reactor
                 .poll(0, self.timeout_ns, &mut self.events)
                 .unwrap();
-            loop {
-                let Some(f) = frame(self.reactor.received(self.conn), 2048).unwrap() else {
-                    break;
-                };
+            while let Some(f) = frame(self.reactor.received(self.conn), 2048).unwrap() {
                 let (t, len) = (f.packet_type, f.len);
                 let mut payload = [0u8; 256];
                 payload[..f.payload.len()].copy_from_slice(f.payload);
