@@ -1,4 +1,6 @@
 //! Order round trip on loopback: Enter Order out, Order Accepted back, through keel's venue.
+//! The orders rest (day orders at a price nothing trades at), so the venue's books and streams
+//! grow through the run as they would through a trading day.
 //!
 //! Contenders, measured in the same run in interleaved rounds, all encoding and decoding with
 //! keel's codecs so only the I/O path differs:
@@ -389,6 +391,10 @@ fn server(
     let mut uring_conn = None;
     let mut uring_events = Vec::new();
     let config = VenueConfig {
+        exchange: keel::venue::exchange::ExchangeConfig {
+            orders_expected: 1 << 20,
+            ..Default::default()
+        },
         flow: FlowConfig {
             events_per_sec: 0,
             ..FlowConfig::default()

@@ -76,6 +76,9 @@ pub struct ExchangeConfig {
     pub dialect: Dialect,
     /// Session name announced at login.
     pub session: [u8; 10],
+    /// Orders the venue expects in a day: its order table is sized for them up front, so a
+    /// busy day does not pause to grow it (it still grows past this).
+    pub orders_expected: usize,
 }
 
 impl Default for ExchangeConfig {
@@ -90,6 +93,7 @@ impl Default for ExchangeConfig {
             stream_messages_max: 4_000_000,
             dialect: Dialect::SPEC,
             session: *b"KEELSIM001",
+            orders_expected: 65_536,
         }
     }
 }
@@ -203,7 +207,7 @@ impl Exchange {
         Self {
             books: (0..config.symbols.len()).map(|_| Book::new()).collect(),
             symbols,
-            orders: FxHashMap::default(),
+            orders: FxHashMap::with_capacity_and_hasher(config.orders_expected, Default::default()),
             accounts: Vec::new(),
             by_username: FxHashMap::default(),
             next_order_ref: 1,
