@@ -8,6 +8,7 @@
 //!   back) against a trivial echo loop on the server core;
 //! - keel's io_uring reactor on both ends of the same ping-pong, no venue logic (the
 //!   transport's own cost against the floor);
+//! - a raw busy-polled `std::net` client against keel's venue (what the venue itself costs);
 //! - keel's io_uring reactor, busy-polling, against keel's venue;
 //! - keel's io_uring reactor, blocking in the kernel until the answer;
 //! - a plain `std::net` blocking client;
@@ -186,15 +187,18 @@ impl Contender for Uring {
     }
 }
 
+/// A `std::net` client: blocking reads, or (`busy`) non-blocking reads in a spin loop — the
+/// raw-socket client, through the same venue.
 struct StdBlocking {
     stream: TcpStream,
     client: OuchClient,
     seq: u64,
     buf: Vec<u8>,
+    busy: bool,
 }
 
 impl StdBlocking {
-    fn connect(addr: SocketAddr, name: &str) -> Self {
+    fn connect(addr: SocketAddr, name: &str, busy: bool) -> Self {
         let mut stream = TcpStream::connect(addr).unwrap();
         stream.set_nodelay(true).unwrap();
         let mut client = client(name);
@@ -212,11 +216,13 @@ impl StdBlocking {
                 break;
             }
         }
+        stream.set_nonblocking(busy).unwrap();
         Self {
             stream,
             client,
             seq: 0,
             buf,
+            busy,
         }
     }
 }
@@ -228,7 +234,14 @@ impl Contender for StdBlocking {
         self.stream.write_all(&out[..n]).unwrap();
         let (mut len, mut used) = (0, 0);
         loop {
-            len += self.stream.read(&mut self.buf[len..]).unwrap();
+            len += match self.stream.read(&mut self.buf[len..]) {
+                Ok(n) => n,
+                Err(e) if self.busy && e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                Err(e) => panic!("{e}"),
+            };
             if take_packets(&mut self.client, &self.buf[..len], &mut used) {
                 return true;
             }
@@ -493,7 +506,8 @@ fn main() {
 
     let mut busy = Uring::connect(venue_addr, WaitMode::BusyPoll, "busy");
     let mut blocking = Uring::connect(venue_addr, WaitMode::Blocking, "block");
-    let mut std_client = StdBlocking::connect(venue_addr, "std");
+    let mut std_client = StdBlocking::connect(venue_addr, "std", false);
+    let mut raw_client = StdBlocking::connect(venue_addr, "raw", true);
     let mut tokio_client = Tokio::connect(venue_addr, "tokio");
     let floor_stream = TcpStream::connect(echo_addr).unwrap();
     floor_stream.set_nodelay(true).unwrap();
@@ -506,6 +520,7 @@ fn main() {
     let names = [
         "raw busy-polled TCP ping-pong (floor)",
         "keel io_uring ping-pong, no venue",
+        "raw busy-polled client, keel venue",
         "keel io_uring, busy-poll",
         "keel io_uring, blocking wait",
         "std::net blocking client",
@@ -535,8 +550,13 @@ fn main() {
             if round == 0 { &mut scratch } else { &mut h[1] },
         );
         mode.store(VENUE, Ordering::Relaxed);
-        let contenders: [&mut dyn Contender; 4] =
-            [&mut busy, &mut blocking, &mut std_client, &mut tokio_client];
+        let contenders: [&mut dyn Contender; 5] = [
+            &mut raw_client,
+            &mut busy,
+            &mut blocking,
+            &mut std_client,
+            &mut tokio_client,
+        ];
         for (i, c) in contenders.into_iter().enumerate() {
             measure(
                 c,
@@ -559,16 +579,12 @@ fn main() {
     for (name, summary) in names.iter().zip(&s) {
         print_row(name, summary, s[0].p50_ns);
     }
+    let ratio = |a: usize, b: usize| s[a].p50_ns / s[b].p50_ns;
+    println!("keel_transport_vs_floor_ratio: {:.2}", ratio(1, 0));
+    println!("keel_busy_poll_vs_floor_ratio: {:.2}", ratio(3, 0));
     println!(
-        "keel_transport_vs_floor_ratio: {:.2}",
-        s[1].p50_ns / s[0].p50_ns
+        "keel_busy_poll_vs_raw_client_same_venue_ratio: {:.2}",
+        ratio(3, 2)
     );
-    println!(
-        "keel_busy_poll_vs_floor_ratio: {:.2}",
-        s[2].p50_ns / s[0].p50_ns
-    );
-    println!(
-        "keel_busy_poll_vs_tokio_ratio: {:.2}",
-        s[2].p50_ns / s[5].p50_ns
-    );
+    println!("keel_busy_poll_vs_tokio_ratio: {:.2}", ratio(3, 6));
 }

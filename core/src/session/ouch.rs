@@ -5,8 +5,7 @@
 //! ClientOrderId when the venue answers. Every venue answer becomes an [`Outcome`]; a message
 //! that cannot be mapped (an unknown UserRefNum, a broken trade) is counted, never guessed.
 
-use std::collections::HashMap;
-
+use crate::hash::FxHashMap;
 use crate::order::{
     CancelRejectReason, ClientOrderId, NewOrder, Outcome, OutcomeKind, Price, RejectReason,
     Replace, RequestKind, Side, TimeInForce, VenueId, VenueRequest, CLIENT_ORDER_ID_TEXT_LEN,
@@ -86,8 +85,8 @@ pub struct OuchClient {
     venue: VenueId,
     next_user_ref: u32,
     next_seq: u64,
-    by_user_ref: HashMap<u32, ClientOrderId>,
-    by_id: HashMap<ClientOrderId, u32>,
+    by_user_ref: FxHashMap<u32, ClientOrderId>,
+    by_id: FxHashMap<ClientOrderId, u32>,
     stats: ClientStats,
 }
 
@@ -96,8 +95,8 @@ impl OuchClient {
     pub fn new(config: ClientConfig, venue: VenueId) -> Self {
         let cap = config.orders_max as usize * 2;
         Self {
-            by_user_ref: HashMap::with_capacity(cap),
-            by_id: HashMap::with_capacity(cap),
+            by_user_ref: FxHashMap::with_capacity_and_hasher(cap, Default::default()),
+            by_id: FxHashMap::with_capacity_and_hasher(cap, Default::default()),
             next_user_ref: 1,
             next_seq: 1,
             stats: ClientStats::default(),
