@@ -119,6 +119,7 @@ impl Uring {
         let mut reactor = Reactor::new(ReactorConfig {
             conns_max: 2,
             wait,
+            spin_reads: true,
             ..ReactorConfig::default()
         })
         .unwrap();
@@ -332,6 +333,7 @@ impl UringPingPong {
         let mut reactor = Reactor::new(ReactorConfig {
             conns_max: 2,
             wait: WaitMode::BusyPoll,
+            spin_reads: true,
             ..ReactorConfig::default()
         })
         .unwrap();
@@ -397,6 +399,7 @@ fn server(
     let mut uring_echo = Reactor::new(ReactorConfig {
         conns_max: 2,
         wait: WaitMode::BusyPoll,
+        spin_reads: true,
         ..ReactorConfig::default()
     })
     .unwrap();
@@ -413,6 +416,7 @@ fn server(
             ..FlowConfig::default()
         },
         wait: WaitMode::BusyPoll,
+        spin_reads: std::env::var("KEEL_VENUE_SPIN").is_ok(),
         client_timeout_ns: 3_600_000_000_000,
         heartbeat_interval_ns: 3_600_000_000_000,
         ..VenueConfig::default()

@@ -48,6 +48,10 @@ pub struct ReactorConfig {
     pub sqpoll_idle_ms: Option<u32>,
     /// Timers that may be pending at once.
     pub timers_max: u32,
+    /// With `BusyPoll`: read every connection without blocking on every pass instead of
+    /// arming a wake-up. Lowest latency for a few connections (an engine's venue links);
+    /// wasteful for many (a venue serving hundreds of sessions). Default off.
+    pub spin_reads: bool,
 }
 
 impl Default for ReactorConfig {
@@ -60,6 +64,7 @@ impl Default for ReactorConfig {
             wait: WaitMode::Blocking,
             sqpoll_idle_ms: None,
             timers_max: 1024,
+            spin_reads: false,
         }
     }
 }
@@ -638,6 +643,7 @@ impl Reactor {
                 }
             }
             0 => self.begin_close(slot, generation, CloseReason::PeerClosed),
+            e if e == -libc::EAGAIN && self.spinning() => self.arm_recv(slot),
             e if e == -libc::EAGAIN || e == -libc::EINTR => {
                 self.stats.retries += 1;
                 self.arm_recv(slot);
@@ -700,6 +706,7 @@ impl Reactor {
     fn arm_recv(&mut self, slot: u32) {
         let cap = self.config.recv_buffer_bytes;
         let base = self.recv_base(slot);
+        let spinning = self.spinning();
         let conn = &mut self.conns[slot as usize];
         if conn.state != State::Open || conn.recv_at.is_some() || conn.recv_len >= cap {
             return;
@@ -707,12 +714,17 @@ impl Reactor {
         conn.recv_at = Some(conn.recv_len);
         conn.ops += 1;
         let ptr = self.buffers[base + conn.recv_len as usize..].as_mut_ptr();
+        // Spin reads: a non-blocking read that completes at once (data or EAGAIN) when it is
+        // submitted, instead of arming a wake-up; the loop resubmits it every pass. One system
+        // call per pass either way, without the task-work hop (see docs/benchmarks.md).
+        let rw_flags = if spinning { libc::RWF_NOWAIT } else { 0 };
         let entry = opcode::ReadFixed::new(
             types::Fd(conn.fd),
             ptr,
             cap - conn.recv_len,
             (slot * 2) as u16,
         )
+        .rw_flags(rw_flags)
         .build()
         .user_data(user_data(OP_RECV, conn.generation, slot));
         self.push(entry);
@@ -803,6 +815,10 @@ impl Reactor {
                 );
             }
         }
+    }
+
+    fn spinning(&self) -> bool {
+        self.config.spin_reads && self.config.wait == WaitMode::BusyPoll
     }
 
     fn live(&self, id: ConnId) -> Option<&Conn> {

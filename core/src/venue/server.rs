@@ -62,6 +62,9 @@ pub struct VenueConfig {
     pub sessions_max: u32,
     /// How the reactor waits.
     pub wait: WaitMode,
+    /// With `BusyPoll`: read every session without blocking on every pass (see
+    /// `ReactorConfig::spin_reads`): lower latency for a few sessions, costly for many.
+    pub spin_reads: bool,
 }
 
 impl Default for VenueConfig {
@@ -77,6 +80,7 @@ impl Default for VenueConfig {
             max_packet_len: 1024,
             sessions_max: 256,
             wait: WaitMode::Blocking,
+            spin_reads: false,
         }
     }
 }
@@ -163,6 +167,7 @@ impl VenueServer {
             wait: config.wait,
             recv_buffer_bytes: 64 * 1024,
             send_buffer_bytes: 256 * 1024,
+            spin_reads: config.spin_reads,
             ..ReactorConfig::default()
         })?;
         let (order_entry, local) = reactor.listen(config.listen)?;

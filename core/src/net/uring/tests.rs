@@ -320,3 +320,50 @@ fn sqpoll_option_works() {
     peer.read_exact(&mut got).unwrap();
     assert_eq!(&got, b"pong");
 }
+
+// Goal: spin reads (busy-poll, non-blocking re-reads every pass) deliver the same bytes, and
+// the EAGAIN they get on every empty pass is neither an error nor a counted retry.
+#[test]
+fn spin_reads_carry_data() {
+    let config = ReactorConfig {
+        conns_max: 2,
+        wait: WaitMode::BusyPoll,
+        spin_reads: true,
+        ..ReactorConfig::default()
+    };
+    let mut r = Reactor::new(config).unwrap();
+    let (_, addr) = r.listen(loopback()).unwrap();
+    let mut peer = TcpStream::connect(addr).unwrap();
+    let mut events = Vec::new();
+    poll_until(&mut r, &mut events, |_, e| {
+        e.iter().any(|e| matches!(e, NetEvent::Accepted { .. }))
+    });
+    let conn = events
+        .iter()
+        .find_map(|e| {
+            if let NetEvent::Accepted { conn, .. } = e {
+                Some(*conn)
+            } else {
+                None
+            }
+        })
+        .unwrap();
+    for _ in 0..100 {
+        r.poll(0, 0, &mut events).unwrap(); // empty passes: EAGAIN each time
+    }
+    peer.write_all(b"spin").unwrap();
+    poll_until(&mut r, &mut events, |r, _| r.received(conn) == b"spin");
+    assert_eq!(r.stats().retries, 0);
+    drop(peer);
+    poll_until(&mut r, &mut events, |_, e| {
+        e.iter().any(|e| {
+            matches!(
+                e,
+                NetEvent::Closed {
+                    reason: CloseReason::PeerClosed,
+                    ..
+                }
+            )
+        })
+    });
+}
