@@ -426,3 +426,42 @@ fn accept_limit_refuses_extra_sessions() {
     assert!(venue.apply_control(0, "latency x").is_err());
     assert!(venue.apply_control(0, "bogus").is_err());
 }
+
+// Goal: the delayed-final-report fault (the "remainder reported after the timeout" incident):
+// a partial fill arrives at once; the fill that completes the order is held for the set delay.
+#[test]
+fn final_report_is_delayed_by_the_fault() {
+    let mut venue = venue();
+    let mut client = RawClient::connect(&mut venue);
+    client.login("erin", 1);
+    client.read(&mut venue, 1);
+    client.enter(1, 100);
+    assert!(matches!(
+        sequenced(&client.read(&mut venue, 1))[0],
+        Outbound::Accepted(_)
+    ));
+    venue.apply_control(0, "delay-final 300").unwrap();
+    let clock = TscClock::new();
+    venue
+        .exchange_mut()
+        .synthetic(clock.now_ns(), 1, Side::Sell, 50_0000, 50, true);
+    let partial = client.read(&mut venue, 1);
+    assert!(matches!(
+        sequenced(&partial)[0],
+        Outbound::Executed { qty: 50, .. }
+    ));
+    let held_from = clock.now_ns();
+    venue
+        .exchange_mut()
+        .synthetic(held_from, 1, Side::Sell, 50_0000, 50, true);
+    let rest = client.read(&mut venue, 1);
+    let waited_ns = clock.now_ns() - held_from;
+    assert!(
+        matches!(sequenced(&rest)[..], [Outbound::Executed { qty: 50, .. }]),
+        "{rest:?}"
+    );
+    assert!(
+        waited_ns >= 300_000_000,
+        "final report released after {waited_ns} ns"
+    );
+}

@@ -32,6 +32,7 @@ enum Command {
     ///
     ///   latency MS [JITTER_MS]   added ack/fill latency, with uniform jitter
     ///   delay-reports MS         hold every outbound report this long
+    ///   delay-final MS           hold each order's final report (last fill or cancel)
     ///   accept-limit N           most sessions at once (0: no limit)
     ///   refuse on|off            close every new connection at once
     ///   stall MS                 stop reading from clients for MS

@@ -67,6 +67,10 @@ pub struct VenueArgs {
     /// Fault: hold every outbound report this long before sending it (delayed reports).
     #[arg(long, default_value_t = 0)]
     delay_reports_ms: u64,
+    /// Fault: hold each order's final report (its last fill or its cancel) this long; the
+    /// stream is sequenced, so later reports wait behind it.
+    #[arg(long, default_value_t = 0)]
+    delay_final_ms: u64,
     /// Fault: most sessions connected at once; extra connects are closed (0: no limit).
     #[arg(long, default_value_t = 0)]
     accept_limit: u32,
@@ -117,6 +121,7 @@ pub fn run(args: VenueArgs) -> ExitCode {
             latency_ns: args.latency_ms * MS,
             jitter_ns: args.jitter_ms * MS,
             report_delay_ns: args.delay_reports_ms * MS,
+            final_report_delay_ns: args.delay_final_ms * MS,
             accept_limit: args.accept_limit,
             refuse_connects: args.refuse_connects,
             stalled_until_ns: 0,

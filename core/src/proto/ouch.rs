@@ -138,6 +138,9 @@ pub enum Inbound<'a> {
         /// The order.
         user_ref: u32,
     },
+    /// 'r' (keel extension): ask for every open order ('o' each) and every position ('y'
+    /// each), closed by one 'z'.
+    ReconcileQuery,
 }
 
 /// Order Accepted ('A') and, with `orig_user_ref`, Order Replaced ('U').
@@ -327,6 +330,29 @@ pub enum Outbound<'a> {
     },
     /// 'o' (keel extension).
     OrderStatus(OrderStatus),
+    /// 'y' (keel extension): the account's net position in one symbol.
+    Position {
+        /// Venue timestamp.
+        timestamp: u64,
+        /// Symbol.
+        symbol: SymbolName,
+        /// Shares bought today.
+        bought_qty: u64,
+        /// Shares sold today.
+        sold_qty: u64,
+    },
+    /// 'z' (keel extension): the end of a reconciliation answer.
+    ReconcileEnd {
+        /// Venue timestamp.
+        timestamp: u64,
+        /// Open orders reported.
+        open_orders: u32,
+        /// Positions reported.
+        positions: u32,
+        /// The sequence number this answer is consistent with: every message up to it is
+        /// reflected (the answer itself follows it in the stream).
+        as_of_sequence: u64,
+    },
 }
 
 // ----- decoding ------------------------------------------------------------------------------
@@ -403,6 +429,7 @@ pub fn decode_inbound(msg: &[u8], dialect: Dialect) -> Result<Inbound<'_>, Decod
             r.skip(1);
             Ok(Inbound::OrderStatusQuery { user_ref: r.u32() })
         }
+        b'r' => Reader::exact(msg, msg_type, 1).map(|_| Inbound::ReconcileQuery),
         byte => Err(DecodeError::UnknownType {
             protocol: "OUCH",
             byte,
@@ -581,6 +608,27 @@ pub fn decode_outbound(msg: &[u8], dialect: Dialect) -> Result<Outbound<'_>, Dec
                 executed_qty,
                 cl_ord_id,
             }))
+        }
+        b'y' => {
+            let mut r = Reader::exact(msg, msg_type, 25 + dialect.symbol_len)?;
+            r.skip(1);
+            let timestamp = r.u64();
+            let symbol = symbol(&mut r, dialect)?;
+            Ok(Outbound::Position {
+                timestamp,
+                symbol,
+                bought_qty: r.u64(),
+                sold_qty: r.u64(),
+            })
+        }
+        b'z' => {
+            let mut r = exact_after_type(msg, 25)?;
+            Ok(Outbound::ReconcileEnd {
+                timestamp: r.u64(),
+                open_orders: r.u32(),
+                positions: r.u32(),
+                as_of_sequence: r.u64(),
+            })
         }
         byte => Err(DecodeError::UnknownType {
             protocol: "OUCH",
@@ -773,6 +821,7 @@ pub fn encode_inbound(
             Ok(w.written())
         }
         Inbound::AccountQuery => Writer::new(out, 1).map(|mut w| w.u8(b'Q').written()),
+        Inbound::ReconcileQuery => Writer::new(out, 1).map(|mut w| w.u8(b'r').written()),
         Inbound::OrderStatusQuery { user_ref } => {
             let mut w = Writer::new(out, 5)?;
             w.u8(b'q').u32(*user_ref);
@@ -947,6 +996,27 @@ pub fn encode_outbound(
                 .u32(s.open_qty)
                 .u32(s.executed_qty);
             w.bytes(&s.cl_ord_id);
+        }),
+        Outbound::Position {
+            timestamp,
+            symbol,
+            bought_qty,
+            sold_qty,
+        } => fixed(out, 25 + dialect.symbol_len, |w| {
+            w.u8(b'y').u64(*timestamp).alpha(symbol, dialect.symbol_len);
+            w.u64(*bought_qty).u64(*sold_qty);
+        }),
+        Outbound::ReconcileEnd {
+            timestamp,
+            open_orders,
+            positions,
+            as_of_sequence,
+        } => fixed(out, 25, |w| {
+            w.u8(b'z')
+                .u64(*timestamp)
+                .u32(*open_orders)
+                .u32(*positions)
+                .u64(*as_of_sequence);
         }),
     }
 }

@@ -140,6 +140,11 @@ impl Account {
         &self.stream_bytes[start..self.stream_ends[i]]
     }
 
+    /// Whether message `seq` is an order's final report (delayed by the final-report fault).
+    pub fn is_final(&self, seq: u64) -> bool {
+        self.stream_final[(seq - 1) as usize]
+    }
+
     /// Every message of the stream, in order.
     pub fn messages(&self) -> impl Iterator<Item = &[u8]> {
         (1..=self.stream_len()).map(|seq| self.message(seq))
@@ -155,6 +160,10 @@ pub struct Account {
     /// per message); `stream_ends[n - 1]` is where message `n` ends.
     stream_bytes: Vec<u8>,
     stream_ends: Vec<usize>,
+    /// Whether each stream message is an order's final report (last fill, or its cancel).
+    stream_final: Vec<bool>,
+    /// Shares bought and sold today, per symbol.
+    positions: Vec<(u64, u64)>,
     user_refs: FxHashMap<u32, OrderRef>,
     cl_ord_ids: FxHashSet<ClOrdId>,
     last_user_ref: u32,
@@ -193,6 +202,8 @@ pub struct Exchange {
     stats: ExchangeStats,
     /// Reject every order with `SystemUnavailable` while positive (fault injection).
     pub reject_burst_remaining: u32,
+    /// The next emitted message closes its order (set just before emitting it).
+    next_is_final: bool,
 }
 
 impl Exchange {
@@ -216,6 +227,7 @@ impl Exchange {
             scratch: vec![0; 512],
             stats: ExchangeStats::default(),
             reject_burst_remaining: 0,
+            next_is_final: false,
             config,
         }
     }
@@ -241,9 +253,11 @@ impl Exchange {
         if session.iter().any(|&b| b != b' ') && *session != self.config.session {
             return Err(LoginRejectReason::SessionNotAvailable);
         }
+        let symbols = self.books.len();
         let account = *self.by_username.entry(username).or_insert_with(|| {
             self.accounts.push(Account {
                 username,
+                positions: vec![(0, 0); symbols],
                 ..Account::default()
             });
             (self.accounts.len() - 1) as u32
@@ -287,8 +301,13 @@ impl Exchange {
     }
 
     /// Handles one message from an account at `now_ns`; answers go to its stream.
+    /// Queries are answered whatever the rate: the limit is on order traffic.
     pub fn handle(&mut self, now_ns: u64, account: u32, msg: &Inbound<'_>) {
-        if !self.within_rate(now_ns, account) {
+        let query = matches!(
+            msg,
+            Inbound::AccountQuery | Inbound::OrderStatusQuery { .. } | Inbound::ReconcileQuery
+        );
+        if !query && !self.within_rate(now_ns, account) {
             self.accounts[account as usize].throttled += 1;
             match msg {
                 Inbound::EnterOrder(e) => self.reject(
@@ -314,7 +333,9 @@ impl Exchange {
                         },
                     );
                 }
-                Inbound::AccountQuery | Inbound::OrderStatusQuery { .. } => {}
+                Inbound::AccountQuery
+                | Inbound::OrderStatusQuery { .. }
+                | Inbound::ReconcileQuery => unreachable!("queries are not rate limited"),
             }
             return;
         }
@@ -336,6 +357,7 @@ impl Exchange {
                 );
             }
             Inbound::OrderStatusQuery { user_ref } => self.status(now_ns, account, *user_ref),
+            Inbound::ReconcileQuery => self.reconcile(now_ns, account),
         }
     }
 
@@ -550,6 +572,14 @@ impl Exchange {
         order.open_qty -= qty;
         order.executed_qty += qty;
         if let Owner::Account { account, user_ref } = order.owner {
+            let position =
+                &mut self.accounts[account as usize].positions[usize::from(order.symbol)];
+            if order.fields.side == b'B' {
+                position.0 += u64::from(qty);
+            } else {
+                position.1 += u64::from(qty);
+            }
+            self.next_is_final = order.open_qty == 0;
             let msg = Outbound::Executed {
                 timestamp: now_ns,
                 user_ref,
@@ -575,6 +605,7 @@ impl Exchange {
         order.open_qty = 0;
         if let Owner::Account { account, user_ref } = order.owner {
             self.stats.canceled += 1;
+            self.next_is_final = true;
             self.emit(
                 account,
                 &Outbound::Canceled {
@@ -613,6 +644,7 @@ impl Exchange {
         let order = self.orders.get_mut(&order_ref).expect("looked up above");
         order.open_qty -= taken;
         self.stats.canceled += 1;
+        self.next_is_final = order.open_qty == 0;
         self.emit(
             account,
             &Outbound::Canceled {
@@ -717,10 +749,56 @@ impl Exchange {
         let n = encode_outbound(&mut self.scratch, msg, self.config.dialect)
             .expect("scratch fits every message keel's venue sends");
         let a = &mut self.accounts[account as usize];
+        let final_report = std::mem::take(&mut self.next_is_final);
         if a.stream_ends.len() < self.config.stream_messages_max {
             a.stream_bytes.extend_from_slice(&self.scratch[..n]);
             a.stream_ends.push(a.stream_bytes.len());
+            a.stream_final.push(final_report);
         }
+    }
+
+    /// Answers a reconciliation query: every open order, every position with activity, then
+    /// the end marker naming the last sequence number the answer reflects.
+    fn reconcile(&mut self, now_ns: u64, account: u32) {
+        let as_of_sequence = self.accounts[account as usize].stream_len();
+        let mut open: Vec<u32> = self.accounts[account as usize]
+            .user_refs
+            .iter()
+            .filter(|(_, r)| self.orders.get(r).is_some_and(|o| o.open_qty > 0))
+            .map(|(u, _)| *u)
+            .collect();
+        open.sort_unstable();
+        for &user_ref in &open {
+            self.status(now_ns, account, user_ref);
+        }
+        let positions = self.accounts[account as usize].positions.clone();
+        let mut reported = 0;
+        for (symbol, (bought_qty, sold_qty)) in positions.into_iter().enumerate() {
+            if bought_qty == 0 && sold_qty == 0 {
+                continue;
+            }
+            let symbol = *self
+                .symbols
+                .name(crate::order::SymbolId(symbol as u16))
+                .expect("listed");
+            self.emit(
+                account,
+                &Outbound::Position {
+                    timestamp: now_ns,
+                    symbol,
+                    bought_qty,
+                    sold_qty,
+                },
+            );
+            reported += 1;
+        }
+        let end = Outbound::ReconcileEnd {
+            timestamp: now_ns,
+            open_orders: open.len() as u32,
+            positions: reported,
+            as_of_sequence,
+        };
+        self.emit(account, &end);
     }
 }
 

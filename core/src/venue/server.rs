@@ -31,6 +31,9 @@ pub struct Faults {
     pub jitter_ns: u64,
     /// Sequenced messages are held this long before they are sent (delayed reports).
     pub report_delay_ns: u64,
+    /// An order's final report (its last fill, or its cancel) is held this long — and, the
+    /// stream being sequenced, everything after it (the "remainder reported late" incident).
+    pub final_report_delay_ns: u64,
     /// Most sessions connected at once; further connects are accepted and closed (0: no limit).
     pub accept_limit: u32,
     /// Close every new connection at once.
@@ -426,6 +429,7 @@ impl VenueServer {
 
     fn write_streams(&mut self, now_ns: u64) {
         let hold = self.config.faults.report_delay_ns;
+        let final_hold = self.config.faults.final_report_delay_ns.max(hold);
         let mut conns = self.session_list();
         for &conn in &conns {
             let Some(session) = self.sessions.get(&conn) else {
@@ -447,7 +451,13 @@ impl VenueServer {
                 if seq > stream_len {
                     break;
                 }
-                if hold > 0 && self.produced_ns[&account][(seq - 1) as usize] + hold > now_ns {
+                let account_ref = self.exchange.account(account);
+                let wait = if account_ref.is_final(seq) {
+                    final_hold
+                } else {
+                    hold
+                };
+                if wait > 0 && self.produced_ns[&account][(seq - 1) as usize] + wait > now_ns {
                     break;
                 }
                 let msg = self.exchange.account(account).message(seq);
@@ -553,7 +563,8 @@ impl VenueServer {
     }
 
     /// Applies one control command. Commands (times in milliseconds):
-    /// `latency MS [JITTER_MS]`, `delay-reports MS`, `accept-limit N`, `refuse on|off`,
+    /// `latency MS [JITTER_MS]`, `delay-reports MS`, `delay-final MS`, `accept-limit N`,
+    /// `refuse on|off`,
     /// `stall MS`, `drop`, `restart`, `reject-burst N`, `status`.
     pub fn apply_control(&mut self, now_ns: u64, line: &str) -> Result<(), String> {
         const MS: u64 = 1_000_000;
@@ -573,6 +584,7 @@ impl VenueServer {
                 f.jitter_ns = num("jitter").unwrap_or(0) * MS;
             }
             "delay-reports" => f.report_delay_ns = num("milliseconds")? * MS,
+            "delay-final" => f.final_report_delay_ns = num("milliseconds")? * MS,
             "accept-limit" => f.accept_limit = num("sessions")? as u32,
             "refuse" => match words.next() {
                 Some("on") => f.refuse_connects = true,

@@ -367,3 +367,19 @@ fn spin_reads_carry_data() {
         })
     });
 }
+
+// Goal: a ring that cannot be set up is a clear error naming the cause and the sysctl.
+#[test]
+fn setup_failure_names_the_cause() {
+    let err = Reactor::new(ReactorConfig {
+        ring_entries: 0,
+        ..ReactorConfig::default()
+    })
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, NetError::Unavailable { .. }), "{err:?}");
+    assert!(
+        text.contains("io_uring unavailable") && text.contains("kernel.io_uring_disabled"),
+        "{text}"
+    );
+}

@@ -307,13 +307,14 @@ fn dialect() -> impl Strategy<Value = Dialect> {
 proptest! {
     // Goal: every client message survives encode → decode in both dialects.
     #[test]
-    fn inbound_round_trip(f in fields(), refs in (any::<u32>(), any::<u32>()), d in dialect(), kind in 0u8..6) {
+    fn inbound_round_trip(f in fields(), refs in (any::<u32>(), any::<u32>()), d in dialect(), kind in 0u8..7) {
         let msg = match kind {
             0 => Inbound::EnterOrder(EnterOrder { user_ref: refs.0, order: f, appendages: &[0x02, 0x04, b' '] }),
             1 => Inbound::ReplaceOrder(ReplaceOrder { orig_user_ref: refs.0, user_ref: refs.1, qty: f.qty, price: f.price, tif: f.tif, display: f.display, ise: f.ise, cl_ord_id: f.cl_ord_id, appendages: &[] }),
             2 => Inbound::CancelOrder { user_ref: refs.0, qty: f.qty },
             3 => Inbound::ModifyOrder { user_ref: refs.0, side: f.side, qty: f.qty },
             4 => Inbound::AccountQuery,
+            5 => Inbound::ReconcileQuery,
             _ => Inbound::OrderStatusQuery { user_ref: refs.1 },
         };
         let mut out = [0u8; 128];
@@ -323,7 +324,7 @@ proptest! {
 
     // Goal: every venue message survives encode → decode in both dialects.
     #[test]
-    fn outbound_round_trip(f in fields(), ts: u64, refs in (any::<u32>(), any::<u32>()), d in dialect(), kind in 0u8..15) {
+    fn outbound_round_trip(f in fields(), ts: u64, refs in (any::<u32>(), any::<u32>()), d in dialect(), kind in 0u8..17) {
         let accepted = OrderAccepted { timestamp: ts, orig_user_ref: 0, user_ref: refs.0, order: f, order_ref: ts ^ 7, state: b'L', appendages: &[] };
         let msg = match kind {
             0 => Outbound::SystemEvent { timestamp: ts, event_code: b'E' },
@@ -340,6 +341,8 @@ proptest! {
             11 => Outbound::Modified { timestamp: ts, user_ref: refs.0, side: f.side, qty: f.qty },
             12 => Outbound::Restated { timestamp: ts, user_ref: refs.0, reason: b'R', appendages: &[0x05, 0x16, 0, 0, 0, 1] },
             13 => Outbound::AccountQueryResponse { timestamp: ts, next_user_ref: refs.1 },
+            14 => Outbound::Position { timestamp: ts, symbol: f.symbol, bought_qty: u64::from(f.qty), sold_qty: ts },
+            15 => Outbound::ReconcileEnd { timestamp: ts, open_orders: refs.0, positions: refs.1, as_of_sequence: ts },
             _ => Outbound::OrderStatus(OrderStatus { timestamp: ts, user_ref: refs.0, state: b'D', side: f.side, symbol: f.symbol, price: f.price, open_qty: 0, executed_qty: f.qty, cl_ord_id: f.cl_ord_id }),
         };
         let mut out = [0u8; 128];
@@ -354,7 +357,7 @@ proptest! {
         let _ = decode_outbound(&bytes, d);
         if !bytes.is_empty() {
             // Force every known type byte so the field decoders see the random bytes too.
-            for t in b"OUXMQqSAUCDEBJPITMRQo" {
+            for t in b"OUXMQqrSAUCDEBJPITMRQoyz" {
                 let mut b = bytes.clone();
                 b[0] = *t;
                 let _ = decode_inbound(&b, d);

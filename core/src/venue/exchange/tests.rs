@@ -357,3 +357,101 @@ fn reject_burst_fault() {
     assert!(matches!(s[1], Outbound::Rejected { reason: 6, .. }));
     assert!(matches!(s[2], Outbound::Accepted(_)));
 }
+
+// Goal: the reconciliation answer lists every open order, every position with activity, and
+// ends with the counts and the sequence number it is consistent with.
+#[test]
+fn reconcile_reports_open_orders_and_positions() {
+    let mut ex = Exchange::new(ExchangeConfig::default());
+    let a = login(&mut ex, "alice");
+    enter(&mut ex, a, 1, fields(b'B', 100, 10_0000, b'0', "O1"));
+    enter(&mut ex, a, 2, fields(b'S', 30, 20_0000, b'0', "O2"));
+    enter(&mut ex, a, 3, fields(b'B', 10, 10_0000, b'0', "O3"));
+    ex.synthetic(2, 0, Side::Sell, 10_0000, 60, true); // fills 60 of order 1
+    ex.handle(
+        3,
+        a,
+        &Inbound::CancelOrder {
+            user_ref: 3,
+            qty: 0,
+        },
+    );
+    let before = ex.account(a).stream_len();
+    ex.handle(4, a, &Inbound::ReconcileQuery);
+    let s = stream(&ex, a);
+    let answer = &s[before as usize..];
+    assert!(
+        matches!(answer[0], Outbound::OrderStatus(o) if o.user_ref == 1 && o.open_qty == 40 && o.executed_qty == 60)
+    );
+    assert!(matches!(answer[1], Outbound::OrderStatus(o) if o.user_ref == 2 && o.open_qty == 30));
+    assert!(
+        matches!(answer[2], Outbound::Position { bought_qty: 60, sold_qty: 0, symbol, .. } if &symbol == b"AAPL    ")
+    );
+    assert_eq!(
+        answer[3],
+        Outbound::ReconcileEnd {
+            timestamp: 4,
+            open_orders: 2,
+            positions: 1,
+            as_of_sequence: before
+        }
+    );
+    assert_eq!(answer.len(), 4);
+}
+
+// Goal: races at the venue end the way a real venue's would: a cancel after a partial fill
+// takes only the remainder; a cancel after the last fill is refused; the last fill and the
+// cancel that closes an order are marked final.
+#[test]
+fn fill_and_cancel_races() {
+    let mut ex = Exchange::new(ExchangeConfig::default());
+    let a = login(&mut ex, "alice");
+    enter(&mut ex, a, 1, fields(b'B', 100, 10_0000, b'0', "R1"));
+    ex.synthetic(1, 0, Side::Sell, 10_0000, 70, true);
+    ex.handle(
+        2,
+        a,
+        &Inbound::CancelOrder {
+            user_ref: 1,
+            qty: 0,
+        },
+    );
+    enter(&mut ex, a, 2, fields(b'B', 50, 10_0000, b'0', "R2"));
+    ex.synthetic(3, 0, Side::Sell, 10_0000, 50, true);
+    ex.handle(
+        4,
+        a,
+        &Inbound::CancelOrder {
+            user_ref: 2,
+            qty: 0,
+        },
+    );
+    let s = stream(&ex, a);
+    assert!(matches!(
+        s[1],
+        Outbound::Executed {
+            user_ref: 1,
+            qty: 70,
+            ..
+        }
+    ));
+    assert!(matches!(
+        s[2],
+        Outbound::Canceled {
+            user_ref: 1,
+            qty: 30,
+            ..
+        }
+    ));
+    assert!(matches!(
+        s[4],
+        Outbound::Executed {
+            user_ref: 2,
+            qty: 50,
+            ..
+        }
+    ));
+    assert!(matches!(s[5], Outbound::CancelReject { user_ref: 2, .. }));
+    let finals: Vec<bool> = (1..=6).map(|seq| ex.account(a).is_final(seq)).collect();
+    assert_eq!(finals, vec![false, false, true, false, true, false]);
+}
