@@ -69,6 +69,14 @@ impl Book {
         Self::default()
     }
 
+    /// An empty book whose order index is sized for `orders` resting orders up front.
+    pub fn with_capacity(orders: usize) -> Self {
+        Self {
+            index: FxHashMap::with_capacity_and_hasher(orders, Default::default()),
+            ..Self::default()
+        }
+    }
+
     /// Matches an incoming order, appending fills to `fills`; rests the remainder if `rest`.
     pub fn submit(
         &mut self,

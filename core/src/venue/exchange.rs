@@ -216,7 +216,9 @@ impl Exchange {
                 .expect("symbol names validated by the caller");
         }
         Self {
-            books: (0..config.symbols.len()).map(|_| Book::new()).collect(),
+            books: (0..config.symbols.len())
+                .map(|_| Book::with_capacity(config.orders_expected / config.symbols.len().max(1)))
+                .collect(),
             symbols,
             orders: FxHashMap::with_capacity_and_hasher(config.orders_expected, Default::default()),
             accounts: Vec::new(),
@@ -254,10 +256,13 @@ impl Exchange {
             return Err(LoginRejectReason::SessionNotAvailable);
         }
         let symbols = self.books.len();
+        let per_account = self.config.orders_expected / 16;
         let account = *self.by_username.entry(username).or_insert_with(|| {
             self.accounts.push(Account {
                 username,
                 positions: vec![(0, 0); symbols],
+                user_refs: FxHashMap::with_capacity_and_hasher(per_account, Default::default()),
+                cl_ord_ids: FxHashSet::with_capacity_and_hasher(per_account, Default::default()),
                 ..Account::default()
             });
             (self.accounts.len() - 1) as u32
