@@ -248,6 +248,8 @@ pub struct Reactor {
     pending_close: Vec<u32>,
     multishot_accept: bool,
     timers: BinaryHeap<Reverse<(u64, u64)>>,
+    /// Connection fds are in the ring's fixed file table at their slot index.
+    fixed_files: bool,
     stats: NetStats,
 }
 
@@ -296,6 +298,13 @@ impl Reactor {
             call: "io_uring_register(buffers)",
             source,
         })?;
+        // A fixed file table, one entry per slot: operations name the slot instead of the fd,
+        // so the kernel skips a file lookup and reference count per operation. Kernels without
+        // sparse tables (before 5.19) use plain descriptors.
+        let fixed_files = ring
+            .submitter()
+            .register_files_sparse(config.conns_max)
+            .is_ok();
         let empty = Conn {
             fd: -1,
             generation: 0,
@@ -318,6 +327,7 @@ impl Reactor {
             pending_close: Vec::with_capacity(config.conns_max as usize),
             multishot_accept: true,
             timers: BinaryHeap::with_capacity(config.timers_max as usize),
+            fixed_files,
             stats: NetStats::default(),
             config,
         })
@@ -365,6 +375,7 @@ impl Reactor {
                 conns_max: self.config.conns_max,
             });
         };
+        self.install(slot, fd);
         let conn = &mut self.conns[slot as usize];
         *conn = Conn {
             fd,
@@ -575,6 +586,7 @@ impl Reactor {
             return;
         };
         set_nodelay(fd);
+        self.install(slot, fd);
         self.stats.accepted += 1;
         let conn = &mut self.conns[slot as usize];
         *conn = Conn {
@@ -718,15 +730,17 @@ impl Reactor {
         // submitted, instead of arming a wake-up; the loop resubmits it every pass. One system
         // call per pass either way, without the task-work hop (see docs/benchmarks.md).
         let rw_flags = if spinning { libc::RWF_NOWAIT } else { 0 };
-        let entry = opcode::ReadFixed::new(
-            types::Fd(conn.fd),
-            ptr,
-            cap - conn.recv_len,
-            (slot * 2) as u16,
-        )
-        .rw_flags(rw_flags)
-        .build()
-        .user_data(user_data(OP_RECV, conn.generation, slot));
+        let (len, index) = (cap - conn.recv_len, (slot * 2) as u16);
+        let entry = if self.fixed_files {
+            opcode::ReadFixed::new(types::Fixed(slot), ptr, len, index)
+                .rw_flags(rw_flags)
+                .build()
+        } else {
+            opcode::ReadFixed::new(types::Fd(conn.fd), ptr, len, index)
+                .rw_flags(rw_flags)
+                .build()
+        };
+        let entry = entry.user_data(user_data(OP_RECV, conn.generation, slot));
         self.push(entry);
     }
 
@@ -739,14 +753,13 @@ impl Reactor {
         conn.send_inflight = conn.send_len;
         conn.ops += 1;
         let ptr = self.buffers[base..].as_ptr();
-        let entry = opcode::WriteFixed::new(
-            types::Fd(conn.fd),
-            ptr,
-            conn.send_len,
-            (slot * 2 + 1) as u16,
-        )
-        .build()
-        .user_data(user_data(OP_SEND, conn.generation, slot));
+        let (len, index) = (conn.send_len, (slot * 2 + 1) as u16);
+        let entry = if self.fixed_files {
+            opcode::WriteFixed::new(types::Fixed(slot), ptr, len, index).build()
+        } else {
+            opcode::WriteFixed::new(types::Fd(conn.fd), ptr, len, index).build()
+        };
+        let entry = entry.user_data(user_data(OP_SEND, conn.generation, slot));
         self.push(entry);
     }
 
@@ -780,8 +793,25 @@ impl Reactor {
         }
     }
 
+    /// Puts a connection's fd in the fixed file table at its slot.
+    fn install(&mut self, slot: u32, fd: RawFd) {
+        if self.fixed_files
+            && self
+                .ring
+                .submitter()
+                .register_files_update(slot, &[fd])
+                .is_err()
+        {
+            // Cannot happen with a sparse table of conns_max entries; plain fds still work.
+            self.fixed_files = false;
+        }
+    }
+
     /// Closes the fd and frees the slot under a new generation.
     fn release(&mut self, slot: u32) {
+        if self.fixed_files {
+            let _ = self.ring.submitter().register_files_update(slot, &[-1]);
+        }
         let conn = &mut self.conns[slot as usize];
         // SAFETY: fd is owned by this slot; no operation on it is in flight.
         unsafe { libc::close(conn.fd) };
