@@ -465,3 +465,76 @@ fn final_report_is_delayed_by_the_fault() {
         "final report released after {waited_ns} ns"
     );
 }
+
+// Goal: the control port works over a real socket: a command changes a fault, a bad one is
+// answered with an error, nothing crashes.
+#[test]
+fn control_port_changes_faults_while_running() {
+    let config = VenueConfig {
+        control: Some("127.0.0.1:0".parse().unwrap()),
+        flow: FlowConfig {
+            events_per_sec: 0,
+            ..FlowConfig::default()
+        },
+        ..VenueConfig::default()
+    };
+    let mut venue = VenueServer::new(config).unwrap();
+    let mut control = TcpStream::connect(venue.control_addr().unwrap()).unwrap();
+    control.set_nonblocking(true).unwrap();
+    control
+        .write_all(b"latency 5 2\nbogus\naccept-limit 3\n")
+        .unwrap();
+    let clock = TscClock::new();
+    let mut replies = Vec::new();
+    for _ in 0..200_000 {
+        venue.step(clock.now_ns(), 0).unwrap();
+        let mut buf = [0u8; 256];
+        if let Ok(n) = control.read(&mut buf) {
+            replies.extend_from_slice(&buf[..n]);
+        }
+        if replies.iter().filter(|&&b| b == b'\n').count() == 3 {
+            break;
+        }
+    }
+    let text = String::from_utf8(replies).unwrap();
+    assert_eq!(
+        text,
+        "ok latency 5 2\nerror unknown command 'bogus'\nok accept-limit 3\n"
+    );
+    let faults = venue.faults();
+    assert_eq!(
+        (faults.latency_ns, faults.jitter_ns, faults.accept_limit),
+        (5_000_000, 2_000_000, 3)
+    );
+}
+
+// Goal: garbage on the order port never takes the venue down: 200 connections each send
+// random bytes; every one is closed with a counted reason and a well-behaved session still
+// trades afterwards.
+#[test]
+fn random_bytes_never_crash_the_venue() {
+    use keel::rng::{Rng64, SplitMix64};
+    let mut venue = venue();
+    let mut rng = SplitMix64::new(99);
+    for _ in 0..200 {
+        let mut c = RawClient::connect(&mut venue);
+        let len = 1 + rng.below_inclusive(300) as usize;
+        let junk: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+        let _ = c.stream.write_all(&junk);
+        // Either closed by the venue, or waiting for the rest of a packet: both are fine.
+        let clock = TscClock::new();
+        for _ in 0..200 {
+            venue.step(clock.now_ns(), 0).unwrap();
+        }
+    }
+    let drops: u64 = venue.stats().drops.values().sum();
+    assert!(drops > 100, "{:?}", venue.stats().drops);
+    let mut good = RawClient::connect(&mut venue);
+    good.login("frank", 1);
+    good.read(&mut venue, 1);
+    good.enter(1, 10);
+    assert!(matches!(
+        sequenced(&good.read(&mut venue, 1))[0],
+        Outbound::Accepted(_)
+    ));
+}

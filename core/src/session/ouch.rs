@@ -27,7 +27,8 @@ pub struct ClientConfig {
     pub password: String,
     /// Wire layout.
     pub dialect: Dialect,
-    /// Orders whose UserRefNum mapping is kept (open orders plus recently closed).
+    /// Orders whose UserRefNum mapping is kept (open orders plus recently closed); the oldest
+    /// half is forgotten when the map reaches it.
     pub orders_max: u32,
     /// Symbol names by `SymbolId`, space padded.
     pub symbols: Vec<crate::order::SymbolName>,
@@ -205,9 +206,10 @@ impl OuchClient {
     fn assign(&mut self, id: ClientOrderId) -> u32 {
         let user_ref = self.next_user_ref;
         self.next_user_ref += 1;
-        if self.by_id.len() >= self.config.orders_max as usize * 2 {
-            // Forget the oldest mappings; their orders closed long ago (bounded memory).
-            let oldest = user_ref.saturating_sub(self.config.orders_max);
+        if self.by_id.len() >= self.config.orders_max as usize {
+            // Forget the older half; those orders closed long ago. The maps were sized for
+            // twice `orders_max`, so they never grow and never allocate here (bounded memory).
+            let oldest = user_ref.saturating_sub(self.config.orders_max / 2);
             self.by_user_ref.retain(|&u, _| u >= oldest);
             self.by_id.retain(|_, u| *u >= oldest);
         }

@@ -1,0 +1,183 @@
+//! Zero heap allocations on the engine's wire path. Method: the engine thread runs the
+//! dispatcher, the OUCH venue link and the io_uring reactor against keel's venue running in
+//! another thread, over loopback; a counting allocator armed on the engine thread only counts
+//! every allocation while 20,000 orders are entered and canceled after a warm-up. The count
+//! must be zero. (The venue is a simulator and allocates freely in its own thread.)
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use keel::clock::{Clock, TscClock};
+use keel::dispatch::{strategy_channel, venue_channel, Dispatcher, DispatcherConfig};
+use keel::net::{NetEvent, Reactor, ReactorConfig};
+use keel::order::{
+    ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
+    VenueId,
+};
+use keel::proto::ouch::Dialect;
+use keel::proto::soupbin::alpha;
+use keel::session::link::VenueLink;
+use keel::session::ouch::{ClientConfig, OuchClient};
+use keel::venue::flow::FlowConfig;
+use keel::venue::server::{VenueConfig, VenueServer};
+
+struct CountingAllocator;
+
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count_if_armed() {
+    let _ = ARMED.try_with(|armed| {
+        if armed.get() {
+            ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        }
+    });
+}
+
+// SAFETY: delegates every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_if_armed();
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_if_armed();
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+#[test]
+fn wire_path_allocates_nothing() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let venue_stop = Arc::clone(&stop);
+    let venue = std::thread::spawn(move || {
+        let config = VenueConfig {
+            flow: FlowConfig {
+                events_per_sec: 0,
+                ..FlowConfig::default()
+            },
+            ..VenueConfig::default()
+        };
+        let mut venue = VenueServer::new(config).unwrap();
+        tx.send(venue.local_addr()).unwrap();
+        let clock = TscClock::new();
+        while !venue_stop.load(Ordering::Relaxed) {
+            venue.step(clock.now_ns(), 1_000_000).unwrap();
+        }
+        venue.exchange().stats()
+    });
+    let addr = rx.recv().unwrap();
+
+    let clock = TscClock::new();
+    let mut reactor = Reactor::new(ReactorConfig {
+        conns_max: 2,
+        ..ReactorConfig::default()
+    })
+    .unwrap();
+    let (mut strategy, sport) = strategy_channel(64, 64);
+    let (vhandle, vport) = venue_channel(64, 64);
+    let mut config = DispatcherConfig {
+        strategies: 1,
+        venues: 1,
+        symbols: 4,
+        orders_max: 4_096,
+        ..DispatcherConfig::default()
+    };
+    // The venue is not rate limited here and the test is about allocation, not budget.
+    for window in config.limiter.windows.iter_mut().flatten() {
+        window.limit_weight = 1_000_000;
+        window.burst_weight = 100_000;
+    }
+    let mut dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns()).unwrap();
+    let symbols = ["AAPL", "MSFT", "AMZN", "NVDA"].map(alpha::<8>).to_vec();
+    let client = OuchClient::new(
+        ClientConfig {
+            username: "zero".into(),
+            password: "keel".into(),
+            dialect: Dialect::SPEC,
+            orders_max: 1_024,
+            symbols,
+        },
+        VenueId(0),
+    );
+    let mut link = VenueLink::new(addr, VenueId(0), client, vhandle);
+    link.start(&mut reactor).unwrap();
+    let mut events: Vec<NetEvent> = Vec::with_capacity(1_024);
+
+    let mut seq = 0u64;
+    let mut outstanding: Option<ClientOrderId> = None;
+    let mut done = 0u64;
+    let mut run =
+        |target: u64, strategy: &mut keel::dispatch::StrategyHandle, events: &mut Vec<NetEvent>| {
+            let mut passes = 0u64;
+            while done < target {
+                passes += 1;
+                assert!(passes < 50_000_000, "stalled after {done} orders");
+                let now = clock.now_ns();
+                events.clear();
+                reactor.poll(now, 0, events).unwrap();
+                for e in events.iter() {
+                    link.on_event(now, &mut reactor, e);
+                }
+                link.step(now, &mut reactor);
+                dispatcher.poll(now);
+                if outstanding.is_none() && dispatcher.is_synced(0) {
+                    seq += 1;
+                    let id = ClientOrderId::new(StrategyId(0), seq).unwrap();
+                    let order = NewOrder {
+                        id,
+                        venue: VenueId(0),
+                        symbol: SymbolId((seq % 4) as u16),
+                        side: Side::Buy,
+                        price: Price::from_units(1, 0),
+                        qty: 10,
+                        tif: TimeInForce::Day,
+                    };
+                    strategy.commands.push(Command::New(order)).unwrap();
+                    outstanding = Some(id);
+                }
+                while let Ok(e) = strategy.events.pop() {
+                    match e.kind {
+                        EventKind::Accepted => strategy
+                            .commands
+                            .push(Command::Cancel { id: e.id })
+                            .unwrap(),
+                        EventKind::Canceled => {
+                            outstanding = None;
+                            done += 1;
+                        }
+                        other => panic!("unexpected {other:?} for {}", e.id),
+                    }
+                }
+            }
+        };
+    run(2_000, &mut strategy, &mut events);
+    ARMED.with(|a| a.set(true));
+    run(22_000, &mut strategy, &mut events);
+    ARMED.with(|a| a.set(false));
+    let allocations = ALLOCATIONS.with(Cell::get);
+
+    stop.store(true, Ordering::Relaxed);
+    let venue_stats = venue.join().unwrap();
+    assert_eq!(venue_stats.accepted, 22_000);
+    assert_eq!(venue_stats.canceled, 22_000);
+    assert_eq!(dispatcher.stats().sent_new, 22_000);
+    assert_eq!(link.stats().decode_errors, 0);
+    assert_eq!(allocations, 0, "heap allocations on the engine's wire path");
+}
