@@ -407,10 +407,6 @@ fn server(
     let mut uring_conn = None;
     let mut uring_events = Vec::new();
     let config = VenueConfig {
-        exchange: keel::venue::exchange::ExchangeConfig {
-            orders_expected: 1 << 20,
-            ..Default::default()
-        },
         flow: FlowConfig {
             events_per_sec: 0,
             ..FlowConfig::default()
