@@ -53,7 +53,7 @@ fn client(name: &str) -> OuchClient {
             username: name.into(),
             password: "keel".into(),
             dialect: Dialect::SPEC,
-            orders_max: 1 << 20,
+            orders_max: 4_096,
             symbols,
         },
         VenueId(0),
