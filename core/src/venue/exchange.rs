@@ -151,6 +151,103 @@ impl Account {
     }
 }
 
+/// Reference numbers of synthetic orders have this bit set; account orders' do not.
+const SYNTHETIC_REF: OrderRef = 1 << 63;
+
+/// The venue's orders. Account orders live in a dense vector indexed by reference number (kept
+/// all day for status queries, appended in order: no hashing, no cache miss on entry);
+/// synthetic orders, forgotten once closed, in a hash map.
+#[derive(Debug, Default)]
+struct Orders {
+    accounts: Vec<VenueOrder>,
+    synthetic: FxHashMap<OrderRef, VenueOrder>,
+}
+
+impl Orders {
+    fn with_capacity(orders: usize) -> Self {
+        Self {
+            accounts: Vec::with_capacity(orders),
+            synthetic: FxHashMap::default(),
+        }
+    }
+
+    /// The reference the next account order gets.
+    fn next_account_ref(&self) -> OrderRef {
+        self.accounts.len() as OrderRef + 1
+    }
+
+    fn get(&self, r: &OrderRef) -> Option<&VenueOrder> {
+        if r & SYNTHETIC_REF != 0 {
+            self.synthetic.get(r)
+        } else {
+            self.accounts.get((*r as usize).checked_sub(1)?)
+        }
+    }
+
+    fn get_mut(&mut self, r: &OrderRef) -> Option<&mut VenueOrder> {
+        if r & SYNTHETIC_REF != 0 {
+            self.synthetic.get_mut(r)
+        } else {
+            self.accounts.get_mut((*r as usize).checked_sub(1)?)
+        }
+    }
+
+    fn insert(&mut self, r: OrderRef, order: VenueOrder) {
+        if r & SYNTHETIC_REF != 0 {
+            self.synthetic.insert(r, order);
+        } else {
+            assert_eq!(
+                r,
+                self.next_account_ref(),
+                "account order refs are dense and in order"
+            );
+            self.accounts.push(order);
+        }
+    }
+
+    /// Forgets a synthetic order (account orders are kept all day).
+    fn remove(&mut self, r: &OrderRef) -> Option<VenueOrder> {
+        assert!(
+            r & SYNTHETIC_REF != 0,
+            "only synthetic orders are forgotten"
+        );
+        self.synthetic.remove(r)
+    }
+}
+
+impl std::ops::Index<&OrderRef> for Orders {
+    type Output = VenueOrder;
+
+    fn index(&self, r: &OrderRef) -> &VenueOrder {
+        self.get(r).expect("order reference is known")
+    }
+}
+
+/// An account's UserRefNum → order map. UserRefNums only grow (older or equal ones are
+/// rejected before an order is booked), so this is an append-only sorted vector: entry is a
+/// push, lookup a binary search.
+#[derive(Debug, Default)]
+struct UserRefs(Vec<(u32, OrderRef)>);
+
+impl UserRefs {
+    fn get(&self, user_ref: &u32) -> Option<&OrderRef> {
+        let at = self.0.binary_search_by_key(user_ref, |(u, _)| *u).ok()?;
+        Some(&self.0[at].1)
+    }
+
+    fn insert(&mut self, user_ref: u32, order_ref: OrderRef) {
+        assert!(
+            self.0.last().is_none_or(|(last, _)| *last < user_ref),
+            "UserRefNums are validated increasing"
+        );
+        self.0.push((user_ref, order_ref));
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&u32, &OrderRef)> {
+        self.0.iter().map(|(u, r)| (u, r))
+    }
+}
+
 /// One account: its orders, ids and sequenced stream.
 #[derive(Debug, Default)]
 pub struct Account {
@@ -164,7 +261,7 @@ pub struct Account {
     stream_final: Vec<bool>,
     /// Shares bought and sold today, per symbol.
     positions: Vec<(u64, u64)>,
-    user_refs: FxHashMap<u32, OrderRef>,
+    user_refs: UserRefs,
     cl_ord_ids: FxHashSet<ClOrdId>,
     last_user_ref: u32,
     window_start_ns: u64,
@@ -192,10 +289,10 @@ pub struct Exchange {
     config: ExchangeConfig,
     symbols: SymbolTable,
     books: Vec<Book>,
-    orders: FxHashMap<OrderRef, VenueOrder>,
+    orders: Orders,
     accounts: Vec<Account>,
     by_username: FxHashMap<[u8; 6], u32>,
-    next_order_ref: OrderRef,
+    next_synthetic_ref: OrderRef,
     next_match: u64,
     fills: Vec<Fill>,
     scratch: Vec<u8>,
@@ -220,10 +317,10 @@ impl Exchange {
                 .map(|_| Book::with_capacity(config.orders_expected / config.symbols.len().max(1)))
                 .collect(),
             symbols,
-            orders: FxHashMap::with_capacity_and_hasher(config.orders_expected, Default::default()),
+            orders: Orders::with_capacity(config.orders_expected),
             accounts: Vec::new(),
             by_username: FxHashMap::default(),
-            next_order_ref: 1,
+            next_synthetic_ref: 1,
             next_match: 1,
             fills: Vec::new(),
             scratch: vec![0; 512],
@@ -261,7 +358,7 @@ impl Exchange {
             self.accounts.push(Account {
                 username,
                 positions: vec![(0, 0); symbols],
-                user_refs: FxHashMap::with_capacity_and_hasher(per_account, Default::default()),
+                user_refs: UserRefs(Vec::with_capacity(per_account)),
                 cl_ord_ids: FxHashSet::with_capacity_and_hasher(per_account, Default::default()),
                 ..Account::default()
             });
@@ -425,8 +522,7 @@ impl Exchange {
         symbol: u16,
         fields: OrderFields,
     ) {
-        let order_ref = self.next_order_ref;
-        self.next_order_ref += 1;
+        let order_ref = self.orders.next_account_ref();
         let a = &mut self.accounts[account as usize];
         a.last_user_ref = user_ref;
         a.cl_ord_ids.insert(fields.cl_ord_id);
@@ -475,8 +571,8 @@ impl Exchange {
         qty: u32,
         rest: bool,
     ) -> OrderRef {
-        let order_ref = self.next_order_ref;
-        self.next_order_ref += 1;
+        let order_ref = SYNTHETIC_REF | self.next_synthetic_ref;
+        self.next_synthetic_ref += 1;
         let fields = OrderFields {
             side: if side == Side::Buy { b'B' } else { b'S' },
             qty,
