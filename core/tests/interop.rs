@@ -159,6 +159,8 @@ fn keel_engine_trades_with_ouch_connect_venue() {
         dialect: Dialect::OUCH_CONNECT,
         orders_max: 64,
         symbols: vec![alpha("AAPL")],
+        // The ouch-connect server has no keel extension: an Account Query is the barrier.
+        reconcile: keel::session::ouch::ReconcileMode::AccountQueryBarrier,
     };
     let mut link = VenueLink::new(
         addr,
@@ -166,7 +168,7 @@ fn keel_engine_trades_with_ouch_connect_venue() {
         OuchClient::new(client_config, VenueId(0)),
         vhandle,
     );
-    link.start(&mut reactor).unwrap();
+    link.start(clock.now_ns(), &mut reactor);
 
     let id = ClientOrderId::new(StrategyId(0), 1).unwrap();
     let order = NewOrder {
@@ -220,7 +222,7 @@ fn keel_engine_trades_with_ouch_connect_venue() {
     assert!(
         summary
             .iter()
-            .any(|l| l == r#"SUMMARY {"cancel": 1, "enter": 1, "login": 1}"#),
+            .any(|l| l == r#"SUMMARY {"account_query": 1, "cancel": 1, "enter": 1, "login": 1}"#),
         "{summary:?}"
     );
 }

@@ -20,7 +20,8 @@ use keel::proto::ouch::{
 use keel::proto::soupbin::{
     alpha, decode_server, encode_client, frame, ClientPacket, LoginRequest, ServerPacket,
 };
-use keel::session::link::{Phase, VenueLink};
+use keel::session::link::VenueLink;
+use keel::session::machine::LinkState;
 use keel::session::ouch::{ClientConfig, OuchClient};
 use keel::venue::flow::FlowConfig;
 use keel::venue::server::{DropReason, VenueConfig, VenueServer};
@@ -70,11 +71,12 @@ impl Engine {
                 dialect: Dialect::SPEC,
                 orders_max: 1024,
                 symbols,
+                reconcile: Default::default(),
             },
             VenueId(0),
         );
         let mut link = VenueLink::new(venue.local_addr(), VenueId(0), client, vhandle);
-        link.start(&mut reactor).unwrap();
+        link.start(clock.now_ns(), &mut reactor);
         Self {
             clock,
             reactor,
@@ -133,7 +135,7 @@ fn order_round_trip_through_the_venue() {
     let mut venue = venue();
     let mut engine = Engine::new(&venue);
     engine.until(&mut venue, "login", |e, _| e.dispatcher.is_synced(0));
-    assert!(matches!(engine.link.phase(), Phase::LoggedIn(_)));
+    assert_eq!(engine.link.state(), LinkState::Synced);
     let buy = engine.order(1, Side::Buy, 100, Price::from_units(10, 0));
     engine.strategy.commands.push(Command::New(buy)).unwrap();
     let mut seen = Vec::new();

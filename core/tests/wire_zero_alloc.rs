@@ -113,11 +113,12 @@ fn wire_path_allocates_nothing() {
             dialect: Dialect::SPEC,
             orders_max: 1_024,
             symbols,
+            reconcile: Default::default(),
         },
         VenueId(0),
     );
     let mut link = VenueLink::new(addr, VenueId(0), client, vhandle);
-    link.start(&mut reactor).unwrap();
+    link.start(clock.now_ns(), &mut reactor);
     let mut events: Vec<NetEvent> = Vec::with_capacity(1_024);
 
     let mut seq = 0u64;

@@ -55,6 +55,7 @@ fn client(name: &str) -> OuchClient {
             dialect: Dialect::SPEC,
             orders_max: 4_096,
             symbols,
+            reconcile: Default::default(),
         },
         VenueId(0),
     )

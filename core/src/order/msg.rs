@@ -121,6 +121,9 @@ pub enum RejectReason {
     DuplicateId,
     /// Trading halted or market closed for the symbol.
     MarketClosed,
+    /// Found by reconciliation: the venue has no record of the order (it never arrived). It
+    /// is dead; re-entering it is a new order with a new id, never a resend.
+    NotReceived,
     /// Any other venue reason, carried as the venue's one-byte code.
     Other(u8),
 }

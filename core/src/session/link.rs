@@ -1,38 +1,48 @@
-//! A venue link over the io_uring reactor: connects, logs in, pumps dispatcher requests to the
-//! venue and venue answers back as outcomes, and keeps the line alive with heartbeats.
-//!
-//! Scope today: one connection attempt per [`VenueLink::start`]; on login the link reports
-//! `LinkState { synced: true }`, on any disconnect `synced: false`. Reconnect with backoff,
-//! reconciliation before SYNCED and ack timeouts are the session state machine's job (next
-//! issue); this driver is the wire underneath it.
+//! A venue link over the io_uring reactor, driven by the session state machine
+//! ([`super::machine`]): connect, log in asking for the next expected sequence number (the
+//! venue replays what was missed), reconcile (the venue's open orders against this session's),
+//! and only then report SYNCED so new orders may leave. Any failure — connect refused, login
+//! rejected, reconciliation too slow, the venue silent for too many heartbeat intervals, the
+//! connection lost — closes the connection, reports every order in flight as unknown (never
+//! failed, never resent), and schedules a reconnect with backoff and equal jitter.
 
 use std::net::SocketAddr;
 
+use super::machine::{Action, LinkState, SessionConfig, SessionEvent, SessionMachine};
 use super::ouch::{OuchClient, RequestError, SessionNews};
 use crate::dispatch::VenueHandle;
-use crate::net::{ConnId, NetError, NetEvent, Reactor};
-use crate::order::{CancelRejectReason, Outcome, OutcomeKind, RequestKind, VenueId};
+use crate::net::{ConnId, NetEvent, Reactor};
+use crate::order::{CancelRejectReason, ClientOrderId, Outcome, OutcomeKind, RequestKind, VenueId};
 use crate::proto::soupbin::frame;
 use crate::proto::DecodeError;
 
-/// Where the link is.
+/// Link timing and limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// No connection.
-    Disconnected,
-    /// TCP connect in progress.
-    Connecting(ConnId),
-    /// Login sent, no answer yet.
-    LoggingIn(ConnId),
-    /// Logged in: orders flow.
-    LoggedIn(ConnId),
+pub struct LinkConfig {
+    /// Session state machine settings (backoff, reconciliation timeout).
+    pub session: SessionConfig,
+    /// Send a heartbeat after this long without sending.
+    pub heartbeat_interval_ns: u64,
+    /// Declare the venue dead after this many heartbeat intervals without hearing from it.
+    pub silent_intervals_max: u32,
+    /// Largest SoupBinTCP packet accepted from the venue.
+    pub max_packet_len: u16,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        Self {
+            session: SessionConfig::default(),
+            heartbeat_interval_ns: 1_000_000_000,
+            silent_intervals_max: 3,
+            max_packet_len: 1024,
+        }
+    }
 }
 
 /// Counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LinkStats {
-    /// Connections lost or refused.
-    pub disconnects: u64,
     /// Venue bytes that did not decode (the connection was closed).
     pub decode_errors: u64,
     /// The last decode error.
@@ -41,6 +51,12 @@ pub struct LinkStats {
     pub request_errors: u64,
     /// Requests written.
     pub requests_sent: u64,
+    /// Times the venue was declared dead for silence.
+    pub heartbeat_timeouts: u64,
+    /// Orders reported unknown because the link dropped while they were in flight.
+    pub marked_unknown: u64,
+    /// Session transitions the driver asked for that the machine refused (a bug, counted).
+    pub invalid_transitions: u64,
 }
 
 /// A venue link. See the module docs.
@@ -50,37 +66,58 @@ pub struct VenueLink {
     venue: VenueId,
     client: OuchClient,
     handle: VenueHandle,
-    phase: Phase,
-    heartbeat_interval_ns: u64,
-    max_packet_len: u16,
+    config: LinkConfig,
+    machine: SessionMachine,
+    conn: Option<ConnId>,
+    reconnect_at_ns: Option<u64>,
+    last_rx_ns: u64,
     last_tx_ns: u64,
     scratch: [u8; 512],
-    /// A link-state change the outcome ring could not take yet (delivered on the next step).
-    pending_link_state: Option<bool>,
+    /// Outcomes the outcome ring could not take yet (link state, unknowns), sent first on the
+    /// next step; bounded by the client's order capacity plus one link state.
+    backlog: Vec<Outcome>,
     stats: LinkStats,
 }
 
 impl VenueLink {
     /// A link to `addr` carrying `venue`'s rings.
     pub fn new(addr: SocketAddr, venue: VenueId, client: OuchClient, handle: VenueHandle) -> Self {
+        Self::with_config(addr, venue, client, handle, LinkConfig::default())
+    }
+
+    /// A link with explicit timing.
+    pub fn with_config(
+        addr: SocketAddr,
+        venue: VenueId,
+        client: OuchClient,
+        handle: VenueHandle,
+        config: LinkConfig,
+    ) -> Self {
         Self {
             addr,
             venue,
             client,
             handle,
-            phase: Phase::Disconnected,
-            heartbeat_interval_ns: 1_000_000_000,
-            max_packet_len: 1024,
+            machine: SessionMachine::new(config.session),
+            config,
+            conn: None,
+            reconnect_at_ns: None,
+            last_rx_ns: 0,
             last_tx_ns: 0,
             scratch: [0; 512],
-            pending_link_state: None,
+            backlog: Vec::with_capacity(4_096),
             stats: LinkStats::default(),
         }
     }
 
-    /// Where the link is.
-    pub fn phase(&self) -> Phase {
-        self.phase
+    /// The session state.
+    pub fn state(&self) -> LinkState {
+        self.machine.state()
+    }
+
+    /// The session machine's counters.
+    pub fn session_stats(&self) -> super::machine::SessionStats {
+        self.machine.stats()
     }
 
     /// Counters.
@@ -88,103 +125,207 @@ impl VenueLink {
         self.stats
     }
 
-    /// The OUCH client (sequence numbers, id mapping, its counters).
+    /// The OUCH client (sequence numbers, id mapping, reconciliation results).
     pub fn client(&self) -> &OuchClient {
         &self.client
     }
 
-    /// Starts connecting.
-    pub fn start(&mut self, reactor: &mut Reactor) -> Result<(), NetError> {
-        assert_eq!(
-            self.phase,
-            Phase::Disconnected,
-            "start only from Disconnected"
-        );
-        self.phase = Phase::Connecting(reactor.connect(self.addr)?);
-        Ok(())
+    /// Starts the session (first connection attempt).
+    pub fn start(&mut self, now_ns: u64, reactor: &mut Reactor) {
+        self.event(now_ns, reactor, SessionEvent::Start);
     }
 
     /// Reacts to a reactor event (ignores events for other connections).
     pub fn on_event(&mut self, now_ns: u64, reactor: &mut Reactor, event: &NetEvent) {
-        match (self.phase, *event) {
-            (Phase::Connecting(c), NetEvent::Connected { conn }) if c == conn => {
-                let n = self
-                    .client
-                    .encode_login(&mut self.scratch)
-                    .expect("login fits the scratch buffer");
-                if reactor.send(conn, &self.scratch[..n]).is_ok() {
-                    self.last_tx_ns = now_ns;
-                    self.phase = Phase::LoggingIn(conn);
-                }
+        let Some(conn) = self.conn else { return };
+        match *event {
+            NetEvent::Connected { conn: c } if c == conn => {
+                self.last_rx_ns = now_ns;
+                self.event(now_ns, reactor, SessionEvent::TcpConnected);
             }
-            (Phase::Connecting(c), NetEvent::ConnectFailed { conn, .. }) if c == conn => {
-                self.lost(now_ns)
+            NetEvent::ConnectFailed { conn: c, .. } if c == conn => {
+                self.conn = None;
+                self.event(now_ns, reactor, SessionEvent::TcpFailed);
             }
-            (Phase::LoggingIn(c) | Phase::LoggedIn(c), NetEvent::Closed { conn, .. })
-                if c == conn =>
-            {
-                self.lost(now_ns)
+            NetEvent::Closed { conn: c, .. } if c == conn => {
+                self.conn = None;
+                self.event(now_ns, reactor, SessionEvent::ConnectionLost);
             }
             _ => {}
         }
     }
 
-    /// Reads venue packets, writes pending requests, sends a heartbeat when idle.
+    /// One pass: backlog, timers, venue packets, requests, heartbeats.
     pub fn step(&mut self, now_ns: u64, reactor: &mut Reactor) {
-        if let Some(synced) = self.pending_link_state.take() {
-            self.link_state(now_ns, synced);
+        self.flush_backlog();
+        if self.reconnect_at_ns.is_some_and(|at| now_ns >= at) {
+            self.reconnect_at_ns = None;
+            self.event(now_ns, reactor, SessionEvent::ReconnectDue);
         }
-        let (Phase::LoggingIn(conn) | Phase::LoggedIn(conn)) = self.phase else {
+        let state = self.machine.state();
+        if state == LinkState::Reconciling && now_ns >= self.machine.reconcile_deadline_ns() {
+            return self.event(now_ns, reactor, SessionEvent::ReconcileTimeout);
+        }
+        let Some(conn) = self.conn.filter(|_| {
+            matches!(
+                state,
+                LinkState::Connected | LinkState::Reconciling | LinkState::Synced
+            )
+        }) else {
             return;
         };
+        let silent_ns =
+            self.config.heartbeat_interval_ns * u64::from(self.config.silent_intervals_max);
+        if now_ns.saturating_sub(self.last_rx_ns) > silent_ns {
+            self.stats.heartbeat_timeouts += 1;
+            return self.event(now_ns, reactor, SessionEvent::HeartbeatTimeout);
+        }
         self.read(now_ns, reactor, conn);
-        if let Phase::LoggedIn(conn) = self.phase {
+        if self.machine.state() == LinkState::Synced
+            || self.machine.state() == LinkState::Reconciling
+        {
             self.write(now_ns, reactor, conn);
-            if now_ns.saturating_sub(self.last_tx_ns) >= self.heartbeat_interval_ns {
-                let n = OuchClient::encode_heartbeat(&mut self.scratch).expect("fits");
-                if reactor.send(conn, &self.scratch[..n]).is_ok() {
-                    self.last_tx_ns = now_ns;
-                }
+        }
+        if now_ns.saturating_sub(self.last_tx_ns) >= self.config.heartbeat_interval_ns {
+            let n = OuchClient::encode_heartbeat(&mut self.scratch).expect("fits");
+            if reactor.send(conn, &self.scratch[..n]).is_ok() {
+                self.last_tx_ns = now_ns;
             }
         }
     }
 
+    /// Feeds the machine and carries out its actions.
+    fn event(&mut self, now_ns: u64, reactor: &mut Reactor, event: SessionEvent) {
+        let actions = match self.machine.on(now_ns, event) {
+            Ok(actions) => actions,
+            Err(_) => {
+                self.stats.invalid_transitions += 1;
+                return;
+            }
+        };
+        for action in actions.iter() {
+            self.act(now_ns, reactor, action);
+        }
+    }
+
+    fn act(&mut self, now_ns: u64, reactor: &mut Reactor, action: Action) {
+        match action {
+            Action::Connect => match reactor.connect(self.addr) {
+                Ok(conn) => self.conn = Some(conn),
+                // No slot or no socket: treat like a refused connect (backoff, retry).
+                Err(_) => self.event(now_ns, reactor, SessionEvent::TcpFailed),
+            },
+            Action::SendLogin => {
+                let n = self
+                    .client
+                    .encode_login(&mut self.scratch)
+                    .expect("login fits the scratch buffer");
+                self.send(now_ns, reactor, n);
+            }
+            Action::SendReconcileQuery => {
+                let n = self
+                    .client
+                    .encode_reconcile_query(&mut self.scratch)
+                    .expect("fits");
+                self.send(now_ns, reactor, n);
+            }
+            Action::Close => {
+                if let Some(conn) = self.conn.take() {
+                    reactor.close(conn);
+                }
+            }
+            Action::MarkInFlightUnknown => {
+                let venue = self.venue;
+                let ids: Vec<ClientOrderId> = self.client.in_flight().collect();
+                for id in ids {
+                    self.stats.marked_unknown += 1;
+                    self.backlog.push(Outcome {
+                        venue,
+                        received_ns: now_ns,
+                        kind: OutcomeKind::Timeout { id },
+                    });
+                }
+            }
+            Action::ScheduleReconnect { at_ns } => self.reconnect_at_ns = Some(at_ns),
+            Action::Report { synced } => {
+                self.backlog.push(Outcome {
+                    venue: self.venue,
+                    received_ns: now_ns,
+                    kind: OutcomeKind::LinkState { synced },
+                });
+            }
+        }
+        self.flush_backlog();
+    }
+
+    fn send(&mut self, now_ns: u64, reactor: &mut Reactor, n: usize) {
+        if let Some(conn) = self.conn {
+            if reactor.send(conn, &self.scratch[..n]).is_ok() {
+                self.last_tx_ns = now_ns;
+            }
+        }
+    }
+
+    fn flush_backlog(&mut self) {
+        let mut sent = 0;
+        for outcome in &self.backlog {
+            if self.handle.outcomes.push(*outcome).is_err() {
+                break;
+            }
+            sent += 1;
+        }
+        self.backlog.drain(..sent);
+    }
+
     fn read(&mut self, now_ns: u64, reactor: &mut Reactor, conn: ConnId) {
-        // Each packet yields at most one outcome: read only while the outcome ring has room.
+        // A packet yields at most one outcome (a reconciliation answer a few): read only while
+        // the outcome ring has room, so the venue waits in TCP rather than outcomes being lost.
         while self.handle.outcomes.slots() > 1 {
-            let f = match frame(reactor.received(conn), self.max_packet_len) {
+            let f = match frame(reactor.received(conn), self.config.max_packet_len) {
                 Ok(Some(f)) => f,
                 Ok(None) => return,
-                Err(e) => return self.malformed(reactor, conn, e),
+                Err(e) => return self.malformed(now_ns, reactor, e),
             };
+            self.last_rx_ns = now_ns;
             let (packet_type, len) = (f.packet_type, f.len);
             let mut payload = [0u8; 1024];
             payload[..f.payload.len()].copy_from_slice(f.payload);
             let payload_len = f.payload.len();
             reactor.consume(conn, len);
-            let outcomes = &mut self.handle.outcomes;
+            let (outcomes, backlog) = (&mut self.handle.outcomes, &mut self.backlog);
             let news =
                 self.client
                     .on_packet(now_ns, packet_type, &payload[..payload_len], &mut |o| {
-                        outcomes.push(o).expect("room was checked");
+                        if let Err(rtrb::PushError::Full(o)) = outcomes.push(o) {
+                            backlog.push(o);
+                        }
                     });
-            match news {
-                Ok(SessionNews::LoggedIn { .. }) => {
-                    self.phase = Phase::LoggedIn(conn);
-                    self.link_state(now_ns, true);
-                }
-                Ok(SessionNews::LoginRejected | SessionNews::EndOfSession) => {
-                    reactor.close(conn);
-                    return;
-                }
-                Ok(SessionNews::Nothing) => {}
-                Err(e) => return self.malformed(reactor, conn, e),
+            let event = match news {
+                Ok(SessionNews::LoggedIn { .. }) => SessionEvent::LoginAccepted,
+                Ok(SessionNews::LoginRejected) => SessionEvent::LoginRejected,
+                Ok(SessionNews::EndOfSession) => SessionEvent::ConnectionLost,
+                Ok(SessionNews::Reconciled(r)) => SessionEvent::ReconcileComplete {
+                    unresolved: r.unresolved(),
+                },
+                Ok(SessionNews::Nothing) => continue,
+                Err(e) => return self.malformed(now_ns, reactor, e),
+            };
+            self.event(now_ns, reactor, event);
+            if self.conn != Some(conn) {
+                return;
             }
         }
     }
 
     fn write(&mut self, now_ns: u64, reactor: &mut Reactor, conn: ConnId) {
         while let Ok(request) = self.handle.requests.peek().copied() {
+            // The dispatcher sends new orders only when SYNCED; while reconciling only cancels
+            // and queries can be waiting, and they may go.
+            if self.machine.state() != LinkState::Synced
+                && matches!(request.kind, RequestKind::New(_) | RequestKind::Replace(_))
+            {
+                return;
+            }
             match self.client.encode_request(&request, &mut self.scratch) {
                 Ok(n) => {
                     if reactor.send(conn, &self.scratch[..n]).is_err() {
@@ -220,8 +361,7 @@ impl VenueLink {
             _ => None,
         };
         if let Some(kind) = outcome {
-            // The outcome ring has room: read() keeps a slot spare and requests are few.
-            let _ = self.handle.outcomes.push(Outcome {
+            self.backlog.push(Outcome {
                 venue: self.venue,
                 received_ns: now_ns,
                 kind,
@@ -229,30 +369,9 @@ impl VenueLink {
         }
     }
 
-    fn malformed(&mut self, reactor: &mut Reactor, conn: ConnId, error: DecodeError) {
+    fn malformed(&mut self, now_ns: u64, reactor: &mut Reactor, error: DecodeError) {
         self.stats.decode_errors += 1;
         self.stats.last_decode_error = Some(error);
-        reactor.close(conn);
-    }
-
-    fn lost(&mut self, now_ns: u64) {
-        let was_logged_in = matches!(self.phase, Phase::LoggedIn(_));
-        self.phase = Phase::Disconnected;
-        self.stats.disconnects += 1;
-        if was_logged_in {
-            self.link_state(now_ns, false);
-        }
-    }
-
-    fn link_state(&mut self, now_ns: u64, synced: bool) {
-        let outcome = Outcome {
-            venue: self.venue,
-            received_ns: now_ns,
-            kind: OutcomeKind::LinkState { synced },
-        };
-        // Link state must never be lost: if the ring is full, it is retried on the next step.
-        if self.handle.outcomes.push(outcome).is_err() {
-            self.pending_link_state = Some(synced);
-        }
+        self.event(now_ns, reactor, SessionEvent::ConnectionLost);
     }
 }

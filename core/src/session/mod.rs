@@ -4,4 +4,5 @@
 //! reconciliation and ack timeouts is the next step (see the open issues).
 
 pub mod link;
+pub mod machine;
 pub mod ouch;

@@ -32,6 +32,49 @@ pub struct ClientConfig {
     pub orders_max: u32,
     /// Symbol names by `SymbolId`, space padded.
     pub symbols: Vec<crate::order::SymbolName>,
+    /// How reconciliation asks the venue.
+    pub reconcile: ReconcileMode,
+}
+
+/// How a session reconciles after login.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReconcileMode {
+    /// keel's extension (`r` → `o`*, `y`*, `z`): open orders and positions compared.
+    #[default]
+    KeelExtension,
+    /// Standard OUCH only: an Account Query is the barrier — its answer comes after the
+    /// replayed stream, so every missed report has been applied when it arrives. Orders keel
+    /// believes open are not checked against the venue.
+    AccountQueryBarrier,
+}
+
+/// What this session knows of one of its orders, from what it sent and what the venue said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SessionOrder {
+    id: ClientOrderId,
+    qty: u32,
+    executed: u32,
+    price: i64,
+    accepted: bool,
+    closed: bool,
+}
+
+/// The outcome of comparing keel's view with the venue's reconciliation answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reconciliation {
+    /// Orders keel thought open that the venue never received (reported as rejected).
+    pub not_received: u32,
+    /// Executions the venue reports that keel had not seen (reported as fills).
+    pub missed_fills: u32,
+    /// Open orders at the venue that keel does not know: cannot be resolved automatically.
+    pub unknown_at_keel: u32,
+}
+
+impl Reconciliation {
+    /// Differences keel could not settle from the answer.
+    pub fn unresolved(&self) -> u32 {
+        self.unknown_at_keel
+    }
 }
 
 /// Counters.
@@ -47,6 +90,10 @@ pub struct ClientStats {
     pub informational: u64,
     /// Sequenced messages received.
     pub sequenced: u64,
+    /// Reconciliations completed.
+    pub reconciliations: u64,
+    /// The last reconciliation's result.
+    pub last_reconciliation: Reconciliation,
 }
 
 /// Why a request could not be encoded.
@@ -75,6 +122,8 @@ pub enum SessionNews {
     LoginRejected,
     /// The venue ended the session.
     EndOfSession,
+    /// A reconciliation answer was compared.
+    Reconciled(Reconciliation),
     /// Nothing for the session state (data, heartbeat, debug).
     Nothing,
 }
@@ -86,8 +135,12 @@ pub struct OuchClient {
     venue: VenueId,
     next_user_ref: u32,
     next_seq: u64,
-    by_user_ref: FxHashMap<u32, ClientOrderId>,
+    by_user_ref: FxHashMap<u32, SessionOrder>,
     by_id: FxHashMap<ClientOrderId, u32>,
+    /// UserRefNums the venue reported open in the reconciliation answer being received.
+    venue_open: Vec<u32>,
+    /// An Account Query barrier is outstanding.
+    awaiting_barrier: bool,
     stats: ClientStats,
 }
 
@@ -100,6 +153,8 @@ impl OuchClient {
             by_id: FxHashMap::with_capacity_and_hasher(cap, Default::default()),
             next_user_ref: 1,
             next_seq: 1,
+            venue_open: Vec::with_capacity(config.orders_max as usize),
+            awaiting_barrier: false,
             stats: ClientStats::default(),
             venue,
             config,
@@ -133,6 +188,29 @@ impl OuchClient {
         soupbin::encode_client(out, &ClientPacket::LoginRequest(login))
     }
 
+    /// Encodes the reconciliation query and starts collecting the venue's answer.
+    pub fn encode_reconcile_query(&mut self, out: &mut [u8]) -> Result<usize, EncodeError> {
+        self.venue_open.clear();
+        let query = match self.config.reconcile {
+            ReconcileMode::KeelExtension => Inbound::ReconcileQuery,
+            ReconcileMode::AccountQueryBarrier => {
+                self.awaiting_barrier = true;
+                Inbound::AccountQuery
+            }
+        };
+        let mut msg = [0u8; 1];
+        let n = encode_inbound(&mut msg, &query, self.config.dialect)?;
+        soupbin::encode_client(out, &ClientPacket::Unsequenced(&msg[..n]))
+    }
+
+    /// Orders sent and not yet answered (their outcome is unknown if the link drops).
+    pub fn in_flight(&self) -> impl Iterator<Item = ClientOrderId> + '_ {
+        self.by_user_ref
+            .values()
+            .filter(|o| !o.accepted && !o.closed)
+            .map(|o| o.id)
+    }
+
     /// Encodes a client heartbeat.
     pub fn encode_heartbeat(out: &mut [u8]) -> Result<usize, EncodeError> {
         soupbin::encode_client(out, &ClientPacket::Heartbeat)
@@ -148,7 +226,7 @@ impl OuchClient {
         let dialect = self.config.dialect;
         let n = match request.kind {
             RequestKind::New(order) => {
-                let user_ref = self.assign(order.id);
+                let user_ref = self.assign(order.id, order.qty, order.price.0);
                 let order = self.fields(&order)?;
                 encode_inbound(
                     &mut msg,
@@ -184,7 +262,7 @@ impl OuchClient {
         let orig_user_ref = self
             .user_ref(r.id)
             .ok_or(RequestError::UnknownOrder(r.id))?;
-        let user_ref = self.assign(r.new_id);
+        let user_ref = self.assign(r.new_id, r.qty, r.price.0);
         let replace = ReplaceOrder {
             orig_user_ref,
             user_ref,
@@ -203,7 +281,7 @@ impl OuchClient {
         )?)
     }
 
-    fn assign(&mut self, id: ClientOrderId) -> u32 {
+    fn assign(&mut self, id: ClientOrderId, qty: u32, price: i64) -> u32 {
         let user_ref = self.next_user_ref;
         self.next_user_ref += 1;
         if self.by_id.len() >= self.config.orders_max as usize {
@@ -213,7 +291,15 @@ impl OuchClient {
             self.by_user_ref.retain(|&u, _| u >= oldest);
             self.by_id.retain(|_, u| *u >= oldest);
         }
-        self.by_user_ref.insert(user_ref, id);
+        let order = SessionOrder {
+            id,
+            qty,
+            executed: 0,
+            price,
+            accepted: false,
+            closed: false,
+        };
+        self.by_user_ref.insert(user_ref, order);
         self.by_id.insert(id, user_ref);
         user_ref
     }
@@ -262,6 +348,19 @@ impl OuchClient {
                 let msg = decode_outbound(msg, self.config.dialect)?;
                 self.next_seq += 1;
                 self.stats.sequenced += 1;
+                let barrier = matches!(msg, Outbound::AccountQueryResponse { .. })
+                    && std::mem::take(&mut self.awaiting_barrier);
+                if barrier {
+                    self.stats.reconciliations += 1;
+                    self.stats.last_reconciliation = Reconciliation::default();
+                    return Ok(SessionNews::Reconciled(Reconciliation::default()));
+                }
+                if let Outbound::ReconcileEnd { .. } = msg {
+                    let result = self.reconcile(now_ns, emit);
+                    self.stats.reconciliations += 1;
+                    self.stats.last_reconciliation = result;
+                    return Ok(SessionNews::Reconciled(result));
+                }
                 if let Some(kind) = self.map(&msg) {
                     self.stats.mapped += 1;
                     emit(Outcome {
@@ -277,39 +376,65 @@ impl OuchClient {
 
     fn map(&mut self, msg: &Outbound<'_>) -> Option<OutcomeKind> {
         let kind = match *msg {
-            Outbound::Accepted(a) => OutcomeKind::Accepted {
-                id: self.id(a.user_ref)?,
-            },
-            Outbound::Replaced(a) => OutcomeKind::Replaced {
-                id: self.id(a.orig_user_ref)?,
-                new_id: self.id(a.user_ref)?,
-            },
+            Outbound::Accepted(a) => {
+                self.update(a.user_ref, |o| o.accepted = true);
+                OutcomeKind::Accepted {
+                    id: self.id(a.user_ref)?,
+                }
+            }
+            Outbound::Replaced(a) => {
+                self.update(a.orig_user_ref, |o| o.closed = true);
+                self.update(a.user_ref, |o| o.accepted = true);
+                OutcomeKind::Replaced {
+                    id: self.id(a.orig_user_ref)?,
+                    new_id: self.id(a.user_ref)?,
+                }
+            }
             Outbound::Executed {
                 user_ref,
                 qty,
                 price,
                 ..
-            } => OutcomeKind::Fill {
-                id: self.id(user_ref)?,
-                qty,
-                price: Price(price),
-            },
+            } => {
+                self.update(user_ref, |o| {
+                    o.accepted = true;
+                    o.executed += qty;
+                    o.closed |= o.executed >= o.qty;
+                });
+                OutcomeKind::Fill {
+                    id: self.id(user_ref)?,
+                    qty,
+                    price: Price(price),
+                }
+            }
             Outbound::Canceled { user_ref, .. } | Outbound::AiqCanceled { user_ref, .. } => {
+                self.update(user_ref, |o| o.closed = true);
                 OutcomeKind::Canceled {
                     id: self.id(user_ref)?,
                 }
             }
             Outbound::Rejected {
                 user_ref, reason, ..
-            } => OutcomeKind::Rejected {
-                id: self.id(user_ref)?,
-                reason: reject_reason(reason),
-            },
+            } => {
+                self.update(user_ref, |o| o.closed = true);
+                OutcomeKind::Rejected {
+                    id: self.id(user_ref)?,
+                    reason: reject_reason(reason),
+                }
+            }
             // OUCH's cancel reject carries no reason: the order was not open to cancel.
             Outbound::CancelReject { user_ref, .. } => OutcomeKind::CancelRejected {
                 id: self.id(user_ref)?,
                 reason: CancelRejectReason::TooLateToCancel,
             },
+            Outbound::OrderStatus(status) => {
+                // Part of a reconciliation answer (or a status query): remember it is open.
+                if status.state == b'L' && self.venue_open.len() < self.venue_open.capacity() {
+                    self.venue_open.push(status.user_ref);
+                }
+                self.stats.informational += 1;
+                return None;
+            }
             Outbound::BrokenTrade { .. } => {
                 self.stats.broken_trades += 1;
                 return None;
@@ -322,8 +447,47 @@ impl OuchClient {
         Some(kind)
     }
 
+    fn update(&mut self, user_ref: u32, change: impl FnOnce(&mut SessionOrder)) {
+        if let Some(order) = self.by_user_ref.get_mut(&user_ref) {
+            change(order);
+        }
+    }
+
+    /// Compares this session's open orders with the venue's answer (the stream before it has
+    /// been replayed, so every close the venue made is already applied). What the venue's
+    /// answer settles becomes outcomes; what it cannot is counted as unresolved.
+    fn reconcile(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> Reconciliation {
+        let mut result = Reconciliation::default();
+        self.venue_open.sort_unstable();
+        for (user_ref, order) in self.by_user_ref.iter_mut() {
+            if order.closed {
+                continue;
+            }
+            if self.venue_open.binary_search(user_ref).is_err() {
+                // Open at keel, unknown to the venue after a full replay: it never arrived.
+                order.closed = true;
+                result.not_received += 1;
+                let kind = OutcomeKind::Rejected {
+                    id: order.id,
+                    reason: RejectReason::NotReceived,
+                };
+                emit(Outcome {
+                    venue: self.venue,
+                    received_ns: now_ns,
+                    kind,
+                });
+            }
+        }
+        for &user_ref in &self.venue_open {
+            if !self.by_user_ref.contains_key(&user_ref) {
+                result.unknown_at_keel += 1;
+            }
+        }
+        result
+    }
+
     fn id(&mut self, user_ref: u32) -> Option<ClientOrderId> {
-        let id = self.by_user_ref.get(&user_ref).copied();
+        let id = self.by_user_ref.get(&user_ref).map(|o| o.id);
         if id.is_none() {
             self.stats.unknown_user_ref += 1;
         }

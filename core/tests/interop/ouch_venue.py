@@ -1,8 +1,9 @@
 """An independent OUCH venue (the ouch-connect package) that keel's engine trades with.
 
 Usage: python ouch_venue.py HOST:PORT SECONDS
-Accepts a login, answers every Enter Order with Order Accepted and every Cancel Order with
-Order Canceled, built from the ouch-connect package's own message samples. Prints READY once
+Accepts a login, answers every Enter Order with Order Accepted, every Cancel Order with
+Order Canceled and every Account Query with its response, built from the ouch-connect
+package's own message samples. Prints READY once
 listening and a summary line at the end.
 """
 import json
@@ -57,6 +58,13 @@ class Venue(DecoratorDriver):
         can["orig_user_ref_number"] = ref
         can["user_ref_number"] = ref
         can["quantity"] = ORDERS.get(ref, {}).get("quantity", 0)
+        self.sender.send(reply)
+
+    @on_recv({"UPayload": {"AccountQueryRequest": {}}})
+    def on_account_query(self, con_id, msg):
+        self.count("account_query")
+        reply = sample("AccountQueryResponse")
+        reply["SPayload"]["AccountQueryResponse"]["next_user_ref_number"] = max(ORDERS, default=0) + 1
         self.sender.send(reply)
 
     @on_recv({})

@@ -1,0 +1,425 @@
+//! The venue session state machine, sans-IO.
+//!
+//! `Disconnected → Connecting → Connected → Reconciling → Synced`, with every failure path back
+//! to `Disconnected` and a reconnect scheduled with exponential backoff and equal jitter. Only
+//! `Synced` lets new orders leave (the dispatcher is told through `Action::Report`). The
+//! machine owns no socket and reads no clock: the driver (`link`) feeds it events with `now_ns`
+//! and carries out the actions it writes into the caller's buffer.
+
+use crate::guard::backoff::{Backoff, BackoffConfig};
+use crate::rng::SplitMix64;
+
+/// Where a venue link stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LinkState {
+    /// No connection; a reconnect may be scheduled.
+    Disconnected,
+    /// TCP connect in progress.
+    Connecting,
+    /// Connected, login sent, no answer yet.
+    Connected,
+    /// Logged in; the missed stream is replaying and the venue's open orders and positions
+    /// are being compared with keel's. No new orders.
+    Reconciling,
+    /// Reconciled: new orders may leave.
+    Synced,
+}
+
+/// What happened to the link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionEvent {
+    /// Begin (first connection).
+    Start,
+    /// The reconnect delay elapsed.
+    ReconnectDue,
+    /// TCP connected.
+    TcpConnected,
+    /// TCP connect failed or was refused.
+    TcpFailed,
+    /// The venue accepted the login.
+    LoginAccepted,
+    /// The venue refused the login.
+    LoginRejected,
+    /// The reconciliation answer arrived and was compared.
+    ReconcileComplete {
+        /// Differences keel could not resolve from the venue's answer.
+        unresolved: u32,
+    },
+    /// Reconciliation did not finish within `reconcile_timeout_ns`.
+    ReconcileTimeout,
+    /// The venue was silent for too many heartbeat intervals.
+    HeartbeatTimeout,
+    /// The connection closed (reset, peer close, decode error, end of session).
+    ConnectionLost,
+}
+
+/// What the driver must do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Open a TCP connection.
+    Connect,
+    /// Send the login (asking for the next expected sequence number).
+    SendLogin,
+    /// Ask the venue for its open orders and positions.
+    SendReconcileQuery,
+    /// Close the connection.
+    Close,
+    /// Every request in flight is now of unknown outcome: report each as a timeout.
+    MarkInFlightUnknown,
+    /// Try again at `at_ns`.
+    ScheduleReconnect {
+        /// When.
+        at_ns: u64,
+    },
+    /// Tell the dispatcher whether new orders may leave.
+    Report {
+        /// True only in `Synced`.
+        synced: bool,
+    },
+}
+
+/// An event the current state does not allow (a driver bug, reported, never a panic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("invalid session transition: {event:?} in {state:?}")]
+pub struct InvalidTransition {
+    /// State.
+    pub state: LinkState,
+    /// Event.
+    pub event: SessionEvent,
+}
+
+/// Session timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// Reconnect backoff.
+    pub backoff: BackoffConfig,
+    /// Longest time from login to reconciled.
+    pub reconcile_timeout_ns: u64,
+    /// Seed of the backoff jitter (distinct per link so links do not retry in lockstep).
+    pub jitter_seed: u64,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            backoff: BackoffConfig::default(),
+            reconcile_timeout_ns: 5_000_000_000,
+            jitter_seed: 1,
+        }
+    }
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Connection attempts.
+    pub connects: u64,
+    /// Times the link reached `Synced`.
+    pub synced: u64,
+    /// Losses of a connection (any state).
+    pub disconnects: u64,
+    /// Reconciliations that timed out.
+    pub reconcile_timeouts: u64,
+    /// Reconciliations that ended with unresolved differences.
+    pub unreconciled: u64,
+    /// Invalid transitions requested by the driver.
+    pub invalid: u64,
+}
+
+/// Up to this many actions per event.
+pub const ACTIONS_MAX: usize = 4;
+
+/// The actions of one event, in order.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Actions {
+    items: [Option<Action>; ACTIONS_MAX],
+    len: usize,
+}
+
+impl Actions {
+    fn push(&mut self, action: Action) {
+        assert!(
+            self.len < ACTIONS_MAX,
+            "more than {ACTIONS_MAX} actions for one event"
+        );
+        self.items[self.len] = Some(action);
+        self.len += 1;
+    }
+
+    /// The actions, in the order to carry them out.
+    pub fn iter(&self) -> impl Iterator<Item = Action> + '_ {
+        self.items[..self.len].iter().flatten().copied()
+    }
+}
+
+/// The session state machine.
+#[derive(Debug, Clone)]
+pub struct SessionMachine {
+    state: LinkState,
+    config: SessionConfig,
+    backoff: Backoff,
+    rng: SplitMix64,
+    reconcile_deadline_ns: u64,
+    stats: SessionStats,
+}
+
+impl SessionMachine {
+    /// A machine in `Disconnected`.
+    pub fn new(config: SessionConfig) -> Self {
+        Self {
+            state: LinkState::Disconnected,
+            backoff: Backoff::new(config.backoff),
+            rng: SplitMix64::new(config.jitter_seed),
+            reconcile_deadline_ns: u64::MAX,
+            stats: SessionStats::default(),
+            config,
+        }
+    }
+
+    /// Current state.
+    pub fn state(&self) -> LinkState {
+        self.state
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SessionStats {
+        self.stats
+    }
+
+    /// When reconciliation must be done by (only meaningful in `Reconciling`).
+    pub fn reconcile_deadline_ns(&self) -> u64 {
+        self.reconcile_deadline_ns
+    }
+
+    /// Applies `event`; the actions to carry out are returned in order.
+    pub fn on(&mut self, now_ns: u64, event: SessionEvent) -> Result<Actions, InvalidTransition> {
+        use LinkState::*;
+        use SessionEvent as E;
+        let mut out = Actions::default();
+        match (self.state, event) {
+            (Disconnected, E::Start | E::ReconnectDue) => self.to_connecting(&mut out),
+            (Connecting, E::TcpConnected) => self.to_connected(&mut out),
+            (Connected, E::LoginAccepted) => self.to_reconciling(now_ns, &mut out),
+            (Reconciling, E::ReconcileComplete { unresolved: 0 }) => self.to_synced(&mut out),
+            // Differences keel cannot settle alone: ask again, stay closed to new orders.
+            (Reconciling, E::ReconcileComplete { .. }) => {
+                self.stats.unreconciled += 1;
+                out.push(Action::SendReconcileQuery);
+            }
+            (Reconciling, E::ReconcileTimeout) => {
+                self.stats.reconcile_timeouts += 1;
+                self.to_disconnected(now_ns, &mut out);
+            }
+            (Connecting, E::TcpFailed) => self.to_disconnected(now_ns, &mut out),
+            (Connected, E::LoginRejected) => self.to_disconnected(now_ns, &mut out),
+            (
+                Connecting | Connected | Reconciling | Synced,
+                E::ConnectionLost | E::HeartbeatTimeout,
+            ) => self.to_disconnected(now_ns, &mut out),
+            (state, event) => {
+                self.stats.invalid += 1;
+                return Err(InvalidTransition { state, event });
+            }
+        }
+        Ok(out)
+    }
+
+    fn to_connecting(&mut self, out: &mut Actions) {
+        assert_eq!(self.state, LinkState::Disconnected);
+        self.state = LinkState::Connecting;
+        self.stats.connects += 1;
+        out.push(Action::Connect);
+    }
+
+    fn to_connected(&mut self, out: &mut Actions) {
+        assert_eq!(self.state, LinkState::Connecting);
+        self.state = LinkState::Connected;
+        out.push(Action::SendLogin);
+    }
+
+    fn to_reconciling(&mut self, now_ns: u64, out: &mut Actions) {
+        assert_eq!(self.state, LinkState::Connected);
+        self.state = LinkState::Reconciling;
+        self.reconcile_deadline_ns = now_ns + self.config.reconcile_timeout_ns;
+        out.push(Action::SendReconcileQuery);
+    }
+
+    fn to_synced(&mut self, out: &mut Actions) {
+        assert_eq!(self.state, LinkState::Reconciling);
+        self.state = LinkState::Synced;
+        self.stats.synced += 1;
+        self.backoff.reset();
+        out.push(Action::Report { synced: true });
+    }
+
+    fn to_disconnected(&mut self, now_ns: u64, out: &mut Actions) {
+        assert_ne!(self.state, LinkState::Disconnected, "already disconnected");
+        let was_synced = self.state == LinkState::Synced;
+        let had_connection = self.state != LinkState::Connecting;
+        self.state = LinkState::Disconnected;
+        self.stats.disconnects += 1;
+        self.reconcile_deadline_ns = u64::MAX;
+        if had_connection {
+            out.push(Action::Close);
+        }
+        out.push(Action::MarkInFlightUnknown);
+        if was_synced {
+            out.push(Action::Report { synced: false });
+        }
+        let delay = self
+            .backoff
+            .next_delay_ns(&mut self.rng)
+            .unwrap_or(u64::MAX / 2);
+        out.push(Action::ScheduleReconnect {
+            at_ns: now_ns.saturating_add(delay),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use LinkState::*;
+
+    fn config() -> SessionConfig {
+        SessionConfig {
+            backoff: BackoffConfig {
+                base_ns: 1_000,
+                cap_ns: 64_000,
+                attempts_max: u32::MAX,
+            },
+            reconcile_timeout_ns: 10_000,
+            jitter_seed: 3,
+        }
+    }
+
+    fn actions(m: &mut SessionMachine, now: u64, e: SessionEvent) -> Vec<Action> {
+        m.on(now, e).unwrap().iter().collect()
+    }
+
+    // Goal: the happy path, action by action.
+    #[test]
+    fn connect_login_reconcile_synced() {
+        let mut m = SessionMachine::new(config());
+        assert_eq!(
+            actions(&mut m, 0, SessionEvent::Start),
+            vec![Action::Connect]
+        );
+        assert_eq!(
+            actions(&mut m, 1, SessionEvent::TcpConnected),
+            vec![Action::SendLogin]
+        );
+        assert_eq!(
+            actions(&mut m, 2, SessionEvent::LoginAccepted),
+            vec![Action::SendReconcileQuery]
+        );
+        assert_eq!(m.reconcile_deadline_ns(), 10_002);
+        assert_eq!(
+            actions(&mut m, 3, SessionEvent::ReconcileComplete { unresolved: 2 }),
+            vec![Action::SendReconcileQuery],
+            "unresolved differences: not synced, ask again"
+        );
+        assert_eq!(m.state(), Reconciling);
+        assert_eq!(
+            actions(&mut m, 4, SessionEvent::ReconcileComplete { unresolved: 0 }),
+            vec![Action::Report { synced: true }]
+        );
+        assert_eq!(m.state(), Synced);
+        assert_eq!(m.stats().unreconciled, 1);
+    }
+
+    // Goal: losing a synced link closes, marks in-flight orders unknown, reports not synced,
+    // and schedules a reconnect with an equal-jitter delay.
+    #[test]
+    fn loss_from_synced() {
+        let mut m = SessionMachine::new(config());
+        for e in [
+            SessionEvent::Start,
+            SessionEvent::TcpConnected,
+            SessionEvent::LoginAccepted,
+            SessionEvent::ReconcileComplete { unresolved: 0 },
+        ] {
+            m.on(0, e).unwrap();
+        }
+        let got = actions(&mut m, 100, SessionEvent::HeartbeatTimeout);
+        assert_eq!(
+            &got[..3],
+            &[
+                Action::Close,
+                Action::MarkInFlightUnknown,
+                Action::Report { synced: false }
+            ]
+        );
+        let Action::ScheduleReconnect { at_ns } = got[3] else {
+            panic!("{got:?}")
+        };
+        assert!(
+            (100 + 500..=100 + 1_000).contains(&at_ns),
+            "first delay in [base/2, base]: {at_ns}"
+        );
+    }
+
+    // Goal: reconciliation timeout is a failure path like any other.
+    #[test]
+    fn reconcile_timeout_disconnects() {
+        let mut m = SessionMachine::new(config());
+        for e in [
+            SessionEvent::Start,
+            SessionEvent::TcpConnected,
+            SessionEvent::LoginAccepted,
+        ] {
+            m.on(0, e).unwrap();
+        }
+        let got = actions(&mut m, 10_000, SessionEvent::ReconcileTimeout);
+        assert!(got.contains(&Action::Close) && !got.contains(&Action::Report { synced: false }));
+        assert_eq!(m.state(), Disconnected);
+        assert_eq!(m.stats().reconcile_timeouts, 1);
+    }
+
+    fn event() -> impl Strategy<Value = SessionEvent> {
+        prop_oneof![
+            Just(SessionEvent::Start),
+            Just(SessionEvent::ReconnectDue),
+            Just(SessionEvent::TcpConnected),
+            Just(SessionEvent::TcpFailed),
+            Just(SessionEvent::LoginAccepted),
+            Just(SessionEvent::LoginRejected),
+            (0u32..3).prop_map(|unresolved| SessionEvent::ReconcileComplete { unresolved }),
+            Just(SessionEvent::ReconcileTimeout),
+            Just(SessionEvent::HeartbeatTimeout),
+            Just(SessionEvent::ConnectionLost),
+        ]
+    }
+
+    proptest! {
+        // Goal: whatever the event sequence: `Report { synced: true }` is emitted exactly when
+        // entering Synced and `synced: false` exactly when leaving it; every failure lands in
+        // Disconnected with a reconnect scheduled in the future; invalid events change nothing.
+        #[test]
+        fn invariants_hold(events in proptest::collection::vec(event(), 1..200)) {
+            let mut m = SessionMachine::new(config());
+            let mut now = 0;
+            for e in events {
+                now += 7;
+                let before = m.state();
+                match m.on(now, e) {
+                    Err(InvalidTransition { state, .. }) => prop_assert_eq!(state, before),
+                    Ok(acts) => {
+                        let acts: Vec<Action> = acts.iter().collect();
+                        let after = m.state();
+                        let up = acts.contains(&Action::Report { synced: true });
+                        let down = acts.contains(&Action::Report { synced: false });
+                        prop_assert_eq!(up, before != Synced && after == Synced);
+                        prop_assert_eq!(down, before == Synced && after != Synced);
+                        if after == Disconnected {
+                            let scheduled = acts.iter().any(|a| matches!(a, Action::ScheduleReconnect { at_ns } if *at_ns > now));
+                            prop_assert!(scheduled, "no future reconnect in {:?}", acts);
+                            prop_assert!(acts.contains(&Action::MarkInFlightUnknown));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

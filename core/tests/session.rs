@@ -1,0 +1,257 @@
+//! Venue sessions that survive, on real sockets: a venue restart while an order rests (the
+//! missed fill arrives by replay, then reconciliation, then SYNCED), and an order lost in a
+//! dropped connection (Unknown, then resolved by reconciliation as never received — never
+//! resent).
+
+use keel::clock::{Clock, TscClock};
+use keel::dispatch::{
+    strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle,
+};
+use keel::guard::backoff::BackoffConfig;
+use keel::net::{NetEvent, Reactor, ReactorConfig};
+use keel::order::{
+    ClientOrderId, Command, Event, EventKind, NewOrder, OrderState, Price, RefusalReason,
+    RejectReason, Side, StrategyId, SymbolId, TimeInForce, VenueId,
+};
+use keel::proto::ouch::Dialect;
+use keel::proto::soupbin::alpha;
+use keel::session::link::{LinkConfig, VenueLink};
+use keel::session::machine::{LinkState, SessionConfig};
+use keel::session::ouch::{ClientConfig, OuchClient};
+use keel::venue::flow::FlowConfig;
+use keel::venue::server::{VenueConfig, VenueServer};
+
+const MS: u64 = 1_000_000;
+
+struct Rig {
+    clock: TscClock,
+    venue: VenueServer,
+    reactor: Reactor,
+    dispatcher: Dispatcher,
+    link: VenueLink,
+    strategy: StrategyHandle,
+    events: Vec<Event>,
+    net: Vec<NetEvent>,
+}
+
+impl Rig {
+    fn new() -> Self {
+        let clock = TscClock::new();
+        let venue = VenueServer::new(VenueConfig {
+            flow: FlowConfig {
+                events_per_sec: 0,
+                ..FlowConfig::default()
+            },
+            ..VenueConfig::default()
+        })
+        .unwrap();
+        let mut reactor = Reactor::new(ReactorConfig {
+            conns_max: 4,
+            ..ReactorConfig::default()
+        })
+        .unwrap();
+        let (strategy, sport) = strategy_channel(256, 256);
+        let (vhandle, vport) = venue_channel(256, 256);
+        let config = DispatcherConfig {
+            strategies: 1,
+            venues: 1,
+            symbols: 4,
+            ..DispatcherConfig::default()
+        };
+        let dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns()).unwrap();
+        let symbols = ["AAPL", "MSFT", "AMZN", "NVDA"].map(alpha::<8>).to_vec();
+        let client = OuchClient::new(
+            ClientConfig {
+                username: "sess".into(),
+                password: "keel".into(),
+                dialect: Dialect::SPEC,
+                orders_max: 1024,
+                symbols,
+                reconcile: Default::default(),
+            },
+            VenueId(0),
+        );
+        let link_config = LinkConfig {
+            session: SessionConfig {
+                backoff: BackoffConfig {
+                    base_ns: 20 * MS,
+                    cap_ns: 200 * MS,
+                    attempts_max: u32::MAX,
+                },
+                ..SessionConfig::default()
+            },
+            ..LinkConfig::default()
+        };
+        let mut link =
+            VenueLink::with_config(venue.local_addr(), VenueId(0), client, vhandle, link_config);
+        link.start(clock.now_ns(), &mut reactor);
+        Self {
+            clock,
+            venue,
+            reactor,
+            dispatcher,
+            link,
+            strategy,
+            events: Vec::new(),
+            net: Vec::new(),
+        }
+    }
+
+    fn step(&mut self) {
+        let now = self.clock.now_ns();
+        self.venue.step(now, 0).unwrap();
+        self.net.clear();
+        self.reactor.poll(now, 0, &mut self.net).unwrap();
+        for e in &self.net {
+            self.link.on_event(now, &mut self.reactor, e);
+        }
+        self.link.step(now, &mut self.reactor);
+        self.dispatcher.poll(now);
+        self.events
+            .extend(std::iter::from_fn(|| self.strategy.events.pop().ok()));
+    }
+
+    fn until(&mut self, what: &str, mut done: impl FnMut(&Self) -> bool) {
+        let deadline = self.clock.now_ns() + 10_000 * MS;
+        while self.clock.now_ns() < deadline {
+            self.step();
+            if done(self) {
+                return;
+            }
+        }
+        panic!(
+            "timed out waiting for {what}; link {:?} {:?}, events {:?}",
+            self.link.state(),
+            self.link.stats(),
+            self.events
+        );
+    }
+
+    fn order(&self, seq: u64, qty: u32) -> NewOrder {
+        NewOrder {
+            id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
+            venue: VenueId(0),
+            symbol: SymbolId(1),
+            side: Side::Buy,
+            price: Price::from_units(50, 0),
+            qty,
+            tif: TimeInForce::Day,
+        }
+    }
+
+    fn kinds(&self, id: ClientOrderId) -> Vec<EventKind> {
+        self.events
+            .iter()
+            .filter(|e| e.id == id)
+            .map(|e| e.kind)
+            .collect()
+    }
+}
+
+// Goal: the gateway restarts while an order rests; it fills while keel is away; keel
+// reconnects with backoff, the replay brings the fill, reconciliation finds nothing
+// unresolved, and only then are new orders allowed again. Nothing is resent.
+#[test]
+fn restart_replay_reconcile_then_synced() {
+    let mut rig = Rig::new();
+    rig.until("first SYNCED", |r| r.dispatcher.is_synced(0));
+    let resting = rig.order(1, 100);
+    rig.strategy.commands.push(Command::New(resting)).unwrap();
+    rig.until("accept", |r| {
+        r.kinds(resting.id).contains(&EventKind::Accepted)
+    });
+
+    rig.venue.apply_control(0, "restart").unwrap();
+    rig.until("link down", |r| !r.dispatcher.is_synced(0));
+    let now = rig.clock.now_ns();
+    rig.venue
+        .exchange_mut()
+        .synthetic(now, 1, Side::Sell, Price::from_units(50, 0).0, 100, true);
+    // While not synced a new order is refused with the precise reason.
+    let refused = rig.order(2, 1);
+    rig.strategy.commands.push(Command::New(refused)).unwrap();
+    rig.until("refusal", |r| !r.kinds(refused.id).is_empty());
+    assert_eq!(
+        rig.kinds(refused.id),
+        vec![EventKind::Refused {
+            reason: RefusalReason::NotSynced
+        }]
+    );
+
+    rig.until("SYNCED again", |r| r.dispatcher.is_synced(0));
+    assert_eq!(rig.link.state(), LinkState::Synced);
+    assert_eq!(
+        rig.kinds(resting.id),
+        vec![
+            EventKind::Accepted,
+            EventKind::Filled {
+                qty: 100,
+                price: Price::from_units(50, 0)
+            }
+        ]
+    );
+    assert_eq!(
+        rig.dispatcher.table().get(resting.id).unwrap().state,
+        OrderState::Filled
+    );
+    assert_eq!(rig.dispatcher.guards().risk.position(SymbolId(1)), 100);
+    assert_eq!(
+        rig.venue.exchange().stats().accepted,
+        1,
+        "nothing was resent"
+    );
+    let session = rig.link.session_stats();
+    assert_eq!((session.synced, session.disconnects), (2, 1));
+    assert_eq!(
+        rig.link.client().stats().last_reconciliation.unresolved(),
+        0
+    );
+}
+
+// Goal: an order written while the venue had stopped reading is lost when the connection
+// drops. keel reports it Unknown (never failed, never resent); after reconnecting, the
+// venue's reconciliation answer shows no such order, so keel resolves it as never received.
+#[test]
+fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent() {
+    let mut rig = Rig::new();
+    rig.until("SYNCED", |r| r.dispatcher.is_synced(0));
+    rig.venue.apply_control(0, "stall 300").unwrap();
+    let lost = rig.order(1, 10);
+    rig.strategy.commands.push(Command::New(lost)).unwrap();
+    rig.until("order written", |r| {
+        r.dispatcher.stats().sent_new == 1 && r.link.stats().requests_sent == 1
+    });
+    rig.venue.apply_control(0, "drop").unwrap();
+    rig.until("Unknown", |r| {
+        r.kinds(lost.id).contains(&EventKind::Unknown)
+    });
+    rig.until("SYNCED again", |r| r.dispatcher.is_synced(0));
+    rig.until("resolution", |r| r.kinds(lost.id).len() == 2);
+    assert_eq!(
+        rig.kinds(lost.id),
+        vec![
+            EventKind::Unknown,
+            EventKind::Rejected {
+                reason: RejectReason::NotReceived
+            }
+        ]
+    );
+    assert_eq!(
+        rig.dispatcher.table().get(lost.id).unwrap().state,
+        OrderState::Rejected
+    );
+    assert_eq!(
+        rig.dispatcher.guards().risk.unknown_orders(SymbolId(1)),
+        0,
+        "the gate lifted"
+    );
+    assert_eq!(
+        rig.venue.exchange().stats().accepted,
+        0,
+        "the venue never saw it and keel never resent it"
+    );
+    assert_eq!(
+        rig.link.client().stats().last_reconciliation.not_received,
+        1
+    );
+}
