@@ -88,6 +88,12 @@ fn timeout_is_unknown_and_never_resent() {
     rig.settle();
     assert_eq!(rig.kinds(0), vec![(id, EventKind::Unknown)]);
     assert_eq!(rig.state(id), OrderState::Unknown);
+    // The dispatcher asks the venue about it (through the rate limiter), never resends it.
+    assert_eq!(
+        rig.requests(0).iter().map(|r| r.kind).collect::<Vec<_>>(),
+        vec![RequestKind::Query { id }]
+    );
+    assert_eq!(rig.dispatcher.stats().sent_query, 1);
     // The gate: no new order on that symbol while one is Unknown; other symbols still trade.
     let gated = rig.new_order(0, 3, 1);
     let other = rig.new_order(0, 4, 1);

@@ -161,6 +161,7 @@ fn keel_engine_trades_with_ouch_connect_venue() {
         symbols: vec![alpha("AAPL")],
         // The ouch-connect server has no keel extension: an Account Query is the barrier.
         reconcile: keel::session::ouch::ReconcileMode::AccountQueryBarrier,
+        ack_timeout_ns: 2_000_000_000,
     };
     let mut link = VenueLink::new(
         addr,

@@ -36,6 +36,10 @@ struct Rig {
 
 impl Rig {
     fn new() -> Self {
+        Self::with_ack_timeout(2_000 * MS)
+    }
+
+    fn with_ack_timeout(ack_timeout_ns: u64) -> Self {
         let clock = TscClock::new();
         let venue = VenueServer::new(VenueConfig {
             flow: FlowConfig {
@@ -68,6 +72,7 @@ impl Rig {
                 orders_max: 1024,
                 symbols,
                 reconcile: Default::default(),
+                ack_timeout_ns,
             },
             VenueId(0),
         );
@@ -254,4 +259,62 @@ fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent() {
         rig.link.client().stats().last_reconciliation.not_received,
         1
     );
+}
+
+// Goal: the incident. An immediate-or-cancel buy of 100 gets 50 at once; the venue's final
+// report for the remainder is late (past keel's ack timeout). keel marks the order Unknown,
+// asks the venue (a status query, never a resend), and the late report resolves it: the
+// strategy saw Unknown and then the resolution, the position is exactly the 50 bought, and
+// the venue received exactly one order.
+#[test]
+fn the_incident_late_remainder_is_unknown_never_resent() {
+    let mut rig = Rig::with_ack_timeout(200 * MS);
+    rig.until("SYNCED", |r| r.dispatcher.is_synced(0));
+    let now = rig.clock.now_ns();
+    rig.venue
+        .exchange_mut()
+        .synthetic(now, 1, Side::Sell, Price::from_units(50, 0).0, 50, true);
+    rig.venue.apply_control(0, "delay-final 500").unwrap();
+    let ioc = NewOrder {
+        tif: TimeInForce::ImmediateOrCancel,
+        ..rig.order(1, 100)
+    };
+    rig.strategy.commands.push(Command::New(ioc)).unwrap();
+    rig.until("resolution", |r| {
+        r.kinds(ioc.id).contains(&EventKind::Canceled)
+    });
+    let px = Price::from_units(50, 0);
+    assert_eq!(
+        rig.kinds(ioc.id),
+        vec![
+            EventKind::Accepted,
+            EventKind::PartiallyFilled {
+                qty: 50,
+                price: px,
+                leaves: 50
+            },
+            EventKind::Unknown,
+            EventKind::Canceled,
+        ]
+    );
+    assert_eq!(
+        rig.dispatcher.table().get(ioc.id).unwrap().state,
+        OrderState::Canceled
+    );
+    assert_eq!(
+        rig.dispatcher.guards().risk.position(SymbolId(1)),
+        50,
+        "exactly the intended fill"
+    );
+    assert_eq!(rig.dispatcher.guards().risk.unknown_orders(SymbolId(1)), 0);
+    assert_eq!(
+        rig.venue.exchange().stats().accepted,
+        1,
+        "never a second order for the remainder"
+    );
+    assert_eq!(rig.dispatcher.stats().sent_new, 1);
+    // The status query's own answer waits behind the held report, so it times out too and is
+    // asked again: queries, never a resend.
+    assert!(rig.dispatcher.stats().sent_query >= 1);
+    assert!(rig.link.client().stats().timeouts >= 1);
 }

@@ -72,6 +72,7 @@ impl Engine {
                 orders_max: 1024,
                 symbols,
                 reconcile: Default::default(),
+                ack_timeout_ns: 2_000_000_000,
             },
             VenueId(0),
         );

@@ -114,6 +114,7 @@ fn wire_path_allocates_nothing() {
             orders_max: 1_024,
             symbols,
             reconcile: Default::default(),
+            ack_timeout_ns: 2_000_000_000,
         },
         VenueId(0),
     );

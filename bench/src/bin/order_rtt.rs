@@ -56,6 +56,7 @@ fn client(name: &str) -> OuchClient {
             orders_max: 4_096,
             symbols,
             reconcile: Default::default(),
+            ack_timeout_ns: 2_000_000_000,
         },
         VenueId(0),
     )

@@ -20,6 +20,14 @@ pub enum CancelWork {
         /// When it entered the lane.
         enqueued_ns: u64,
     },
+    /// Ask the venue for an `Unknown` order's state (never a resend). Rides the cancel lane:
+    /// resolving doubt is as urgent as reducing risk, and it is never shed.
+    Query {
+        /// The order.
+        id: ClientOrderId,
+        /// When it entered the lane.
+        enqueued_ns: u64,
+    },
 }
 
 /// A queued replace.

@@ -524,8 +524,10 @@ impl Dispatcher {
     }
 
     fn serve_cancel(&mut self, now_ns: u64, v: usize) -> Step {
-        let CancelWork::One { id, .. } =
-            *self.venues[v].cancels.front().expect("checked non-empty");
+        let id = match *self.venues[v].cancels.front().expect("checked non-empty") {
+            CancelWork::One { id, .. } => id,
+            CancelWork::Query { id, .. } => return self.serve_query(now_ns, v, id),
+        };
         let still_wanted = self
             .table
             .get(id)
@@ -536,6 +538,27 @@ impl Dispatcher {
             return Step::Progress;
         }
         self.send_cancel(now_ns, v, id)
+    }
+
+    /// Sends a status query for an order still `Unknown` (skips it if evidence arrived first).
+    fn serve_query(&mut self, now_ns: u64, v: usize, id: ClientOrderId) -> Step {
+        let still_unknown = self
+            .table
+            .get(id)
+            .is_some_and(|o| o.state == OrderState::Unknown);
+        if !still_unknown {
+            self.venues[v].cancels.pop();
+            return Step::Progress;
+        }
+        let weight = self.config.limiter.weights.query;
+        match self.guards.clear_to_send(now_ns, v, weight, false, true) {
+            Ok(()) => {
+                self.venues[v].cancels.pop();
+                self.push_request(now_ns, v, RequestKind::Query { id });
+                Step::Sent
+            }
+            Err(_) => Step::Wait,
+        }
     }
 
     fn send_cancel(&mut self, now_ns: u64, v: usize, id: ClientOrderId) -> Step {
@@ -733,11 +756,21 @@ impl Dispatcher {
             }
             OutcomeKind::Timeout { id } => {
                 // Unknown, never failed: the order may be live or filled. Nothing is resent.
-                if self.report(id, OrderEvent::Timeout, 0).is_some() {
+                if let Some(applied) = self.report(id, OrderEvent::Timeout, 0) {
                     self.guards.venues[v]
                         .breaker
                         .record(at_ns, CallOutcome::Failure);
-                    self.emit_for(id, EventKind::Unknown, at_ns);
+                    // Tell the strategy once; ask the venue (again, if a query timed out).
+                    if applied.from != OrderState::Unknown {
+                        self.emit_for(id, EventKind::Unknown, at_ns);
+                    }
+                    let query = CancelWork::Query {
+                        id,
+                        enqueued_ns: at_ns,
+                    };
+                    if self.venues[v].cancels.push(query).is_err() {
+                        self.stats.query_lane_full += 1;
+                    }
                 }
             }
         }

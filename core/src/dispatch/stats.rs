@@ -38,6 +38,9 @@ pub struct DispatchStats {
     pub refused: [u64; REFUSAL_REASONS],
     /// Cancels refused because the cancel lane was full: critical, page someone.
     pub cancel_lane_full: u64,
+    /// Status queries for Unknown orders that found the cancel lane full (retried at the
+    /// next timeout).
+    pub query_lane_full: u64,
     /// Orders a mass cancel could not cover because they were `Unknown` (resolve, then cancel).
     pub mass_cancel_skipped: u64,
     /// Venue reports the order table refused (late, duplicate, overfill, unknown id).

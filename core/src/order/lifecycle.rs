@@ -130,6 +130,9 @@ pub fn transition(
         (PendingReplace, E::Replaced) => Replaced,
         (PendingReplace, E::ReplaceRejected) => reopen(ctx.pending_from, ctx.filled),
         (PendingNew | PendingCancel | PendingReplace, E::Timeout) => Unknown,
+        // An accepted order whose completion was awaited (immediate-or-cancel) and did not
+        // come in time: it may have filled further. Unknown, resolved by evidence.
+        (Live | PartiallyFilled, E::Timeout) => Unknown,
         // A status query for an Unknown order timed out as well: still unknown.
         (Unknown, E::Timeout) => Unknown,
         // Evidence resolves an Unknown order as the answer its pending request was awaiting.
@@ -211,13 +214,33 @@ mod tests {
         }
     }
 
-    // Goal: only pending states (and Unknown) time out; a resting order has nothing to await.
+    // Goal: only open orders time out (a closed order has nothing left to await).
     #[test]
-    fn only_pending_orders_time_out() {
+    fn only_open_orders_time_out() {
         for state in ALL_STATES {
             let ok = transition(state, E::Timeout, ctx()).is_ok();
-            assert_eq!(ok, state.is_pending() || state == Unknown, "{state:?}");
+            assert_eq!(ok, !state.is_terminal(), "{state:?}");
         }
+    }
+
+    // Goal: an immediate-or-cancel order whose final report is late is resolved by it.
+    #[test]
+    fn late_final_report_resolves_unknown_partial() {
+        let c = Context {
+            filled: true,
+            unknown_from: PartiallyFilled,
+            ..ctx()
+        };
+        assert_eq!(transition(PartiallyFilled, E::Timeout, c), Ok(Unknown));
+        assert_eq!(transition(Unknown, E::Canceled, c), Ok(Canceled));
+        assert_eq!(
+            transition(Unknown, E::Fill { completes: true }, c),
+            Ok(Filled)
+        );
+        assert_eq!(
+            transition(Unknown, E::Fill { completes: false }, c),
+            Ok(Unknown)
+        );
     }
 
     // Goal: the whole table is total (never panics) and every legal row leads somewhere sane.

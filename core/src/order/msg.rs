@@ -144,6 +144,9 @@ pub enum CancelRejectReason {
     UnknownOrder,
     /// A venue/system problem: counts as a breaker failure.
     VenueSystem,
+    /// Found by a status query: the order is still open at the venue, so the cancel never
+    /// took effect (it was lost). Cancel again if still wanted.
+    NotApplied,
 }
 
 /// What a venue session reports to the dispatcher.

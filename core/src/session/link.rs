@@ -185,6 +185,13 @@ impl VenueLink {
             || self.machine.state() == LinkState::Reconciling
         {
             self.write(now_ns, reactor, conn);
+            // Unanswered requests become Unknown (never failed, never resent).
+            let (outcomes, backlog) = (&mut self.handle.outcomes, &mut self.backlog);
+            self.client.expire(now_ns, &mut |o| {
+                if let Err(rtrb::PushError::Full(o)) = outcomes.push(o) {
+                    backlog.push(o);
+                }
+            });
         }
         if now_ns.saturating_sub(self.last_tx_ns) >= self.config.heartbeat_interval_ns {
             let n = OuchClient::encode_heartbeat(&mut self.scratch).expect("fits");

@@ -34,6 +34,10 @@ pub struct ClientConfig {
     pub symbols: Vec<crate::order::SymbolName>,
     /// How reconciliation asks the venue.
     pub reconcile: ReconcileMode,
+    /// How long a request may go unanswered (a new order's ack, a cancel's answer, an
+    /// immediate-or-cancel order's final report, a status query's answer) before its order is
+    /// reported `Unknown`.
+    pub ack_timeout_ns: u64,
 }
 
 /// How a session reconciles after login.
@@ -57,6 +61,12 @@ struct SessionOrder {
     price: i64,
     accepted: bool,
     closed: bool,
+    /// Immediate-or-cancel: its final report is awaited, not just its ack.
+    ioc: bool,
+    /// A cancel was sent and not yet answered.
+    cancel_pending: bool,
+    /// A request for this order is awaiting the venue's answer since this time.
+    awaiting_since_ns: Option<u64>,
 }
 
 /// The outcome of comparing keel's view with the venue's reconciliation answer.
@@ -90,6 +100,10 @@ pub struct ClientStats {
     pub informational: u64,
     /// Sequenced messages received.
     pub sequenced: u64,
+    /// Requests whose answer did not come within the ack timeout (reported Unknown).
+    pub timeouts: u64,
+    /// Status answers that changed keel's view (resolutions).
+    pub resolutions: u64,
     /// Reconciliations completed.
     pub reconciliations: u64,
     /// The last reconciliation's result.
@@ -141,6 +155,8 @@ pub struct OuchClient {
     venue_open: Vec<u32>,
     /// An Account Query barrier is outstanding.
     awaiting_barrier: bool,
+    /// (deadline, UserRefNum) of requests awaiting answers, oldest first.
+    deadlines: std::collections::VecDeque<(u64, u32)>,
     stats: ClientStats,
 }
 
@@ -155,6 +171,7 @@ impl OuchClient {
             next_seq: 1,
             venue_open: Vec::with_capacity(config.orders_max as usize),
             awaiting_barrier: false,
+            deadlines: std::collections::VecDeque::with_capacity(cap),
             stats: ClientStats::default(),
             venue,
             config,
@@ -227,6 +244,10 @@ impl OuchClient {
         let n = match request.kind {
             RequestKind::New(order) => {
                 let user_ref = self.assign(order.id, order.qty, order.price.0);
+                self.update(user_ref, |o| {
+                    o.ioc = order.tif == TimeInForce::ImmediateOrCancel
+                });
+                self.await_answer(user_ref, request.sent_ns);
                 let order = self.fields(&order)?;
                 encode_inbound(
                     &mut msg,
@@ -240,15 +261,18 @@ impl OuchClient {
             }
             RequestKind::Cancel { id } => {
                 let user_ref = self.user_ref(id).ok_or(RequestError::UnknownOrder(id))?;
+                self.update(user_ref, |o| o.cancel_pending = true);
+                self.await_answer(user_ref, request.sent_ns);
                 encode_inbound(
                     &mut msg,
                     &Inbound::CancelOrder { user_ref, qty: 0 },
                     dialect,
                 )?
             }
-            RequestKind::Replace(r) => self.encode_replace(&r, &mut msg)?,
+            RequestKind::Replace(r) => self.encode_replace(&r, request.sent_ns, &mut msg)?,
             RequestKind::Query { id } => {
                 let user_ref = self.user_ref(id).ok_or(RequestError::UnknownOrder(id))?;
+                self.await_answer(user_ref, request.sent_ns);
                 encode_inbound(&mut msg, &Inbound::OrderStatusQuery { user_ref }, dialect)?
             }
         };
@@ -258,11 +282,17 @@ impl OuchClient {
         )?)
     }
 
-    fn encode_replace(&mut self, r: &Replace, msg: &mut [u8]) -> Result<usize, RequestError> {
+    fn encode_replace(
+        &mut self,
+        r: &Replace,
+        sent_ns: u64,
+        msg: &mut [u8],
+    ) -> Result<usize, RequestError> {
         let orig_user_ref = self
             .user_ref(r.id)
             .ok_or(RequestError::UnknownOrder(r.id))?;
         let user_ref = self.assign(r.new_id, r.qty, r.price.0);
+        self.await_answer(user_ref, sent_ns);
         let replace = ReplaceOrder {
             orig_user_ref,
             user_ref,
@@ -298,6 +328,9 @@ impl OuchClient {
             price,
             accepted: false,
             closed: false,
+            ioc: false,
+            cancel_pending: false,
+            awaiting_since_ns: None,
         };
         self.by_user_ref.insert(user_ref, order);
         self.by_id.insert(id, user_ref);
@@ -377,14 +410,22 @@ impl OuchClient {
     fn map(&mut self, msg: &Outbound<'_>) -> Option<OutcomeKind> {
         let kind = match *msg {
             Outbound::Accepted(a) => {
-                self.update(a.user_ref, |o| o.accepted = true);
+                self.update(a.user_ref, |o| {
+                    o.accepted = true;
+                    if !o.ioc {
+                        o.awaiting_since_ns = None;
+                    }
+                });
                 OutcomeKind::Accepted {
                     id: self.id(a.user_ref)?,
                 }
             }
             Outbound::Replaced(a) => {
                 self.update(a.orig_user_ref, |o| o.closed = true);
-                self.update(a.user_ref, |o| o.accepted = true);
+                self.update(a.user_ref, |o| {
+                    o.accepted = true;
+                    o.awaiting_since_ns = None;
+                });
                 OutcomeKind::Replaced {
                     id: self.id(a.orig_user_ref)?,
                     new_id: self.id(a.user_ref)?,
@@ -400,6 +441,9 @@ impl OuchClient {
                     o.accepted = true;
                     o.executed += qty;
                     o.closed |= o.executed >= o.qty;
+                    if !o.ioc || o.closed {
+                        o.awaiting_since_ns = None;
+                    }
                 });
                 OutcomeKind::Fill {
                     id: self.id(user_ref)?,
@@ -408,7 +452,11 @@ impl OuchClient {
                 }
             }
             Outbound::Canceled { user_ref, .. } | Outbound::AiqCanceled { user_ref, .. } => {
-                self.update(user_ref, |o| o.closed = true);
+                self.update(user_ref, |o| {
+                    o.closed = true;
+                    o.cancel_pending = false;
+                    o.awaiting_since_ns = None;
+                });
                 OutcomeKind::Canceled {
                     id: self.id(user_ref)?,
                 }
@@ -428,12 +476,11 @@ impl OuchClient {
                 reason: CancelRejectReason::TooLateToCancel,
             },
             Outbound::OrderStatus(status) => {
-                // Part of a reconciliation answer (or a status query): remember it is open.
+                // An answer to a status query, or part of a reconciliation answer.
                 if status.state == b'L' && self.venue_open.len() < self.venue_open.capacity() {
                     self.venue_open.push(status.user_ref);
                 }
-                self.stats.informational += 1;
-                return None;
+                return self.resolve(&status);
             }
             Outbound::BrokenTrade { .. } => {
                 self.stats.broken_trades += 1;
@@ -445,6 +492,92 @@ impl OuchClient {
             }
         };
         Some(kind)
+    }
+
+    /// What a status answer tells keel that it did not know: at most one outcome — the
+    /// acceptance, the fills it missed (at the order's limit price: the venue's status does
+    /// not carry execution prices), or the close. Anything else changes nothing.
+    fn resolve(&mut self, status: &crate::proto::ouch::OrderStatus) -> Option<OutcomeKind> {
+        let order = self.by_user_ref.get_mut(&status.user_ref)?;
+        order.awaiting_since_ns = None;
+        if order.closed {
+            return None;
+        }
+        let id = order.id;
+        let kind = match status.state {
+            b'U' => {
+                order.closed = true;
+                OutcomeKind::Rejected {
+                    id,
+                    reason: RejectReason::NotReceived,
+                }
+            }
+            _ if status.executed_qty > order.executed => {
+                let qty = status.executed_qty - order.executed;
+                order.executed = status.executed_qty;
+                order.accepted = true;
+                order.closed = order.executed >= order.qty;
+                OutcomeKind::Fill {
+                    id,
+                    qty,
+                    price: Price(order.price),
+                }
+            }
+            b'L' if !order.accepted => {
+                order.accepted = true;
+                OutcomeKind::Accepted { id }
+            }
+            b'L' if order.cancel_pending => {
+                order.cancel_pending = false;
+                OutcomeKind::CancelRejected {
+                    id,
+                    reason: CancelRejectReason::NotApplied,
+                }
+            }
+            b'D' => {
+                order.closed = true;
+                OutcomeKind::Canceled { id }
+            }
+            _ => return None,
+        };
+        self.stats.resolutions += 1;
+        Some(kind)
+    }
+
+    /// Starts the ack clock for a request on `user_ref`.
+    fn await_answer(&mut self, user_ref: u32, sent_ns: u64) {
+        self.update(user_ref, |o| o.awaiting_since_ns = Some(sent_ns));
+        if self.deadlines.len() < self.deadlines.capacity() {
+            self.deadlines
+                .push_back((sent_ns.saturating_add(self.config.ack_timeout_ns), user_ref));
+        }
+    }
+
+    /// Reports as `Unknown` every order whose awaited answer is overdue at `now_ns` (once per
+    /// request: a status query re-arms the clock). Never resends anything.
+    pub fn expire(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) {
+        while let Some(&(deadline, user_ref)) = self.deadlines.front() {
+            if deadline > now_ns {
+                return;
+            }
+            self.deadlines.pop_front();
+            let timeout = self.config.ack_timeout_ns;
+            let Some(order) = self.by_user_ref.get_mut(&user_ref) else {
+                continue;
+            };
+            let overdue = order
+                .awaiting_since_ns
+                .is_some_and(|since| since.saturating_add(timeout) <= now_ns);
+            if overdue && !order.closed {
+                order.awaiting_since_ns = None;
+                self.stats.timeouts += 1;
+                emit(Outcome {
+                    venue: self.venue,
+                    received_ns: now_ns,
+                    kind: OutcomeKind::Timeout { id: order.id },
+                });
+            }
+        }
     }
 
     fn update(&mut self, user_ref: u32, change: impl FnOnce(&mut SessionOrder)) {
