@@ -76,6 +76,18 @@ pub struct ConnId {
     generation: u32,
 }
 
+impl ConnId {
+    /// An id for another transport's connection table (the simulated network).
+    pub fn new(slot: u32, generation: u32) -> Self {
+        Self { slot, generation }
+    }
+
+    /// The slot.
+    pub fn slot(self) -> u32 {
+        self.slot
+    }
+}
+
 /// A listening socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ListenerId(pub u32);

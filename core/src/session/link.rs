@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use super::machine::{Action, LinkState, SessionConfig, SessionEvent, SessionMachine};
 use super::ouch::{OuchClient, RequestError, SessionNews};
 use crate::dispatch::VenueHandle;
-use crate::net::{ConnId, NetEvent, Reactor};
+use crate::net::{ConnId, NetEvent, Transport};
 use crate::order::{CancelRejectReason, ClientOrderId, Outcome, OutcomeKind, RequestKind, VenueId};
 use crate::proto::soupbin::frame;
 use crate::proto::DecodeError;
@@ -131,12 +131,12 @@ impl VenueLink {
     }
 
     /// Starts the session (first connection attempt).
-    pub fn start(&mut self, now_ns: u64, reactor: &mut Reactor) {
+    pub fn start(&mut self, now_ns: u64, reactor: &mut impl Transport) {
         self.event(now_ns, reactor, SessionEvent::Start);
     }
 
     /// Reacts to a reactor event (ignores events for other connections).
-    pub fn on_event(&mut self, now_ns: u64, reactor: &mut Reactor, event: &NetEvent) {
+    pub fn on_event(&mut self, now_ns: u64, reactor: &mut impl Transport, event: &NetEvent) {
         let Some(conn) = self.conn else { return };
         match *event {
             NetEvent::Connected { conn: c } if c == conn => {
@@ -156,7 +156,7 @@ impl VenueLink {
     }
 
     /// One pass: backlog, timers, venue packets, requests, heartbeats.
-    pub fn step(&mut self, now_ns: u64, reactor: &mut Reactor) {
+    pub fn step(&mut self, now_ns: u64, reactor: &mut impl Transport) {
         self.flush_backlog();
         if self.reconnect_at_ns.is_some_and(|at| now_ns >= at) {
             self.reconnect_at_ns = None;
@@ -202,7 +202,7 @@ impl VenueLink {
     }
 
     /// Feeds the machine and carries out its actions.
-    fn event(&mut self, now_ns: u64, reactor: &mut Reactor, event: SessionEvent) {
+    fn event(&mut self, now_ns: u64, reactor: &mut impl Transport, event: SessionEvent) {
         let actions = match self.machine.on(now_ns, event) {
             Ok(actions) => actions,
             Err(_) => {
@@ -215,7 +215,7 @@ impl VenueLink {
         }
     }
 
-    fn act(&mut self, now_ns: u64, reactor: &mut Reactor, action: Action) {
+    fn act(&mut self, now_ns: u64, reactor: &mut impl Transport, action: Action) {
         match action {
             Action::Connect => match reactor.connect(self.addr) {
                 Ok(conn) => self.conn = Some(conn),
@@ -265,7 +265,7 @@ impl VenueLink {
         self.flush_backlog();
     }
 
-    fn send(&mut self, now_ns: u64, reactor: &mut Reactor, n: usize) {
+    fn send(&mut self, now_ns: u64, reactor: &mut impl Transport, n: usize) {
         if let Some(conn) = self.conn {
             if reactor.send(conn, &self.scratch[..n]).is_ok() {
                 self.last_tx_ns = now_ns;
@@ -284,7 +284,7 @@ impl VenueLink {
         self.backlog.drain(..sent);
     }
 
-    fn read(&mut self, now_ns: u64, reactor: &mut Reactor, conn: ConnId) {
+    fn read(&mut self, now_ns: u64, reactor: &mut impl Transport, conn: ConnId) {
         // A packet yields at most one outcome (a reconciliation answer a few): read only while
         // the outcome ring has room, so the venue waits in TCP rather than outcomes being lost.
         while self.handle.outcomes.slots() > 1 {
@@ -324,7 +324,7 @@ impl VenueLink {
         }
     }
 
-    fn write(&mut self, now_ns: u64, reactor: &mut Reactor, conn: ConnId) {
+    fn write(&mut self, now_ns: u64, reactor: &mut impl Transport, conn: ConnId) {
         while let Ok(request) = self.handle.requests.peek().copied() {
             // The dispatcher sends new orders only when SYNCED; while reconciling only cancels
             // and queries can be waiting, and they may go.
@@ -376,7 +376,7 @@ impl VenueLink {
         }
     }
 
-    fn malformed(&mut self, now_ns: u64, reactor: &mut Reactor, error: DecodeError) {
+    fn malformed(&mut self, now_ns: u64, reactor: &mut impl Transport, error: DecodeError) {
         self.stats.decode_errors += 1;
         self.stats.last_decode_error = Some(error);
         self.event(now_ns, reactor, SessionEvent::ConnectionLost);

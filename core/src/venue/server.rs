@@ -14,7 +14,9 @@ use std::net::SocketAddr;
 
 use super::exchange::{Exchange, ExchangeConfig};
 use super::flow::{Flow, FlowConfig};
-use crate::net::{ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, WaitMode};
+use crate::net::{
+    ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, Transport, WaitMode,
+};
 use crate::proto::ouch::decode_inbound;
 use crate::proto::soupbin::{
     decode_client, encode_server, frame, ClientPacket, LoginRequest, ServerPacket,
@@ -137,10 +139,11 @@ struct Delayed {
     len: usize,
 }
 
-/// The venue server. See the module docs.
+/// The venue server. See the module docs. Runs on keel's io_uring reactor, or on any
+/// [`Transport`] (the simulated network in deterministic tests).
 #[derive(Debug)]
-pub struct VenueServer {
-    reactor: Reactor,
+pub struct VenueServer<T: Transport = Reactor> {
+    reactor: T,
     exchange: Exchange,
     flow: Flow,
     config: VenueConfig,
@@ -200,6 +203,34 @@ impl VenueServer {
             stats: VenueStats::default(),
             config,
         })
+    }
+}
+
+impl<T: Transport> VenueServer<T> {
+    /// A venue on an existing transport (already listening at `local` as listener 0).
+    pub fn with_transport(config: VenueConfig, transport: T, local: SocketAddr) -> Self {
+        let exchange = Exchange::new(config.exchange.clone());
+        let flow = Flow::new(config.flow, exchange.symbol_count());
+        Self {
+            reactor: transport,
+            flow,
+            exchange,
+            order_entry: ListenerId(0),
+            control: None,
+            local,
+            control_local: None,
+            sessions: FxHashMap::default(),
+            controls: Vec::new(),
+            produced_ns: FxHashMap::default(),
+            delayed: VecDeque::new(),
+            rng: SplitMix64::new(config.flow.seed ^ 0x5eed),
+            events: Vec::with_capacity(1024),
+            conn_scratch: Vec::with_capacity(config.sessions_max as usize),
+            idle_scratch: Vec::with_capacity(config.sessions_max as usize),
+            scratch: vec![0; 2048],
+            stats: VenueStats::default(),
+            config,
+        }
     }
 
     /// The order-entry address (with the port the OS chose).
