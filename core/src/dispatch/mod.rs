@@ -754,6 +754,19 @@ impl Dispatcher {
             OutcomeKind::CancelRejected { id, reason } => {
                 self.on_cancel_rejected(v, at_ns, id, reason)
             }
+            OutcomeKind::StillOpen { id } => {
+                // Only an order in doubt learns something from "open as you knew it".
+                let settles = self.table.get(id).is_some_and(|o| {
+                    o.state == OrderState::Unknown
+                        && matches!(
+                            o.unknown_from,
+                            OrderState::PendingNew | OrderState::Live | OrderState::PartiallyFilled
+                        )
+                });
+                if settles {
+                    self.on_answer(v, at_ns, id, OrderEvent::Accepted, EventKind::Accepted);
+                }
+            }
             OutcomeKind::Timeout { id } => {
                 // Unknown, never failed: the order may be live or filled. Nothing is resent.
                 if let Some(applied) = self.report(id, OrderEvent::Timeout, 0) {
@@ -921,7 +934,7 @@ impl Dispatcher {
             (true, false) => self.guards.risk.unknown_changed(o.symbol, false),
             _ => {}
         }
-        if applied.to.is_terminal() && o.leaves_qty() > 0 {
+        if applied.to.is_terminal() && !applied.from.is_terminal() && o.leaves_qty() > 0 {
             self.guards.risk.release(o.symbol, o.side, o.leaves_qty());
         }
         Ok(applied)

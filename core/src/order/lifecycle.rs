@@ -111,6 +111,8 @@ pub fn transition(
         (PendingNew, E::Rejected) => Rejected,
         // The ack of a new order may arrive after the strategy already asked to cancel it.
         (PendingCancel, E::Accepted) if ctx.pending_from == PendingNew => PendingCancel,
+        // ...and so may its rejection: the order never lived, the cancel is moot.
+        (PendingCancel, E::Rejected) if ctx.pending_from == PendingNew => Rejected,
         // Executions prove acceptance: a reordering network may deliver one before the ack.
         (PendingNew | Live | PartiallyFilled, E::Fill { completes: false }) => PartiallyFilled,
         // A fill while a cancel or replace is in flight leaves that request in flight.
@@ -129,12 +131,19 @@ pub fn transition(
         (Live | PartiallyFilled, E::ReplaceRequested) => PendingReplace,
         (PendingReplace, E::Replaced) => Replaced,
         (PendingReplace, E::ReplaceRejected) => reopen(ctx.pending_from, ctx.filled),
+        // A cancel that crossed the order's close at the venue (its last fill, an IOC
+        // remainder): the refusal arrives after the close and changes nothing.
+        (Filled | Canceled | Replaced | Rejected, E::CancelRejected) => state,
         (PendingNew | PendingCancel | PendingReplace, E::Timeout) => Unknown,
         // An accepted order whose completion was awaited (immediate-or-cancel) and did not
         // come in time: it may have filled further. Unknown, resolved by evidence.
         (Live | PartiallyFilled, E::Timeout) => Unknown,
         // A status query for an Unknown order timed out as well: still unknown.
         (Unknown, E::Timeout) => Unknown,
+        // A status answer confirms an order keel had in doubt is open as keel knew it.
+        (Unknown, E::Accepted) if matches!(ctx.unknown_from, Live | PartiallyFilled) => {
+            ctx.unknown_from
+        }
         // Evidence resolves an Unknown order as the answer its pending request was awaiting.
         (Unknown, event) => {
             let resolved = transition(ctx.unknown_from, event, ctx)
@@ -200,11 +209,13 @@ mod tests {
         }
     }
 
-    // Goal: terminal states accept nothing; method: every event against every terminal state.
+    // Goal: terminal states accept nothing but a late cancel refusal (which changes nothing);
+    // method: every event against every terminal state.
     #[test]
     fn terminal_states_reject_every_event() {
         for state in ALL_STATES.iter().copied().filter(|s| s.is_terminal()) {
-            for event in ALL_EVENTS {
+            assert_eq!(transition(state, E::CancelRejected, ctx()), Ok(state));
+            for event in ALL_EVENTS.into_iter().filter(|e| *e != E::CancelRejected) {
                 assert_eq!(
                     transition(state, event, ctx()),
                     Err(LifecycleError { state, event }),
@@ -256,7 +267,10 @@ mod tests {
                     };
                     if let Ok(next) = transition(state, event, c) {
                         legal += 1;
-                        assert!(!(state.is_terminal()), "{state:?} left a terminal state");
+                        assert!(
+                            !state.is_terminal() || next == state,
+                            "{state:?} left a terminal state"
+                        );
                         if event == E::Timeout {
                             assert_eq!(next, Unknown);
                         }

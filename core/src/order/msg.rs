@@ -193,6 +193,12 @@ pub enum OutcomeKind {
         /// Why.
         reason: CancelRejectReason,
     },
+    /// A status answer: the order is open at the venue exactly as keel last knew it. Settles
+    /// an order keel has as `Unknown`; changes nothing otherwise.
+    StillOpen {
+        /// The order.
+        id: ClientOrderId,
+    },
     /// No answer within the ack timeout: the order's state is unknown (never "failed").
     Timeout {
         /// The order.

@@ -139,8 +139,12 @@ pub enum Inbound<'a> {
         user_ref: u32,
     },
     /// 'r' (keel extension): ask for every open order ('o' each) and every position ('y'
-    /// each), closed by one 'z'.
-    ReconcileQuery,
+    /// each), closed by one 'z' that echoes `token`.
+    ReconcileQuery {
+        /// Chosen by the client, echoed in the answer's end marker (a stale answer replayed
+        /// after a reconnect is told apart from the current one by it).
+        token: u32,
+    },
 }
 
 /// Order Accepted ('A') and, with `orig_user_ref`, Order Replaced ('U').
@@ -345,6 +349,8 @@ pub enum Outbound<'a> {
     ReconcileEnd {
         /// Venue timestamp.
         timestamp: u64,
+        /// The query's token.
+        token: u32,
         /// Open orders reported.
         open_orders: u32,
         /// Positions reported.
@@ -429,7 +435,11 @@ pub fn decode_inbound(msg: &[u8], dialect: Dialect) -> Result<Inbound<'_>, Decod
             r.skip(1);
             Ok(Inbound::OrderStatusQuery { user_ref: r.u32() })
         }
-        b'r' => Reader::exact(msg, msg_type, 1).map(|_| Inbound::ReconcileQuery),
+        b'r' => {
+            let mut r = Reader::exact(msg, msg_type, 5)?;
+            r.skip(1);
+            Ok(Inbound::ReconcileQuery { token: r.u32() })
+        }
         byte => Err(DecodeError::UnknownType {
             protocol: "OUCH",
             byte,
@@ -622,9 +632,10 @@ pub fn decode_outbound(msg: &[u8], dialect: Dialect) -> Result<Outbound<'_>, Dec
             })
         }
         b'z' => {
-            let mut r = exact_after_type(msg, 25)?;
+            let mut r = exact_after_type(msg, 29)?;
             Ok(Outbound::ReconcileEnd {
                 timestamp: r.u64(),
+                token: r.u32(),
                 open_orders: r.u32(),
                 positions: r.u32(),
                 as_of_sequence: r.u64(),
@@ -821,7 +832,11 @@ pub fn encode_inbound(
             Ok(w.written())
         }
         Inbound::AccountQuery => Writer::new(out, 1).map(|mut w| w.u8(b'Q').written()),
-        Inbound::ReconcileQuery => Writer::new(out, 1).map(|mut w| w.u8(b'r').written()),
+        Inbound::ReconcileQuery { token } => {
+            let mut w = Writer::new(out, 5)?;
+            w.u8(b'r').u32(*token);
+            Ok(w.written())
+        }
         Inbound::OrderStatusQuery { user_ref } => {
             let mut w = Writer::new(out, 5)?;
             w.u8(b'q').u32(*user_ref);
@@ -1008,12 +1023,14 @@ pub fn encode_outbound(
         }),
         Outbound::ReconcileEnd {
             timestamp,
+            token,
             open_orders,
             positions,
             as_of_sequence,
-        } => fixed(out, 25, |w| {
+        } => fixed(out, 29, |w| {
             w.u8(b'z')
                 .u64(*timestamp)
+                .u32(*token)
                 .u32(*open_orders)
                 .u32(*positions)
                 .u64(*as_of_sequence);

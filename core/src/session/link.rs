@@ -12,7 +12,7 @@ use super::machine::{Action, LinkState, SessionConfig, SessionEvent, SessionMach
 use super::ouch::{OuchClient, RequestError, SessionNews};
 use crate::dispatch::VenueHandle;
 use crate::net::{ConnId, NetEvent, Transport};
-use crate::order::{CancelRejectReason, ClientOrderId, Outcome, OutcomeKind, RequestKind, VenueId};
+use crate::order::{CancelRejectReason, Outcome, OutcomeKind, RequestKind, VenueId};
 use crate::proto::soupbin::frame;
 use crate::proto::DecodeError;
 
@@ -242,16 +242,10 @@ impl VenueLink {
                 }
             }
             Action::MarkInFlightUnknown => {
-                let venue = self.venue;
-                let ids: Vec<ClientOrderId> = self.client.in_flight().collect();
-                for id in ids {
-                    self.stats.marked_unknown += 1;
-                    self.backlog.push(Outcome {
-                        venue,
-                        received_ns: now_ns,
-                        kind: OutcomeKind::Timeout { id },
-                    });
-                }
+                let backlog = &mut self.backlog;
+                self.stats.marked_unknown += self
+                    .client
+                    .mark_in_flight_unknown(now_ns, &mut |o| backlog.push(o));
             }
             Action::ScheduleReconnect { at_ns } => self.reconnect_at_ns = Some(at_ns),
             Action::Report { synced } => {

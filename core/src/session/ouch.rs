@@ -155,6 +155,8 @@ pub struct OuchClient {
     venue_open: Vec<u32>,
     /// An Account Query barrier is outstanding.
     awaiting_barrier: bool,
+    /// Token of the reconciliation query in flight.
+    reconcile_token: u32,
     /// (deadline, UserRefNum) of requests awaiting answers, oldest first.
     deadlines: std::collections::VecDeque<(u64, u32)>,
     stats: ClientStats,
@@ -171,6 +173,7 @@ impl OuchClient {
             next_seq: 1,
             venue_open: Vec::with_capacity(config.orders_max as usize),
             awaiting_barrier: false,
+            reconcile_token: 0,
             deadlines: std::collections::VecDeque::with_capacity(cap),
             stats: ClientStats::default(),
             venue,
@@ -209,13 +212,18 @@ impl OuchClient {
     pub fn encode_reconcile_query(&mut self, out: &mut [u8]) -> Result<usize, EncodeError> {
         self.venue_open.clear();
         let query = match self.config.reconcile {
-            ReconcileMode::KeelExtension => Inbound::ReconcileQuery,
+            ReconcileMode::KeelExtension => {
+                self.reconcile_token = self.reconcile_token.wrapping_add(1);
+                Inbound::ReconcileQuery {
+                    token: self.reconcile_token,
+                }
+            }
             ReconcileMode::AccountQueryBarrier => {
                 self.awaiting_barrier = true;
                 Inbound::AccountQuery
             }
         };
-        let mut msg = [0u8; 1];
+        let mut msg = [0u8; 8];
         let n = encode_inbound(&mut msg, &query, self.config.dialect)?;
         soupbin::encode_client(out, &ClientPacket::Unsequenced(&msg[..n]))
     }
@@ -226,6 +234,26 @@ impl OuchClient {
             .values()
             .filter(|o| !o.accepted && !o.closed)
             .map(|o| o.id)
+    }
+
+    /// The link dropped: every order sent and not yet answered is now of unknown outcome.
+    /// Reports each as a timeout (never failed, never resent); returns how many.
+    pub fn mark_in_flight_unknown(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> u64 {
+        let mut marked = 0;
+        for order in self
+            .by_user_ref
+            .values_mut()
+            .filter(|o| !o.accepted && !o.closed)
+        {
+            order.awaiting_since_ns = None;
+            marked += 1;
+            emit(Outcome {
+                venue: self.venue,
+                received_ns: now_ns,
+                kind: OutcomeKind::Timeout { id: order.id },
+            });
+        }
+        marked
     }
 
     /// Encodes a client heartbeat.
@@ -388,7 +416,13 @@ impl OuchClient {
                     self.stats.last_reconciliation = Reconciliation::default();
                     return Ok(SessionNews::Reconciled(Reconciliation::default()));
                 }
-                if let Outbound::ReconcileEnd { .. } = msg {
+                if let Outbound::ReconcileEnd { token, .. } = msg {
+                    if token != self.reconcile_token {
+                        // A stale answer (from before a reconnect) replayed: discard it and
+                        // the open orders listed with it.
+                        self.venue_open.clear();
+                        return Ok(SessionNews::Nothing);
+                    }
                     let result = self.reconcile(now_ns, emit);
                     self.stats.reconciliations += 1;
                     self.stats.last_reconciliation = result;
@@ -534,6 +568,9 @@ impl OuchClient {
                     reason: CancelRejectReason::NotApplied,
                 }
             }
+            // Open exactly as keel knew it: a confirmation (settles an order keel has in doubt;
+            // the dispatcher ignores it otherwise).
+            b'L' => OutcomeKind::StillOpen { id },
             b'D' => {
                 order.closed = true;
                 OutcomeKind::Canceled { id }

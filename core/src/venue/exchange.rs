@@ -281,6 +281,8 @@ pub struct ExchangeStats {
     pub matches: u64,
     /// Cancels applied.
     pub canceled: u64,
+    /// Orders that reused a UserRefNum or ClOrdID: a client resending. Must stay zero for keel.
+    pub duplicate_ids: u64,
 }
 
 /// The exchange core.
@@ -407,7 +409,9 @@ impl Exchange {
     pub fn handle(&mut self, now_ns: u64, account: u32, msg: &Inbound<'_>) {
         let query = matches!(
             msg,
-            Inbound::AccountQuery | Inbound::OrderStatusQuery { .. } | Inbound::ReconcileQuery
+            Inbound::AccountQuery
+                | Inbound::OrderStatusQuery { .. }
+                | Inbound::ReconcileQuery { .. }
         );
         if !query && !self.within_rate(now_ns, account) {
             self.accounts[account as usize].throttled += 1;
@@ -437,7 +441,7 @@ impl Exchange {
                 }
                 Inbound::AccountQuery
                 | Inbound::OrderStatusQuery { .. }
-                | Inbound::ReconcileQuery => unreachable!("queries are not rate limited"),
+                | Inbound::ReconcileQuery { .. } => unreachable!("queries are not rate limited"),
             }
             return;
         }
@@ -459,7 +463,7 @@ impl Exchange {
                 );
             }
             Inbound::OrderStatusQuery { user_ref } => self.status(now_ns, account, *user_ref),
-            Inbound::ReconcileQuery => self.reconcile(now_ns, account),
+            Inbound::ReconcileQuery { token } => self.reconcile(now_ns, account, *token),
         }
     }
 
@@ -498,6 +502,7 @@ impl Exchange {
         if user_ref <= a.last_user_ref
             || (self.config.reject_duplicate_cl_ord_id && a.cl_ord_ids.contains(&order.cl_ord_id))
         {
+            self.stats.duplicate_ids += 1;
             return Err(RejectCode::DuplicateId);
         }
         if order.qty == 0 || order.qty > self.config.order_qty_max {
@@ -860,7 +865,7 @@ impl Exchange {
 
     /// Answers a reconciliation query: every open order, every position with activity, then
     /// the end marker naming the last sequence number the answer reflects.
-    fn reconcile(&mut self, now_ns: u64, account: u32) {
+    fn reconcile(&mut self, now_ns: u64, account: u32, token: u32) {
         let as_of_sequence = self.accounts[account as usize].stream_len();
         let mut open: Vec<u32> = self.accounts[account as usize]
             .user_refs
@@ -895,6 +900,7 @@ impl Exchange {
         }
         let end = Outbound::ReconcileEnd {
             timestamp: now_ns,
+            token,
             open_orders: open.len() as u32,
             positions: reported,
             as_of_sequence,

@@ -314,7 +314,7 @@ proptest! {
             2 => Inbound::CancelOrder { user_ref: refs.0, qty: f.qty },
             3 => Inbound::ModifyOrder { user_ref: refs.0, side: f.side, qty: f.qty },
             4 => Inbound::AccountQuery,
-            5 => Inbound::ReconcileQuery,
+            5 => Inbound::ReconcileQuery { token: refs.0 },
             _ => Inbound::OrderStatusQuery { user_ref: refs.1 },
         };
         let mut out = [0u8; 128];
@@ -342,7 +342,7 @@ proptest! {
             12 => Outbound::Restated { timestamp: ts, user_ref: refs.0, reason: b'R', appendages: &[0x05, 0x16, 0, 0, 0, 1] },
             13 => Outbound::AccountQueryResponse { timestamp: ts, next_user_ref: refs.1 },
             14 => Outbound::Position { timestamp: ts, symbol: f.symbol, bought_qty: u64::from(f.qty), sold_qty: ts },
-            15 => Outbound::ReconcileEnd { timestamp: ts, open_orders: refs.0, positions: refs.1, as_of_sequence: ts },
+            15 => Outbound::ReconcileEnd { timestamp: ts, token: refs.1, open_orders: refs.0, positions: refs.1, as_of_sequence: ts },
             _ => Outbound::OrderStatus(OrderStatus { timestamp: ts, user_ref: refs.0, state: b'D', side: f.side, symbol: f.symbol, price: f.price, open_qty: 0, executed_qty: f.qty, cl_ord_id: f.cl_ord_id }),
         };
         let mut out = [0u8; 128];

@@ -377,7 +377,7 @@ fn reconcile_reports_open_orders_and_positions() {
         },
     );
     let before = ex.account(a).stream_len();
-    ex.handle(4, a, &Inbound::ReconcileQuery);
+    ex.handle(4, a, &Inbound::ReconcileQuery { token: 9 });
     let s = stream(&ex, a);
     let answer = &s[before as usize..];
     assert!(
@@ -391,6 +391,7 @@ fn reconcile_reports_open_orders_and_positions() {
         answer[3],
         Outbound::ReconcileEnd {
             timestamp: 4,
+            token: 9,
             open_orders: 2,
             positions: 1,
             as_of_sequence: before
