@@ -508,3 +508,67 @@ fn one_seed() {
         .unwrap_or(424_242);
     run_seeds(seed, 1);
 }
+
+impl Sim {
+    /// A simulation with no random faults: a scenario drives the faults itself.
+    fn quiet(seed: u64) -> Self {
+        let mut sim = Self::new(seed);
+        sim.swarm = Swarm { cut_permille: 0, restart_permille: 0, stall_permille: 0, reject_burst_permille: 0, refuse_permille: 0, delay_change_permille: 0 };
+        sim.link.start(0, &mut sim.net);
+        sim
+    }
+
+    fn run_until(&mut self, bound_ns: u64, what: &str, mut done: impl FnMut(&Self) -> bool) -> u64 {
+        let start = self.now;
+        while self.now - start < bound_ns {
+            self.step();
+            if done(self) {
+                return self.now - start;
+            }
+        }
+        let msg = format!("{what} not reached within {} ms (link {:?})", bound_ns / MS, self.link.state());
+        self.fail(&msg)
+    }
+
+    fn place(&mut self, qty: u32) -> ClientOrderId {
+        self.next_seq += 1;
+        let id = ClientOrderId::new(StrategyId(0), self.next_seq).unwrap();
+        let order = NewOrder { id, venue: VenueId(0), symbol: SymbolId(0), side: Side::Buy, price: Price::from_units(99, 0), qty, tif: TimeInForce::Day };
+        self.strategy.commands.push(Command::New(order)).unwrap();
+        self.orders.insert(id, (qty, 0, false));
+        id
+    }
+}
+
+// Goal: the gateway restarts in the middle of reconciliation (the answer never comes on that
+// connection): keel reconnects and ends SYNCED with nothing lost.
+#[test]
+fn gateway_restart_mid_reconciliation() {
+    let mut sim = Sim::quiet(7);
+    sim.run_until(2_000 * MS, "first SYNCED", |s| s.link.state() == LinkState::Synced);
+    let resting = sim.place(10);
+    sim.run_until(1_000 * MS, "accept", |s| s.history.get(&resting).is_some_and(|h| h.contains(&EventKind::Accepted)));
+    sim.world.borrow_mut().cut_all();
+    // Catch the link right after its next login, while it reconciles, and restart the gateway.
+    sim.run_until(2_000 * MS, "reconciling", |s| s.link.state() == LinkState::Reconciling);
+    sim.venue.apply_control(sim.now, "stall 50").unwrap();
+    sim.venue.drop_all();
+    sim.run_until(5_000 * MS, "SYNCED after the second restart", |s| s.settled());
+    assert!(sim.link.session_stats().disconnects >= 2);
+    assert_eq!(sim.keel_open(), BTreeSet::from([resting]));
+    assert_eq!(sim.venue.exchange().stats().accepted, 1, "nothing resent");
+}
+
+// Goal: a venue that stops answering during reconciliation makes the reconciliation time out;
+// keel drops the connection, reconnects, and is SYNCED once the venue answers again.
+#[test]
+fn reconciliation_timeout_then_synced() {
+    let mut sim = Sim::quiet(8);
+    sim.run_until(2_000 * MS, "first SYNCED", |s| s.link.state() == LinkState::Synced);
+    sim.world.borrow_mut().cut_all();
+    sim.run_until(2_000 * MS, "reconciling", |s| s.link.state() == LinkState::Reconciling);
+    // The venue stalls longer than the reconciliation timeout (500 ms) but not forever.
+    sim.venue.apply_control(sim.now, "stall 700").unwrap();
+    sim.run_until(5_000 * MS, "SYNCED after the timeout", |s| s.settled());
+    assert_eq!(sim.link.session_stats().reconcile_timeouts, 1);
+}
