@@ -17,4 +17,5 @@ pub mod order;
 pub mod proto;
 pub mod rng;
 pub mod session;
+pub mod strategy;
 pub mod venue;

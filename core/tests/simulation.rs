@@ -104,11 +104,22 @@ impl Sim {
         let net = SimWorld::endpoint(&world);
         let (strategy, sport) = strategy_channel(256, 1024);
         let (vhandle, vport) = venue_channel(1024, 1024);
-        let config = DispatcherConfig {
+        let mut config = DispatcherConfig {
             strategies: 1,
             venues: 1,
             symbols: 4,
             ..DispatcherConfig::default()
+        };
+        // A breaker on the simulation's time scale.
+        config.breaker = keel::guard::breaker::BreakerConfig {
+            window_ns: 1_000 * MS,
+            window_buckets: 10,
+            calls_min: 5,
+            open_duration_ns: 300 * MS,
+            open_duration_max_ns: 1_200 * MS,
+            half_open_probes: 2,
+            half_open_wait_max_ns: 500 * MS,
+            ..keel::guard::breaker::BreakerConfig::default()
         };
         let dispatcher = Dispatcher::new(config, vec![sport], vec![vport], 0).unwrap();
         let symbols = ["AAPL", "MSFT", "AMZN", "NVDA"].map(alpha::<8>).to_vec();
@@ -513,7 +524,14 @@ impl Sim {
     /// A simulation with no random faults: a scenario drives the faults itself.
     fn quiet(seed: u64) -> Self {
         let mut sim = Self::new(seed);
-        sim.swarm = Swarm { cut_permille: 0, restart_permille: 0, stall_permille: 0, reject_burst_permille: 0, refuse_permille: 0, delay_change_permille: 0 };
+        sim.swarm = Swarm {
+            cut_permille: 0,
+            restart_permille: 0,
+            stall_permille: 0,
+            reject_burst_permille: 0,
+            refuse_permille: 0,
+            delay_change_permille: 0,
+        };
         sim.link.start(0, &mut sim.net);
         sim
     }
@@ -526,14 +544,26 @@ impl Sim {
                 return self.now - start;
             }
         }
-        let msg = format!("{what} not reached within {} ms (link {:?})", bound_ns / MS, self.link.state());
+        let msg = format!(
+            "{what} not reached within {} ms (link {:?})",
+            bound_ns / MS,
+            self.link.state()
+        );
         self.fail(&msg)
     }
 
     fn place(&mut self, qty: u32) -> ClientOrderId {
         self.next_seq += 1;
         let id = ClientOrderId::new(StrategyId(0), self.next_seq).unwrap();
-        let order = NewOrder { id, venue: VenueId(0), symbol: SymbolId(0), side: Side::Buy, price: Price::from_units(99, 0), qty, tif: TimeInForce::Day };
+        let order = NewOrder {
+            id,
+            venue: VenueId(0),
+            symbol: SymbolId(0),
+            side: Side::Buy,
+            price: Price::from_units(99, 0),
+            qty,
+            tif: TimeInForce::Day,
+        };
         self.strategy.commands.push(Command::New(order)).unwrap();
         self.orders.insert(id, (qty, 0, false));
         id
@@ -545,15 +575,25 @@ impl Sim {
 #[test]
 fn gateway_restart_mid_reconciliation() {
     let mut sim = Sim::quiet(7);
-    sim.run_until(2_000 * MS, "first SYNCED", |s| s.link.state() == LinkState::Synced);
+    sim.run_until(2_000 * MS, "first SYNCED", |s| {
+        s.link.state() == LinkState::Synced
+    });
     let resting = sim.place(10);
-    sim.run_until(1_000 * MS, "accept", |s| s.history.get(&resting).is_some_and(|h| h.contains(&EventKind::Accepted)));
+    sim.run_until(1_000 * MS, "accept", |s| {
+        s.history
+            .get(&resting)
+            .is_some_and(|h| h.contains(&EventKind::Accepted))
+    });
     sim.world.borrow_mut().cut_all();
     // Catch the link right after its next login, while it reconciles, and restart the gateway.
-    sim.run_until(2_000 * MS, "reconciling", |s| s.link.state() == LinkState::Reconciling);
+    sim.run_until(2_000 * MS, "reconciling", |s| {
+        s.link.state() == LinkState::Reconciling
+    });
     sim.venue.apply_control(sim.now, "stall 50").unwrap();
     sim.venue.drop_all();
-    sim.run_until(5_000 * MS, "SYNCED after the second restart", |s| s.settled());
+    sim.run_until(5_000 * MS, "SYNCED after the second restart", |s| {
+        s.settled()
+    });
     assert!(sim.link.session_stats().disconnects >= 2);
     assert_eq!(sim.keel_open(), BTreeSet::from([resting]));
     assert_eq!(sim.venue.exchange().stats().accepted, 1, "nothing resent");
@@ -564,11 +604,104 @@ fn gateway_restart_mid_reconciliation() {
 #[test]
 fn reconciliation_timeout_then_synced() {
     let mut sim = Sim::quiet(8);
-    sim.run_until(2_000 * MS, "first SYNCED", |s| s.link.state() == LinkState::Synced);
+    sim.run_until(2_000 * MS, "first SYNCED", |s| {
+        s.link.state() == LinkState::Synced
+    });
     sim.world.borrow_mut().cut_all();
-    sim.run_until(2_000 * MS, "reconciling", |s| s.link.state() == LinkState::Reconciling);
+    sim.run_until(2_000 * MS, "reconciling", |s| {
+        s.link.state() == LinkState::Reconciling
+    });
     // The venue stalls longer than the reconciliation timeout (500 ms) but not forever.
     sim.venue.apply_control(sim.now, "stall 700").unwrap();
     sim.run_until(5_000 * MS, "SYNCED after the timeout", |s| s.settled());
     assert_eq!(sim.link.session_stats().reconcile_timeouts, 1);
+}
+
+// Goal: the breaker drill. The venue starts failing (system rejects): the breaker opens within
+// its window; new orders are refused at once with BreakerOpen while a cancel still passes; a
+// strategy that retries ordinary failures (keel's `retry_advice`) stops at BreakerOpen; once
+// the venue recovers, half-open probes (real orders) close the breaker.
+#[test]
+fn breaker_drill() {
+    use keel::guard::breaker::BreakerState;
+    use keel::strategy::{retry_advice, Retry};
+    let mut sim = Sim::quiet(9);
+    sim.run_until(2_000 * MS, "SYNCED", |s| {
+        s.link.state() == LinkState::Synced
+    });
+    let resting = sim.place(10);
+    sim.run_until(1_000 * MS, "accept", |s| {
+        s.history
+            .get(&resting)
+            .is_some_and(|h| h.contains(&EventKind::Accepted))
+    });
+    sim.venue
+        .apply_control(sim.now, "reject-burst 1000")
+        .unwrap();
+    // The strategy: place an order; on each event, follow retry_advice.
+    let mut current = sim.place(1);
+    let (mut retries, mut stopped_by_breaker) = (0, false);
+    while !stopped_by_breaker {
+        let before = sim.history.get(&current).map_or(0, Vec::len);
+        sim.run_until(1_000 * MS, "an answer", |s| {
+            s.history.get(&current).map_or(0, Vec::len) > before
+        });
+        let kind = *sim.history[&current].last().unwrap();
+        match retry_advice(&kind) {
+            Retry::After(_) => {
+                retries += 1;
+                current = sim.place(1);
+            }
+            Retry::Never => stopped_by_breaker = matches!(kind, EventKind::BreakerOpen { .. }),
+            Retry::NotApplicable => sim.fail("the failing venue accepted an order"),
+        }
+        assert!(retries < 50, "the strategy kept retrying");
+    }
+    // The resting order's ack and four system rejects are the five calls (the minimum) that
+    // open it: 80% failures.
+    assert_eq!(retries, 4);
+    let sent_before = sim.venue.exchange().stats().rejected;
+    // While open: new orders never reach the venue; a cancel does.
+    let refused = sim.place(1);
+    sim.strategy
+        .commands
+        .push(Command::Cancel { id: resting })
+        .unwrap();
+    sim.run_until(1_000 * MS, "the cancel", |s| {
+        s.history
+            .get(&resting)
+            .is_some_and(|h| h.contains(&EventKind::Canceled))
+    });
+    assert!(matches!(
+        sim.history[&refused][..],
+        [EventKind::BreakerOpen { .. }]
+    ));
+    assert_eq!(
+        sim.venue.exchange().stats().rejected,
+        sent_before,
+        "no new order reached the venue while open"
+    );
+    // The venue recovers; after the open duration, probes close the breaker.
+    sim.venue.apply_control(sim.now, "reject-burst 0").unwrap();
+    let mut probes = Vec::new();
+    sim.run_until(1_000 * MS, "half-open", |s| {
+        matches!(
+            s.dispatcher.guards().venues[0].breaker.clone().state(s.now),
+            BreakerState::HalfOpen { .. }
+        )
+    });
+    for _ in 0..2 {
+        probes.push(sim.place(1));
+    }
+    sim.run_until(1_000 * MS, "probes accepted, breaker closed", |s| {
+        matches!(
+            s.dispatcher.guards().venues[0].breaker.clone().state(s.now),
+            BreakerState::Closed
+        )
+    });
+    for id in probes {
+        assert!(sim.history[&id].contains(&EventKind::Accepted));
+    }
+    let stats = sim.dispatcher.guards().venues[0].breaker.stats();
+    assert_eq!((stats.opened, stats.half_opened, stats.closed), (1, 1, 1));
 }
