@@ -46,6 +46,7 @@ struct Swarm {
     reject_burst_permille: u64,
     refuse_permille: u64,
     delay_change_permille: u64,
+    duplicate_permille: u64,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -56,6 +57,7 @@ struct Tally {
     reject_bursts: u64,
     refusals: u64,
     delay_changes: u64,
+    duplicate_replays: u64,
     checks: u64,
     orders: u64,
 }
@@ -158,6 +160,7 @@ impl Sim {
             reject_burst_permille: pick(4),
             refuse_permille: pick(2),
             delay_change_permille: pick(5),
+            duplicate_permille: pick(2),
         };
         Self {
             seed,
@@ -219,6 +222,12 @@ impl Sim {
             self.refuse_until = self.now + self.rng.below_inclusive(300) * MS;
         }
         self.world.borrow_mut().faults.refuse_connects = self.now < self.refuse_until;
+        if self.chance(s.duplicate_permille) {
+            // The venue replays the whole day at the next login: every report arrives twice.
+            self.tally.duplicate_replays += 1;
+            self.venue.exchange_mut().replay_from_start_once = true;
+            self.world.borrow_mut().cut_all();
+        }
         if self.chance(s.delay_change_permille) {
             self.tally.delay_changes += 1;
             let max = 20_000 + self.rng.below_inclusive(300) * MS;
@@ -493,12 +502,13 @@ fn run_seeds(first: u64, count: u64) {
         total.reject_bursts += t.reject_bursts;
         total.refusals += t.refusals;
         total.delay_changes += t.delay_changes;
+        total.duplicate_replays += t.duplicate_replays;
         total.checks += t.checks;
         total.orders += t.orders;
     }
     println!(
-        "simulation: {count} seeds, {} orders; faults: {} cuts, {} venue restarts, {} stalls, {} reject bursts, {} refused-connect spells, {} delay changes; {} invariant checks, 0 violated",
-        total.orders, total.cuts, total.restarts, total.stalls, total.reject_bursts, total.refusals, total.delay_changes, total.checks
+        "simulation: {count} seeds, {} orders; faults: {} cuts, {} venue restarts, {} stalls, {} reject bursts, {} refused-connect spells, {} delay changes, {} duplicate replays; {} invariant checks, 0 violated",
+        total.orders, total.cuts, total.restarts, total.stalls, total.reject_bursts, total.refusals, total.delay_changes, total.duplicate_replays, total.checks
     );
 }
 
@@ -531,6 +541,7 @@ impl Sim {
             reject_burst_permille: 0,
             refuse_permille: 0,
             delay_change_permille: 0,
+            duplicate_permille: 0,
         };
         sim.link.start(0, &mut sim.net);
         sim

@@ -39,6 +39,7 @@ enum Command {
     ///   drop                     drop every connection now
     ///   restart                  drop every connection; books and sequences are kept
     ///   reject-burst N           reject the next N orders (venue system problem, code 6)
+    ///   replay-all               replay the next login from sequence 1 (duplicate reports)
     ///   status                   answer ok (liveness check)
     #[command(verbatim_doc_comment)]
     Venue(venue::VenueArgs),

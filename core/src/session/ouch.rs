@@ -104,6 +104,8 @@ pub struct ClientStats {
     pub timeouts: u64,
     /// Status answers that changed keel's view (resolutions).
     pub resolutions: u64,
+    /// Replayed reports already applied before a reconnect, skipped by sequence number.
+    pub duplicates_skipped: u64,
     /// Reconciliations completed.
     pub reconciliations: u64,
     /// The last reconciliation's result.
@@ -157,6 +159,8 @@ pub struct OuchClient {
     awaiting_barrier: bool,
     /// Token of the reconciliation query in flight.
     reconcile_token: u32,
+    /// The highest sequence number applied; a replay overlapping it is skipped up to here.
+    applied_through: u64,
     /// (deadline, UserRefNum) of requests awaiting answers, oldest first.
     deadlines: std::collections::VecDeque<(u64, u32)>,
     stats: ClientStats,
@@ -174,6 +178,7 @@ impl OuchClient {
             venue_open: Vec::with_capacity(config.orders_max as usize),
             awaiting_barrier: false,
             reconcile_token: 0,
+            applied_through: 0,
             deadlines: std::collections::VecDeque::with_capacity(cap),
             stats: ClientStats::default(),
             venue,
@@ -202,7 +207,7 @@ impl OuchClient {
             username: soupbin::alpha(&self.config.username),
             password: soupbin::alpha(&self.config.password),
             session: [b' '; soupbin::SESSION_LEN],
-            sequence: self.next_seq,
+            sequence: self.applied_through + 1,
             heartbeat_timeout_ms: None,
         };
         soupbin::encode_client(out, &ClientPacket::LoginRequest(login))
@@ -399,6 +404,8 @@ impl OuchClient {
     ) -> Result<SessionNews, DecodeError> {
         match decode_server(packet_type, payload)? {
             ServerPacket::LoginAccepted { sequence, .. } => {
+                // A venue that replays from before what we asked sends reports we already
+                // applied: they are skipped by sequence number, never applied twice.
                 self.next_seq = sequence;
                 Ok(SessionNews::LoggedIn { next_seq: sequence })
             }
@@ -407,8 +414,14 @@ impl OuchClient {
             ServerPacket::Heartbeat | ServerPacket::Debug(_) => Ok(SessionNews::Nothing),
             ServerPacket::Sequenced(msg) => {
                 let msg = decode_outbound(msg, self.config.dialect)?;
+                let seq = self.next_seq;
                 self.next_seq += 1;
                 self.stats.sequenced += 1;
+                if seq <= self.applied_through {
+                    self.stats.duplicates_skipped += 1;
+                    return Ok(SessionNews::Nothing); // applied before a reconnect
+                }
+                self.applied_through = seq;
                 let barrier = matches!(msg, Outbound::AccountQueryResponse { .. })
                     && std::mem::take(&mut self.awaiting_barrier);
                 if barrier {

@@ -303,6 +303,8 @@ pub struct Exchange {
     pub reject_burst_remaining: u32,
     /// The next emitted message closes its order (set just before emitting it).
     next_is_final: bool,
+    /// Fault: the next login is replayed from sequence 1 whatever it asks (duplicates).
+    pub replay_from_start_once: bool,
 }
 
 impl Exchange {
@@ -329,6 +331,7 @@ impl Exchange {
             stats: ExchangeStats::default(),
             reject_burst_remaining: 0,
             next_is_final: false,
+            replay_from_start_once: false,
             config,
         }
     }
@@ -368,7 +371,9 @@ impl Exchange {
         });
         let next = self.accounts[account as usize].stream_len() + 1;
         // 0 asks for "from now on"; anything past the end is clamped to the end.
-        let start = if requested == 0 {
+        let start = if std::mem::take(&mut self.replay_from_start_once) {
+            1 // fault: a venue that replays the whole day, duplicates included
+        } else if requested == 0 {
             next
         } else {
             requested.min(next)

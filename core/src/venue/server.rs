@@ -596,7 +596,8 @@ impl<T: Transport> VenueServer<T> {
     /// Applies one control command. Commands (times in milliseconds):
     /// `latency MS [JITTER_MS]`, `delay-reports MS`, `delay-final MS`, `accept-limit N`,
     /// `refuse on|off`,
-    /// `stall MS`, `drop`, `restart`, `reject-burst N`, `status`.
+    /// `stall MS`, `drop`, `restart`, `reject-burst N`, `replay-all` (the next login is replayed
+    /// from sequence 1: duplicates), `status`.
     pub fn apply_control(&mut self, now_ns: u64, line: &str) -> Result<(), String> {
         const MS: u64 = 1_000_000;
         let mut words = line.split_whitespace();
@@ -624,6 +625,7 @@ impl<T: Transport> VenueServer<T> {
             },
             "stall" => f.stalled_until_ns = now_ns + num("milliseconds")? * MS,
             "reject-burst" => self.exchange.reject_burst_remaining = num("orders")? as u32,
+            "replay-all" => self.exchange.replay_from_start_once = true,
             "drop" | "restart" => self.drop_all(),
             "status" => {}
             other => return Err(format!("unknown command '{other}'")),
