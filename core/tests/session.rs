@@ -82,6 +82,7 @@ impl Rig {
                     base_ns: 20 * MS,
                     cap_ns: 200 * MS,
                     attempts_max: u32::MAX,
+                    policy: Default::default(),
                 },
                 ..SessionConfig::default()
             },

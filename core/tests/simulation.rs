@@ -143,6 +143,7 @@ impl Sim {
                     base_ns: 10 * MS,
                     cap_ns: 160 * MS,
                     attempts_max: u32::MAX,
+                    policy: Default::default(),
                 },
                 reconcile_timeout_ns: 500 * MS,
                 jitter_seed: seed,

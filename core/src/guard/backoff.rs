@@ -15,6 +15,19 @@ pub struct BackoffConfig {
     pub cap_ns: u64,
     /// Attempts after which the caller gives up (`u32::MAX`: never).
     pub attempts_max: u32,
+    /// How delays are drawn.
+    pub policy: BackoffPolicy,
+}
+
+/// How reconnect delays are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackoffPolicy {
+    /// Exponential with equal jitter (the default; see the module docs).
+    #[default]
+    EqualJitter,
+    /// Always `base_ns`, no jitter: the naive policy, kept only to show in drills what it
+    /// does to a restarting gateway (the reconnect-storm test). Never use it in production.
+    FixedInterval,
 }
 
 impl Default for BackoffConfig {
@@ -23,6 +36,7 @@ impl Default for BackoffConfig {
             base_ns: 100 * crate::clock::NS_PER_MS,
             cap_ns: 30 * crate::clock::NS_PER_SEC,
             attempts_max: u32::MAX,
+            policy: Default::default(),
         }
     }
 }
@@ -56,6 +70,10 @@ impl Backoff {
         if self.attempt >= self.config.attempts_max {
             return None;
         }
+        if self.config.policy == BackoffPolicy::FixedInterval {
+            self.attempt += 1;
+            return Some(self.config.base_ns);
+        }
         let nominal = self.nominal_ns(self.attempt);
         self.attempt += 1;
         let half = nominal / 2;
@@ -84,7 +102,7 @@ mod tests {
         // configs and seeds.
         #[test]
         fn delays_follow_equal_jitter(base in 1u64..1_000_000, mult in 1u64..1000, seed: u64) {
-            let cfg = BackoffConfig { base_ns: base, cap_ns: base * mult, attempts_max: 40 };
+            let cfg = BackoffConfig { base_ns: base, cap_ns: base * mult, attempts_max: 40, ..BackoffConfig::default() };
             let mut backoff = Backoff::new(cfg);
             let mut rng = SplitMix64::new(seed);
             for attempt in 0..40 {
@@ -105,6 +123,7 @@ mod tests {
             base_ns: 1_000_000,
             cap_ns: 1_000_000_000,
             attempts_max: 10,
+            policy: Default::default(),
         };
         let mut delays: Vec<u64> = (0..60)
             .map(|seed| {

@@ -21,6 +21,19 @@ pub struct SimFaults {
     pub delay_max_ns: u64,
     /// Refuse every new connection.
     pub refuse_connects: bool,
+    /// A gateway that saturates: connection attempts are decided at the end of each window of
+    /// `window_ns`; if more than `attempts_max` arrived in it, every one of them fails (the
+    /// handshakes time out together), otherwise all succeed.
+    pub overload: Option<Overload>,
+}
+
+/// See [`SimFaults::overload`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overload {
+    /// Most connection attempts one window survives.
+    pub attempts_max: u32,
+    /// Window length.
+    pub window_ns: u64,
 }
 
 #[derive(Debug)]
@@ -46,6 +59,10 @@ pub struct SimWorld {
     pub faults: SimFaults,
     /// Connections cut by fault injection.
     pub cuts: u64,
+    /// Connection attempts waiting for their window to end: (window, pipe).
+    attempts: Vec<(u64, usize)>,
+    /// Attempts that failed because their window was overloaded.
+    pub overload_failures: u64,
 }
 
 impl SimWorld {
@@ -59,6 +76,8 @@ impl SimWorld {
             now_ns: 0,
             faults: SimFaults::default(),
             cuts: 0,
+            attempts: Vec::new(),
+            overload_failures: 0,
         }))
     }
 
@@ -103,6 +122,40 @@ impl SimWorld {
             conn: id,
             reason: CloseReason::Reset,
         });
+    }
+
+    /// Decides the connection attempts whose overload window has ended.
+    fn decide_attempts(&mut self) {
+        let Some(overload) = self.faults.overload else {
+            return;
+        };
+        let current = self.now_ns / overload.window_ns;
+        let due: Vec<(u64, usize)> = self
+            .attempts
+            .iter()
+            .copied()
+            .filter(|(w, _)| *w < current)
+            .collect();
+        self.attempts.retain(|(w, _)| *w >= current);
+        for &(window, pipe) in &due {
+            let in_window = due.iter().filter(|(w, _)| *w == window).count() as u32;
+            let id = ConnId::new(pipe as u32, 0);
+            let (client, server) = (self.pipes[pipe].client, self.pipes[pipe].server);
+            if in_window > overload.attempts_max {
+                self.overload_failures += 1;
+                self.inbox[client].push_back(NetEvent::ConnectFailed {
+                    conn: id,
+                    errno: 110,
+                });
+            } else {
+                self.pipes[pipe].open = true;
+                self.inbox[server].push_back(NetEvent::Accepted {
+                    listener: ListenerId(0),
+                    conn: id,
+                });
+                self.inbox[client].push_back(NetEvent::Connected { conn: id });
+            }
+        }
     }
 
     /// Open connections.
@@ -155,6 +208,17 @@ impl Transport for SimEndpoint {
             .find(|(a, _)| *a == addr)
             .map(|(_, s)| *s);
         match server {
+            Some(server) if !w.faults.refuse_connects && w.faults.overload.is_some() => {
+                let window = w.now_ns / w.faults.overload.expect("checked").window_ns;
+                w.pipes.push(Pipe {
+                    client: self.id,
+                    server,
+                    to_server: VecDeque::new(),
+                    to_client: VecDeque::new(),
+                    open: false,
+                });
+                w.attempts.push((window, pipe));
+            }
             Some(server) if !w.faults.refuse_connects => {
                 w.pipes.push(Pipe {
                     client: self.id,
@@ -251,6 +315,7 @@ impl Transport for SimEndpoint {
         {
             let mut w = self.world.borrow_mut();
             w.now_ns = w.now_ns.max(now_ns);
+            w.decide_attempts();
             let me = self.id;
             for (i, p) in w.pipes.iter_mut().enumerate() {
                 let queue = if p.server == me && p.client != me {

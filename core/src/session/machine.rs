@@ -288,6 +288,7 @@ mod tests {
                 base_ns: 1_000,
                 cap_ns: 64_000,
                 attempts_max: u32::MAX,
+                policy: Default::default(),
             },
             reconcile_timeout_ns: 10_000,
             jitter_seed: 3,
