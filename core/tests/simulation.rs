@@ -717,3 +717,28 @@ fn breaker_drill() {
     let stats = sim.dispatcher.guards().venues[0].breaker.stats();
     assert_eq!((stats.opened, stats.half_opened, stats.closed), (1, 1, 1));
 }
+
+// Goal: the incident, in simulated time: an immediate-or-cancel buy of 100 gets 50 at once;
+// the venue holds the final report past keel's ack timeout. keel reports Unknown, asks (never
+// resends), and the late report resolves it: exactly 50 bought, one order at the venue.
+#[test]
+fn the_incident_in_simulation() {
+    let mut sim = Sim::quiet(10);
+    sim.run_until(2_000 * MS, "SYNCED", |s| s.link.state() == LinkState::Synced);
+    sim.venue.exchange_mut().synthetic(sim.now, 0, Side::Sell, Price::from_units(99, 0).0, 50, true);
+    sim.venue.apply_control(sim.now, "delay-final 600").unwrap();
+    sim.next_seq += 1;
+    let id = ClientOrderId::new(StrategyId(0), sim.next_seq).unwrap();
+    let order = NewOrder { id, venue: VenueId(0), symbol: SymbolId(0), side: Side::Buy, price: Price::from_units(99, 0), qty: 100, tif: TimeInForce::ImmediateOrCancel };
+    sim.strategy.commands.push(Command::New(order)).unwrap();
+    sim.orders.insert(id, (100, 0, false));
+    sim.run_until(2_000 * MS, "resolution", |s| s.history.get(&id).is_some_and(|h| h.contains(&EventKind::Canceled)));
+    let px = Price::from_units(99, 0);
+    assert_eq!(
+        sim.history[&id],
+        vec![EventKind::Accepted, EventKind::PartiallyFilled { qty: 50, price: px, leaves: 50 }, EventKind::Unknown, EventKind::Canceled]
+    );
+    assert_eq!(sim.dispatcher.guards().risk.position(SymbolId(0)), 50);
+    assert_eq!(sim.venue.exchange().stats().accepted, 1, "no second order for the remainder");
+    assert!(sim.dispatcher.stats().sent_query >= 1);
+}
