@@ -736,3 +736,37 @@ fn bad_configuration_is_refused_with_key_and_value() {
         })
     ));
 }
+
+// Goal: a stalled executor loop (its heartbeat stops) gets no new orders; when it beats
+// again, routing resumes.
+#[test]
+fn watchdog_stops_routing_to_a_stalled_executor() {
+    use keel::session::watchdog::LoopHeartbeat;
+    let mut rig = Rig::new(roomy_config());
+    let (heartbeat, dog) = LoopHeartbeat::new(10 * MS);
+    rig.dispatcher.attach_watchdog(0, dog);
+    heartbeat.beat();
+    rig.settle();
+    rig.advance(11 * MS);
+    rig.settle();
+    let refused = rig.new_order(0, 0, 1);
+    rig.settle();
+    assert_eq!(
+        rig.kinds(0),
+        vec![(
+            refused,
+            EventKind::Refused {
+                reason: RefusalReason::ExecutorStalled
+            }
+        )]
+    );
+    assert!(rig.requests(0).is_empty());
+    assert_eq!(rig.dispatcher.stats().executor_stalls, 1);
+    heartbeat.beat();
+    rig.advance(MS);
+    let routed = rig.new_order(0, 0, 1);
+    rig.settle();
+    assert!(
+        matches!(rig.requests(0)[..], [r] if matches!(r.kind, RequestKind::New(o) if o.id == routed))
+    );
+}

@@ -724,21 +724,55 @@ fn breaker_drill() {
 #[test]
 fn the_incident_in_simulation() {
     let mut sim = Sim::quiet(10);
-    sim.run_until(2_000 * MS, "SYNCED", |s| s.link.state() == LinkState::Synced);
-    sim.venue.exchange_mut().synthetic(sim.now, 0, Side::Sell, Price::from_units(99, 0).0, 50, true);
+    sim.run_until(2_000 * MS, "SYNCED", |s| {
+        s.link.state() == LinkState::Synced
+    });
+    sim.venue.exchange_mut().synthetic(
+        sim.now,
+        0,
+        Side::Sell,
+        Price::from_units(99, 0).0,
+        50,
+        true,
+    );
     sim.venue.apply_control(sim.now, "delay-final 600").unwrap();
     sim.next_seq += 1;
     let id = ClientOrderId::new(StrategyId(0), sim.next_seq).unwrap();
-    let order = NewOrder { id, venue: VenueId(0), symbol: SymbolId(0), side: Side::Buy, price: Price::from_units(99, 0), qty: 100, tif: TimeInForce::ImmediateOrCancel };
+    let order = NewOrder {
+        id,
+        venue: VenueId(0),
+        symbol: SymbolId(0),
+        side: Side::Buy,
+        price: Price::from_units(99, 0),
+        qty: 100,
+        tif: TimeInForce::ImmediateOrCancel,
+    };
     sim.strategy.commands.push(Command::New(order)).unwrap();
     sim.orders.insert(id, (100, 0, false));
-    sim.run_until(2_000 * MS, "resolution", |s| s.history.get(&id).is_some_and(|h| h.contains(&EventKind::Canceled)));
+    sim.run_until(2_000 * MS, "resolution", |s| {
+        s.history
+            .get(&id)
+            .is_some_and(|h| h.contains(&EventKind::Canceled))
+    });
     let px = Price::from_units(99, 0);
     assert_eq!(
         sim.history[&id],
-        vec![EventKind::Accepted, EventKind::PartiallyFilled { qty: 50, price: px, leaves: 50 }, EventKind::Unknown, EventKind::Canceled]
+        vec![
+            EventKind::Accepted,
+            EventKind::PartiallyFilled {
+                qty: 50,
+                price: px,
+                leaves: 50
+            },
+            EventKind::Unknown,
+            EventKind::Canceled
+        ]
     );
     assert_eq!(sim.dispatcher.guards().risk.position(SymbolId(0)), 50);
-    assert_eq!(sim.venue.exchange().stats().accepted, 1, "no second order for the remainder");
+    assert_eq!(
+        sim.venue.exchange().stats().accepted,
+        1,
+        "no second order for the remainder"
+    );
     assert!(sim.dispatcher.stats().sent_query >= 1);
 }

@@ -43,6 +43,10 @@ struct VenueLink {
     replaces: BoundedQueue<QueuedReplace>,
     news: NewLane,
     synced: bool,
+    /// Watchdog on the venue's executor loop, if one is attached.
+    watchdog: Option<crate::session::watchdog::Watchdog>,
+    /// The watchdog says the executor loop is stalled: route nothing new to it.
+    stalled: bool,
 }
 
 /// The dispatcher loop body. See the module docs.
@@ -106,6 +110,8 @@ impl Dispatcher {
                     config.symbols,
                 ),
                 synced: false,
+                watchdog: None,
+                stalled: false,
             })
             .collect();
         Ok(Self {
@@ -127,6 +133,7 @@ impl Dispatcher {
     /// One bounded pass: outcomes, then commands, then sends. Returns the units of work done
     /// (0 means idle, for the caller's idle policy).
     pub fn poll(&mut self, now_ns: u64) -> u32 {
+        self.check_watchdogs(now_ns);
         let work =
             self.drain_outcomes(now_ns) + self.drain_commands(now_ns) + self.serve_lanes(now_ns);
         self.stats.polls += 1;
@@ -162,6 +169,24 @@ impl Dispatcher {
     /// Whether the venue link is SYNCED (the only state in which new orders leave).
     pub fn is_synced(&self, venue: u16) -> bool {
         self.venues[usize::from(venue)].synced
+    }
+
+    /// Watches `venue`'s executor loop: while its heartbeat stops, new orders for it are
+    /// refused with `ExecutorStalled` (cancels still queue for it).
+    pub fn attach_watchdog(&mut self, venue: u16, watchdog: crate::session::watchdog::Watchdog) {
+        self.venues[usize::from(venue)].watchdog = Some(watchdog);
+    }
+
+    fn check_watchdogs(&mut self, now_ns: u64) {
+        for venue in &mut self.venues {
+            if let Some(dog) = venue.watchdog.as_mut() {
+                let stalled = dog.check(now_ns);
+                if stalled && !venue.stalled {
+                    self.stats.executor_stalls += 1;
+                }
+                venue.stalled = stalled;
+            }
+        }
     }
 
     // ----- strategy commands -------------------------------------------------------------
@@ -221,6 +246,9 @@ impl Dispatcher {
         let venue = &self.venues[usize::from(order.venue.0)];
         if !venue.synced {
             return Err(refuse(RefusalReason::NotSynced));
+        }
+        if venue.stalled {
+            return Err(refuse(RefusalReason::ExecutorStalled));
         }
         if self.table.get(order.id).is_some() {
             return Err(refuse(RefusalReason::DuplicateId));

@@ -4,7 +4,7 @@
 use crate::order::{EventKind, RefusalReason, RequestKind, TableError};
 
 /// Number of [`RefusalReason`] variants (one counter each).
-pub const REFUSAL_REASONS: usize = 15;
+pub const REFUSAL_REASONS: usize = 16;
 const _: () = assert!(RefusalReason::BadRoute as usize + 1 == REFUSAL_REASONS);
 
 /// Counters kept by the dispatcher.
@@ -38,6 +38,8 @@ pub struct DispatchStats {
     pub refused: [u64; REFUSAL_REASONS],
     /// Cancels refused because the cancel lane was full: critical, page someone.
     pub cancel_lane_full: u64,
+    /// Times a venue's executor loop was found stalled by its watchdog.
+    pub executor_stalls: u64,
     /// Status queries for Unknown orders that found the cancel lane full (retried at the
     /// next timeout).
     pub query_lane_full: u64,

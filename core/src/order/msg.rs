@@ -254,6 +254,8 @@ pub enum RefusalReason {
     UnknownOrder,
     /// The order already has a cancel or replace in flight.
     AlreadyPending,
+    /// The venue's executor loop stopped beating (watchdog): nothing is routed to it.
+    ExecutorStalled,
     /// The venue or symbol id is not configured.
     BadRoute,
 }

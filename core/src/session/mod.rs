@@ -6,3 +6,4 @@
 pub mod link;
 pub mod machine;
 pub mod ouch;
+pub mod watchdog;
