@@ -1,7 +1,9 @@
 //! Deterministic simulation: keel's dispatcher, venue link and session machine against keel's
 //! venue (matching and sessions), over a simulated network in simulated time — no sockets, no
 //! threads — under randomised faults (swarm testing: each seed draws its own fault mix):
-//! connection cuts, venue restarts, stalls, reject bursts, refused connects, changing delays.
+//! connection cuts, venue restarts, stalls, reject bursts, refused connects, changing delays,
+//! duplicate replays, jumps of the venue's wall clock. (On TCP a lost or reordered message is a
+//! cut connection; the simulated network models it so.)
 //! After every step the invariants are checked; after the faults stop, the link must reach
 //! SYNCED with nothing unreconciled and keel's open orders must equal the venue's.
 //!
@@ -47,6 +49,9 @@ struct Swarm {
     refuse_permille: u64,
     delay_change_permille: u64,
     duplicate_permille: u64,
+    /// Drawn from a separate generator so that switching clock jumps off leaves every other
+    /// fault exactly where it was (see `wall_clock_jumps_change_nothing`).
+    clock_jump_permille: u64,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -58,6 +63,7 @@ struct Tally {
     refusals: u64,
     delay_changes: u64,
     duplicate_replays: u64,
+    clock_jumps: u64,
     checks: u64,
     orders: u64,
 }
@@ -81,6 +87,8 @@ struct Sim {
     history: BTreeMap<ClientOrderId, Vec<EventKind>>,
     refuse_until: u64,
     events: Vec<NetEvent>,
+    /// Generator of the wall-clock jumps, apart from `rng`.
+    wall_rng: SplitMix64,
 }
 
 impl Sim {
@@ -162,6 +170,12 @@ impl Sim {
             refuse_permille: pick(2),
             delay_change_permille: pick(5),
             duplicate_permille: pick(2),
+            clock_jump_permille: 0,
+        };
+        let mut wall_rng = SplitMix64::new(seed ^ 0xC10C_C10C);
+        let swarm = Swarm {
+            clock_jump_permille: wall_rng.below_inclusive(3),
+            ..swarm
         };
         Self {
             seed,
@@ -180,6 +194,7 @@ impl Sim {
             history: BTreeMap::new(),
             refuse_until: 0,
             events: Vec::new(),
+            wall_rng,
         }
     }
 
@@ -233,6 +248,21 @@ impl Sim {
             self.tally.delay_changes += 1;
             let max = 20_000 + self.rng.below_inclusive(300) * MS;
             self.world.borrow_mut().faults.delay_max_ns = max;
+        }
+        let jump = s.clock_jump_permille;
+        if jump > 0 && self.wall_rng.below_inclusive(999) < jump {
+            // The venue's wall clock jumps up to a day, either way (NTP step, leap smear gone
+            // wrong, an operator): only its message timestamps see it.
+            self.tally.clock_jumps += 1;
+            let secs = 1 + self.wall_rng.below_inclusive(86_400) as i64;
+            let secs = if self.wall_rng.next_u64() & 1 == 0 {
+                secs
+            } else {
+                -secs
+            };
+            self.venue
+                .apply_control(self.now, &format!("clock-jump {secs}"))
+                .unwrap();
         }
     }
 
@@ -504,12 +534,13 @@ fn run_seeds(first: u64, count: u64) {
         total.refusals += t.refusals;
         total.delay_changes += t.delay_changes;
         total.duplicate_replays += t.duplicate_replays;
+        total.clock_jumps += t.clock_jumps;
         total.checks += t.checks;
         total.orders += t.orders;
     }
     println!(
-        "simulation: {count} seeds, {} orders; faults: {} cuts, {} venue restarts, {} stalls, {} reject bursts, {} refused-connect spells, {} delay changes, {} duplicate replays; {} invariant checks, 0 violated",
-        total.orders, total.cuts, total.restarts, total.stalls, total.reject_bursts, total.refusals, total.delay_changes, total.duplicate_replays, total.checks
+        "simulation: {count} seeds, {} orders; faults: {} cuts, {} venue restarts, {} stalls, {} reject bursts, {} refused-connect spells, {} delay changes, {} duplicate replays, {} wall-clock jumps; {} invariant checks, 0 violated",
+        total.orders, total.cuts, total.restarts, total.stalls, total.reject_bursts, total.refusals, total.delay_changes, total.duplicate_replays, total.clock_jumps, total.checks
     );
 }
 
@@ -520,6 +551,48 @@ fn many_seeds() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     run_seeds(1, count);
+}
+
+// Goal: the monotonic clock makes wall-clock jumps harmless. The same seeds run twice, with
+// and without jumps of the venue's wall clock (everything else identical); every event the
+// strategy sees, in order, must be the same.
+#[test]
+fn wall_clock_jumps_change_nothing() {
+    let mut jumps = 0;
+    let mut streams_differ = 0;
+    for seed in 1..=40 {
+        let mut with = Sim::new(seed);
+        with.swarm.clock_jump_permille = 10;
+        let tally = with.run();
+        jumps += tally.clock_jumps;
+        let mut without = Sim::new(seed);
+        without.swarm.clock_jump_permille = 0;
+        without.run();
+        assert_eq!(
+            with.history, without.history,
+            "seed {seed}: a wall-clock jump changed what the strategy saw"
+        );
+        assert_eq!(
+            with.now, without.now,
+            "seed {seed}: settled at another time"
+        );
+        let stream = |sim: &Sim| -> Vec<u8> {
+            sim.venue
+                .exchange()
+                .account(0)
+                .messages()
+                .flatten()
+                .copied()
+                .collect()
+        };
+        // The jumps did reach the wire: the venue's timestamps differ.
+        streams_differ += u32::from(stream(&with) != stream(&without));
+    }
+    assert!(jumps > 100, "only {jumps} jumps injected");
+    assert!(
+        streams_differ > 20,
+        "jumps changed only {streams_differ} venue streams"
+    );
 }
 
 #[test]
@@ -543,6 +616,7 @@ impl Sim {
             refuse_permille: 0,
             delay_change_permille: 0,
             duplicate_permille: 0,
+            clock_jump_permille: 0,
         };
         sim.link.start(0, &mut sim.net);
         sim

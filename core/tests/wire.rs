@@ -485,7 +485,7 @@ fn control_port_changes_faults_while_running() {
     let mut control = TcpStream::connect(venue.control_addr().unwrap()).unwrap();
     control.set_nonblocking(true).unwrap();
     control
-        .write_all(b"latency 5 2\nbogus\naccept-limit 3\n")
+        .write_all(b"latency 5 2\nbogus\naccept-limit 3\nclock-jump -3600\nclock-jump soon\n")
         .unwrap();
     let clock = TscClock::new();
     let mut replies = Vec::new();
@@ -495,14 +495,20 @@ fn control_port_changes_faults_while_running() {
         if let Ok(n) = control.read(&mut buf) {
             replies.extend_from_slice(&buf[..n]);
         }
-        if replies.iter().filter(|&&b| b == b'\n').count() == 3 {
+        if replies.iter().filter(|&&b| b == b'\n').count() == 5 {
             break;
         }
     }
     let text = String::from_utf8(replies).unwrap();
     assert_eq!(
         text,
-        "ok latency 5 2\nerror unknown command 'bogus'\nok accept-limit 3\n"
+        "ok latency 5 2\nerror unknown command 'bogus'\nok accept-limit 3\nok clock-jump -3600\n\
+         error clock-jump: seconds 'soon' is not a whole number\n"
+    );
+    assert_eq!(
+        venue.exchange().wall_offset_ns,
+        (-3_600_000_000_000i64) as u64,
+        "the wall clock stepped back an hour"
     );
     let faults = venue.faults();
     assert_eq!(

@@ -40,6 +40,7 @@ enum Command {
     ///   restart                  drop every connection; books and sequences are kept
     ///   reject-burst N           reject the next N orders (venue system problem, code 6)
     ///   replay-all               replay the next login from sequence 1 (duplicate reports)
+    ///   clock-jump SECONDS       the venue's wall clock (its timestamps) jumps, signed
     ///   status                   answer ok (liveness check)
     #[command(verbatim_doc_comment)]
     Venue(venue::VenueArgs),

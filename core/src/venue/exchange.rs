@@ -305,6 +305,10 @@ pub struct Exchange {
     next_is_final: bool,
     /// Fault: the next login is replayed from sequence 1 whatever it asks (duplicates).
     pub replay_from_start_once: bool,
+    /// The venue's wall clock minus the monotonic clock it is driven by. Message timestamps
+    /// are wall-clock; a fault can make the wall clock jump (backwards too). keel reads no
+    /// venue timestamp for timing, so a jump must change nothing it decides.
+    pub wall_offset_ns: u64,
 }
 
 impl Exchange {
@@ -330,6 +334,7 @@ impl Exchange {
             scratch: vec![0; 512],
             stats: ExchangeStats::default(),
             reject_burst_remaining: 0,
+            wall_offset_ns: 0,
             next_is_final: false,
             replay_from_start_once: false,
             config,
@@ -439,7 +444,7 @@ impl Exchange {
                     self.emit(
                         account,
                         &Outbound::CancelReject {
-                            timestamp: now_ns,
+                            timestamp: now_ns.wrapping_add(self.wall_offset_ns),
                             user_ref: *user_ref,
                         },
                     );
@@ -462,7 +467,7 @@ impl Exchange {
                 self.emit(
                     account,
                     &Outbound::AccountQueryResponse {
-                        timestamp: now_ns,
+                        timestamp: now_ns.wrapping_add(self.wall_offset_ns),
                         next_user_ref: next,
                     },
                 );
@@ -550,7 +555,7 @@ impl Exchange {
         );
         self.stats.accepted += 1;
         let accepted = OrderAccepted {
-            timestamp: now_ns,
+            timestamp: now_ns.wrapping_add(self.wall_offset_ns),
             orig_user_ref,
             user_ref,
             order: fields,
@@ -692,7 +697,7 @@ impl Exchange {
             }
             self.next_is_final = order.open_qty == 0;
             let msg = Outbound::Executed {
-                timestamp: now_ns,
+                timestamp: now_ns.wrapping_add(self.wall_offset_ns),
                 user_ref,
                 qty,
                 price,
@@ -720,7 +725,7 @@ impl Exchange {
             self.emit(
                 account,
                 &Outbound::Canceled {
-                    timestamp: now_ns,
+                    timestamp: now_ns.wrapping_add(self.wall_offset_ns),
                     orig_user_ref: user_ref,
                     user_ref,
                     qty,
@@ -743,7 +748,7 @@ impl Exchange {
             return self.emit(
                 account,
                 &Outbound::CancelReject {
-                    timestamp: now_ns,
+                    timestamp: now_ns.wrapping_add(self.wall_offset_ns),
                     user_ref,
                 },
             );
@@ -759,7 +764,7 @@ impl Exchange {
         self.emit(
             account,
             &Outbound::Canceled {
-                timestamp: now_ns,
+                timestamp: now_ns.wrapping_add(self.wall_offset_ns),
                 orig_user_ref: user_ref,
                 user_ref,
                 qty: taken,
@@ -811,7 +816,7 @@ impl Exchange {
     fn status(&mut self, now_ns: u64, account: u32, user_ref: u32) {
         let msg = match self.order_of(account, user_ref) {
             Some(o) => OrderStatus {
-                timestamp: now_ns,
+                timestamp: now_ns.wrapping_add(self.wall_offset_ns),
                 user_ref,
                 state: if o.open_qty > 0 { b'L' } else { b'D' },
                 side: o.fields.side,
@@ -822,7 +827,7 @@ impl Exchange {
                 cl_ord_id: o.fields.cl_ord_id,
             },
             None => OrderStatus {
-                timestamp: now_ns,
+                timestamp: now_ns.wrapping_add(self.wall_offset_ns),
                 user_ref,
                 state: b'U',
                 side: b'B',
@@ -848,7 +853,7 @@ impl Exchange {
         self.emit(
             account,
             &Outbound::Rejected {
-                timestamp: now_ns,
+                timestamp: now_ns.wrapping_add(self.wall_offset_ns),
                 user_ref,
                 reason: code as u16,
                 cl_ord_id,
@@ -895,7 +900,7 @@ impl Exchange {
             self.emit(
                 account,
                 &Outbound::Position {
-                    timestamp: now_ns,
+                    timestamp: now_ns.wrapping_add(self.wall_offset_ns),
                     symbol,
                     bought_qty,
                     sold_qty,
@@ -904,7 +909,7 @@ impl Exchange {
             reported += 1;
         }
         let end = Outbound::ReconcileEnd {
-            timestamp: now_ns,
+            timestamp: now_ns.wrapping_add(self.wall_offset_ns),
             token,
             open_orders: open.len() as u32,
             positions: reported,

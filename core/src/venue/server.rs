@@ -597,7 +597,8 @@ impl<T: Transport> VenueServer<T> {
     /// `latency MS [JITTER_MS]`, `delay-reports MS`, `delay-final MS`, `accept-limit N`,
     /// `refuse on|off`,
     /// `stall MS`, `drop`, `restart`, `reject-burst N`, `replay-all` (the next login is replayed
-    /// from sequence 1: duplicates), `status`.
+    /// from sequence 1: duplicates), `clock-jump SECONDS` (signed: the wall clock behind the
+    /// message timestamps jumps), `status`.
     pub fn apply_control(&mut self, now_ns: u64, line: &str) -> Result<(), String> {
         const MS: u64 = 1_000_000;
         let mut words = line.split_whitespace();
@@ -626,6 +627,16 @@ impl<T: Transport> VenueServer<T> {
             "stall" => f.stalled_until_ns = now_ns + num("milliseconds")? * MS,
             "reject-burst" => self.exchange.reject_burst_remaining = num("orders")? as u32,
             "replay-all" => self.exchange.replay_from_start_once = true,
+            "clock-jump" => {
+                // Seconds, signed: the venue's wall clock jumps; its monotonic clock does not.
+                let w = words.next().unwrap_or("");
+                let secs: i64 = w
+                    .parse()
+                    .map_err(|_| format!("clock-jump: seconds '{w}' is not a whole number"))?;
+                let delta = secs.saturating_mul(1_000_000_000);
+                let offset = &mut self.exchange.wall_offset_ns;
+                *offset = offset.wrapping_add(delta as u64);
+            }
             "drop" | "restart" => self.drop_all(),
             "status" => {}
             other => return Err(format!("unknown command '{other}'")),
