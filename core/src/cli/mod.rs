@@ -41,6 +41,7 @@ enum Command {
     ///   reject-burst N           reject the next N orders (venue system problem, code 6)
     ///   replay-all               replay the next login from sequence 1 (duplicate reports)
     ///   clock-jump SECONDS       the venue's wall clock (its timestamps) jumps, signed
+    ///   saturate N MS | off      gateway overload: more than N connects in an MS window all fail
     ///   status                   answer ok (liveness check)
     #[command(verbatim_doc_comment)]
     Venue(venue::VenueArgs),

@@ -124,7 +124,7 @@ pub fn run(args: VenueArgs) -> ExitCode {
             final_report_delay_ns: args.delay_final_ms * MS,
             accept_limit: args.accept_limit,
             refuse_connects: args.refuse_connects,
-            stalled_until_ns: 0,
+            ..Faults::default()
         },
         wait: if args.busy_poll {
             WaitMode::BusyPoll

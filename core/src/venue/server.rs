@@ -40,6 +40,12 @@ pub struct Faults {
     pub accept_limit: u32,
     /// Close every new connection at once.
     pub refuse_connects: bool,
+    /// A saturating gateway: connections are held until the end of a window of
+    /// `saturate_window_ns`; if more than `saturate_attempts_max` arrived in it, every one of
+    /// them is closed (the handshakes fail together), otherwise all proceed (0: off).
+    pub saturate_attempts_max: u32,
+    /// See `saturate_attempts_max`.
+    pub saturate_window_ns: u64,
     /// Stop reading from clients until this time (ns on the server's clock).
     pub stalled_until_ns: u64,
 }
@@ -153,6 +159,9 @@ pub struct VenueServer<T: Transport = Reactor> {
     control_local: Option<SocketAddr>,
     sessions: FxHashMap<ConnId, Session>,
     controls: Vec<ConnId>,
+    /// Connections held by the saturating-gateway fault until `held_until_ns`.
+    held: Vec<ConnId>,
+    held_until_ns: u64,
     /// When each stream message was produced, per account, for delayed reports.
     produced_ns: FxHashMap<u32, Vec<u64>>,
     delayed: VecDeque<Delayed>,
@@ -193,6 +202,8 @@ impl VenueServer {
             control_local,
             sessions: FxHashMap::default(),
             controls: Vec::new(),
+            held: Vec::new(),
+            held_until_ns: 0,
             produced_ns: FxHashMap::default(),
             delayed: VecDeque::new(),
             rng: SplitMix64::new(config.flow.seed ^ 0x5eed),
@@ -221,6 +232,8 @@ impl<T: Transport> VenueServer<T> {
             control_local: None,
             sessions: FxHashMap::default(),
             controls: Vec::new(),
+            held: Vec::new(),
+            held_until_ns: 0,
             produced_ns: FxHashMap::default(),
             delayed: VecDeque::new(),
             rng: SplitMix64::new(config.flow.seed ^ 0x5eed),
@@ -277,6 +290,7 @@ impl<T: Transport> VenueServer<T> {
             self.on_event(now_ns, *event);
         }
         self.events = events;
+        self.decide_held(now_ns);
         if now_ns >= self.config.faults.stalled_until_ns {
             let mut conns = self.session_list();
             for &conn in &conns {
@@ -307,26 +321,56 @@ impl<T: Transport> VenueServer<T> {
                     self.reactor.close(conn);
                     return;
                 }
-                self.sessions.insert(
-                    conn,
-                    Session {
-                        account: None,
-                        next_seq: 1,
-                        last_rx_ns: now_ns,
-                        last_tx_ns: now_ns,
-                    },
-                );
+                if f.saturate_attempts_max > 0 {
+                    if self.held.is_empty() {
+                        self.held_until_ns = now_ns + f.saturate_window_ns;
+                    }
+                    self.held.push(conn);
+                    return;
+                }
+                self.open_session(now_ns, conn);
             }
             NetEvent::Accepted { conn, .. } => self.reactor.close(conn),
             NetEvent::Closed { conn, .. } => {
                 self.sessions.remove(&conn);
                 self.controls.retain(|c| *c != conn);
+                self.held.retain(|c| *c != conn);
             }
             NetEvent::Readable { .. }
             | NetEvent::Connected { .. }
             | NetEvent::ConnectFailed { .. }
             | NetEvent::Timer { .. } => {}
         }
+    }
+
+    /// Ends the saturating gateway's window: all held connections proceed, or all are closed.
+    fn decide_held(&mut self, now_ns: u64) {
+        let f = self.config.faults;
+        if self.held.is_empty() || (f.saturate_attempts_max > 0 && now_ns < self.held_until_ns) {
+            return;
+        }
+        let fail = f.saturate_attempts_max > 0 && self.held.len() as u32 > f.saturate_attempts_max;
+        let mut held = std::mem::take(&mut self.held);
+        for &conn in &held {
+            if fail {
+                self.count_drop(DropReason::AcceptLimit);
+                self.reactor.close(conn);
+            } else {
+                self.open_session(now_ns, conn);
+            }
+        }
+        held.clear();
+        self.held = held;
+    }
+
+    fn open_session(&mut self, now_ns: u64, conn: ConnId) {
+        let session = Session {
+            account: None,
+            next_seq: 1,
+            last_rx_ns: now_ns,
+            last_tx_ns: now_ns,
+        };
+        self.sessions.insert(conn, session);
     }
 
     /// Decodes every whole packet a session has sent.
@@ -598,7 +642,8 @@ impl<T: Transport> VenueServer<T> {
     /// `refuse on|off`,
     /// `stall MS`, `drop`, `restart`, `reject-burst N`, `replay-all` (the next login is replayed
     /// from sequence 1: duplicates), `clock-jump SECONDS` (signed: the wall clock behind the
-    /// message timestamps jumps), `status`.
+    /// message timestamps jumps), `saturate N MS` | `saturate off` (more than N connects in a
+    /// window of MS all fail), `status`.
     pub fn apply_control(&mut self, now_ns: u64, line: &str) -> Result<(), String> {
         const MS: u64 = 1_000_000;
         let mut words = line.split_whitespace();
@@ -627,6 +672,15 @@ impl<T: Transport> VenueServer<T> {
             "stall" => f.stalled_until_ns = now_ns + num("milliseconds")? * MS,
             "reject-burst" => self.exchange.reject_burst_remaining = num("orders")? as u32,
             "replay-all" => self.exchange.replay_from_start_once = true,
+            "saturate" => {
+                // `saturate N MS` or `saturate off`.
+                if line.split_whitespace().nth(1) == Some("off") {
+                    f.saturate_attempts_max = 0;
+                } else {
+                    f.saturate_attempts_max = num("attempts")? as u32;
+                    f.saturate_window_ns = num("milliseconds")? * MS;
+                }
+            }
             "clock-jump" => {
                 // Seconds, signed: the venue's wall clock jumps; its monotonic clock does not.
                 let w = words.next().unwrap_or("");
