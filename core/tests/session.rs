@@ -1,7 +1,8 @@
-//! Venue sessions that survive, on real sockets: a venue restart while an order rests (the
-//! missed fill arrives by replay, then reconciliation, then SYNCED), and an order lost in a
-//! dropped connection (Unknown, then resolved by reconciliation as never received — never
-//! resent).
+//! Venue sessions that survive, on real sockets (loopback, io_uring): a venue restart while an
+//! order rests (the missed fill arrives by replay, then reconciliation, then SYNCED); an order
+//! lost in a dropped connection (Unknown, then resolved as never received — never resent); the
+//! incident (a late remainder); the gateway restarting mid-reconciliation; a reconciliation
+//! timeout; the breaker drill. Each scenario also runs on the simulator (`simulation.rs`).
 
 use keel::clock::{Clock, TscClock};
 use keel::dispatch::{
@@ -40,6 +41,14 @@ impl Rig {
     }
 
     fn with_ack_timeout(ack_timeout_ns: u64) -> Self {
+        Self::with(ack_timeout_ns, |_, _| {})
+    }
+
+    /// A rig whose dispatcher and link settings `tweak` may change.
+    fn with(
+        ack_timeout_ns: u64,
+        tweak: impl FnOnce(&mut DispatcherConfig, &mut LinkConfig),
+    ) -> Self {
         let clock = TscClock::new();
         let venue = VenueServer::new(VenueConfig {
             flow: FlowConfig {
@@ -56,13 +65,12 @@ impl Rig {
         .unwrap();
         let (strategy, sport) = strategy_channel(256, 256);
         let (vhandle, vport) = venue_channel(256, 256);
-        let config = DispatcherConfig {
+        let mut config = DispatcherConfig {
             strategies: 1,
             venues: 1,
             symbols: 4,
             ..DispatcherConfig::default()
         };
-        let dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns()).unwrap();
         let symbols = ["AAPL", "MSFT", "AMZN", "NVDA"].map(alpha::<8>).to_vec();
         let client = OuchClient::new(
             ClientConfig {
@@ -76,7 +84,7 @@ impl Rig {
             },
             VenueId(0),
         );
-        let link_config = LinkConfig {
+        let mut link_config = LinkConfig {
             session: SessionConfig {
                 backoff: BackoffConfig {
                     base_ns: 20 * MS,
@@ -88,6 +96,8 @@ impl Rig {
             },
             ..LinkConfig::default()
         };
+        tweak(&mut config, &mut link_config);
+        let dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns()).unwrap();
         let mut link =
             VenueLink::with_config(venue.local_addr(), VenueId(0), client, vhandle, link_config);
         link.start(clock.now_ns(), &mut reactor);
@@ -318,4 +328,139 @@ fn the_incident_late_remainder_is_unknown_never_resent() {
     // asked again: queries, never a resend.
     assert!(rig.dispatcher.stats().sent_query >= 1);
     assert!(rig.link.client().stats().timeouts >= 1);
+}
+
+// Goal: the gateway restarts in the middle of reconciliation, on real sockets: the link is
+// caught RECONCILING (its query sent, the answer not yet read) and the venue drops it. keel
+// reconnects and ends SYNCED with the resting order intact and nothing resent.
+#[test]
+fn gateway_restart_mid_reconciliation_on_sockets() {
+    let mut rig = Rig::new();
+    rig.until("first SYNCED", |r| r.dispatcher.is_synced(0));
+    let resting = rig.order(1, 10);
+    rig.strategy.commands.push(Command::New(resting)).unwrap();
+    rig.until("accept", |r| {
+        r.kinds(resting.id).contains(&EventKind::Accepted)
+    });
+    rig.venue.apply_control(0, "drop").unwrap();
+    // Each step ends after the link has acted, before the venue reads again: a link seen
+    // RECONCILING has its query in flight.
+    rig.until("reconciling", |r| r.link.state() == LinkState::Reconciling);
+    rig.venue.apply_control(0, "restart").unwrap();
+    rig.until("SYNCED after the second drop", |r| {
+        r.dispatcher.is_synced(0) && r.link.client().stats().last_reconciliation.unresolved() == 0
+    });
+    let session = rig.link.session_stats();
+    assert!(session.disconnects >= 2, "{session:?}");
+    assert_eq!(
+        rig.dispatcher.table().get(resting.id).unwrap().state,
+        OrderState::Live
+    );
+    assert_eq!(rig.kinds(resting.id), vec![EventKind::Accepted]);
+    assert_eq!(rig.venue.exchange().stats().accepted, 1, "nothing resent");
+}
+
+// Goal: a venue that stops answering during reconciliation, on real sockets: the
+// reconciliation times out (300 ms here), keel drops the connection and reconnects, and is
+// SYNCED once the venue answers again.
+#[test]
+fn reconciliation_timeout_then_synced_on_sockets() {
+    let mut rig = Rig::with(2_000 * MS, |_, link| {
+        link.session.reconcile_timeout_ns = 300 * MS;
+    });
+    rig.until("first SYNCED", |r| r.dispatcher.is_synced(0));
+    rig.venue.apply_control(0, "drop").unwrap();
+    rig.until("reconciling", |r| r.link.state() == LinkState::Reconciling);
+    let now = rig.clock.now_ns();
+    rig.venue.apply_control(now, "stall 500").unwrap();
+    rig.until("SYNCED after the timeout", |r| r.dispatcher.is_synced(0));
+    assert_eq!(rig.link.session_stats().reconcile_timeouts, 1);
+    assert_eq!(
+        rig.link.client().stats().last_reconciliation.unresolved(),
+        0
+    );
+}
+
+// Goal: the breaker drill on real sockets: the venue starts rejecting (system problem); the
+// breaker opens within its window; a strategy following `retry_advice` stops at BreakerOpen;
+// while open a cancel still reaches the venue and no new order does; once the venue recovers,
+// half-open probes close it.
+#[test]
+fn breaker_drill_on_sockets() {
+    use keel::guard::breaker::{BreakerConfig, BreakerState};
+    use keel::strategy::{retry_advice, Retry};
+    let mut rig = Rig::with(2_000 * MS, |config, _| {
+        config.breaker = BreakerConfig {
+            window_ns: 1_000 * MS,
+            window_buckets: 10,
+            calls_min: 5,
+            open_duration_ns: 300 * MS,
+            open_duration_max_ns: 1_200 * MS,
+            half_open_probes: 2,
+            half_open_wait_max_ns: 500 * MS,
+            ..BreakerConfig::default()
+        };
+    });
+    rig.until("SYNCED", |r| r.dispatcher.is_synced(0));
+    let resting = rig.order(1, 10);
+    rig.strategy.commands.push(Command::New(resting)).unwrap();
+    rig.until("accept", |r| {
+        r.kinds(resting.id).contains(&EventKind::Accepted)
+    });
+    rig.venue.apply_control(0, "reject-burst 1000").unwrap();
+    let mut seq = 1;
+    let mut retries = 0;
+    let last = loop {
+        seq += 1;
+        let order = rig.order(seq, 1);
+        rig.strategy.commands.push(Command::New(order)).unwrap();
+        rig.until("an answer", |r| !r.kinds(order.id).is_empty());
+        let kind = rig.kinds(order.id)[0];
+        match retry_advice(&kind) {
+            Retry::After(_) => retries += 1,
+            Retry::Never => break kind,
+            Retry::NotApplicable => panic!("the failing venue answered {kind:?}"),
+        }
+        assert!(retries < 50, "the strategy kept retrying");
+    };
+    assert!(matches!(last, EventKind::BreakerOpen { .. }), "{last:?}");
+    // The resting order's ack and four system rejects are the five calls that open it.
+    assert_eq!(retries, 4);
+    let rejected = rig.venue.exchange().stats().rejected;
+    rig.strategy
+        .commands
+        .push(Command::Cancel { id: resting.id })
+        .unwrap();
+    rig.until("the cancel", |r| {
+        r.kinds(resting.id).contains(&EventKind::Canceled)
+    });
+    assert_eq!(
+        rig.venue.exchange().stats().rejected,
+        rejected,
+        "no new order reached the venue while open"
+    );
+    rig.venue.apply_control(0, "reject-burst 0").unwrap();
+    rig.until("half-open", |r| {
+        let now = r.clock.now_ns();
+        matches!(
+            r.dispatcher.guards().venues[0].breaker.clone().state(now),
+            BreakerState::HalfOpen { .. }
+        )
+    });
+    let probes = [rig.order(seq + 1, 1), rig.order(seq + 2, 1)];
+    for probe in probes {
+        rig.strategy.commands.push(Command::New(probe)).unwrap();
+    }
+    rig.until("probes accepted, breaker closed", |r| {
+        let now = r.clock.now_ns();
+        matches!(
+            r.dispatcher.guards().venues[0].breaker.clone().state(now),
+            BreakerState::Closed
+        )
+    });
+    for probe in probes {
+        assert!(rig.kinds(probe.id).contains(&EventKind::Accepted));
+    }
+    let stats = rig.dispatcher.guards().venues[0].breaker.stats();
+    assert_eq!((stats.opened, stats.half_opened, stats.closed), (1, 1, 1));
 }
