@@ -218,6 +218,11 @@ fn restart_replay_reconcile_then_synced() {
     );
     let session = rig.link.session_stats();
     assert_eq!((session.synced, session.disconnects), (2, 1));
+    // What the journal will persist: every message of the venue's stream was applied.
+    assert_eq!(
+        rig.link.client().applied_through(),
+        rig.venue.exchange().account(0).stream_len()
+    );
     assert_eq!(
         rig.link.client().stats().last_reconciliation.unresolved(),
         0
