@@ -770,3 +770,48 @@ fn watchdog_stops_routing_to_a_stalled_executor() {
         matches!(rig.requests(0)[..], [r] if matches!(r.kind, RequestKind::New(o) if o.id == routed))
     );
 }
+
+// Goal: requests the link hands back unsent (the session dropped before writing them) are
+// never sent late: a new order is refused NotSynced with its risk released; a cancel waits
+// in the cancel lane while the link is down and leaves, charged again, once it is SYNCED.
+#[test]
+fn requests_returned_unsent_are_refused_or_requeued_never_sent_late() {
+    use keel::order::UnsentRequest;
+    let mut rig = Rig::new(roomy_config());
+    let live = rig.live_order(0, 1, 10);
+    let fresh = rig.new_order(0, 2, 5);
+    rig.send(0, Command::Cancel { id: live });
+    rig.settle();
+    let sent: Vec<_> = rig.requests(0).iter().map(|r| r.kind).collect();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    rig.outcome(0, OutcomeKind::LinkState { synced: false });
+    for kind in &sent {
+        let (id, request) = UnsentRequest::of(kind);
+        rig.outcome(0, OutcomeKind::NotSent { id, request });
+    }
+    rig.settle();
+    assert!(
+        rig.requests(0).is_empty(),
+        "nothing leaves while not SYNCED"
+    );
+    assert_eq!(
+        rig.kinds(0),
+        vec![(
+            fresh,
+            EventKind::Refused {
+                reason: RefusalReason::NotSynced
+            }
+        )]
+    );
+    assert_eq!(rig.state(fresh), OrderState::Rejected);
+    assert_eq!(rig.state(live), OrderState::PendingCancel);
+    assert_eq!(rig.dispatcher.stats().not_sent, 2);
+    // Back to SYNCED: the cancel leaves; the refused order never does.
+    rig.outcome(0, OutcomeKind::LinkState { synced: true });
+    rig.settle();
+    assert_eq!(
+        rig.requests(0).iter().map(|r| r.kind).collect::<Vec<_>>(),
+        vec![RequestKind::Cancel { id: live }]
+    );
+    assert_eq!(rig.dispatcher.stats().sent_cancel, 2);
+}

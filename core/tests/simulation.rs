@@ -4,8 +4,11 @@
 //! connection cuts, venue restarts, stalls, reject bursts, refused connects, changing delays,
 //! duplicate replays, jumps of the venue's wall clock. (On TCP a lost or reordered message is a
 //! cut connection; the simulated network models it so.)
-//! After every step the invariants are checked; after the faults stop, the link must reach
-//! SYNCED with nothing unreconciled and keel's open orders must equal the venue's.
+//! After every step the invariants are checked (no double fill, no event after a terminal one,
+//! no order id reaching the venue twice, no report contradicting the order table, never more
+//! messages written to the venue in a rate window than the limiter allows); after the faults
+//! stop, the link must reach SYNCED with nothing unreconciled and keel's open orders must equal
+//! the venue's.
 //!
 //! `KEEL_SIM_SEEDS=N` runs N seeds (default 200 here; scripts/test runs 1,000); a failure
 //! prints its seed and `KEEL_SIM_SEED=<seed> cargo test -p keel --test simulation -- one_seed`
@@ -19,6 +22,7 @@ use keel::dispatch::{
     strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle,
 };
 use keel::guard::backoff::BackoffConfig;
+use keel::guard::limiter::WindowLimit;
 use keel::net::sim::{SimEndpoint, SimWorld};
 use keel::net::{NetEvent, Transport};
 use keel::order::{
@@ -38,6 +42,11 @@ const MS: u64 = 1_000_000;
 const STEP_NS: u64 = MS;
 const FAULT_PHASE_NS: u64 = 1_500 * MS;
 const LIVENESS_BOUND_NS: u64 = 8_000 * MS;
+const RATE_WINDOW: WindowLimit = WindowLimit {
+    window_ns: 100 * MS,
+    limit_weight: 40,
+    burst_weight: 10,
+};
 
 /// Per-seed fault probabilities (per step), drawn from the seed: swarm testing.
 #[derive(Debug, Clone, Copy)]
@@ -89,6 +98,9 @@ struct Sim {
     events: Vec<NetEvent>,
     /// Generator of the wall-clock jumps, apart from `rng`.
     wall_rng: SplitMix64,
+    /// (time, requests written to the wire in that step) over the last rate window.
+    wire_sent: std::collections::VecDeque<(u64, u64)>,
+    wire_sent_total: u64,
 }
 
 impl Sim {
@@ -120,6 +132,8 @@ impl Sim {
             symbols: 4,
             ..DispatcherConfig::default()
         };
+        // A rate limit the trading rate runs into: 40 messages per 100 ms, bursts of 10.
+        config.limiter.windows = [Some(RATE_WINDOW), None, None, None];
         // A breaker on the simulation's time scale.
         config.breaker = keel::guard::breaker::BreakerConfig {
             window_ns: 1_000 * MS,
@@ -195,6 +209,8 @@ impl Sim {
             refuse_until: 0,
             events: Vec::new(),
             wall_rng,
+            wire_sent: std::collections::VecDeque::new(),
+            wire_sent_total: 0,
         }
     }
 
@@ -413,6 +429,28 @@ impl Sim {
             };
             let msg = format!(
                 "a venue report contradicted keel's order table: {e:?}; strategy saw {history:?}"
+            );
+            self.fail(&msg);
+        }
+        // Messages written to the venue in any rate window stay within the limiter's bound.
+        let total = self.link.stats().requests_sent;
+        let sent = total - self.wire_sent_total;
+        self.wire_sent_total = total;
+        self.wire_sent.push_back((self.now, sent));
+        while self
+            .wire_sent
+            .front()
+            .is_some_and(|(t, _)| *t + RATE_WINDOW.window_ns <= self.now)
+        {
+            self.wire_sent.pop_front();
+        }
+        let in_window: u64 = self.wire_sent.iter().map(|(_, n)| n).sum();
+        let bound = u64::from(RATE_WINDOW.burst_weight + RATE_WINDOW.limit_weight);
+        if in_window > bound {
+            let msg = format!(
+                "{in_window} messages written to the venue in one rate window (bound {bound}) at {} ms, link {:?}",
+                self.now / MS,
+                self.link.state()
             );
             self.fail(&msg);
         }

@@ -31,7 +31,7 @@ use crate::order::table::Applied;
 use crate::order::{
     CancelRejectReason, ClientOrderId, Command, Event, EventKind, MassCancelScope, NewOrder, Order,
     OrderEvent, OrderState, OrderTable, OutcomeKind, Price, Qty, RefusalReason, RejectReason,
-    Replace, RequestKind, StrategyId, TableError, VenueRequest,
+    Replace, RequestKind, StrategyId, TableError, UnsentRequest, VenueRequest,
 };
 use lanes::{BoundedQueue, CancelWork, NewLane, NewLaneFull, QueuedNew, QueuedReplace};
 
@@ -533,7 +533,15 @@ impl Dispatcher {
     fn serve_venue(&mut self, now_ns: u64, v: usize) -> u32 {
         let mut sent = 0;
         while sent < self.config.sends_per_poll_max && self.venues[v].port.requests.slots() > 0 {
-            let step = if !self.venues[v].cancels.is_empty() {
+            let step = if !self.venues[v].synced {
+                // Nothing leaves for a link that is not SYNCED; queued new orders are refused
+                // at once, cancels and queries wait (and pay for budget when they leave).
+                if self.venues[v].news.is_empty() {
+                    Step::Idle
+                } else {
+                    self.serve_new(now_ns, v)
+                }
+            } else if !self.venues[v].cancels.is_empty() {
                 self.serve_cancel(now_ns, v)
             } else if !self.venues[v].replaces.is_empty() {
                 self.serve_replace(now_ns, v)
@@ -556,10 +564,12 @@ impl Dispatcher {
             CancelWork::One { id, .. } => id,
             CancelWork::Query { id, .. } => return self.serve_query(now_ns, v, id),
         };
-        let still_wanted = self
-            .table
-            .get(id)
-            .is_some_and(|o| o.state == OrderState::PendingCancel);
+        // Still pending, or in doubt with the cancel still unsent (its request came back from
+        // a dropped link while the order's new-order answer was overdue): send it.
+        let still_wanted = self.table.get(id).is_some_and(|o| {
+            o.state == OrderState::PendingCancel
+                || (o.state == OrderState::Unknown && o.unknown_from == OrderState::PendingCancel)
+        });
         if !still_wanted {
             // Filled or closed while the cancel waited: nothing to send.
             self.venues[v].cancels.pop();
@@ -623,7 +633,8 @@ impl Dispatcher {
             self.venues[v].replaces.pop();
             self.abandon_replacement(
                 now_ns,
-                &r,
+                r.id,
+                r.new_id,
                 EventKind::Refused {
                     reason: RefusalReason::UnknownOrder,
                 },
@@ -632,7 +643,7 @@ impl Dispatcher {
         }
         if now_ns.saturating_sub(queued.enqueued_ns) > self.config.acquire_timeout_ns {
             self.venues[v].replaces.pop();
-            self.abandon_replacement(now_ns, &r, EventKind::Throttled);
+            self.abandon_replacement(now_ns, r.id, r.new_id, EventKind::Throttled);
             return Step::Progress;
         }
         match self
@@ -650,7 +661,7 @@ impl Dispatcher {
                 let kind = EventKind::BreakerOpen {
                     retry_after_ns: refused.retry_after_ns,
                 };
-                self.abandon_replacement(now_ns, &r, kind);
+                self.abandon_replacement(now_ns, r.id, r.new_id, kind);
                 Step::Progress
             }
             Err(SendBlock::NotReady(_)) => Step::Wait,
@@ -733,20 +744,26 @@ impl Dispatcher {
     }
 
     /// A queued replace that will never leave: the replacement closes, the original reopens.
-    fn abandon_replacement(&mut self, now_ns: u64, r: &Replace, kind: EventKind) {
+    fn abandon_replacement(
+        &mut self,
+        now_ns: u64,
+        id: ClientOrderId,
+        new_id: ClientOrderId,
+        kind: EventKind,
+    ) {
         self.count_refusal(kind);
         let applied = self
-            .apply(r.new_id, OrderEvent::Rejected, 0)
+            .apply(new_id, OrderEvent::Rejected, 0)
             .expect("replacement is pending new");
         if self
             .table
-            .get(r.id)
+            .get(id)
             .is_some_and(|o| o.state == OrderState::PendingReplace)
         {
-            self.apply(r.id, OrderEvent::ReplaceRejected, 0)
+            self.apply(id, OrderEvent::ReplaceRejected, 0)
                 .expect("pending replace reopens");
         }
-        self.emit(applied.order.strategy, r.new_id, kind, now_ns);
+        self.emit(applied.order.strategy, new_id, kind, now_ns);
     }
 
     // ----- venue outcomes ----------------------------------------------------------------
@@ -795,6 +812,7 @@ impl Dispatcher {
                     self.on_answer(v, at_ns, id, OrderEvent::Accepted, EventKind::Accepted);
                 }
             }
+            OutcomeKind::NotSent { id, request } => self.on_not_sent(v, at_ns, id, request),
             OutcomeKind::Timeout { id } => {
                 // Unknown, never failed: the order may be live or filled. Nothing is resent.
                 if let Some(applied) = self.report(id, OrderEvent::Timeout, 0) {
@@ -812,6 +830,66 @@ impl Dispatcher {
                     if self.venues[v].cancels.push(query).is_err() {
                         self.stats.query_lane_full += 1;
                     }
+                }
+            }
+        }
+    }
+
+    /// A released request the link never wrote (the session dropped first). A new order or a
+    /// replace is refused `NotSynced`: sent after a reconnect it would reach the market late,
+    /// at a stale price. A cancel or query goes back in the cancel lane, to leave (and be
+    /// charged by the limiter again) once the link is SYNCED.
+    fn on_not_sent(&mut self, v: usize, at_ns: u64, id: ClientOrderId, request: UnsentRequest) {
+        self.stats.not_sent += 1;
+        let refused = EventKind::Refused {
+            reason: RefusalReason::NotSynced,
+        };
+        match request {
+            UnsentRequest::New => {
+                // Still pending, or pending a cancel the venue will never need.
+                let pending = self.table.get(id).is_some_and(|o| {
+                    o.state == OrderState::PendingNew
+                        || (o.state == OrderState::PendingCancel
+                            && o.pending_from == OrderState::PendingNew)
+                });
+                if pending {
+                    if let Some(applied) = self.report(id, OrderEvent::Rejected, 0) {
+                        self.count_refusal(refused);
+                        self.emit(applied.order.strategy, id, refused, at_ns);
+                    }
+                }
+            }
+            UnsentRequest::Replace { replaced } => {
+                let pending = self
+                    .table
+                    .get(id)
+                    .is_some_and(|o| o.state == OrderState::PendingNew);
+                if pending {
+                    self.abandon_replacement(at_ns, replaced, id, refused);
+                }
+            }
+            UnsentRequest::Cancel => {
+                let work = CancelWork::One {
+                    id,
+                    enqueued_ns: at_ns,
+                };
+                if self.venues[v].cancels.push(work).is_err() {
+                    // Never silent: the order returns to its state before the cancel.
+                    self.stats.cancel_lane_full += 1;
+                    let reason = CancelRejectReason::NotApplied;
+                    if let Some(applied) = self.report(id, OrderEvent::CancelRejected, 0) {
+                        let kind = EventKind::CancelRejected { reason };
+                        self.emit(applied.order.strategy, id, kind, at_ns);
+                    }
+                }
+            }
+            UnsentRequest::Query => {
+                let work = CancelWork::Query {
+                    id,
+                    enqueued_ns: at_ns,
+                };
+                if self.venues[v].cancels.push(work).is_err() {
+                    self.stats.query_lane_full += 1;
                 }
             }
         }

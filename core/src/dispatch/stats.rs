@@ -43,6 +43,9 @@ pub struct DispatchStats {
     /// Status queries for Unknown orders that found the cancel lane full (retried at the
     /// next timeout).
     pub query_lane_full: u64,
+    /// Requests released to a link that stopped being SYNCED before writing them: new orders
+    /// and replaces refused `NotSynced` (never sent late), cancels and queries queued again.
+    pub not_sent: u64,
     /// Orders a mass cancel could not cover because they were `Unknown` (resolve, then cancel).
     pub mass_cancel_skipped: u64,
     /// Venue reports the order table refused (late, duplicate, overfill, unknown id).

@@ -15,7 +15,7 @@ pub use id::{ClientOrderId, IdAllocator, IdError, StrategyId, VenueId, CLIENT_OR
 pub use lifecycle::{LifecycleError, OrderEvent, OrderState};
 pub use msg::{
     CancelRejectReason, Command, Event, EventKind, MassCancelScope, NewOrder, Outcome, OutcomeKind,
-    RefusalReason, RejectReason, Replace, RequestKind, TaggedCommand, VenueRequest,
+    RefusalReason, RejectReason, Replace, RequestKind, TaggedCommand, UnsentRequest, VenueRequest,
 };
 pub use symbol::{SymbolError, SymbolId, SymbolName, SymbolTable, SYMBOL_NAME_LEN};
 pub use table::{Order, OrderTable, TableError, TableStats};

@@ -149,6 +149,34 @@ pub enum CancelRejectReason {
     NotApplied,
 }
 
+/// The kind of a request returned unsent ([`OutcomeKind::NotSent`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnsentRequest {
+    /// A new order.
+    New,
+    /// A cancel.
+    Cancel,
+    /// A status query.
+    Query,
+    /// A replace of `replaced` (the outcome's id is the replacement).
+    Replace {
+        /// The order being replaced.
+        replaced: ClientOrderId,
+    },
+}
+
+impl UnsentRequest {
+    /// The order id and kind of `request`.
+    pub fn of(request: &RequestKind) -> (ClientOrderId, Self) {
+        match *request {
+            RequestKind::New(o) => (o.id, Self::New),
+            RequestKind::Cancel { id } => (id, Self::Cancel),
+            RequestKind::Query { id } => (id, Self::Query),
+            RequestKind::Replace(r) => (r.new_id, Self::Replace { replaced: r.id }),
+        }
+    }
+}
+
 /// What a venue session reports to the dispatcher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutcomeKind {
@@ -198,6 +226,14 @@ pub enum OutcomeKind {
     StillOpen {
         /// The order.
         id: ClientOrderId,
+    },
+    /// A request the link took from the ring but could not write before the session stopped
+    /// being SYNCED: it never reached the venue (definitively, unlike `Timeout`).
+    NotSent {
+        /// The order the request was for (for a replace: the replacement).
+        id: ClientOrderId,
+        /// What the request was.
+        request: UnsentRequest,
     },
     /// No answer within the ack timeout: the order's state is unknown (never "failed").
     Timeout {

@@ -12,7 +12,7 @@ use super::machine::{Action, LinkState, SessionConfig, SessionEvent, SessionMach
 use super::ouch::{OuchClient, RequestError, SessionNews};
 use crate::dispatch::VenueHandle;
 use crate::net::{ConnId, NetEvent, Transport};
-use crate::order::{CancelRejectReason, Outcome, OutcomeKind, RequestKind, VenueId};
+use crate::order::{CancelRejectReason, Outcome, OutcomeKind, RequestKind, UnsentRequest, VenueId};
 use crate::proto::soupbin::frame;
 use crate::proto::DecodeError;
 
@@ -51,6 +51,8 @@ pub struct LinkStats {
     pub request_errors: u64,
     /// Requests written.
     pub requests_sent: u64,
+    /// Requests handed back unsent because the link was not SYNCED (see `NotSent`).
+    pub returned_unsent: u64,
     /// Times the venue was declared dead for silence.
     pub heartbeat_timeouts: u64,
     /// Orders reported unknown because the link dropped while they were in flight.
@@ -166,6 +168,9 @@ impl VenueLink {
         if state == LinkState::Reconciling && now_ns >= self.machine.reconcile_deadline_ns() {
             return self.event(now_ns, reactor, SessionEvent::ReconcileTimeout);
         }
+        if state != LinkState::Synced {
+            self.return_unsent(now_ns);
+        }
         let Some(conn) = self.conn.filter(|_| {
             matches!(
                 state,
@@ -181,10 +186,12 @@ impl VenueLink {
             return self.event(now_ns, reactor, SessionEvent::HeartbeatTimeout);
         }
         self.read(now_ns, reactor, conn);
+        if self.machine.state() == LinkState::Synced {
+            self.write(now_ns, reactor, conn);
+        }
         if self.machine.state() == LinkState::Synced
             || self.machine.state() == LinkState::Reconciling
         {
-            self.write(now_ns, reactor, conn);
             // Unanswered requests become Unknown (never failed, never resent).
             let (outcomes, backlog) = (&mut self.handle.outcomes, &mut self.backlog);
             self.client.expire(now_ns, &mut |o| {
@@ -320,13 +327,6 @@ impl VenueLink {
 
     fn write(&mut self, now_ns: u64, reactor: &mut impl Transport, conn: ConnId) {
         while let Ok(request) = self.handle.requests.peek().copied() {
-            // The dispatcher sends new orders only when SYNCED; while reconciling only cancels
-            // and queries can be waiting, and they may go.
-            if self.machine.state() != LinkState::Synced
-                && matches!(request.kind, RequestKind::New(_) | RequestKind::Replace(_))
-            {
-                return;
-            }
             match self.client.encode_request(&request, &mut self.scratch) {
                 Ok(n) => {
                     if reactor.send(conn, &self.scratch[..n]).is_err() {
@@ -338,6 +338,28 @@ impl VenueLink {
                 Err(e) => self.refuse(now_ns, &request.kind, e),
             }
             let _ = self.handle.requests.pop();
+        }
+    }
+
+    /// Hands back every request in the ring while the link is not SYNCED: nothing the
+    /// dispatcher released goes out late on a new connection (a stale order, or a burst past
+    /// the rate limit); the dispatcher refuses or requeues each. Stops when the outcome ring is
+    /// full (the rest wait for the next pass: nothing is dropped).
+    fn return_unsent(&mut self, now_ns: u64) {
+        while self.handle.outcomes.slots() > 0 {
+            let Ok(request) = self.handle.requests.pop() else {
+                return;
+            };
+            let (id, request) = UnsentRequest::of(&request.kind);
+            let outcome = Outcome {
+                venue: self.venue,
+                received_ns: now_ns,
+                kind: OutcomeKind::NotSent { id, request },
+            };
+            self.stats.returned_unsent += 1;
+            if let Err(rtrb::PushError::Full(o)) = self.handle.outcomes.push(outcome) {
+                self.backlog.push(o); // not reached: room was checked
+            }
         }
     }
 
