@@ -4,6 +4,8 @@
 //! incident (a late remainder); the gateway restarting mid-reconciliation; a reconciliation
 //! timeout; the breaker drill. Each scenario also runs on the simulator (`simulation.rs`).
 
+mod common;
+
 use keel::clock::{Clock, TscClock};
 use keel::dispatch::{
     strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle,
@@ -392,19 +394,10 @@ fn reconciliation_timeout_then_synced_on_sockets() {
 // half-open probes close it.
 #[test]
 fn breaker_drill_on_sockets() {
-    use keel::guard::breaker::{BreakerConfig, BreakerState};
+    use keel::guard::breaker::BreakerState;
     use keel::strategy::{retry_advice, Retry};
     let mut rig = Rig::with(2_000 * MS, |config, _| {
-        config.breaker = BreakerConfig {
-            window_ns: 1_000 * MS,
-            window_buckets: 10,
-            calls_min: 5,
-            open_duration_ns: 300 * MS,
-            open_duration_max_ns: 1_200 * MS,
-            half_open_probes: 2,
-            half_open_wait_max_ns: 500 * MS,
-            ..BreakerConfig::default()
-        };
+        config.breaker = common::drill_breaker();
     });
     rig.until("SYNCED", |r| r.dispatcher.is_synced(0));
     let resting = rig.order(1, 10);

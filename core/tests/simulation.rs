@@ -14,6 +14,8 @@
 //! prints its seed and `KEEL_SIM_SEED=<seed> cargo test -p keel --test simulation -- one_seed`
 //! replays exactly that seed.
 
+mod common;
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -135,16 +137,7 @@ impl Sim {
         // A rate limit the trading rate runs into: 40 messages per 100 ms, bursts of 10.
         config.limiter.windows = [Some(RATE_WINDOW), None, None, None];
         // A breaker on the simulation's time scale.
-        config.breaker = keel::guard::breaker::BreakerConfig {
-            window_ns: 1_000 * MS,
-            window_buckets: 10,
-            calls_min: 5,
-            open_duration_ns: 300 * MS,
-            open_duration_max_ns: 1_200 * MS,
-            half_open_probes: 2,
-            half_open_wait_max_ns: 500 * MS,
-            ..keel::guard::breaker::BreakerConfig::default()
-        };
+        config.breaker = common::drill_breaker();
         let dispatcher = Dispatcher::new(config, vec![sport], vec![vport], 0).unwrap();
         let symbols = ["AAPL", "MSFT", "AMZN", "NVDA"].map(alpha::<8>).to_vec();
         let client = OuchClient::new(

@@ -15,6 +15,21 @@ use keel::order::{
 pub const MS: u64 = 1_000_000;
 pub const SEC: u64 = 1_000_000_000;
 
+/// The breaker of the drills (simulated and on sockets): a 1 s window, 5 calls at least,
+/// open 300 ms (up to 1.2 s), two half-open probes.
+pub fn drill_breaker() -> keel::guard::breaker::BreakerConfig {
+    keel::guard::breaker::BreakerConfig {
+        window_ns: 1_000 * MS,
+        window_buckets: 10,
+        calls_min: 5,
+        open_duration_ns: 300 * MS,
+        open_duration_max_ns: 1_200 * MS,
+        half_open_probes: 2,
+        half_open_wait_max_ns: 500 * MS,
+        ..keel::guard::breaker::BreakerConfig::default()
+    }
+}
+
 pub struct Rig {
     pub dispatcher: Dispatcher,
     pub strategies: Vec<StrategyHandle>,
