@@ -145,7 +145,7 @@ impl Sim {
                 username: "sim".into(),
                 password: "keel".into(),
                 dialect: Dialect::SPEC,
-                orders_max: 4096,
+                orders_max: 64, // small: the session forgets closed orders often
                 symbols,
                 reconcile: Default::default(),
                 ack_timeout_ns: 200 * MS,

@@ -363,11 +363,14 @@ impl OuchClient {
         let user_ref = self.next_user_ref;
         self.next_user_ref += 1;
         if self.by_id.len() >= self.config.orders_max as usize {
-            // Forget the older half; those orders closed long ago. The maps were sized for
-            // twice `orders_max`, so they never grow and never allocate here (bounded memory).
+            // Forget the older half of the closed orders; an order still open (or in doubt) is
+            // kept however old: its fills and its cancel must still map. The maps were sized
+            // for twice `orders_max`, so while open orders stay under `orders_max` (the order
+            // table's bound) they never grow and never allocate here.
             let oldest = user_ref.saturating_sub(self.config.orders_max / 2);
-            self.by_user_ref.retain(|&u, _| u >= oldest);
-            self.by_id.retain(|_, u| *u >= oldest);
+            self.by_user_ref.retain(|&u, o| u >= oldest || !o.closed);
+            let kept = &self.by_user_ref;
+            self.by_id.retain(|_, u| kept.contains_key(u));
         }
         let order = SessionOrder {
             id,
