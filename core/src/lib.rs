@@ -12,6 +12,7 @@ pub mod clock;
 pub mod dispatch;
 pub mod guard;
 pub mod hash;
+pub mod journal;
 pub mod net;
 pub mod order;
 pub mod proto;

@@ -190,3 +190,49 @@ fn one_million_commands_allocate_nothing() {
     assert!(rig.dispatcher.table().stats().evictions > 100_000);
     assert_eq!(allocations, 0, "heap allocations on the hot path");
 }
+
+// Goal: appending to the journal (intent, ack, fill, close) allocates nothing: 100,000
+// records into a mapped file after open.
+#[test]
+fn journal_appends_allocate_nothing() {
+    use keel::journal::{Journal, JournalConfig, JournalRecord, RECORD_LEN};
+    use keel::order::{NewOrder, StrategyId, TimeInForce, VenueId};
+    let dir = tempfile::tempdir().unwrap();
+    let config = JournalConfig {
+        dir: dir.path().to_path_buf(),
+        file_bytes: 100_001 * RECORD_LEN as u64,
+    };
+    let (mut journal, _) = Journal::open(config, |_| {}).unwrap();
+    ALLOCATIONS.with(|n| n.set(0));
+    ARMED.with(|a| a.set(true));
+    for seq in 1..=25_000u64 {
+        let id = ClientOrderId::new(StrategyId(0), seq).unwrap();
+        let order = NewOrder {
+            id,
+            venue: VenueId(0),
+            symbol: SymbolId(1),
+            side: Side::Buy,
+            price: Price::from_units(10, 0),
+            qty: 5,
+            tif: TimeInForce::Day,
+        };
+        journal.append(&JournalRecord::Intent(order)).unwrap();
+        journal.append(&JournalRecord::Accepted { id }).unwrap();
+        journal
+            .append(&JournalRecord::Fill {
+                id,
+                qty: 5,
+                price: order.price,
+            })
+            .unwrap();
+        journal.append(&JournalRecord::Closed { id }).unwrap();
+    }
+    ARMED.with(|a| a.set(false));
+    assert_eq!(journal.next_index(), 100_001);
+    assert_eq!(journal.rollovers(), 0);
+    assert_eq!(
+        ALLOCATIONS.with(Cell::get),
+        0,
+        "allocations while journaling"
+    );
+}
