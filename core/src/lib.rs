@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod clock;
+pub mod config;
 pub mod dispatch;
 pub mod guard;
 pub mod hash;

@@ -49,6 +49,12 @@ enum Command {
     Demo,
     /// Print the dispatcher's default bounds (see docs/config.md).
     Defaults,
+    /// Check an engine configuration file (TOML; see docs/keel.example.toml): prints the
+    /// effective settings, or the offending key, its value and what is allowed (exit 65).
+    ConfigCheck {
+        /// The file.
+        file: std::path::PathBuf,
+    },
 }
 
 /// Parses `args` (without the program name) and runs the command.
@@ -74,6 +80,7 @@ where
             println!("{:#?}", DispatcherConfig::default());
             ExitCode::SUCCESS
         }
+        Command::ConfigCheck { file } => config_check(&file),
         Command::Demo => {
             eprintln!(
                 "keel demo: not built yet. Built so far: the guard chain and dispatcher, the \
@@ -81,6 +88,61 @@ where
                  (`keel venue --help`). See README.md."
             );
             ExitCode::from(2)
+        }
+    }
+}
+
+fn config_check(file: &std::path::Path) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("keel: cannot read {}: {e}", file.display());
+            return ExitCode::from(66);
+        }
+    };
+    match crate::config::EngineConfig::from_toml(&text) {
+        Ok(config) => {
+            use std::io::Write;
+            let symbols: Vec<String> = config
+                .symbols
+                .iter()
+                .map(|s| String::from_utf8_lossy(s).trim_end().to_string())
+                .collect();
+            let mut out = std::io::stdout().lock();
+            // A closed stdout (`| head`) is not an error worth a panic.
+            let _ = writeln!(out, "{}: ok", file.display());
+            let _ = writeln!(out, "symbols: {}", symbols.join(" "));
+            for v in &config.venues {
+                let _ = writeln!(
+                    out,
+                    "venue {}: {} as {} ({:?}, reconcile {:?}, ack timeout {} ms)",
+                    v.name,
+                    v.address,
+                    v.username,
+                    v.dialect,
+                    v.reconcile,
+                    v.ack_timeout_ns / 1_000_000
+                );
+            }
+            match &config.journal {
+                Some(j) => {
+                    let _ = writeln!(
+                        out,
+                        "journal: {} ({} bytes per file)",
+                        j.dir.display(),
+                        j.file_bytes
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "journal: none");
+                }
+            }
+            let _ = writeln!(out, "{:#?}", config.dispatcher);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("keel: {}: {e}", file.display());
+            ExitCode::from(65)
         }
     }
 }

@@ -1,0 +1,473 @@
+//! The engine's configuration file (TOML). Every key is optional except the venues'; what is
+//! left out takes the default listed in docs/config.md. Anything keel does not know, a value of
+//! the wrong type, or a value out of range is refused with the key, the value and what is
+//! allowed — a misspelt key is never silently ignored.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use toml::{Table, Value};
+
+use crate::dispatch::{ConfigError, DispatcherConfig};
+use crate::guard::limiter::WindowLimit;
+use crate::journal::{JournalConfig, RECORD_LEN};
+use crate::order::SymbolName;
+use crate::proto::ouch::Dialect;
+use crate::session::link::LinkConfig;
+use crate::session::ouch::ReconcileMode;
+
+/// One venue link as configured.
+#[derive(Debug, Clone)]
+pub struct VenueLinkConfig {
+    /// Name used in logs and reports.
+    pub name: String,
+    /// Order-entry address.
+    pub address: SocketAddr,
+    /// SoupBinTCP username.
+    pub username: String,
+    /// SoupBinTCP password.
+    pub password: String,
+    /// Wire layout.
+    pub dialect: Dialect,
+    /// How reconciliation is done.
+    pub reconcile: ReconcileMode,
+    /// A request unanswered this long makes its order Unknown.
+    pub ack_timeout_ns: u64,
+    /// Orders whose UserRefNum mapping the session keeps.
+    pub orders_max: u32,
+    /// Session timing, backoff and limits.
+    pub link: LinkConfig,
+}
+
+/// The whole file.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Symbols traded, in SymbolId order.
+    pub symbols: Vec<SymbolName>,
+    /// The dispatcher and its guard chain.
+    pub dispatcher: DispatcherConfig,
+    /// The order journal (`None`: no journal; refused by `keel run`).
+    pub journal: Option<JournalConfig>,
+    /// Venue links, in VenueId order.
+    pub venues: Vec<VenueLinkConfig>,
+}
+
+/// Why a configuration file was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FileConfigError {
+    /// Not valid TOML.
+    #[error("not valid TOML: {0}")]
+    Syntax(String),
+    /// A key keel does not know (a misspelling must not be ignored).
+    #[error("unknown key `{0}`")]
+    UnknownKey(String),
+    /// A value of the wrong type or form.
+    #[error("`{key}` = {value}: expected {expected}")]
+    WrongType {
+        /// The key.
+        key: String,
+        /// The value given.
+        value: String,
+        /// What was expected.
+        expected: &'static str,
+    },
+    /// A value out of its range.
+    #[error("`{key}` = {value}: allowed {allowed}")]
+    OutOfRange {
+        /// The key.
+        key: String,
+        /// The value given.
+        value: String,
+        /// The allowed range.
+        allowed: &'static str,
+    },
+    /// A required key is missing.
+    #[error("`{0}` is required")]
+    Missing(String),
+    /// The dispatcher's bounds do not hold together.
+    #[error("dispatcher: {0}")]
+    Dispatcher(#[from] ConfigError),
+}
+
+type Result<T> = std::result::Result<T, FileConfigError>;
+
+/// Reads one table's keys, each at most once; whatever is left at `finish` is unknown.
+struct Section<'a> {
+    prefix: String,
+    table: &'a Table,
+    used: Vec<&'a str>,
+}
+
+impl<'a> Section<'a> {
+    fn new(prefix: &str, table: &'a Table) -> Self {
+        Self {
+            prefix: prefix.to_string(),
+            table,
+            used: Vec::new(),
+        }
+    }
+
+    fn key(&self, name: &str) -> String {
+        if self.prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}.{name}", self.prefix)
+        }
+    }
+
+    fn get(&mut self, name: &'a str) -> Option<&'a Value> {
+        self.used.push(name);
+        self.table.get(name)
+    }
+
+    fn wrong(&self, name: &str, value: &Value, expected: &'static str) -> FileConfigError {
+        FileConfigError::WrongType {
+            key: self.key(name),
+            value: value.to_string(),
+            expected,
+        }
+    }
+
+    /// An integer that must fit `T` (and be non-negative unless `T` is signed).
+    fn int<T: TryFrom<i64>>(&mut self, name: &'a str, field: &mut T) -> Result<()> {
+        let Some(value) = self.get(name) else {
+            return Ok(());
+        };
+        let Value::Integer(i) = value else {
+            return Err(self.wrong(name, value, "an integer"));
+        };
+        *field = T::try_from(*i).map_err(|_| FileConfigError::OutOfRange {
+            key: self.key(name),
+            value: i.to_string(),
+            allowed: "the field's integer range (non-negative for counts and durations)",
+        })?;
+        Ok(())
+    }
+
+    fn bool(&mut self, name: &'a str, field: &mut bool) -> Result<()> {
+        match self.get(name) {
+            None => Ok(()),
+            Some(Value::Boolean(b)) => {
+                *field = *b;
+                Ok(())
+            }
+            Some(v) => Err(self.wrong(name, v, "true or false")),
+        }
+    }
+
+    fn string(&mut self, name: &'a str) -> Result<Option<&'a str>> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(self.wrong(name, v, "a string")),
+        }
+    }
+
+    fn required_string(&mut self, name: &'a str) -> Result<&'a str> {
+        self.string(name)?
+            .ok_or_else(|| FileConfigError::Missing(self.key(name)))
+    }
+
+    fn subtable(&mut self, name: &'a str) -> Result<Option<&'a Table>> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Table(t)) => Ok(Some(t)),
+            Some(v) => Err(self.wrong(name, v, "a table")),
+        }
+    }
+
+    fn array(&mut self, name: &'a str) -> Result<&'a [Value]> {
+        match self.get(name) {
+            None => Ok(&[]),
+            Some(Value::Array(a)) => Ok(a),
+            Some(v) => Err(self.wrong(name, v, "an array")),
+        }
+    }
+
+    fn finish(self) -> Result<()> {
+        match self.table.keys().find(|k| !self.used.contains(&k.as_str())) {
+            Some(k) => Err(FileConfigError::UnknownKey(self.key(k))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Parses and checks a configuration file's text.
+    pub fn from_toml(text: &str) -> Result<Self> {
+        let root: Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| FileConfigError::Syntax(e.to_string()))?;
+        let mut top = Section::new("", &root);
+        let mut symbols = Vec::new();
+        for v in top.array("symbols")? {
+            match v {
+                Value::String(s) if !s.is_empty() && s.len() <= 8 && s.is_ascii() => {
+                    symbols.push(crate::proto::soupbin::alpha::<8>(s))
+                }
+                other => {
+                    return Err(top.wrong("symbols", other, "names of 1 to 8 ASCII characters"))
+                }
+            }
+        }
+        if symbols.is_empty() {
+            return Err(FileConfigError::Missing("symbols".into()));
+        }
+        let mut d = DispatcherConfig {
+            symbols: u16::try_from(symbols.len()).map_err(|_| FileConfigError::OutOfRange {
+                key: "symbols".into(),
+                value: symbols.len().to_string(),
+                allowed: "at most 65535 symbols",
+            })?,
+            ..DispatcherConfig::default()
+        };
+        if let Some(t) = top.subtable("dispatcher")? {
+            read_dispatcher(Section::new("dispatcher", t), &mut d)?;
+        }
+        let journal = match top.subtable("journal")? {
+            Some(t) => Some(read_journal(Section::new("journal", t))?),
+            None => None,
+        };
+        let mut venues = Vec::new();
+        for (i, v) in top.array("venue")?.iter().enumerate() {
+            let prefix = format!("venue[{i}]");
+            let Value::Table(t) = v else {
+                return Err(FileConfigError::WrongType {
+                    key: prefix,
+                    value: v.to_string(),
+                    expected: "a table ([[venue]])",
+                });
+            };
+            venues.push(read_venue(Section::new(&prefix, t))?);
+        }
+        if venues.is_empty() {
+            return Err(FileConfigError::Missing("venue".into()));
+        }
+        top.finish()?;
+        d.venues = venues.len() as u16;
+        d.validate()?;
+        Ok(Self {
+            symbols,
+            dispatcher: d,
+            journal,
+            venues,
+        })
+    }
+}
+
+fn read_dispatcher<'a>(mut s: Section<'a>, d: &mut DispatcherConfig) -> Result<()> {
+    s.int("strategies", &mut d.strategies)?;
+    s.int("orders_max", &mut d.orders_max)?;
+    s.int("lane_cancel_capacity", &mut d.lane_cancel_capacity)?;
+    s.int("lane_replace_capacity", &mut d.lane_replace_capacity)?;
+    s.int("lane_new_capacity", &mut d.lane_new_capacity)?;
+    s.int("lane_new_per_symbol_max", &mut d.lane_new_per_symbol_max)?;
+    s.int("shed_high_pct", &mut d.shed_high_pct)?;
+    s.int("shed_low_pct", &mut d.shed_low_pct)?;
+    s.int("acquire_timeout_ns", &mut d.acquire_timeout_ns)?;
+    s.int("commands_per_poll_max", &mut d.commands_per_poll_max)?;
+    s.int("outcomes_per_poll_max", &mut d.outcomes_per_poll_max)?;
+    s.int("sends_per_poll_max", &mut d.sends_per_poll_max)?;
+    if let Some(t) = s.subtable("risk")? {
+        let mut r = Section::new("dispatcher.risk", t);
+        r.int("order_qty_max", &mut d.risk.order_qty_max)?;
+        r.int("order_notional_max", &mut d.risk.order_notional_max)?;
+        r.int("position_max", &mut d.risk.position_max)?;
+        r.bool("unknown_gate", &mut d.risk.unknown_gate)?;
+        r.finish()?;
+    }
+    if let Some(t) = s.subtable("bulkhead")? {
+        let mut b = Section::new("dispatcher.bulkhead", t);
+        b.int(
+            "in_flight_per_symbol_max",
+            &mut d.bulkhead.in_flight_per_symbol_max,
+        )?;
+        b.int(
+            "in_flight_per_venue_max",
+            &mut d.bulkhead.in_flight_per_venue_max,
+        )?;
+        b.finish()?;
+    }
+    if let Some(t) = s.subtable("breaker")? {
+        let mut b = Section::new("dispatcher.breaker", t);
+        let c = &mut d.breaker;
+        b.int("window_ns", &mut c.window_ns)?;
+        b.int("window_buckets", &mut c.window_buckets)?;
+        b.int("calls_min", &mut c.calls_min)?;
+        b.int(
+            "failure_rate_threshold_pct",
+            &mut c.failure_rate_threshold_pct,
+        )?;
+        b.int("slow_call_duration_ns", &mut c.slow_call_duration_ns)?;
+        b.int(
+            "slow_call_rate_threshold_pct",
+            &mut c.slow_call_rate_threshold_pct,
+        )?;
+        b.int("open_duration_ns", &mut c.open_duration_ns)?;
+        b.int("open_duration_multiplier", &mut c.open_duration_multiplier)?;
+        b.int("open_duration_max_ns", &mut c.open_duration_max_ns)?;
+        b.int("half_open_probes", &mut c.half_open_probes)?;
+        b.int("half_open_wait_max_ns", &mut c.half_open_wait_max_ns)?;
+        b.finish()?;
+    }
+    if let Some(t) = s.subtable("limiter")? {
+        let mut l = Section::new("dispatcher.limiter", t);
+        let c = &mut d.limiter;
+        l.int("cancel_reserve_permille", &mut c.cancel_reserve_permille)?;
+        l.int("throttle_rate_permille", &mut c.throttle_rate_permille)?;
+        l.int("throttle_cooldown_ns", &mut c.throttle_cooldown_ns)?;
+        l.int("throttle_recovery_ns", &mut c.throttle_recovery_ns)?;
+        l.int("weight_new", &mut c.weights.new)?;
+        l.int("weight_cancel", &mut c.weights.cancel)?;
+        l.int("weight_replace", &mut c.weights.replace)?;
+        l.int("weight_query", &mut c.weights.query)?;
+        let windows = l.array("window")?;
+        if !windows.is_empty() {
+            if windows.len() > c.windows.len() {
+                return Err(FileConfigError::OutOfRange {
+                    key: "dispatcher.limiter.window".into(),
+                    value: windows.len().to_string(),
+                    allowed: "1 to 4 windows",
+                });
+            }
+            c.windows = [None; 4];
+            for (i, w) in windows.iter().enumerate() {
+                let prefix = format!("dispatcher.limiter.window[{i}]");
+                let Value::Table(t) = w else {
+                    return Err(FileConfigError::WrongType {
+                        key: prefix,
+                        value: w.to_string(),
+                        expected: "a table",
+                    });
+                };
+                let mut ws = Section::new(&prefix, t);
+                let mut limit = WindowLimit {
+                    window_ns: 0,
+                    limit_weight: 0,
+                    burst_weight: 0,
+                };
+                ws.int("window_ns", &mut limit.window_ns)?;
+                ws.int("limit_weight", &mut limit.limit_weight)?;
+                ws.int("burst_weight", &mut limit.burst_weight)?;
+                ws.finish()?;
+                c.windows[i] = Some(limit);
+            }
+        }
+        l.finish()?;
+    }
+    s.finish()
+}
+
+fn read_journal(mut s: Section<'_>) -> Result<JournalConfig> {
+    let dir = PathBuf::from(s.required_string("dir")?);
+    let mut file_bytes: u64 = 64 << 20;
+    s.int("file_bytes", &mut file_bytes)?;
+    if file_bytes % RECORD_LEN as u64 != 0 || file_bytes < 3 * RECORD_LEN as u64 {
+        return Err(FileConfigError::OutOfRange {
+            key: "journal.file_bytes".into(),
+            value: file_bytes.to_string(),
+            allowed: "a multiple of 64, at least 192",
+        });
+    }
+    s.finish()?;
+    Ok(JournalConfig { dir, file_bytes })
+}
+
+fn read_venue(mut s: Section<'_>) -> Result<VenueLinkConfig> {
+    let name = s.required_string("name")?.to_string();
+    let address_text = s.required_string("address")?;
+    let address = address_text
+        .parse()
+        .map_err(|_| FileConfigError::WrongType {
+            key: s.key("address"),
+            value: format!("\"{address_text}\""),
+            expected: "an IP address and port, e.g. \"127.0.0.1:15000\"",
+        })?;
+    let username = s.required_string("username")?.to_string();
+    let password = s.required_string("password")?.to_string();
+    for (key, value) in [("username", &username), ("password", &password)] {
+        if value.len() > 10 || !value.is_ascii() {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key(key),
+                value: format!("\"{value}\""),
+                allowed: "at most 10 ASCII characters (SoupBinTCP login)",
+            });
+        }
+    }
+    let dialect = match s.string("dialect")? {
+        None | Some("spec") => Dialect::SPEC,
+        Some("ouch-connect") => Dialect::OUCH_CONNECT,
+        Some(other) => {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key("dialect"),
+                value: format!("\"{other}\""),
+                allowed: "\"spec\" or \"ouch-connect\"",
+            })
+        }
+    };
+    let reconcile = match s.string("reconcile")? {
+        None | Some("keel-extension") => ReconcileMode::KeelExtension,
+        Some("account-query") => ReconcileMode::AccountQueryBarrier,
+        Some(other) => {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key("reconcile"),
+                value: format!("\"{other}\""),
+                allowed: "\"keel-extension\" or \"account-query\"",
+            })
+        }
+    };
+    let mut ack_timeout_ns: u64 = 2_000_000_000;
+    let mut orders_max: u32 = 65_536;
+    let mut link = LinkConfig::default();
+    s.int("ack_timeout_ns", &mut ack_timeout_ns)?;
+    s.int("orders_max", &mut orders_max)?;
+    s.int("heartbeat_interval_ns", &mut link.heartbeat_interval_ns)?;
+    s.int("silent_intervals_max", &mut link.silent_intervals_max)?;
+    s.int("max_packet_len", &mut link.max_packet_len)?;
+    s.int(
+        "reconcile_timeout_ns",
+        &mut link.session.reconcile_timeout_ns,
+    )?;
+    s.int("jitter_seed", &mut link.session.jitter_seed)?;
+    s.int("backoff_base_ns", &mut link.session.backoff.base_ns)?;
+    s.int("backoff_cap_ns", &mut link.session.backoff.cap_ns)?;
+    s.int(
+        "backoff_attempts_max",
+        &mut link.session.backoff.attempts_max,
+    )?;
+    let positive: [(&str, u64); 5] = [
+        ("ack_timeout_ns", ack_timeout_ns),
+        ("orders_max", orders_max.into()),
+        ("heartbeat_interval_ns", link.heartbeat_interval_ns),
+        ("silent_intervals_max", link.silent_intervals_max.into()),
+        ("backoff_base_ns", link.session.backoff.base_ns),
+    ];
+    for (key, value) in positive {
+        if value == 0 {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key(key),
+                value: "0".into(),
+                allowed: ">= 1",
+            });
+        }
+    }
+    if link.session.backoff.cap_ns < link.session.backoff.base_ns {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("backoff_cap_ns"),
+            value: link.session.backoff.cap_ns.to_string(),
+            allowed: ">= backoff_base_ns",
+        });
+    }
+    s.finish()?;
+    Ok(VenueLinkConfig {
+        name,
+        address,
+        username,
+        password,
+        dialect,
+        reconcile,
+        ack_timeout_ns,
+        orders_max,
+        link,
+    })
+}

@@ -1,0 +1,154 @@
+//! The configuration file: the shipped example parses; every class of bad input is refused
+//! with its key, its value and what is allowed.
+
+use keel::config::{EngineConfig, FileConfigError};
+use keel::dispatch::ConfigError;
+
+const MINIMAL: &str = r#"
+symbols = ["AAPL", "MSFT"]
+[[venue]]
+name = "sim"
+address = "127.0.0.1:15000"
+username = "keel"
+password = "keel"
+"#;
+
+fn refused(extra: &str) -> FileConfigError {
+    EngineConfig::from_toml(&format!("{MINIMAL}\n{extra}")).unwrap_err()
+}
+
+// Goal: the example in docs parses, and its values land where they say.
+#[test]
+fn the_documented_example_parses() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/keel.example.toml"
+    ))
+    .unwrap();
+    let c = EngineConfig::from_toml(&text).unwrap();
+    assert_eq!(c.symbols.len(), 4);
+    assert_eq!(c.dispatcher.symbols, 4);
+    assert_eq!(c.dispatcher.venues, 1);
+    assert_eq!(c.dispatcher.risk.order_qty_max, 10_000);
+    assert_eq!(c.dispatcher.breaker.half_open_probes, 3);
+    let w = c.dispatcher.limiter.windows;
+    assert_eq!(w[1].unwrap().limit_weight, 30_000);
+    assert!(w[2].is_none());
+    assert_eq!(c.journal.unwrap().file_bytes, 67_108_864);
+    let v = &c.venues[0];
+    assert_eq!(v.address.port(), 15_000);
+    assert_eq!(v.link.session.backoff.cap_ns, 30_000_000_000);
+}
+
+// Goal: a minimal file takes the defaults.
+#[test]
+fn a_minimal_file_takes_the_defaults() {
+    let c = EngineConfig::from_toml(MINIMAL).unwrap();
+    let defaults = keel::dispatch::DispatcherConfig::default();
+    assert_eq!(c.dispatcher.orders_max, defaults.orders_max);
+    assert_eq!(c.dispatcher.symbols, 2);
+    assert!(c.journal.is_none());
+    assert_eq!(c.venues[0].ack_timeout_ns, 2_000_000_000);
+}
+
+// Goal: each class of bad input gets its own error naming the key and the value.
+#[test]
+fn every_class_of_bad_input_is_refused_with_key_and_value() {
+    assert!(matches!(
+        EngineConfig::from_toml("symbols = [").unwrap_err(),
+        FileConfigError::Syntax(_)
+    ));
+    assert_eq!(
+        refused("[dispatcher]\nshed_hihg_pct = 90"),
+        FileConfigError::UnknownKey("dispatcher.shed_hihg_pct".into())
+    );
+    assert_eq!(
+        EngineConfig::from_toml(&format!("colour = 1\n{MINIMAL}")).unwrap_err(),
+        FileConfigError::UnknownKey("colour".into())
+    );
+    // After `[[venue]]`, a key belongs to that venue.
+    assert_eq!(
+        refused("colour = 1"),
+        FileConfigError::UnknownKey("venue[0].colour".into())
+    );
+    assert_eq!(
+        refused("[[venue]]\nname = \"b\""),
+        FileConfigError::Missing("venue[1].address".into())
+    );
+    assert_eq!(
+        refused("[dispatcher.breaker]\ncalls_min = \"twenty\""),
+        FileConfigError::WrongType {
+            key: "dispatcher.breaker.calls_min".into(),
+            value: "\"twenty\"".into(),
+            expected: "an integer",
+        }
+    );
+    assert!(matches!(
+        refused("[dispatcher]\norders_max = -5"),
+        FileConfigError::OutOfRange { key, value, .. } if key == "dispatcher.orders_max" && value == "-5"
+    ));
+    assert_eq!(
+        refused("[dispatcher]\nshed_high_pct = 40\nshed_low_pct = 60"),
+        FileConfigError::Dispatcher(ConfigError::OutOfRange {
+            key: "shed_low_pct",
+            value: 60,
+            allowed: "0..shed_high_pct",
+        })
+    );
+    assert!(matches!(
+        refused("[dispatcher.breaker]\nfailure_rate_threshold_pct = 0"),
+        FileConfigError::Dispatcher(ConfigError::Breaker(_))
+    ));
+    assert!(matches!(
+        refused("[[dispatcher.limiter.window]]\nwindow_ns = 0\nlimit_weight = 1\nburst_weight = 1"),
+        FileConfigError::Dispatcher(ConfigError::Limiter(_))
+    ));
+    assert!(matches!(
+        refused("[journal]\ndir = \"/tmp/j\"\nfile_bytes = 1000"),
+        FileConfigError::OutOfRange { key, value, .. } if key == "journal.file_bytes" && value == "1000"
+    ));
+    assert_eq!(
+        refused("[journal]\nfile_bytes = 6400"),
+        FileConfigError::Missing("journal.dir".into())
+    );
+    assert_eq!(
+        EngineConfig::from_toml("[[venue]]\nname = \"x\"").unwrap_err(),
+        FileConfigError::Missing("symbols".into())
+    );
+    assert_eq!(
+        EngineConfig::from_toml("symbols = [\"AAPL\"]").unwrap_err(),
+        FileConfigError::Missing("venue".into())
+    );
+    let bad_venue = |extra: &str| {
+        EngineConfig::from_toml(&format!(
+            "symbols = [\"AAPL\"]\n[[venue]]\nname = \"v\"\nusername = \"keel\"\npassword = \"keel\"\n{extra}"
+        ))
+        .unwrap_err()
+    };
+    assert!(matches!(
+        bad_venue("address = \"localhost\""),
+        FileConfigError::WrongType { key, .. } if key == "venue[0].address"
+    ));
+    assert!(matches!(
+        bad_venue("address = \"127.0.0.1:1\"\ndialect = \"fix\""),
+        FileConfigError::OutOfRange { key, value, .. } if key == "venue[0].dialect" && value == "\"fix\""
+    ));
+    assert!(matches!(
+        bad_venue("address = \"127.0.0.1:1\"\nbackoff_base_ns = 10\nbackoff_cap_ns = 5"),
+        FileConfigError::OutOfRange { key, .. } if key == "venue[0].backoff_cap_ns"
+    ));
+    assert!(matches!(
+        bad_venue("address = \"127.0.0.1:1\"\nack_timeout_ns = 0"),
+        FileConfigError::OutOfRange { key, .. } if key == "venue[0].ack_timeout_ns"
+    ));
+    assert!(matches!(
+        EngineConfig::from_toml("symbols = [\"TOOLONGNAME\"]\n[[venue]]\nname=\"v\"").unwrap_err(),
+        FileConfigError::WrongType { key, .. } if key == "symbols"
+    ));
+    // The message a user reads names all three.
+    let text = refused("[dispatcher]\norders_max = -5").to_string();
+    assert!(
+        text.contains("dispatcher.orders_max") && text.contains("-5"),
+        "{text}"
+    );
+}
