@@ -66,17 +66,7 @@ pub fn print_header(unit: &str, baseline: &str) {
 }
 
 /// Pins the current thread to `core` if the machine has it; otherwise warns and carries on.
-///
-/// The core is named by its OS index, not looked up in the calling thread's affinity mask
-/// (a thread spawned by a pinned thread inherits that one-core mask).
-pub fn pin_or_warn(core: usize) -> bool {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if core < cores && core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
-        return true;
-    }
-    eprintln!("warning: could not pin to core {core} ({cores} cores); running unpinned");
-    false
-}
+pub use keel::runtime::pin_or_warn;
 
 /// Reads an integer option `--name=value` from the command line, or `default`.
 pub fn arg_u64(name: &str, default: u64) -> u64 {

@@ -18,6 +18,7 @@ pub mod net;
 pub mod order;
 pub mod proto;
 pub mod rng;
+pub mod runtime;
 pub mod session;
 pub mod strategy;
 pub mod venue;
