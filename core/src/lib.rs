@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod demo;
 pub mod dispatch;
 pub mod guard;
 pub mod hash;

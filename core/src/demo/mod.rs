@@ -1,0 +1,675 @@
+//! `keel demo`: the simulated venue on loopback, the engine (dispatcher, venue link, io_uring
+//! transport) and a synthetic strategy in one pinned loop (the `inline` topology), driven
+//! through calm trading, a cancel storm, a venue disconnect, reconnection and reconciliation,
+//! and calm again. It measures order and cancel latency per phase, checks the invariants
+//! throughout, and prints a report; it exits 1 if any invariant was violated.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use hdrhistogram::Histogram;
+
+use crate::clock::{Clock, TscClock};
+use crate::dispatch::{
+    strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle,
+};
+use crate::guard::limiter::WindowLimit;
+use crate::net::{NetEvent, Reactor, ReactorConfig};
+use crate::order::{
+    ClientOrderId, Command, EventKind, NewOrder, OrderState, Price, Side, StrategyId, SymbolId,
+    TimeInForce, VenueId,
+};
+use crate::proto::ouch::Dialect;
+use crate::proto::soupbin::alpha;
+use crate::rng::{Rng64, SplitMix64};
+use crate::runtime::{pin_or_warn, IdlePolicy, Idler};
+use crate::session::link::{LinkConfig, VenueLink};
+use crate::session::machine::LinkState;
+use crate::session::ouch::{ClientConfig, OuchClient};
+use crate::venue::flow::FlowConfig;
+use crate::venue::server::{VenueConfig, VenueServer};
+
+const MS: u64 = 1_000_000;
+const SYMBOLS: [&str; 4] = ["AAPL", "MSFT", "AMZN", "NVDA"];
+/// The demo's rate limit: 10,000 messages per second, bursts of 1,000.
+const RATE: WindowLimit = WindowLimit {
+    window_ns: 1_000 * MS,
+    limit_weight: 10_000,
+    burst_weight: 1_000,
+};
+
+/// Which story the demo tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// Calm → cancel storm (100× the calm rate, 97% cancels) → venue disconnect →
+    /// reconnect and reconciliation → calm.
+    Storm,
+    /// Calm trading only.
+    Calm,
+}
+
+/// `keel demo` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// The scenario.
+    #[arg(long, value_enum, default_value = "storm")]
+    pub scenario: Scenario,
+    /// Shorten every phase to a fifth (for the test suite).
+    #[arg(long)]
+    pub quick: bool,
+    /// Core to pin the loop to (warns and runs unpinned if the machine lacks it).
+    #[arg(long, default_value_t = 1)]
+    pub core: usize,
+    /// Idle policy of the loop: `spin` (lowest latency, burns the core) or `backoff`
+    /// (spin, yield, then sleep up to 1 ms: for shared machines and test suites).
+    #[arg(long, value_enum, default_value = "spin")]
+    pub idle: Idle,
+    /// Write the latency histograms (percentile tables) to this file.
+    #[arg(long)]
+    pub histograms: Option<std::path::PathBuf>,
+}
+
+/// `--idle`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Idle {
+    /// Busy-spin.
+    Spin,
+    /// Back off to sleeping.
+    Backoff,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Warmup,
+    Calm,
+    Storm,
+    Disconnect,
+    Recovery,
+    Drain,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Warmup => "warm-up",
+            Phase::Calm => "calm",
+            Phase::Storm => "storm",
+            Phase::Disconnect => "disconnect",
+            Phase::Recovery => "calm after",
+            Phase::Drain => "drain",
+        }
+    }
+}
+
+/// Latency histograms in microseconds: [new, cancel] × [calm, storm].
+struct Latencies {
+    hist: [[Histogram<u64>; 2]; 2],
+}
+
+impl Latencies {
+    fn new() -> Self {
+        let h = || Histogram::new_with_bounds(1, 60_000_000, 3).expect("static bounds");
+        Self {
+            hist: [[h(), h()], [h(), h()]],
+        }
+    }
+
+    fn record(&mut self, cancel: bool, storm: Option<bool>, ns: u64) {
+        // Warm-up orders (storm = None) build the resting book and are not measured.
+        let Some(storm) = storm else {
+            return;
+        };
+        let us = (ns / 1_000).max(1);
+        let _ = self.hist[usize::from(cancel)][usize::from(storm)].record(us.min(60_000_000));
+    }
+}
+
+struct Invariants {
+    checked: u64,
+    violated: u64,
+    first: Option<String>,
+}
+
+impl Invariants {
+    fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        self.checked += 1;
+        if !ok {
+            self.violated += 1;
+            if self.first.is_none() {
+                self.first = Some(what());
+            }
+        }
+    }
+}
+
+/// Runs the demo; returns the process exit code (0, or 1 on a violated invariant).
+pub fn run(args: &DemoArgs) -> Result<u8, String> {
+    pin_or_warn(args.core);
+    let scale = if args.quick { 5 } else { 1 };
+    let phase_ns = |ms: u64| ms * MS / scale;
+    let clock = TscClock::new();
+    let mut venue = VenueServer::new(VenueConfig {
+        flow: FlowConfig {
+            seed: 11,
+            events_per_sec: 400,
+            ..FlowConfig::default()
+        },
+        heartbeat_interval_ns: 200 * MS,
+        ..VenueConfig::default()
+    })
+    .map_err(|e| format!("venue: {e}"))?;
+    let mut reactor = Reactor::new(ReactorConfig {
+        conns_max: 4,
+        ..ReactorConfig::default()
+    })
+    .map_err(|e| format!("engine transport: {e}"))?;
+    let (mut strategy, sport) = strategy_channel(65_536, 65_536);
+    let (vhandle, vport) = venue_channel(16_384, 16_384);
+    let mut config = DispatcherConfig {
+        strategies: 1,
+        venues: 1,
+        symbols: SYMBOLS.len() as u16,
+        ..DispatcherConfig::default()
+    };
+    config.limiter.windows = [Some(RATE), None, None, None];
+    config.acquire_timeout_ns = 200 * MS;
+    config.bulkhead.in_flight_per_symbol_max = 4_096;
+    config.bulkhead.in_flight_per_venue_max = 16_384;
+    let mut dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns())
+        .map_err(|e| format!("dispatcher: {e}"))?;
+    let client = OuchClient::new(
+        ClientConfig {
+            username: "demo".into(),
+            password: "keel".into(),
+            dialect: Dialect::SPEC,
+            orders_max: 65_536,
+            symbols: SYMBOLS.map(alpha::<8>).to_vec(),
+            reconcile: Default::default(),
+            ack_timeout_ns: 2_000 * MS,
+        },
+        VenueId(0),
+    );
+    let mut link = VenueLink::with_config(
+        venue.local_addr(),
+        VenueId(0),
+        client,
+        vhandle,
+        LinkConfig::default(),
+    );
+    link.start(clock.now_ns(), &mut reactor);
+
+    // The script: (phase, duration, messages per second, cancels per thousand).
+    let script: Vec<(Phase, u64, u64, u64)> = match args.scenario {
+        Scenario::Storm => vec![
+            (Phase::Warmup, phase_ns(2_000), 4_000, 0),
+            (Phase::Calm, phase_ns(3_000), 50, 500),
+            (Phase::Storm, phase_ns(1_500), 5_000, 970),
+            (Phase::Disconnect, 0, 50, 500),
+            (Phase::Recovery, phase_ns(3_000), 50, 500),
+            (Phase::Drain, phase_ns(500), 0, 0),
+        ],
+        Scenario::Calm => vec![
+            (Phase::Warmup, phase_ns(1_000), 1_000, 0),
+            (Phase::Calm, phase_ns(5_000), 50, 500),
+            (Phase::Drain, phase_ns(500), 0, 0),
+        ],
+    };
+
+    let mut idler = Idler::new(match args.idle {
+        Idle::Spin => IdlePolicy::BusySpin,
+        Idle::Backoff => IdlePolicy::TEST,
+    });
+    let mut rng = SplitMix64::new(2026);
+    let mut net = Vec::<NetEvent>::new();
+    let mut lat = Latencies::new();
+    let mut inv = Invariants {
+        checked: 0,
+        violated: 0,
+        first: None,
+    };
+    let mut pending_new: HashMap<ClientOrderId, (u64, Option<bool>)> = HashMap::new();
+    let mut pending_cancel: HashMap<ClientOrderId, (u64, Option<bool>)> = HashMap::new();
+    let mut filled: HashMap<ClientOrderId, (u32, u32)> = HashMap::new();
+    let mut live: Vec<ClientOrderId> = Vec::new();
+    let mut next_seq = 0u64;
+    let mut counts = [0u64; 2]; // commands: new, cancel
+    let mut peak_open = 0usize;
+    let started = clock.now_ns();
+    let mut last_progress = started;
+    let mut reconnect_ns = None;
+
+    // Wait for the first SYNCED.
+    let deadline = started + 5_000 * MS;
+    while !dispatcher.is_synced(0) {
+        let now = clock.now_ns();
+        if now > deadline {
+            return Err("the engine never reached SYNCED with the in-process venue".into());
+        }
+        pass(
+            now,
+            &mut venue,
+            &mut reactor,
+            &mut link,
+            &mut dispatcher,
+            &mut net,
+        );
+    }
+
+    for &(phase, duration, rate, cancel_permille) in &script {
+        let phase_start = clock.now_ns();
+        let mut emitted = 0u64;
+        if phase == Phase::Disconnect {
+            venue.drop_all();
+            let down = clock.now_ns();
+            let deadline = down + 20_000 * MS;
+            // Reconnect, replay and reconcile: until SYNCED again.
+            while clock.now_ns() < down + 5 * MS || !dispatcher.is_synced(0) {
+                let now = clock.now_ns();
+                if now > deadline {
+                    return Err("the link did not return to SYNCED within 20 s".into());
+                }
+                pass(
+                    now,
+                    &mut venue,
+                    &mut reactor,
+                    &mut link,
+                    &mut dispatcher,
+                    &mut net,
+                );
+                drain_events(
+                    &mut strategy,
+                    now,
+                    &mut pending_new,
+                    &mut pending_cancel,
+                    &mut filled,
+                    &mut live,
+                    &mut lat,
+                    &mut inv,
+                );
+            }
+            reconnect_ns = Some(clock.now_ns() - down);
+            continue;
+        }
+        loop {
+            let now = clock.now_ns();
+            let elapsed = now - phase_start;
+            if elapsed >= duration {
+                break;
+            }
+            let due = rate * elapsed / 1_000_000_000;
+            let mut worked = false;
+            while emitted < due {
+                emitted += 1;
+                worked = true;
+                let storm = match phase {
+                    Phase::Warmup => None,
+                    phase => Some(phase == Phase::Storm),
+                };
+                let cancel = rng.below_inclusive(999) < cancel_permille && !live.is_empty();
+                if cancel {
+                    let i = rng.below_inclusive(live.len() as u64 - 1) as usize;
+                    let id = live.swap_remove(i);
+                    if strategy.commands.push(Command::Cancel { id }).is_ok() {
+                        pending_cancel.insert(id, (now, storm));
+                        counts[1] += 1;
+                    }
+                } else {
+                    next_seq += 1;
+                    let id =
+                        ClientOrderId::new(StrategyId(0), next_seq).expect("sequence in range");
+                    let side = if next_seq % 2 == 0 {
+                        Side::Buy
+                    } else {
+                        Side::Sell
+                    };
+                    // Resting a few ticks off the reference; the venue's takers fill some.
+                    let ticks = 20 + rng.below_inclusive(60) as i64;
+                    let offset = if side == Side::Buy { -ticks } else { ticks } * 100;
+                    let order = NewOrder {
+                        id,
+                        venue: VenueId(0),
+                        symbol: SymbolId(rng.below_inclusive(3) as u16),
+                        side,
+                        price: Price(Price::from_units(100, 0).0 + offset),
+                        qty: 1 + rng.below_inclusive(9) as u32,
+                        tif: TimeInForce::Day,
+                    };
+                    if strategy.commands.push(Command::New(order)).is_ok() {
+                        pending_new.insert(id, (now, storm));
+                        filled.insert(id, (order.qty, 0));
+                        counts[0] += 1;
+                    }
+                }
+            }
+            let did = pass(
+                now,
+                &mut venue,
+                &mut reactor,
+                &mut link,
+                &mut dispatcher,
+                &mut net,
+            );
+            let events = drain_events(
+                &mut strategy,
+                now,
+                &mut pending_new,
+                &mut pending_cancel,
+                &mut filled,
+                &mut live,
+                &mut lat,
+                &mut inv,
+            );
+            if worked || did || events > 0 {
+                idler.work();
+            } else {
+                idler.idle();
+            }
+            // Invariants every pass.
+            let vstats = venue.exchange().stats();
+            inv.check(vstats.duplicate_ids == 0, || {
+                "an order id reached the venue twice (a resend)".into()
+            });
+            let d = dispatcher.stats();
+            inv.check(d.report_errors == 0, || {
+                format!(
+                    "a venue report contradicted the order table: {:?}",
+                    d.last_report_error
+                )
+            });
+            inv.check(d.cancel_lane_full == 0, || {
+                "a cancel found its lane full".into()
+            });
+            inv.check(
+                !dispatcher.is_synced(0) || link.state() == LinkState::Synced,
+                || "dispatcher trading on an unsynced link".into(),
+            );
+            peak_open = peak_open.max(dispatcher.table().open_count() as usize);
+            if now - last_progress > 250 * MS {
+                last_progress = now;
+                let mut err = std::io::stderr().lock();
+                let _ = write!(
+                    err,
+                    "\r{:>10} {:>5.1}s | new {:>7} cancel {:>7} | live {:>6} | link {:?} | invariants {} checked, {} violated   ",
+                    phase.name(),
+                    (now - started) as f64 / 1e9,
+                    counts[0],
+                    counts[1],
+                    live.len(),
+                    link.state(),
+                    inv.checked,
+                    inv.violated
+                );
+            }
+        }
+    }
+    eprintln!();
+    // Final: keel's open orders equal the venue's.
+    let keel_open: Vec<ClientOrderId> = filled
+        .keys()
+        .copied()
+        .filter(|id| {
+            dispatcher
+                .table()
+                .get(*id)
+                .is_some_and(|o| !o.state.is_terminal() && o.state != OrderState::PendingNew)
+        })
+        .collect();
+    let mut mismatched = 0;
+    for id in &keel_open {
+        let at_venue = link
+            .client()
+            .user_ref(*id)
+            .and_then(|u| venue.exchange().order_of(0, u))
+            .is_some_and(|o| o.open_qty > 0);
+        if !at_venue {
+            mismatched += 1;
+        }
+    }
+    inv.check(mismatched == 0, || {
+        format!("{mismatched} orders open at keel but not at the venue")
+    });
+    let venue_open = filled
+        .keys()
+        .filter(|id| {
+            link.client()
+                .user_ref(**id)
+                .and_then(|u| venue.exchange().order_of(0, u))
+                .is_some_and(|o| o.open_qty > 0)
+        })
+        .count();
+    inv.check(venue_open == keel_open.len(), || {
+        format!(
+            "the venue has {venue_open} open orders, keel {}",
+            keel_open.len()
+        )
+    });
+
+    report(
+        args,
+        &dispatcher,
+        &link,
+        &venue,
+        &lat,
+        &inv,
+        counts,
+        peak_open,
+        reconnect_ns,
+    )?;
+    Ok(u8::from(inv.violated > 0))
+}
+
+/// One pass of the inline loop: venue, transport, link, dispatcher. True if anything moved.
+fn pass(
+    now: u64,
+    venue: &mut VenueServer,
+    reactor: &mut Reactor,
+    link: &mut VenueLink,
+    dispatcher: &mut Dispatcher,
+    net: &mut Vec<NetEvent>,
+) -> bool {
+    let _ = venue.step(now, 0);
+    net.clear();
+    let _ = reactor.poll(now, 0, net);
+    for e in net.iter() {
+        link.on_event(now, reactor, e);
+    }
+    link.step(now, reactor);
+    let work = |d: &Dispatcher| {
+        let s = d.stats();
+        s.commands + s.outcomes + s.events + s.sent_new + s.sent_cancel + s.sent_query
+    };
+    let before = work(dispatcher);
+    dispatcher.poll(now);
+    !net.is_empty() || work(dispatcher) != before
+}
+
+#[allow(clippy::too_many_arguments)]
+fn drain_events(
+    strategy: &mut StrategyHandle,
+    now: u64,
+    pending_new: &mut HashMap<ClientOrderId, (u64, Option<bool>)>,
+    pending_cancel: &mut HashMap<ClientOrderId, (u64, Option<bool>)>,
+    filled: &mut HashMap<ClientOrderId, (u32, u32)>,
+    live: &mut Vec<ClientOrderId>,
+    lat: &mut Latencies,
+    inv: &mut Invariants,
+) -> u32 {
+    let mut n = 0;
+    while let Ok(e) = strategy.events.pop() {
+        n += 1;
+        let at = e.at_ns.min(now);
+        match e.kind {
+            EventKind::Accepted => {
+                if let Some((sent, storm)) = pending_new.remove(&e.id) {
+                    lat.record(false, storm, at.saturating_sub(sent));
+                    live.push(e.id);
+                }
+            }
+            EventKind::PartiallyFilled { qty, .. } | EventKind::Filled { qty, .. } => {
+                if let Some(f) = filled.get_mut(&e.id) {
+                    f.1 += qty;
+                    let (ordered, done) = *f;
+                    inv.check(done <= ordered, || {
+                        format!("order {} filled {done} of {ordered}: a double fill", e.id)
+                    });
+                }
+                if let Some((sent, storm)) = pending_new.remove(&e.id) {
+                    lat.record(false, storm, at.saturating_sub(sent));
+                }
+                if matches!(e.kind, EventKind::Filled { .. }) {
+                    live.retain(|id| *id != e.id);
+                    pending_cancel.remove(&e.id);
+                }
+            }
+            EventKind::Canceled => {
+                if let Some((sent, storm)) = pending_cancel.remove(&e.id) {
+                    lat.record(true, storm, at.saturating_sub(sent));
+                }
+                live.retain(|id| *id != e.id);
+            }
+            _ => {
+                pending_new.remove(&e.id);
+            }
+        }
+    }
+    n
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    args: &DemoArgs,
+    dispatcher: &Dispatcher,
+    link: &VenueLink,
+    venue: &VenueServer,
+    lat: &Latencies,
+    inv: &Invariants,
+    counts: [u64; 2],
+    peak_open: usize,
+    reconnect_ns: Option<u64>,
+) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    let d = dispatcher.stats();
+    let b = dispatcher.guards().venues[0].breaker.stats();
+    let s = link.session_stats();
+    let r = link.client().stats().last_reconciliation;
+    let _ = writeln!(
+        out,
+        "\nkeel demo — scenario {:?}{}",
+        args.scenario,
+        if args.quick { " (quick)" } else { "" }
+    );
+    let _ = writeln!(
+        out,
+        "\nlatency, command to venue answer (µs)   p50     p99   p99.9     max   samples"
+    );
+    for (kind, k) in [("new order → accepted ", 0), ("cancel → canceled    ", 1)] {
+        for (phase, p) in [("calm ", 0), ("storm", 1)] {
+            let h = &lat.hist[k][p];
+            if h.is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "  {kind} {phase}        {:>7} {:>7} {:>7} {:>7} {:>9}",
+                h.value_at_quantile(0.5),
+                h.value_at_quantile(0.99),
+                h.value_at_quantile(0.999),
+                h.max(),
+                h.len()
+            );
+        }
+    }
+    let calm = &lat.hist[1][0];
+    let storm = &lat.hist[1][1];
+    if !calm.is_empty() && !storm.is_empty() {
+        let _ = writeln!(
+            out,
+            "  cancel p99, storm / calm: {:.2}×",
+            storm.value_at_quantile(0.99) as f64 / calm.value_at_quantile(0.99).max(1) as f64
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\ncommands: {} new, {} cancel; sent to the venue: {} new, {} cancel, {} queries",
+        counts[0], counts[1], d.sent_new, d.sent_cancel, d.sent_query
+    );
+    let _ = writeln!(
+        out,
+        "held back: {} shed, {} throttled, {} breaker-refused; refused by keel: {}",
+        d.shed,
+        d.throttled,
+        d.breaker_refused,
+        d.refused.iter().sum::<u64>()
+    );
+    let _ = writeln!(
+        out,
+        "breaker: {} opened, {} half-opened, {} closed",
+        b.opened, b.half_opened, b.closed
+    );
+    let _ = writeln!(
+        out,
+        "session: {} connects, {} disconnects, {} synced{}",
+        s.connects,
+        s.disconnects,
+        s.synced,
+        reconnect_ns.map_or(String::new(), |ns| format!(
+            "; SYNCED again {:.1} ms after the disconnect",
+            ns as f64 / 1e6
+        ))
+    );
+    let _ = writeln!(
+        out,
+        "reconciliation: {} not received, {} missed fills, {} unknown at keel; unreconciled {}",
+        r.not_received, r.missed_fills, r.unknown_at_keel, s.unreconciled
+    );
+    let _ = writeln!(
+        out,
+        "venue: {} accepted, {} canceled, {} matches, {} duplicate ids",
+        venue.exchange().stats().accepted,
+        venue.exchange().stats().canceled,
+        venue.exchange().stats().matches,
+        venue.exchange().stats().duplicate_ids
+    );
+    let _ = writeln!(
+        out,
+        "open orders at peak: {peak_open}; peak memory (VmHWM): {}",
+        peak_memory()
+    );
+    if let Some(first) = &inv.first {
+        let _ = writeln!(out, "first violation: {first}");
+    }
+    let _ = writeln!(
+        out,
+        "invariants: {} checked, {} violated",
+        inv.checked, inv.violated
+    );
+    if let Some(path) = &args.histograms {
+        let mut text = String::new();
+        for (name, k, p) in [
+            ("new calm", 0, 0),
+            ("new storm", 0, 1),
+            ("cancel calm", 1, 0),
+            ("cancel storm", 1, 1),
+        ] {
+            let h = &lat.hist[k][p];
+            text.push_str(&format!("# {name} (µs): quantile value\n"));
+            for q in [0.0, 0.5, 0.9, 0.99, 0.999, 0.9999, 1.0] {
+                text.push_str(&format!("{q} {}\n", h.value_at_quantile(q)));
+            }
+        }
+        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let _ = writeln!(out, "histograms written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn peak_memory() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(|l| l["VmHWM:".len()..].trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
