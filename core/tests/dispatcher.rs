@@ -815,3 +815,83 @@ fn requests_returned_unsent_are_refused_or_requeued_never_sent_late() {
     );
     assert_eq!(rig.dispatcher.stats().sent_cancel, 2);
 }
+
+// Goal: with a journal attached, what the journal says after the fact is what the order table
+// says: every released order's intent, acceptances, fills and closes; a restart would find
+// the open orders, the one still unanswered in flight, and the id high-water mark.
+#[test]
+fn the_journal_follows_the_order_table() {
+    use keel::journal::{Journal, JournalConfig, Recovery, RECORD_LEN};
+    let dir = tempfile::tempdir().unwrap();
+    let jconfig = JournalConfig {
+        dir: dir.path().to_path_buf(),
+        file_bytes: 1_000 * RECORD_LEN as u64,
+    };
+    let mut rig = Rig::new(roomy_config());
+    let (journal, _) = Journal::open(jconfig.clone(), |_| {}).unwrap();
+    rig.dispatcher.attach_journal(journal);
+    let resting = rig.live_order(0, 1, 10);
+    let partly = rig.live_order(0, 2, 10);
+    rig.outcome(
+        0,
+        OutcomeKind::Fill {
+            id: partly,
+            qty: 4,
+            price: Price::from_units(10, 0),
+        },
+    );
+    rig.settle();
+    let _ = rig.events(0);
+    let filled = rig.live_order(0, 3, 5);
+    rig.outcome(
+        0,
+        OutcomeKind::Fill {
+            id: filled,
+            qty: 5,
+            price: Price::from_units(10, 0),
+        },
+    );
+    rig.settle();
+    let _ = rig.events(0);
+    let canceled = rig.live_order(0, 4, 5);
+    rig.send(0, Command::Cancel { id: canceled });
+    rig.settle();
+    rig.outcome(0, OutcomeKind::Canceled { id: canceled });
+    rig.settle();
+    let _ = rig.events(0);
+    let _ = rig.requests(0);
+    let rejected = rig.new_order(0, 5, 5);
+    rig.settle();
+    rig.outcome(
+        0,
+        OutcomeKind::Rejected {
+            id: rejected,
+            reason: RejectReason::Invalid,
+        },
+    );
+    let in_flight = rig.new_order(0, 6, 5);
+    rig.settle();
+    let _ = rig.requests(0);
+    let _ = rig.events(0);
+    assert_eq!(rig.dispatcher.stats().journal_errors, 0);
+    drop(rig); // the engine dies here
+
+    let mut recovery = Recovery::default();
+    let (_, report) = Journal::open(jconfig, |r| recovery.apply(r)).unwrap();
+    assert_eq!(report.torn_tail_bytes, 0);
+    assert_eq!(recovery.orphans, 0);
+    let open: Vec<_> = recovery.open.keys().copied().collect();
+    let mut expected = vec![resting, partly, in_flight];
+    expected.sort();
+    assert_eq!(open, expected);
+    assert_eq!(recovery.open[&partly].filled, 4);
+    assert!(recovery.open[&resting].accepted);
+    let flying: Vec<_> = recovery.in_flight().map(|o| o.order.id).collect();
+    assert_eq!(flying, vec![in_flight]);
+    let strategy = in_flight.strategy();
+    assert_eq!(
+        recovery.next_sequence[&strategy],
+        in_flight.sequence() + 1,
+        "ids above every recorded one"
+    );
+}

@@ -52,6 +52,8 @@ struct VenueLink {
 /// The dispatcher loop body. See the module docs.
 #[derive(Debug)]
 pub struct Dispatcher {
+    /// The order journal, if attached: intents before release, answers as applied.
+    journal: Option<crate::journal::Journal>,
     config: DispatcherConfig,
     table: OrderTable,
     guards: GuardChain,
@@ -115,6 +117,7 @@ impl Dispatcher {
             })
             .collect();
         Ok(Self {
+            journal: None,
             table: OrderTable::new(config.orders_max, config.strategies),
             guards: GuardChain {
                 risk: Risk::new(config.risk, config.symbols),
@@ -173,6 +176,30 @@ impl Dispatcher {
 
     /// Watches `venue`'s executor loop: while its heartbeat stops, new orders for it are
     /// refused with `ExecutorStalled` (cancels still queue for it).
+    /// Attaches the order journal: from now on every new order's intent is appended before
+    /// it is released (an order whose intent cannot be written is refused
+    /// `JournalUnavailable`), and every acknowledgement, fill and close as it is applied.
+    pub fn attach_journal(&mut self, journal: crate::journal::Journal) {
+        self.journal = Some(journal);
+    }
+
+    /// The attached journal (for the engine's own records, e.g. session sequence numbers,
+    /// and for `sync`).
+    pub fn journal_mut(&mut self) -> Option<&mut crate::journal::Journal> {
+        self.journal.as_mut()
+    }
+
+    /// Appends `record` to the journal if one is attached; false (and counted) on failure.
+    fn journal(&mut self, record: crate::journal::JournalRecord) -> bool {
+        match self.journal.as_mut().map(|j| j.append(&record)) {
+            None | Some(Ok(_)) => true,
+            Some(Err(_)) => {
+                self.stats.journal_errors += 1;
+                false
+            }
+        }
+    }
+
     pub fn attach_watchdog(&mut self, venue: u16, watchdog: crate::session::watchdog::Watchdog) {
         self.venues[usize::from(venue)].watchdog = Some(watchdog);
     }
@@ -652,6 +679,22 @@ impl Dispatcher {
         {
             Ok(()) => {
                 self.venues[v].replaces.pop();
+                // The replacement's intent is on record before the replace can leave.
+                let original = *self.table.get(r.id).expect("checked: pending replace");
+                let intent = NewOrder {
+                    id: r.new_id,
+                    venue: original.venue,
+                    symbol: original.symbol,
+                    side: original.side,
+                    price: r.price,
+                    qty: r.qty,
+                    tif: original.tif,
+                };
+                if !self.journal(crate::journal::JournalRecord::Intent(intent)) {
+                    let reason = RefusalReason::JournalUnavailable;
+                    self.abandon_replacement(now_ns, r.id, r.new_id, EventKind::Refused { reason });
+                    return Step::Progress;
+                }
                 self.table.mark_sent(r.new_id, now_ns);
                 self.push_request(now_ns, v, RequestKind::Replace(r));
                 Step::Sent
@@ -698,6 +741,12 @@ impl Dispatcher {
                     self.venues[v].synced,
                     "new order released on a link that is not SYNCED"
                 );
+                // The intent is on record before the order can leave.
+                if !self.journal(crate::journal::JournalRecord::Intent(queued.order)) {
+                    let reason = RefusalReason::JournalUnavailable;
+                    self.abandon_new(now_ns, id, EventKind::Refused { reason });
+                    return Step::Progress;
+                }
                 self.table.mark_sent(id, now_ns);
                 self.push_request(now_ns, v, RequestKind::New(queued.order));
                 Step::Sent
@@ -917,6 +966,7 @@ impl Dispatcher {
         let Some(applied) = self.report(id, OrderEvent::Fill { completes: false }, qty) else {
             return;
         };
+        self.journal(crate::journal::JournalRecord::Fill { id, qty, price });
         if applied.first_answer {
             self.record_success(v, at_ns, &applied.order);
         }
@@ -1017,6 +1067,23 @@ impl Dispatcher {
         }
     }
 
+    /// Records a venue answer the table accepted: first acceptance, fills, closes.
+    fn journal_applied(&mut self, id: ClientOrderId, event: OrderEvent, qty: Qty, a: &Applied) {
+        use crate::journal::JournalRecord as R;
+        // Fills are recorded by `on_fill`, with their price; orders that never left have no
+        // intent on record and need nothing.
+        if matches!(event, OrderEvent::Fill { .. }) || a.order.sent_ns == 0 {
+            return;
+        }
+        let _ = qty;
+        if a.first_answer && !a.to.is_terminal() {
+            self.journal(R::Accepted { id });
+        }
+        if a.to.is_terminal() && !a.from.is_terminal() {
+            self.journal(R::Closed { id });
+        }
+    }
+
     /// The one place order state changes: the table transition plus every guard it affects.
     fn apply(
         &mut self,
@@ -1025,6 +1092,9 @@ impl Dispatcher {
         qty: Qty,
     ) -> Result<Applied, TableError> {
         let applied = self.table.apply(id, event, qty)?;
+        if self.journal.is_some() {
+            self.journal_applied(id, event, qty, &applied);
+        }
         let o = &applied.order;
         if applied.first_answer {
             self.guards.bulkhead.release(o.venue, o.symbol);

@@ -4,7 +4,7 @@
 use crate::order::{EventKind, RefusalReason, RequestKind, TableError};
 
 /// Number of [`RefusalReason`] variants (one counter each).
-pub const REFUSAL_REASONS: usize = 16;
+pub const REFUSAL_REASONS: usize = 17;
 const _: () = assert!(RefusalReason::BadRoute as usize + 1 == REFUSAL_REASONS);
 
 /// Counters kept by the dispatcher.
@@ -46,6 +46,9 @@ pub struct DispatchStats {
     /// Requests released to a link that stopped being SYNCED before writing them: new orders
     /// and replaces refused `NotSynced` (never sent late), cancels and queries queued again.
     pub not_sent: u64,
+    /// Journal appends that failed (each refused its order, or, for a venue answer, left the
+    /// journal behind the order table: alarm on any).
+    pub journal_errors: u64,
     /// Orders a mass cancel could not cover because they were `Unknown` (resolve, then cancel).
     pub mass_cancel_skipped: u64,
     /// Venue reports the order table refused (late, duplicate, overfill, unknown id).

@@ -292,6 +292,8 @@ pub enum RefusalReason {
     AlreadyPending,
     /// The venue's executor loop stopped beating (watchdog): nothing is routed to it.
     ExecutorStalled,
+    /// The order journal could not record the order's intent: it does not leave unrecorded.
+    JournalUnavailable,
     /// The venue or symbol id is not configured.
     BadRoute,
 }
