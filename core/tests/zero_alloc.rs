@@ -164,6 +164,14 @@ fn one_million_commands_allocate_nothing() {
     let mut config = roomy_config();
     config.orders_max = 65_536;
     let mut rig = Rig::with_rings(config, 1_024, 1_024);
+    // With the order journal on the decision path, as in production (sized not to roll over).
+    let dir = tempfile::tempdir().unwrap();
+    let journal_config = keel::journal::JournalConfig {
+        dir: dir.path().to_path_buf(),
+        file_bytes: 4_000_000 * keel::journal::RECORD_LEN as u64,
+    };
+    let (journal, _) = keel::journal::Journal::open(journal_config, |_| {}).unwrap();
+    rig.dispatcher.attach_journal(journal);
     let mut driver = Driver {
         rng: SplitMix64::new(42),
         recent: [ClientOrderId(0); RECENT],
@@ -189,6 +197,8 @@ fn one_million_commands_allocate_nothing() {
     assert!(after.events - before.events > 500_000, "{after:?}");
     assert!(rig.dispatcher.table().stats().evictions > 100_000);
     assert_eq!(allocations, 0, "heap allocations on the hot path");
+    assert_eq!(rig.dispatcher.stats().journal_errors, 0);
+    assert!(rig.dispatcher.journal_mut().unwrap().next_index() > 500_000);
 }
 
 // Goal: appending to the journal (intent, ack, fill, close) allocates nothing: 100,000
