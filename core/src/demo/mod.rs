@@ -142,13 +142,339 @@ impl Invariants {
     }
 }
 
+/// The inline loop's parts: the venue, the engine's transport, venue link and dispatcher.
+struct Engine {
+    venue: VenueServer,
+    reactor: Reactor,
+    link: VenueLink,
+    dispatcher: Dispatcher,
+    net: Vec<NetEvent>,
+}
+
+impl Engine {
+    /// One pass: venue, transport, link, dispatcher. True if anything moved.
+    fn pass(&mut self, now: u64) -> bool {
+        let _ = self.venue.step(now, 0);
+        self.net.clear();
+        let _ = self.reactor.poll(now, 0, &mut self.net);
+        for e in &self.net {
+            self.link.on_event(now, &mut self.reactor, e);
+        }
+        self.link.step(now, &mut self.reactor);
+        let work = |d: &Dispatcher| {
+            let s = d.stats();
+            s.commands + s.outcomes + s.events + s.sent_new + s.sent_cancel + s.sent_query
+        };
+        let before = work(&self.dispatcher);
+        self.dispatcher.poll(now);
+        !self.net.is_empty() || work(&self.dispatcher) != before
+    }
+
+    /// The invariants that must hold after every pass.
+    fn check(&self, inv: &mut Invariants) {
+        let vstats = self.venue.exchange().stats();
+        inv.check(vstats.duplicate_ids == 0, || {
+            "an order id reached the venue twice (a resend)".into()
+        });
+        let d = self.dispatcher.stats();
+        inv.check(d.report_errors == 0, || {
+            format!(
+                "a venue report contradicted the order table: {:?}",
+                d.last_report_error
+            )
+        });
+        inv.check(d.cancel_lane_full == 0, || {
+            "a cancel found its lane full".into()
+        });
+        inv.check(
+            !self.dispatcher.is_synced(0) || self.link.state() == LinkState::Synced,
+            || "dispatcher trading on an unsynced link".into(),
+        );
+    }
+
+    /// Whether the venue holds `id` open (through the session's UserRefNum mapping).
+    fn open_at_venue(&self, id: ClientOrderId) -> bool {
+        self.link
+            .client()
+            .user_ref(id)
+            .and_then(|u| self.venue.exchange().order_of(0, u))
+            .is_some_and(|o| o.open_qty > 0)
+    }
+}
+
+/// The synthetic strategy: what it sent, what is live, and the latencies it saw.
+struct Trader {
+    strategy: StrategyHandle,
+    rng: SplitMix64,
+    next_seq: u64,
+    /// Sent at, and the latency bucket (None: warm-up, not measured).
+    pending_new: HashMap<ClientOrderId, (u64, Option<bool>)>,
+    pending_cancel: HashMap<ClientOrderId, (u64, Option<bool>)>,
+    /// Per order: quantity, filled so far.
+    orders: HashMap<ClientOrderId, (u32, u32)>,
+    live: Vec<ClientOrderId>,
+    lat: Latencies,
+    /// Commands: new, cancel.
+    counts: [u64; 2],
+}
+
+impl Trader {
+    /// Sends one command: a cancel of a live order (with probability `cancel_permille`), or a
+    /// new order resting 20–80 ticks off the reference (the venue's takers fill some).
+    fn send_one(&mut self, now: u64, phase: Phase, cancel_permille: u64) {
+        let bucket = match phase {
+            Phase::Warmup => None,
+            phase => Some(phase == Phase::Storm),
+        };
+        let rng = &mut self.rng;
+        if rng.below_inclusive(999) < cancel_permille && !self.live.is_empty() {
+            let i = rng.below_inclusive(self.live.len() as u64 - 1) as usize;
+            let id = self.live.swap_remove(i);
+            if self.strategy.commands.push(Command::Cancel { id }).is_ok() {
+                self.pending_cancel.insert(id, (now, bucket));
+                self.counts[1] += 1;
+            }
+            return;
+        }
+        self.next_seq += 1;
+        let id = ClientOrderId::new(StrategyId(0), self.next_seq).expect("sequence in range");
+        let side = if self.next_seq % 2 == 0 {
+            Side::Buy
+        } else {
+            Side::Sell
+        };
+        let ticks = 20 + rng.below_inclusive(60) as i64;
+        let offset = if side == Side::Buy { -ticks } else { ticks } * 100;
+        let order = NewOrder {
+            id,
+            venue: VenueId(0),
+            symbol: SymbolId(rng.below_inclusive(3) as u16),
+            side,
+            price: Price(Price::from_units(100, 0).0 + offset),
+            qty: 1 + rng.below_inclusive(9) as u32,
+            tif: TimeInForce::Day,
+        };
+        if self.strategy.commands.push(Command::New(order)).is_ok() {
+            self.pending_new.insert(id, (now, bucket));
+            self.orders.insert(id, (order.qty, 0));
+            self.counts[0] += 1;
+        }
+    }
+
+    /// Reads every event: latencies, live orders, and the no-double-fill check.
+    fn drain(&mut self, now: u64, inv: &mut Invariants) -> u32 {
+        let mut n = 0;
+        while let Ok(e) = self.strategy.events.pop() {
+            n += 1;
+            let at = e.at_ns.min(now);
+            match e.kind {
+                EventKind::Accepted => {
+                    if let Some((sent, bucket)) = self.pending_new.remove(&e.id) {
+                        self.lat.record(false, bucket, at.saturating_sub(sent));
+                        self.live.push(e.id);
+                    }
+                }
+                EventKind::PartiallyFilled { qty, .. } | EventKind::Filled { qty, .. } => {
+                    if let Some(f) = self.orders.get_mut(&e.id) {
+                        f.1 += qty;
+                        let (ordered, done) = *f;
+                        inv.check(done <= ordered, || {
+                            format!("order {} filled {done} of {ordered}: a double fill", e.id)
+                        });
+                    }
+                    if let Some((sent, bucket)) = self.pending_new.remove(&e.id) {
+                        self.lat.record(false, bucket, at.saturating_sub(sent));
+                    }
+                    if matches!(e.kind, EventKind::Filled { .. }) {
+                        self.live.retain(|id| *id != e.id);
+                        self.pending_cancel.remove(&e.id);
+                    }
+                }
+                EventKind::Canceled => {
+                    if let Some((sent, bucket)) = self.pending_cancel.remove(&e.id) {
+                        self.lat.record(true, bucket, at.saturating_sub(sent));
+                    }
+                    self.live.retain(|id| *id != e.id);
+                }
+                _ => {
+                    self.pending_new.remove(&e.id);
+                }
+            }
+        }
+        n
+    }
+}
+
 /// Runs the demo; returns the process exit code (0, or 1 on a violated invariant).
 pub fn run(args: &DemoArgs) -> Result<u8, String> {
     pin_or_warn(args.core);
     let scale = if args.quick { 5 } else { 1 };
     let phase_ns = |ms: u64| ms * MS / scale;
     let clock = TscClock::new();
-    let mut venue = VenueServer::new(VenueConfig {
+    let (mut engine, strategy) = build(&clock)?;
+    let mut trader = Trader {
+        strategy,
+        rng: SplitMix64::new(2026),
+        next_seq: 0,
+        pending_new: HashMap::new(),
+        pending_cancel: HashMap::new(),
+        orders: HashMap::new(),
+        live: Vec::new(),
+        lat: Latencies::new(),
+        counts: [0; 2],
+    };
+    // The script: (phase, duration, messages per second, cancels per thousand).
+    let script: Vec<(Phase, u64, u64, u64)> = match args.scenario {
+        Scenario::Storm => vec![
+            (Phase::Warmup, phase_ns(2_000), 4_000, 0),
+            (Phase::Calm, phase_ns(3_000), 50, 500),
+            (Phase::Storm, phase_ns(1_500), 5_000, 970),
+            (Phase::Disconnect, 0, 0, 0),
+            (Phase::Recovery, phase_ns(3_000), 50, 500),
+            (Phase::Drain, phase_ns(500), 0, 0),
+        ],
+        Scenario::Calm => vec![
+            (Phase::Warmup, phase_ns(1_000), 1_000, 0),
+            (Phase::Calm, phase_ns(5_000), 50, 500),
+            (Phase::Drain, phase_ns(500), 0, 0),
+        ],
+    };
+    let mut idler = Idler::new(match args.idle {
+        Idle::Spin => IdlePolicy::BusySpin,
+        Idle::Backoff => IdlePolicy::TEST,
+    });
+    let mut inv = Invariants {
+        checked: 0,
+        violated: 0,
+        first: None,
+    };
+    let mut peak_open = 0usize;
+    let started = clock.now_ns();
+    let mut last_progress = started;
+    let mut reconnect_ns = None;
+    until_synced(&clock, &mut engine, &mut trader, &mut inv, 5_000 * MS)?;
+
+    for &(phase, duration, rate, cancel_permille) in &script {
+        if phase == Phase::Disconnect {
+            engine.venue.drop_all();
+            let down = clock.now_ns();
+            // Let the drop be seen, then reconnect, replay and reconcile until SYNCED.
+            while clock.now_ns() < down + 5 * MS {
+                engine.pass(clock.now_ns());
+            }
+            until_synced(&clock, &mut engine, &mut trader, &mut inv, 20_000 * MS)?;
+            reconnect_ns = Some(clock.now_ns() - down);
+            continue;
+        }
+        let phase_start = clock.now_ns();
+        let mut emitted = 0u64;
+        loop {
+            let now = clock.now_ns();
+            let elapsed = now - phase_start;
+            if elapsed >= duration {
+                break;
+            }
+            let due = rate * elapsed / 1_000_000_000;
+            let sent = due > emitted;
+            while emitted < due {
+                emitted += 1;
+                trader.send_one(now, phase, cancel_permille);
+            }
+            let moved = engine.pass(now);
+            let events = trader.drain(now, &mut inv);
+            if sent || moved || events > 0 {
+                idler.work();
+            } else {
+                idler.idle();
+            }
+            engine.check(&mut inv);
+            peak_open = peak_open.max(engine.dispatcher.table().open_count() as usize);
+            if now - last_progress > 250 * MS {
+                last_progress = now;
+                let mut err = std::io::stderr().lock();
+                let _ = write!(
+                    err,
+                    "\r{:>10} {:>5.1}s | new {:>7} cancel {:>7} | live {:>6} | link {:?} | invariants {} checked, {} violated   ",
+                    phase.name(),
+                    (now - started) as f64 / 1e9,
+                    trader.counts[0],
+                    trader.counts[1],
+                    trader.live.len(),
+                    engine.link.state(),
+                    inv.checked,
+                    inv.violated
+                );
+            }
+        }
+    }
+    eprintln!();
+    // At the end keel's open orders must be exactly the venue's.
+    let keel_open: Vec<ClientOrderId> = trader
+        .orders
+        .keys()
+        .copied()
+        .filter(|id| {
+            engine
+                .dispatcher
+                .table()
+                .get(*id)
+                .is_some_and(|o| !o.state.is_terminal() && o.state != OrderState::PendingNew)
+        })
+        .collect();
+    let missing = keel_open
+        .iter()
+        .filter(|id| !engine.open_at_venue(**id))
+        .count();
+    inv.check(missing == 0, || {
+        format!("{missing} orders open at keel but not at the venue")
+    });
+    let venue_open = trader
+        .orders
+        .keys()
+        .filter(|id| engine.open_at_venue(**id))
+        .count();
+    inv.check(venue_open == keel_open.len(), || {
+        format!(
+            "the venue has {venue_open} open orders, keel {}",
+            keel_open.len()
+        )
+    });
+    let peak = Peak {
+        open_orders: peak_open,
+        reconnect_ns,
+    };
+    report(args, &engine, &trader, &inv, &peak)?;
+    Ok(u8::from(inv.violated > 0))
+}
+
+/// Runs passes (events drained, invariants checked) until the link is SYNCED.
+fn until_synced(
+    clock: &TscClock,
+    engine: &mut Engine,
+    trader: &mut Trader,
+    inv: &mut Invariants,
+    bound_ns: u64,
+) -> Result<(), String> {
+    let deadline = clock.now_ns() + bound_ns;
+    while !engine.dispatcher.is_synced(0) {
+        let now = clock.now_ns();
+        if now > deadline {
+            return Err(format!(
+                "the link did not reach SYNCED within {} ms (state {:?})",
+                bound_ns / MS,
+                engine.link.state()
+            ));
+        }
+        engine.pass(now);
+        trader.drain(now, inv);
+        engine.check(inv);
+    }
+    Ok(())
+}
+
+/// The venue on loopback and the engine connected to it.
+fn build(clock: &TscClock) -> Result<(Engine, StrategyHandle), String> {
+    let venue = VenueServer::new(VenueConfig {
         flow: FlowConfig {
             seed: 11,
             events_per_sec: 400,
@@ -163,7 +489,7 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
         ..ReactorConfig::default()
     })
     .map_err(|e| format!("engine transport: {e}"))?;
-    let (mut strategy, sport) = strategy_channel(65_536, 65_536);
+    let (strategy, sport) = strategy_channel(65_536, 65_536);
     let (vhandle, vport) = venue_channel(16_384, 16_384);
     let mut config = DispatcherConfig {
         strategies: 1,
@@ -175,7 +501,7 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
     config.acquire_timeout_ns = 200 * MS;
     config.bulkhead.in_flight_per_symbol_max = 4_096;
     config.bulkhead.in_flight_per_venue_max = 16_384;
-    let mut dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns())
+    let dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns())
         .map_err(|e| format!("dispatcher: {e}"))?;
     let client = OuchClient::new(
         ClientConfig {
@@ -197,356 +523,32 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
         LinkConfig::default(),
     );
     link.start(clock.now_ns(), &mut reactor);
-
-    // The script: (phase, duration, messages per second, cancels per thousand).
-    let script: Vec<(Phase, u64, u64, u64)> = match args.scenario {
-        Scenario::Storm => vec![
-            (Phase::Warmup, phase_ns(2_000), 4_000, 0),
-            (Phase::Calm, phase_ns(3_000), 50, 500),
-            (Phase::Storm, phase_ns(1_500), 5_000, 970),
-            (Phase::Disconnect, 0, 50, 500),
-            (Phase::Recovery, phase_ns(3_000), 50, 500),
-            (Phase::Drain, phase_ns(500), 0, 0),
-        ],
-        Scenario::Calm => vec![
-            (Phase::Warmup, phase_ns(1_000), 1_000, 0),
-            (Phase::Calm, phase_ns(5_000), 50, 500),
-            (Phase::Drain, phase_ns(500), 0, 0),
-        ],
+    let engine = Engine {
+        venue,
+        reactor,
+        link,
+        dispatcher,
+        net: Vec::new(),
     };
-
-    let mut idler = Idler::new(match args.idle {
-        Idle::Spin => IdlePolicy::BusySpin,
-        Idle::Backoff => IdlePolicy::TEST,
-    });
-    let mut rng = SplitMix64::new(2026);
-    let mut net = Vec::<NetEvent>::new();
-    let mut lat = Latencies::new();
-    let mut inv = Invariants {
-        checked: 0,
-        violated: 0,
-        first: None,
-    };
-    let mut pending_new: HashMap<ClientOrderId, (u64, Option<bool>)> = HashMap::new();
-    let mut pending_cancel: HashMap<ClientOrderId, (u64, Option<bool>)> = HashMap::new();
-    let mut filled: HashMap<ClientOrderId, (u32, u32)> = HashMap::new();
-    let mut live: Vec<ClientOrderId> = Vec::new();
-    let mut next_seq = 0u64;
-    let mut counts = [0u64; 2]; // commands: new, cancel
-    let mut peak_open = 0usize;
-    let started = clock.now_ns();
-    let mut last_progress = started;
-    let mut reconnect_ns = None;
-
-    // Wait for the first SYNCED.
-    let deadline = started + 5_000 * MS;
-    while !dispatcher.is_synced(0) {
-        let now = clock.now_ns();
-        if now > deadline {
-            return Err("the engine never reached SYNCED with the in-process venue".into());
-        }
-        pass(
-            now,
-            &mut venue,
-            &mut reactor,
-            &mut link,
-            &mut dispatcher,
-            &mut net,
-        );
-    }
-
-    for &(phase, duration, rate, cancel_permille) in &script {
-        let phase_start = clock.now_ns();
-        let mut emitted = 0u64;
-        if phase == Phase::Disconnect {
-            venue.drop_all();
-            let down = clock.now_ns();
-            let deadline = down + 20_000 * MS;
-            // Reconnect, replay and reconcile: until SYNCED again.
-            while clock.now_ns() < down + 5 * MS || !dispatcher.is_synced(0) {
-                let now = clock.now_ns();
-                if now > deadline {
-                    return Err("the link did not return to SYNCED within 20 s".into());
-                }
-                pass(
-                    now,
-                    &mut venue,
-                    &mut reactor,
-                    &mut link,
-                    &mut dispatcher,
-                    &mut net,
-                );
-                drain_events(
-                    &mut strategy,
-                    now,
-                    &mut pending_new,
-                    &mut pending_cancel,
-                    &mut filled,
-                    &mut live,
-                    &mut lat,
-                    &mut inv,
-                );
-            }
-            reconnect_ns = Some(clock.now_ns() - down);
-            continue;
-        }
-        loop {
-            let now = clock.now_ns();
-            let elapsed = now - phase_start;
-            if elapsed >= duration {
-                break;
-            }
-            let due = rate * elapsed / 1_000_000_000;
-            let mut worked = false;
-            while emitted < due {
-                emitted += 1;
-                worked = true;
-                let storm = match phase {
-                    Phase::Warmup => None,
-                    phase => Some(phase == Phase::Storm),
-                };
-                let cancel = rng.below_inclusive(999) < cancel_permille && !live.is_empty();
-                if cancel {
-                    let i = rng.below_inclusive(live.len() as u64 - 1) as usize;
-                    let id = live.swap_remove(i);
-                    if strategy.commands.push(Command::Cancel { id }).is_ok() {
-                        pending_cancel.insert(id, (now, storm));
-                        counts[1] += 1;
-                    }
-                } else {
-                    next_seq += 1;
-                    let id =
-                        ClientOrderId::new(StrategyId(0), next_seq).expect("sequence in range");
-                    let side = if next_seq % 2 == 0 {
-                        Side::Buy
-                    } else {
-                        Side::Sell
-                    };
-                    // Resting a few ticks off the reference; the venue's takers fill some.
-                    let ticks = 20 + rng.below_inclusive(60) as i64;
-                    let offset = if side == Side::Buy { -ticks } else { ticks } * 100;
-                    let order = NewOrder {
-                        id,
-                        venue: VenueId(0),
-                        symbol: SymbolId(rng.below_inclusive(3) as u16),
-                        side,
-                        price: Price(Price::from_units(100, 0).0 + offset),
-                        qty: 1 + rng.below_inclusive(9) as u32,
-                        tif: TimeInForce::Day,
-                    };
-                    if strategy.commands.push(Command::New(order)).is_ok() {
-                        pending_new.insert(id, (now, storm));
-                        filled.insert(id, (order.qty, 0));
-                        counts[0] += 1;
-                    }
-                }
-            }
-            let did = pass(
-                now,
-                &mut venue,
-                &mut reactor,
-                &mut link,
-                &mut dispatcher,
-                &mut net,
-            );
-            let events = drain_events(
-                &mut strategy,
-                now,
-                &mut pending_new,
-                &mut pending_cancel,
-                &mut filled,
-                &mut live,
-                &mut lat,
-                &mut inv,
-            );
-            if worked || did || events > 0 {
-                idler.work();
-            } else {
-                idler.idle();
-            }
-            // Invariants every pass.
-            let vstats = venue.exchange().stats();
-            inv.check(vstats.duplicate_ids == 0, || {
-                "an order id reached the venue twice (a resend)".into()
-            });
-            let d = dispatcher.stats();
-            inv.check(d.report_errors == 0, || {
-                format!(
-                    "a venue report contradicted the order table: {:?}",
-                    d.last_report_error
-                )
-            });
-            inv.check(d.cancel_lane_full == 0, || {
-                "a cancel found its lane full".into()
-            });
-            inv.check(
-                !dispatcher.is_synced(0) || link.state() == LinkState::Synced,
-                || "dispatcher trading on an unsynced link".into(),
-            );
-            peak_open = peak_open.max(dispatcher.table().open_count() as usize);
-            if now - last_progress > 250 * MS {
-                last_progress = now;
-                let mut err = std::io::stderr().lock();
-                let _ = write!(
-                    err,
-                    "\r{:>10} {:>5.1}s | new {:>7} cancel {:>7} | live {:>6} | link {:?} | invariants {} checked, {} violated   ",
-                    phase.name(),
-                    (now - started) as f64 / 1e9,
-                    counts[0],
-                    counts[1],
-                    live.len(),
-                    link.state(),
-                    inv.checked,
-                    inv.violated
-                );
-            }
-        }
-    }
-    eprintln!();
-    // Final: keel's open orders equal the venue's.
-    let keel_open: Vec<ClientOrderId> = filled
-        .keys()
-        .copied()
-        .filter(|id| {
-            dispatcher
-                .table()
-                .get(*id)
-                .is_some_and(|o| !o.state.is_terminal() && o.state != OrderState::PendingNew)
-        })
-        .collect();
-    let mut mismatched = 0;
-    for id in &keel_open {
-        let at_venue = link
-            .client()
-            .user_ref(*id)
-            .and_then(|u| venue.exchange().order_of(0, u))
-            .is_some_and(|o| o.open_qty > 0);
-        if !at_venue {
-            mismatched += 1;
-        }
-    }
-    inv.check(mismatched == 0, || {
-        format!("{mismatched} orders open at keel but not at the venue")
-    });
-    let venue_open = filled
-        .keys()
-        .filter(|id| {
-            link.client()
-                .user_ref(**id)
-                .and_then(|u| venue.exchange().order_of(0, u))
-                .is_some_and(|o| o.open_qty > 0)
-        })
-        .count();
-    inv.check(venue_open == keel_open.len(), || {
-        format!(
-            "the venue has {venue_open} open orders, keel {}",
-            keel_open.len()
-        )
-    });
-
-    report(
-        args,
-        &dispatcher,
-        &link,
-        &venue,
-        &lat,
-        &inv,
-        counts,
-        peak_open,
-        reconnect_ns,
-    )?;
-    Ok(u8::from(inv.violated > 0))
+    Ok((engine, strategy))
 }
 
-/// One pass of the inline loop: venue, transport, link, dispatcher. True if anything moved.
-fn pass(
-    now: u64,
-    venue: &mut VenueServer,
-    reactor: &mut Reactor,
-    link: &mut VenueLink,
-    dispatcher: &mut Dispatcher,
-    net: &mut Vec<NetEvent>,
-) -> bool {
-    let _ = venue.step(now, 0);
-    net.clear();
-    let _ = reactor.poll(now, 0, net);
-    for e in net.iter() {
-        link.on_event(now, reactor, e);
-    }
-    link.step(now, reactor);
-    let work = |d: &Dispatcher| {
-        let s = d.stats();
-        s.commands + s.outcomes + s.events + s.sent_new + s.sent_cancel + s.sent_query
-    };
-    let before = work(dispatcher);
-    dispatcher.poll(now);
-    !net.is_empty() || work(dispatcher) != before
+/// Peaks and times for the report.
+struct Peak {
+    open_orders: usize,
+    reconnect_ns: Option<u64>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn drain_events(
-    strategy: &mut StrategyHandle,
-    now: u64,
-    pending_new: &mut HashMap<ClientOrderId, (u64, Option<bool>)>,
-    pending_cancel: &mut HashMap<ClientOrderId, (u64, Option<bool>)>,
-    filled: &mut HashMap<ClientOrderId, (u32, u32)>,
-    live: &mut Vec<ClientOrderId>,
-    lat: &mut Latencies,
-    inv: &mut Invariants,
-) -> u32 {
-    let mut n = 0;
-    while let Ok(e) = strategy.events.pop() {
-        n += 1;
-        let at = e.at_ns.min(now);
-        match e.kind {
-            EventKind::Accepted => {
-                if let Some((sent, storm)) = pending_new.remove(&e.id) {
-                    lat.record(false, storm, at.saturating_sub(sent));
-                    live.push(e.id);
-                }
-            }
-            EventKind::PartiallyFilled { qty, .. } | EventKind::Filled { qty, .. } => {
-                if let Some(f) = filled.get_mut(&e.id) {
-                    f.1 += qty;
-                    let (ordered, done) = *f;
-                    inv.check(done <= ordered, || {
-                        format!("order {} filled {done} of {ordered}: a double fill", e.id)
-                    });
-                }
-                if let Some((sent, storm)) = pending_new.remove(&e.id) {
-                    lat.record(false, storm, at.saturating_sub(sent));
-                }
-                if matches!(e.kind, EventKind::Filled { .. }) {
-                    live.retain(|id| *id != e.id);
-                    pending_cancel.remove(&e.id);
-                }
-            }
-            EventKind::Canceled => {
-                if let Some((sent, storm)) = pending_cancel.remove(&e.id) {
-                    lat.record(true, storm, at.saturating_sub(sent));
-                }
-                live.retain(|id| *id != e.id);
-            }
-            _ => {
-                pending_new.remove(&e.id);
-            }
-        }
-    }
-    n
-}
-
-#[allow(clippy::too_many_arguments)]
 fn report(
     args: &DemoArgs,
-    dispatcher: &Dispatcher,
-    link: &VenueLink,
-    venue: &VenueServer,
-    lat: &Latencies,
+    engine: &Engine,
+    trader: &Trader,
     inv: &Invariants,
-    counts: [u64; 2],
-    peak_open: usize,
-    reconnect_ns: Option<u64>,
+    peak: &Peak,
 ) -> Result<(), String> {
+    let (dispatcher, link, venue) = (&engine.dispatcher, &engine.link, &engine.venue);
+    let (lat, counts) = (&trader.lat, trader.counts);
+    let (peak_open, reconnect_ns) = (peak.open_orders, peak.reconnect_ns);
     let mut out = std::io::stdout().lock();
     let d = dispatcher.stats();
     let b = dispatcher.guards().venues[0].breaker.stats();
