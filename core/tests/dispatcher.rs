@@ -894,4 +894,26 @@ fn the_journal_follows_the_order_table() {
         in_flight.sequence() + 1,
         "ids above every recorded one"
     );
+
+    // The restarted engine: the table, positions and gates come back; the unanswered order is
+    // Unknown and is asked about, never resent.
+    let mut rig = Rig::new(roomy_config());
+    let restored = rig.dispatcher.restore(&recovery).unwrap();
+    assert_eq!((restored.live, restored.unknown), (2, 1));
+    assert_eq!(rig.state(resting), OrderState::Live);
+    assert_eq!(rig.state(partly), OrderState::PartiallyFilled);
+    assert_eq!(rig.state(in_flight), OrderState::Unknown);
+    assert_eq!(rig.dispatcher.guards().risk.position(SymbolId(2)), 4);
+    assert_eq!(rig.dispatcher.guards().risk.unknown_orders(SymbolId(6)), 1);
+    rig.settle();
+    assert_eq!(
+        rig.requests(0).iter().map(|r| r.kind).collect::<Vec<_>>(),
+        vec![RequestKind::Query { id: in_flight }]
+    );
+    assert_eq!(rig.dispatcher.stats().sent_new, 0, "nothing resent");
+    // Twice is refused, by name.
+    assert_eq!(
+        rig.dispatcher.restore(&recovery).unwrap_err(),
+        keel::dispatch::RestoreError::Duplicate(resting)
+    );
 }

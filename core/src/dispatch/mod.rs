@@ -35,6 +35,35 @@ use crate::order::{
 };
 use lanes::{BoundedQueue, CancelWork, NewLane, NewLaneFull, QueuedNew, QueuedReplace};
 
+/// What [`Dispatcher::restore`] brought back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RestoreReport {
+    /// Orders acknowledged by the venue before the restart (live or partially filled).
+    pub live: u32,
+    /// Orders sent and never answered: `Unknown`, a status query queued for each.
+    pub unknown: u32,
+}
+
+/// Why a journal could not be restored; each names the order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RestoreError {
+    /// Restore runs before the journal is attached (it would write every order again).
+    #[error("restore must run before the journal is attached")]
+    JournalAttached,
+    /// The order's strategy, venue or symbol is not in this configuration.
+    #[error("order {0}: its strategy, venue or symbol is not configured")]
+    BadRoute(ClientOrderId),
+    /// More open orders than `orders_max`.
+    #[error("order {0}: the order table is full (raise orders_max)")]
+    TableFull(ClientOrderId),
+    /// More in-flight orders than the bulkhead allows.
+    #[error("order {0}: over the in-flight caps (raise the bulkhead caps)")]
+    Bulkhead(ClientOrderId),
+    /// The order is already in the table (restore ran twice).
+    #[error("order {0}: already in the order table")]
+    Duplicate(ClientOrderId),
+}
+
 /// One venue link as the dispatcher sees it.
 #[derive(Debug)]
 struct VenueLink {
@@ -187,6 +216,70 @@ impl Dispatcher {
     /// and for `sync`).
     pub fn journal_mut(&mut self) -> Option<&mut crate::journal::Journal> {
         self.journal.as_mut()
+    }
+
+    /// Rebuilds the order table from a journal's [`Recovery`], before trading and before the
+    /// journal is attached (so nothing is written twice): every order the journal does not
+    /// show closed is back, with its fills in the positions and its quantity reserved;
+    /// acknowledged orders are live, orders sent and never answered are `Unknown` (the symbol's
+    /// gate closes) and a status query is queued for each — never a resend. The venue link
+    /// then reconciles before SYNCED.
+    pub fn restore(
+        &mut self,
+        recovery: &crate::journal::Recovery,
+    ) -> Result<RestoreReport, RestoreError> {
+        if self.journal.is_some() {
+            return Err(RestoreError::JournalAttached);
+        }
+        let mut report = RestoreReport::default();
+        for r in recovery.open.values() {
+            let o = r.order;
+            let strategy = o.id.strategy();
+            let routable = usize::from(strategy.0) < self.strategies.len()
+                && usize::from(o.venue.0) < self.venues.len()
+                && o.symbol.0 < self.config.symbols;
+            if !routable {
+                return Err(RestoreError::BadRoute(o.id));
+            }
+            if self.table.get(o.id).is_some() {
+                return Err(RestoreError::Duplicate(o.id));
+            }
+            if self.table.open_count() >= self.table.capacity() {
+                return Err(RestoreError::TableFull(o.id));
+            }
+            self.guards
+                .bulkhead
+                .try_acquire(o.venue, o.symbol)
+                .map_err(|_| RestoreError::Bulkhead(o.id))?;
+            self.table
+                .insert(strategy, &o, None)
+                .map_err(|_| RestoreError::Duplicate(o.id))?;
+            self.guards.risk.reserve(o.symbol, o.side, o.qty);
+            self.table.mark_sent(o.id, 1);
+            let v = usize::from(o.venue.0);
+            if r.accepted {
+                self.apply(o.id, OrderEvent::Accepted, 0)
+                    .map_err(|_| RestoreError::Duplicate(o.id))?;
+                if r.filled > 0 {
+                    let fill = OrderEvent::Fill { completes: false };
+                    self.apply(o.id, fill, r.filled)
+                        .map_err(|_| RestoreError::Duplicate(o.id))?;
+                }
+                report.live += 1;
+            } else {
+                self.apply(o.id, OrderEvent::Timeout, 0)
+                    .map_err(|_| RestoreError::Duplicate(o.id))?;
+                let query = CancelWork::Query {
+                    id: o.id,
+                    enqueued_ns: 0,
+                };
+                if self.venues[v].cancels.push(query).is_err() {
+                    self.stats.query_lane_full += 1;
+                }
+                report.unknown += 1;
+            }
+        }
+        Ok(report)
     }
 
     /// Appends `record` to the journal if one is attached; false (and counted) on failure.
