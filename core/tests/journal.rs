@@ -37,7 +37,7 @@ fn order(seq: u64, qty: u32) -> NewOrder {
 fn day(n: u64) -> Vec<JournalRecord> {
     let mut records = vec![JournalRecord::IdHighWater {
         strategy: StrategyId(2),
-        next_sequence: 1_000,
+        high_water_mark: 1_000,
     }];
     for seq in 1..=n {
         let o = order(seq, 10);
@@ -100,7 +100,15 @@ fn replays_everything_in_order_across_rollover() {
     // Open: seq%4 == 0 (in flight), 1 (accepted), 2 (partially filled); closed: 3.
     assert_eq!(recovery.open.len(), 15);
     assert_eq!(recovery.in_flight().count(), 5);
-    assert_eq!(recovery.next_sequence[&StrategyId(2)], 1_000);
+    assert_eq!(recovery.next_sequence[&StrategyId(2)], 1_001);
+    // The restarted allocator never issues an id the journal may have seen used.
+    let mut ids = recovery.id_allocator(StrategyId(2));
+    assert!(ids.allocate().is_err(), "no lease is held after a restart");
+    assert_eq!(ids.extend_lease(100), 1_100);
+    assert_eq!(ids.allocate().unwrap().sequence(), 1_001);
+    let mut fresh = recovery.id_allocator(StrategyId(9));
+    fresh.extend_lease(1);
+    assert_eq!(fresh.allocate().unwrap().sequence(), 1);
     assert_eq!(recovery.applied_through[&VenueId(1)], 40);
     assert_eq!(recovery.open[&order(2, 10).id].filled, 4);
     assert_eq!(recovery.orphans, 0);

@@ -60,12 +60,13 @@ pub enum JournalRecord {
         /// Highest applied sequence number.
         applied_through: u64,
     },
-    /// A strategy's ClientOrderId sequence high-water mark.
+    /// A strategy's ClientOrderId lease: what `IdAllocator::extend_lease` returned, written
+    /// before any id under it is used.
     IdHighWater {
         /// The strategy.
         strategy: StrategyId,
-        /// Sequences below this may have been used.
-        next_sequence: u64,
+        /// Sequences up to and including this one may have been used.
+        high_water_mark: u64,
     },
 }
 
@@ -487,10 +488,10 @@ fn encode(record: &JournalRecord, index: u64, slot: &mut [u8]) {
         }
         JournalRecord::IdHighWater {
             strategy,
-            next_sequence,
+            high_water_mark,
         } => {
             p[0..2].copy_from_slice(&strategy.0.to_le_bytes());
-            p[8..16].copy_from_slice(&next_sequence.to_le_bytes());
+            p[8..16].copy_from_slice(&high_water_mark.to_le_bytes());
             KIND_ID_HIGH_WATER
         }
     };
@@ -537,7 +538,7 @@ fn decode(slot: &[u8]) -> Result<JournalRecord, &'static str> {
         },
         KIND_ID_HIGH_WATER => JournalRecord::IdHighWater {
             strategy: StrategyId(u16_at(0)),
-            next_sequence: u64_at(8),
+            high_water_mark: u64_at(8),
         },
         _ => return Err("unknown record kind"),
     })

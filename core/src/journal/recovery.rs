@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::JournalRecord;
-use crate::order::{ClientOrderId, NewOrder, Qty, StrategyId, VenueId};
+use crate::order::{ClientOrderId, IdAllocator, NewOrder, Qty, StrategyId, VenueId};
 
 /// One order the journal does not show closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub struct Recovery {
     /// Orders not closed, by id.
     pub open: BTreeMap<ClientOrderId, RecoveredOrder>,
     /// Next unused ClientOrderId sequence per strategy: above every id seen and every
-    /// high-water mark recorded.
+    /// lease (high-water mark) recorded.
     pub next_sequence: BTreeMap<StrategyId, u64>,
     /// Last applied sequence number per venue session.
     pub applied_through: BTreeMap<VenueId, u64>,
@@ -82,10 +82,10 @@ impl Recovery {
             }
             JournalRecord::IdHighWater {
                 strategy,
-                next_sequence,
+                high_water_mark,
             } => {
                 let next = self.next_sequence.entry(strategy).or_default();
-                *next = (*next).max(next_sequence);
+                *next = (*next).max(high_water_mark + 1);
             }
         }
     }
@@ -93,6 +93,19 @@ impl Recovery {
     fn see_id(&mut self, id: ClientOrderId) {
         let next = self.next_sequence.entry(id.strategy()).or_default();
         *next = (*next).max(id.sequence() + 1);
+    }
+
+    /// The strategy's id allocator after a restart: it resumes above every id the journal
+    /// saw and every lease it recorded, so no ClientOrderId is ever issued twice. (No lease is
+    /// held: extend it and journal the new mark before allocating.)
+    pub fn id_allocator(&self, strategy: StrategyId) -> IdAllocator {
+        let next = self
+            .next_sequence
+            .get(&strategy)
+            .copied()
+            .unwrap_or(1)
+            .max(1);
+        IdAllocator::resume(strategy, next - 1)
     }
 
     /// Orders sent and never answered.
