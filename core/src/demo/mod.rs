@@ -67,6 +67,9 @@ pub struct DemoArgs {
     /// Write the latency histograms (percentile tables) to this file.
     #[arg(long)]
     pub histograms: Option<std::path::PathBuf>,
+    /// Journal every order to this directory (created; must not hold another run's journal).
+    #[arg(long)]
+    pub journal: Option<std::path::PathBuf>,
 }
 
 /// `--idle`.
@@ -312,6 +315,22 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
     let phase_ns = |ms: u64| ms * MS / scale;
     let clock = TscClock::new();
     let (mut engine, strategy) = build(&clock)?;
+    if let Some(dir) = &args.journal {
+        let config = crate::journal::JournalConfig {
+            dir: dir.clone(),
+            file_bytes: 64 << 20,
+        };
+        let mut records = 0u64;
+        let (journal, _) = crate::journal::Journal::open(config, |_| records += 1)
+            .map_err(|e| format!("journal: {e}"))?;
+        if records > 0 {
+            return Err(format!(
+                "journal: {} already holds {records} records of another run; give an empty directory",
+                dir.display()
+            ));
+        }
+        engine.dispatcher.attach_journal(journal);
+    }
     let mut trader = Trader {
         strategy,
         rng: SplitMix64::new(2026),
@@ -637,6 +656,18 @@ fn report(
         "open orders at peak: {peak_open}; peak memory (VmHWM): {}",
         peak_memory()
     );
+    if let Some(dir) = &args.journal {
+        let records = engine
+            .dispatcher
+            .journal_next_index()
+            .map_or(0, |next| next - 1);
+        let _ = writeln!(
+            out,
+            "journal: {records} records in {}, {} append errors",
+            dir.display(),
+            engine.dispatcher.stats().journal_errors
+        );
+    }
     if let Some(first) = &inv.first {
         let _ = writeln!(out, "first violation: {first}");
     }

@@ -282,6 +282,13 @@ impl Dispatcher {
         Ok(report)
     }
 
+    /// Index the journal's next record will get (`None`: no journal attached).
+    pub fn journal_next_index(&self) -> Option<u64> {
+        self.journal
+            .as_ref()
+            .map(crate::journal::Journal::next_index)
+    }
+
     /// Appends `record` to the journal if one is attached; false (and counted) on failure.
     fn journal(&mut self, record: crate::journal::JournalRecord) -> bool {
         match self.journal.as_mut().map(|j| j.append(&record)) {

@@ -214,8 +214,11 @@ impl Journal {
             next_index,
             rollovers: 0,
         };
-        // Clear a torn tail so that a later crash cannot revive its bytes.
-        journal.map[offset..].fill(0);
+        // Clear a torn tail so that a later crash cannot revive its bytes. Only the torn
+        // bytes: zeroing the whole (sparse) rest of the file would touch every page of it.
+        let torn = usize::try_from(report.torn_tail_bytes).unwrap_or(usize::MAX);
+        let end = offset.saturating_add(torn).min(journal.map.len());
+        journal.map[offset..end].fill(0);
         Ok((journal, report))
     }
 
