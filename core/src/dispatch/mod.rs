@@ -1168,14 +1168,13 @@ impl Dispatcher {
     }
 
     /// Records a venue answer the table accepted: first acceptance, fills, closes.
-    fn journal_applied(&mut self, id: ClientOrderId, event: OrderEvent, qty: Qty, a: &Applied) {
+    fn journal_applied(&mut self, id: ClientOrderId, event: OrderEvent, a: &Applied) {
         use crate::journal::JournalRecord as R;
         // Fills are recorded by `on_fill`, with their price; orders that never left have no
         // intent on record and need nothing.
         if matches!(event, OrderEvent::Fill { .. }) || a.order.sent_ns == 0 {
             return;
         }
-        let _ = qty;
         if a.first_answer && !a.to.is_terminal() {
             self.journal(R::Accepted { id });
         }
@@ -1193,7 +1192,7 @@ impl Dispatcher {
     ) -> Result<Applied, TableError> {
         let applied = self.table.apply(id, event, qty)?;
         if self.journal.is_some() {
-            self.journal_applied(id, event, qty, &applied);
+            self.journal_applied(id, event, &applied);
         }
         let o = &applied.order;
         if applied.first_answer {

@@ -190,30 +190,11 @@ impl VenueServer {
             Some(addr) => reactor.listen(addr).map(|(id, a)| (Some(id), Some(a)))?,
             None => (None, None),
         };
-        let exchange = Exchange::new(config.exchange.clone());
-        let flow = Flow::new(config.flow, exchange.symbol_count());
-        Ok(Self {
-            reactor,
-            flow,
-            exchange,
-            order_entry,
-            control,
-            local,
-            control_local,
-            sessions: FxHashMap::default(),
-            controls: Vec::new(),
-            held: Vec::new(),
-            held_until_ns: 0,
-            produced_ns: FxHashMap::default(),
-            delayed: VecDeque::new(),
-            rng: SplitMix64::new(config.flow.seed ^ 0x5eed),
-            events: Vec::with_capacity(1024),
-            conn_scratch: Vec::with_capacity(config.sessions_max as usize),
-            idle_scratch: Vec::with_capacity(config.sessions_max as usize),
-            scratch: vec![0; 2048],
-            stats: VenueStats::default(),
-            config,
-        })
+        let mut server = VenueServer::with_transport(config, reactor, local);
+        server.order_entry = order_entry;
+        server.control = control;
+        server.control_local = control_local;
+        Ok(server)
     }
 }
 

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod alloc;
+
 use keel::dispatch::{
     strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle, VenueHandle,
 };
