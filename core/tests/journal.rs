@@ -41,21 +41,26 @@ fn day(n: u64) -> Vec<JournalRecord> {
     }];
     for seq in 1..=n {
         let o = order(seq, 10);
-        records.push(JournalRecord::Intent(o));
+        records.push(JournalRecord::Intent {
+            order: o,
+            wire_ref: seq as u32,
+        });
+        let (id, venue_seq) = (o.id, seq * 2);
         match seq % 4 {
             0 => {} // in flight: never answered
-            1 => records.push(JournalRecord::Accepted { id: o.id }),
+            1 => records.push(JournalRecord::Accepted { id, venue_seq }),
             2 => {
-                records.push(JournalRecord::Accepted { id: o.id });
+                records.push(JournalRecord::Accepted { id, venue_seq });
                 records.push(JournalRecord::Fill {
-                    id: o.id,
+                    id,
                     qty: 4,
                     price: o.price,
+                    venue_seq,
                 });
             }
             _ => {
-                records.push(JournalRecord::Accepted { id: o.id });
-                records.push(JournalRecord::Closed { id: o.id });
+                records.push(JournalRecord::Accepted { id, venue_seq });
+                records.push(JournalRecord::Closed { id, venue_seq });
             }
         }
         records.push(JournalRecord::SessionSeq {
@@ -110,6 +115,9 @@ fn replays_everything_in_order_across_rollover() {
     fresh.extend_lease(1);
     assert_eq!(fresh.allocate().unwrap().sequence(), 1);
     assert_eq!(recovery.applied_through[&VenueId(1)], 40);
+    // Wire references resume above every one journaled; each open order keeps its own.
+    assert_eq!(recovery.next_wire_ref[&VenueId(1)], 21);
+    assert_eq!(recovery.open[&order(6, 10).id].wire_ref, 6);
     assert_eq!(recovery.open[&order(2, 10).id].filled, 4);
     assert_eq!(recovery.orphans, 0);
 }
@@ -140,6 +148,7 @@ fn torn_tail_is_ignored_and_overwritten() {
     assert!(report.torn_tail_bytes > 0, "{report:?}");
     let extra = JournalRecord::Closed {
         id: order(1, 10).id,
+        venue_seq: 0,
     };
     journal.append(&extra).unwrap();
     drop(journal);

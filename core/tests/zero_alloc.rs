@@ -191,16 +191,25 @@ fn journal_appends_allocate_nothing() {
             qty: 5,
             tif: TimeInForce::Day,
         };
-        journal.append(&JournalRecord::Intent(order)).unwrap();
-        journal.append(&JournalRecord::Accepted { id }).unwrap();
+        let wire_ref = u32::try_from(seq).unwrap();
+        let venue_seq = u64::from(wire_ref);
+        journal
+            .append(&JournalRecord::Intent { order, wire_ref })
+            .unwrap();
+        journal
+            .append(&JournalRecord::Accepted { id, venue_seq })
+            .unwrap();
         journal
             .append(&JournalRecord::Fill {
                 id,
                 qty: 5,
                 price: order.price,
+                venue_seq,
             })
             .unwrap();
-        journal.append(&JournalRecord::Closed { id }).unwrap();
+        journal
+            .append(&JournalRecord::Closed { id, venue_seq })
+            .unwrap();
     }
     ARMED.with(|a| a.set(false));
     assert_eq!(journal.next_index(), 100_001);

@@ -79,6 +79,7 @@ fn next_order(c: &mut OuchClient, seq: &mut u64, out: &mut [u8]) -> usize {
             &VenueRequest {
                 venue: VenueId(0),
                 sent_ns: 0,
+                wire_ref: 0,
                 kind: RequestKind::New(order),
             },
             out,

@@ -76,6 +76,8 @@ struct VenueLink {
     watchdog: Option<crate::session::watchdog::Watchdog>,
     /// The watchdog says the executor loop is stalled: route nothing new to it.
     stalled: bool,
+    /// Wire reference the next new order or replacement gets (ascending, journaled).
+    next_wire_ref: u32,
 }
 
 /// The dispatcher loop body. See the module docs.
@@ -91,6 +93,12 @@ pub struct Dispatcher {
     next_strategy: usize,
     /// Scratch for mass cancels: wire cancels needed per venue (allocated at start).
     mass_cancel_need: Vec<u32>,
+    /// Per strategy: ClientOrderId sequences at or below this were issued before a restart
+    /// (from the journal) and are refused as duplicates.
+    id_floor: Vec<u64>,
+    /// Venue sequence number of the outcome being applied (0 outside one): journaled with
+    /// the records it causes.
+    outcome_seq: u64,
     stats: DispatchStats,
 }
 
@@ -143,6 +151,7 @@ impl Dispatcher {
                 synced: false,
                 watchdog: None,
                 stalled: false,
+                next_wire_ref: 1,
             })
             .collect();
         Ok(Self {
@@ -157,6 +166,8 @@ impl Dispatcher {
             venues,
             next_strategy: 0,
             mass_cancel_need: vec![0; usize::from(config.venues)],
+            id_floor: vec![0; usize::from(config.strategies)],
+            outcome_seq: 0,
             stats: DispatchStats::default(),
             config,
         })
@@ -203,8 +214,6 @@ impl Dispatcher {
         self.venues[usize::from(venue)].synced
     }
 
-    /// Watches `venue`'s executor loop: while its heartbeat stops, new orders for it are
-    /// refused with `ExecutorStalled` (cancels still queue for it).
     /// Attaches the order journal: from now on every new order's intent is appended before
     /// it is released (an order whose intent cannot be written is refused
     /// `JournalUnavailable`), and every acknowledgement, fill and close as it is applied.
@@ -232,6 +241,17 @@ impl Dispatcher {
             return Err(RestoreError::JournalAttached);
         }
         let mut report = RestoreReport::default();
+        // No wire reference and no ClientOrderId of the journaled run is ever used again.
+        for (venue, &next) in &recovery.next_wire_ref {
+            if let Some(link) = self.venues.get_mut(usize::from(venue.0)) {
+                link.next_wire_ref = link.next_wire_ref.max(next);
+            }
+        }
+        for (strategy, &next) in &recovery.next_sequence {
+            if let Some(floor) = self.id_floor.get_mut(usize::from(strategy.0)) {
+                *floor = (*floor).max(next.saturating_sub(1));
+            }
+        }
         for r in recovery.open.values() {
             let o = r.order;
             let strategy = o.id.strategy();
@@ -300,6 +320,8 @@ impl Dispatcher {
         }
     }
 
+    /// Watches `venue`'s executor loop: while its heartbeat stops, new orders for it are
+    /// refused with `ExecutorStalled` (cancels still queue for it).
     pub fn attach_watchdog(&mut self, venue: u16, watchdog: crate::session::watchdog::Watchdog) {
         self.venues[usize::from(venue)].watchdog = Some(watchdog);
     }
@@ -377,7 +399,7 @@ impl Dispatcher {
         if venue.stalled {
             return Err(refuse(RefusalReason::ExecutorStalled));
         }
-        if self.table.get(order.id).is_some() {
+        if self.table.get(order.id).is_some() || self.below_id_floor(order.id) {
             return Err(refuse(RefusalReason::DuplicateId));
         }
         venue
@@ -460,7 +482,7 @@ impl Dispatcher {
             ..order_as_new(&old)
         };
         self.check_route(strategy, &replacement)?;
-        if self.table.get(r.new_id).is_some() {
+        if self.table.get(r.new_id).is_some() || self.below_id_floor(r.new_id) {
             return Err(refuse(RefusalReason::DuplicateId));
         }
         if self.table.open_count() >= self.table.capacity() {
@@ -719,7 +741,7 @@ impl Dispatcher {
         match self.guards.clear_to_send(now_ns, v, weight, false, true) {
             Ok(()) => {
                 self.venues[v].cancels.pop();
-                self.push_request(now_ns, v, RequestKind::Query { id });
+                self.push_request(now_ns, v, 0, RequestKind::Query { id });
                 Step::Sent
             }
             Err(_) => Step::Wait,
@@ -731,7 +753,7 @@ impl Dispatcher {
         match self.guards.clear_to_send(now_ns, v, weight, false, true) {
             Ok(()) => {
                 self.venues[v].cancels.pop();
-                self.push_request(now_ns, v, RequestKind::Cancel { id });
+                self.push_request(now_ns, v, 0, RequestKind::Cancel { id });
                 Step::Sent
             }
             // Cancels never give up and never meet the breaker: they wait for budget.
@@ -790,13 +812,18 @@ impl Dispatcher {
                     qty: r.qty,
                     tif: original.tif,
                 };
-                if !self.journal(crate::journal::JournalRecord::Intent(intent)) {
+                let wire_ref = self.take_wire_ref(v);
+                let record = crate::journal::JournalRecord::Intent {
+                    order: intent,
+                    wire_ref,
+                };
+                if !self.journal(record) {
                     let reason = RefusalReason::JournalUnavailable;
                     self.abandon_replacement(now_ns, r.id, r.new_id, EventKind::Refused { reason });
                     return Step::Progress;
                 }
                 self.table.mark_sent(r.new_id, now_ns);
-                self.push_request(now_ns, v, RequestKind::Replace(r));
+                self.push_request(now_ns, v, wire_ref, RequestKind::Replace(r));
                 Step::Sent
             }
             Err(SendBlock::Breaker(refused)) => {
@@ -842,13 +869,18 @@ impl Dispatcher {
                     "new order released on a link that is not SYNCED"
                 );
                 // The intent is on record before the order can leave.
-                if !self.journal(crate::journal::JournalRecord::Intent(queued.order)) {
+                let wire_ref = self.take_wire_ref(v);
+                let record = crate::journal::JournalRecord::Intent {
+                    order: queued.order,
+                    wire_ref,
+                };
+                if !self.journal(record) {
                     let reason = RefusalReason::JournalUnavailable;
                     self.abandon_new(now_ns, id, EventKind::Refused { reason });
                     return Step::Progress;
                 }
                 self.table.mark_sent(id, now_ns);
-                self.push_request(now_ns, v, RequestKind::New(queued.order));
+                self.push_request(now_ns, v, wire_ref, RequestKind::New(queued.order));
                 Step::Sent
             }
             Err(SendBlock::Breaker(refused)) => {
@@ -866,10 +898,26 @@ impl Dispatcher {
         }
     }
 
-    fn push_request(&mut self, now_ns: u64, v: usize, kind: RequestKind) {
+    /// The venue's next wire reference (a skipped one, e.g. of an intent that could not be
+    /// journaled, is harmless: references only need to ascend).
+    fn take_wire_ref(&mut self, v: usize) -> u32 {
+        let link = &mut self.venues[v];
+        let wire_ref = link.next_wire_ref;
+        link.next_wire_ref += 1;
+        wire_ref
+    }
+
+    fn below_id_floor(&self, id: ClientOrderId) -> bool {
+        self.id_floor
+            .get(usize::from(id.strategy().0))
+            .is_some_and(|&floor| id.sequence() <= floor)
+    }
+
+    fn push_request(&mut self, now_ns: u64, v: usize, wire_ref: u32, kind: RequestKind) {
         let request = VenueRequest {
             venue: crate::order::VenueId(v as u16),
             sent_ns: now_ns,
+            wire_ref,
             kind,
         };
         let pushed = self.venues[v].port.requests.push(request);
@@ -927,7 +975,9 @@ impl Dispatcher {
                 done += 1;
                 self.stats.outcomes += 1;
                 // Judge by when the session saw it, but never by a stamp from the future.
+                self.outcome_seq = outcome.seq;
                 self.on_outcome(v, outcome.received_ns.min(now_ns), outcome.kind);
+                self.outcome_seq = 0;
             }
         }
         done
@@ -1066,7 +1116,12 @@ impl Dispatcher {
         let Some(applied) = self.report(id, OrderEvent::Fill { completes: false }, qty) else {
             return;
         };
-        self.journal(crate::journal::JournalRecord::Fill { id, qty, price });
+        self.journal(crate::journal::JournalRecord::Fill {
+            id,
+            qty,
+            price,
+            venue_seq: self.outcome_seq,
+        });
         if applied.first_answer {
             self.record_success(v, at_ns, &applied.order);
         }
@@ -1176,10 +1231,16 @@ impl Dispatcher {
             return;
         }
         if a.first_answer && !a.to.is_terminal() {
-            self.journal(R::Accepted { id });
+            self.journal(R::Accepted {
+                id,
+                venue_seq: self.outcome_seq,
+            });
         }
         if a.to.is_terminal() && !a.from.is_terminal() {
-            self.journal(R::Closed { id });
+            self.journal(R::Closed {
+                id,
+                venue_seq: self.outcome_seq,
+            });
         }
     }
 

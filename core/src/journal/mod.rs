@@ -27,17 +27,26 @@ pub use recovery::{RecoveredOrder, Recovery};
 /// Bytes per record (and per file header).
 pub const RECORD_LEN: usize = 64;
 const MAGIC: &[u8; 8] = b"KEELJRNL";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// One journal entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JournalRecord {
-    /// An order about to leave (written before it is sent).
-    Intent(NewOrder),
+    /// An order about to leave (written before it is sent), with the wire reference its
+    /// session will carry it under (OUCH UserRefNum): executions name only that reference,
+    /// so a restarted engine needs it to recognise them.
+    Intent {
+        /// The order.
+        order: NewOrder,
+        /// Per-venue ascending wire reference.
+        wire_ref: u32,
+    },
     /// The venue acknowledged the order.
     Accepted {
         /// The order.
         id: ClientOrderId,
+        /// Sequence number of the venue message that said so (0: not a sequenced message).
+        venue_seq: u64,
     },
     /// An execution.
     Fill {
@@ -47,11 +56,16 @@ pub enum JournalRecord {
         qty: Qty,
         /// Execution price.
         price: Price,
+        /// Sequence number of the venue message that reported it.
+        venue_seq: u64,
     },
     /// The order reached a terminal state (filled, canceled, rejected).
     Closed {
         /// The order.
         id: ClientOrderId,
+        /// Sequence number of the venue message that closed it (0: closed by keel itself,
+        /// e.g. never sent, or by reconciliation's verdict).
+        venue_seq: u64,
     },
     /// A venue session applied every report up to `applied_through`.
     SessionSeq {
@@ -451,7 +465,8 @@ fn encode(record: &JournalRecord, index: u64, slot: &mut [u8]) {
     slot.fill(0);
     let p = &mut slot[16..];
     let kind = match *record {
-        JournalRecord::Intent(o) => {
+        JournalRecord::Intent { order: o, wire_ref } => {
+            p[20..24].copy_from_slice(&wire_ref.to_le_bytes());
             p[0..8].copy_from_slice(&o.id.0.to_le_bytes());
             p[8..10].copy_from_slice(&o.venue.0.to_le_bytes());
             p[10..12].copy_from_slice(&o.symbol.0.to_le_bytes());
@@ -467,18 +482,26 @@ fn encode(record: &JournalRecord, index: u64, slot: &mut [u8]) {
             p[24..32].copy_from_slice(&o.price.0.to_le_bytes());
             KIND_INTENT
         }
-        JournalRecord::Accepted { id } => {
+        JournalRecord::Accepted { id, venue_seq } => {
             p[0..8].copy_from_slice(&id.0.to_le_bytes());
+            p[40..48].copy_from_slice(&venue_seq.to_le_bytes());
             KIND_ACCEPTED
         }
-        JournalRecord::Fill { id, qty, price } => {
+        JournalRecord::Fill {
+            id,
+            qty,
+            price,
+            venue_seq,
+        } => {
             p[0..8].copy_from_slice(&id.0.to_le_bytes());
+            p[40..48].copy_from_slice(&venue_seq.to_le_bytes());
             p[8..12].copy_from_slice(&qty.to_le_bytes());
             p[16..24].copy_from_slice(&price.0.to_le_bytes());
             KIND_FILL
         }
-        JournalRecord::Closed { id } => {
+        JournalRecord::Closed { id, venue_seq } => {
             p[0..8].copy_from_slice(&id.0.to_le_bytes());
+            p[40..48].copy_from_slice(&venue_seq.to_le_bytes());
             KIND_CLOSED
         }
         JournalRecord::SessionSeq {
@@ -511,30 +534,40 @@ fn decode(slot: &[u8]) -> Result<JournalRecord, &'static str> {
     let u64_at = |i: usize| u64::from_le_bytes(p[i..i + 8].try_into().expect("8"));
     let id = ClientOrderId(u64_at(0));
     Ok(match slot[4] {
-        KIND_INTENT => JournalRecord::Intent(NewOrder {
+        KIND_INTENT => JournalRecord::Intent {
+            wire_ref: u32_at(20),
+            order: NewOrder {
+                id,
+                venue: VenueId(u16_at(8)),
+                symbol: SymbolId(u16_at(10)),
+                side: match p[12] {
+                    1 => Side::Buy,
+                    2 => Side::Sell,
+                    _ => return Err("bad side"),
+                },
+                tif: match p[13] {
+                    1 => TimeInForce::Day,
+                    2 => TimeInForce::ImmediateOrCancel,
+                    _ => return Err("bad time in force"),
+                },
+                qty: u32_at(16),
+                price: Price(u64_at(24) as i64),
+            },
+        },
+        KIND_ACCEPTED => JournalRecord::Accepted {
             id,
-            venue: VenueId(u16_at(8)),
-            symbol: SymbolId(u16_at(10)),
-            side: match p[12] {
-                1 => Side::Buy,
-                2 => Side::Sell,
-                _ => return Err("bad side"),
-            },
-            tif: match p[13] {
-                1 => TimeInForce::Day,
-                2 => TimeInForce::ImmediateOrCancel,
-                _ => return Err("bad time in force"),
-            },
-            qty: u32_at(16),
-            price: Price(u64_at(24) as i64),
-        }),
-        KIND_ACCEPTED => JournalRecord::Accepted { id },
+            venue_seq: u64_at(40),
+        },
         KIND_FILL => JournalRecord::Fill {
             id,
             qty: u32_at(8),
             price: Price(u64_at(16) as i64),
+            venue_seq: u64_at(40),
         },
-        KIND_CLOSED => JournalRecord::Closed { id },
+        KIND_CLOSED => JournalRecord::Closed {
+            id,
+            venue_seq: u64_at(40),
+        },
         KIND_SESSION_SEQ => JournalRecord::SessionSeq {
             venue: VenueId(u16_at(0)),
             applied_through: u64_at(8),

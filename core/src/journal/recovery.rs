@@ -11,6 +11,8 @@ use crate::order::{ClientOrderId, IdAllocator, NewOrder, Qty, StrategyId, VenueI
 pub struct RecoveredOrder {
     /// The order as it left.
     pub order: NewOrder,
+    /// The wire reference its session sent it under.
+    pub wire_ref: u32,
     /// The venue acknowledged it.
     pub accepted: bool,
     /// Shares executed so far.
@@ -33,8 +35,12 @@ pub struct Recovery {
     /// Next unused ClientOrderId sequence per strategy: above every id seen and every
     /// lease (high-water mark) recorded.
     pub next_sequence: BTreeMap<StrategyId, u64>,
-    /// Last applied sequence number per venue session.
+    /// Highest venue sequence number whose report is on record, per venue session: the
+    /// session resumes after it (reports are journaled in sequence order, and a report that
+    /// changed nothing is harmless to see again).
     pub applied_through: BTreeMap<VenueId, u64>,
+    /// Next unused wire reference per venue: above every one journaled.
+    pub next_wire_ref: BTreeMap<VenueId, u32>,
     /// Records that referred to an order the journal never saw the intent of.
     pub orphans: u64,
 }
@@ -43,36 +49,46 @@ impl Recovery {
     /// Applies one record.
     pub fn apply(&mut self, record: &JournalRecord) {
         match *record {
-            JournalRecord::Intent(order) => {
+            JournalRecord::Intent { order, wire_ref } => {
                 self.see_id(order.id);
+                let next = self.next_wire_ref.entry(order.venue).or_insert(1);
+                *next = (*next).max(wire_ref.saturating_add(1));
                 self.open.insert(
                     order.id,
                     RecoveredOrder {
                         order,
+                        wire_ref,
                         accepted: false,
                         filled: 0,
                     },
                 );
             }
-            JournalRecord::Accepted { id } => match self.open.get_mut(&id) {
-                Some(o) => o.accepted = true,
+            JournalRecord::Accepted { id, venue_seq } => match self.open.get_mut(&id) {
+                Some(o) => {
+                    o.accepted = true;
+                    let venue = o.order.venue;
+                    self.saw_seq(venue, venue_seq);
+                }
                 None => self.orphans += 1,
             },
-            JournalRecord::Fill { id, qty, .. } => match self.open.get_mut(&id) {
+            JournalRecord::Fill {
+                id, qty, venue_seq, ..
+            } => match self.open.get_mut(&id) {
                 Some(o) => {
                     o.filled += qty;
                     o.accepted = true;
-                    if o.filled >= o.order.qty {
+                    let (venue, done) = (o.order.venue, o.filled >= o.order.qty);
+                    if done {
                         self.open.remove(&id);
                     }
+                    self.saw_seq(venue, venue_seq);
                 }
                 None => self.orphans += 1,
             },
-            JournalRecord::Closed { id } => {
-                if self.open.remove(&id).is_none() {
-                    self.orphans += 1;
-                }
-            }
+            JournalRecord::Closed { id, venue_seq } => match self.open.remove(&id) {
+                Some(o) => self.saw_seq(o.order.venue, venue_seq),
+                None => self.orphans += 1,
+            },
             JournalRecord::SessionSeq {
                 venue,
                 applied_through,
@@ -87,6 +103,13 @@ impl Recovery {
                 let next = self.next_sequence.entry(strategy).or_default();
                 *next = (*next).max(high_water_mark + 1);
             }
+        }
+    }
+
+    fn saw_seq(&mut self, venue: VenueId, seq: u64) {
+        if seq > 0 {
+            let through = self.applied_through.entry(venue).or_default();
+            *through = (*through).max(seq);
         }
     }
 

@@ -103,6 +103,9 @@ pub struct VenueRequest {
     pub venue: VenueId,
     /// When the dispatcher released it (monotonic ns).
     pub sent_ns: u64,
+    /// For `New` and `Replace`: the wire reference of the (new) order, ascending per venue
+    /// and journaled with its intent (OUCH UserRefNum); 0 for cancels and queries.
+    pub wire_ref: u32,
     /// What to send.
     pub kind: RequestKind,
 }
@@ -254,6 +257,9 @@ pub struct Outcome {
     pub venue: VenueId,
     /// When the session received it (monotonic ns).
     pub received_ns: u64,
+    /// Sequence number of the venue message it came from (0: not from a sequenced message,
+    /// e.g. a timeout or a link state change). Journaled, so a restart resumes after it.
+    pub seq: u64,
     /// What happened.
     pub kind: OutcomeKind,
 }
@@ -369,5 +375,6 @@ pub struct Event {
 // Fixed-size messages keep ring slots small; growth here is a design change, so it is caught.
 const _: () = assert!(std::mem::size_of::<Command>() <= 48);
 const _: () = assert!(std::mem::size_of::<Event>() <= 48);
-const _: () = assert!(std::mem::size_of::<Outcome>() <= 48);
+// An outcome carries its venue sequence number for the journal: 56 bytes, under a cache line.
+const _: () = assert!(std::mem::size_of::<Outcome>() <= 56);
 const _: () = assert!(std::mem::size_of::<VenueRequest>() <= 64);

@@ -122,6 +122,11 @@ impl VenueLink {
         self.machine.stats()
     }
 
+    /// The session client, to restore a journal into before [`VenueLink::start`].
+    pub fn client_mut(&mut self) -> &mut OuchClient {
+        &mut self.client
+    }
+
     /// Counters.
     pub fn stats(&self) -> LinkStats {
         self.stats
@@ -259,6 +264,7 @@ impl VenueLink {
                 self.backlog.push(Outcome {
                     venue: self.venue,
                     received_ns: now_ns,
+                    seq: 0,
                     kind: OutcomeKind::LinkState { synced },
                 });
             }
@@ -354,6 +360,7 @@ impl VenueLink {
             let outcome = Outcome {
                 venue: self.venue,
                 received_ns: now_ns,
+                seq: 0,
                 kind: OutcomeKind::NotSent { id, request },
             };
             self.stats.returned_unsent += 1;
@@ -387,6 +394,7 @@ impl VenueLink {
             self.backlog.push(Outcome {
                 venue: self.venue,
                 received_ns: now_ns,
+                seq: 0,
                 kind,
             });
         }

@@ -121,6 +121,15 @@ pub enum RequestError {
     /// The symbol id has no name.
     #[error("symbol id {0} not configured")]
     UnknownSymbol(u16),
+    /// The dispatcher's wire reference is not above the last one this session used (the
+    /// venue would reject it; UserRefNums must ascend).
+    #[error("wire reference {got} is not above {last}")]
+    StaleWireRef {
+        /// The reference given.
+        got: u32,
+        /// The last one used.
+        last: u32,
+    },
     /// The encoder refused.
     #[error(transparent)]
     Encode(#[from] EncodeError),
@@ -211,6 +220,33 @@ impl OuchClient {
         self.next_seq = seq + 1;
     }
 
+    /// Rebuilds one order from the journal in a fresh client (before its first login), so
+    /// that the venue's reports about it, which carry only its UserRefNum, map to it again.
+    /// `accepted`: the venue acknowledged it before the restart; otherwise it is in doubt and
+    /// the dispatcher queries it.
+    pub fn restore_order(
+        &mut self,
+        order: &NewOrder,
+        user_ref: u32,
+        executed: u32,
+        accepted: bool,
+    ) {
+        let session_order = SessionOrder {
+            id: order.id,
+            qty: order.qty,
+            executed,
+            price: order.price.0,
+            accepted,
+            closed: false,
+            ioc: order.tif == TimeInForce::ImmediateOrCancel,
+            cancel_pending: false,
+            awaiting_since_ns: None,
+        };
+        self.by_user_ref.insert(user_ref, session_order);
+        self.by_id.insert(order.id, user_ref);
+        self.next_user_ref = self.next_user_ref.max(user_ref.saturating_add(1));
+    }
+
     /// The UserRefNum this session gave to `id`.
     pub fn user_ref(&self, id: ClientOrderId) -> Option<u32> {
         self.by_id.get(&id).copied()
@@ -270,6 +306,7 @@ impl OuchClient {
             emit(Outcome {
                 venue: self.venue,
                 received_ns: now_ns,
+                seq: 0,
                 kind: OutcomeKind::Timeout { id: order.id },
             });
         }
@@ -291,7 +328,7 @@ impl OuchClient {
         let dialect = self.config.dialect;
         let n = match request.kind {
             RequestKind::New(order) => {
-                let user_ref = self.assign(order.id, order.qty, order.price.0);
+                let user_ref = self.assign(request.wire_ref, order.id, order.qty, order.price.0)?;
                 self.update(user_ref, |o| {
                     o.ioc = order.tif == TimeInForce::ImmediateOrCancel
                 });
@@ -317,7 +354,7 @@ impl OuchClient {
                     dialect,
                 )?
             }
-            RequestKind::Replace(r) => self.encode_replace(&r, request.sent_ns, &mut msg)?,
+            RequestKind::Replace(r) => self.encode_replace(&r, request, &mut msg)?,
             RequestKind::Query { id } => {
                 let user_ref = self.user_ref(id).ok_or(RequestError::UnknownOrder(id))?;
                 self.await_answer(user_ref, request.sent_ns);
@@ -333,13 +370,14 @@ impl OuchClient {
     fn encode_replace(
         &mut self,
         r: &Replace,
-        sent_ns: u64,
+        request: &VenueRequest,
         msg: &mut [u8],
     ) -> Result<usize, RequestError> {
+        let sent_ns = request.sent_ns;
         let orig_user_ref = self
             .user_ref(r.id)
             .ok_or(RequestError::UnknownOrder(r.id))?;
-        let user_ref = self.assign(r.new_id, r.qty, r.price.0);
+        let user_ref = self.assign(request.wire_ref, r.new_id, r.qty, r.price.0)?;
         self.await_answer(user_ref, sent_ns);
         let replace = ReplaceOrder {
             orig_user_ref,
@@ -359,9 +397,26 @@ impl OuchClient {
         )?)
     }
 
-    fn assign(&mut self, id: ClientOrderId, qty: u32, price: i64) -> u32 {
-        let user_ref = self.next_user_ref;
-        self.next_user_ref += 1;
+    /// Takes `wire_ref` (the dispatcher's, journaled with the intent) as the order's
+    /// UserRefNum, or the session's next one when the request carries none (0).
+    fn assign(
+        &mut self,
+        wire_ref: u32,
+        id: ClientOrderId,
+        qty: u32,
+        price: i64,
+    ) -> Result<u32, RequestError> {
+        let user_ref = match wire_ref {
+            0 => self.next_user_ref,
+            r if r < self.next_user_ref => {
+                return Err(RequestError::StaleWireRef {
+                    got: r,
+                    last: self.next_user_ref - 1,
+                })
+            }
+            r => r,
+        };
+        self.next_user_ref = user_ref + 1;
         if self.by_id.len() >= self.config.orders_max as usize {
             // Forget the older half of the closed orders; an order still open (or in doubt) is
             // kept however old: its fills and its cancel must still map. The maps were sized
@@ -385,7 +440,7 @@ impl OuchClient {
         };
         self.by_user_ref.insert(user_ref, order);
         self.by_id.insert(id, user_ref);
-        user_ref
+        Ok(user_ref)
     }
 
     fn fields(&self, order: &NewOrder) -> Result<OrderFields, RequestError> {
@@ -440,6 +495,12 @@ impl OuchClient {
                     return Ok(SessionNews::Nothing); // applied before a reconnect
                 }
                 self.applied_through = seq;
+                // Every outcome of this message carries its sequence number (the journal
+                // records it, and a restart resumes after it).
+                let emit = &mut |mut outcome: Outcome| {
+                    outcome.seq = seq;
+                    emit(outcome);
+                };
                 let barrier = matches!(msg, Outbound::AccountQueryResponse { .. })
                     && std::mem::take(&mut self.awaiting_barrier);
                 if barrier {
@@ -464,6 +525,7 @@ impl OuchClient {
                     emit(Outcome {
                         venue: self.venue,
                         received_ns: now_ns,
+                        seq,
                         kind,
                     });
                 }
@@ -642,6 +704,7 @@ impl OuchClient {
                 emit(Outcome {
                     venue: self.venue,
                     received_ns: now_ns,
+                    seq: 0,
                     kind: OutcomeKind::Timeout { id: order.id },
                 });
             }
@@ -675,6 +738,7 @@ impl OuchClient {
                 emit(Outcome {
                     venue: self.venue,
                     received_ns: now_ns,
+                    seq: 0,
                     kind,
                 });
             }

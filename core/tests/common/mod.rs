@@ -140,6 +140,7 @@ impl Rig {
         let outcome = Outcome {
             venue: VenueId(venue),
             received_ns: self.now_ns,
+            seq: 0,
             kind,
         };
         self.venues[usize::from(venue)]
