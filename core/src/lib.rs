@@ -14,6 +14,7 @@ pub mod demo;
 pub mod dispatch;
 pub mod guard;
 pub mod hash;
+pub mod ipc;
 pub mod journal;
 pub mod net;
 pub mod order;

@@ -19,7 +19,7 @@ pub use config::{ConfigError, DispatcherConfig};
 pub use ports::{
     strategy_channel, venue_channel, StrategyHandle, StrategyPort, VenueHandle, VenuePort,
 };
-pub use stats::DispatchStats;
+pub use stats::{DispatchStats, REFUSAL_REASONS};
 
 use crate::guard::breaker::{Breaker, CallOutcome};
 use crate::guard::bulkhead::Bulkhead;
