@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use toml::{Table, Value};
 
 use crate::dispatch::{ConfigError, DispatcherConfig};
+use crate::engine::{IpcConfig, LoopConfig, Topology};
+use crate::runtime::IdlePolicy;
 use crate::guard::limiter::WindowLimit;
 use crate::journal::{JournalConfig, RECORD_LEN};
 use crate::order::SymbolName;
@@ -50,6 +52,10 @@ pub struct EngineConfig {
     pub journal: Option<JournalConfig>,
     /// Venue links, in VenueId order.
     pub venues: Vec<VenueLinkConfig>,
+    /// Loops, cores and idling (`[engine]`).
+    pub loops: LoopConfig,
+    /// Strategies over shared memory (`[ipc]`; `None`: in process only).
+    pub ipc: Option<IpcConfig>,
 }
 
 /// Why a configuration file was refused.
@@ -228,6 +234,14 @@ impl EngineConfig {
             Some(t) => Some(read_journal(Section::new("journal", t))?),
             None => None,
         };
+        let loops = match top.subtable("engine")? {
+            Some(t) => read_loops(Section::new("engine", t))?,
+            None => LoopConfig::default(),
+        };
+        let ipc = match top.subtable("ipc")? {
+            Some(t) => Some(read_ipc(Section::new("ipc", t))?),
+            None => None,
+        };
         let mut venues = Vec::new();
         for (i, v) in top.array("venue")?.iter().enumerate() {
             let prefix = format!("venue[{i}]");
@@ -251,8 +265,103 @@ impl EngineConfig {
             dispatcher: d,
             journal,
             venues,
+            loops,
+            ipc,
         })
     }
+}
+
+fn read_loops(mut s: Section<'_>) -> Result<LoopConfig> {
+    let topology = match s.string("topology")? {
+        None | Some("inline") => Topology::Inline,
+        Some("split") => Topology::Split,
+        Some(other) => {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key("topology"),
+                value: format!("\"{other}\""),
+                allowed: "\"inline\" or \"split\"",
+            })
+        }
+    };
+    let idle = match s.string("idle")? {
+        None | Some("spin") => IdlePolicy::BusySpin,
+        Some("spin-then-yield") => IdlePolicy::SpinThenYield { spins: 1_000 },
+        Some("backoff") => IdlePolicy::TEST,
+        Some(other) => {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key("idle"),
+                value: format!("\"{other}\""),
+                allowed: "\"spin\", \"spin-then-yield\" or \"backoff\"",
+            })
+        }
+    };
+    let mut c = LoopConfig {
+        topology,
+        idle,
+        ..LoopConfig::default()
+    };
+    let mut core: i64 = -1;
+    s.int("dispatcher_core", &mut core)?;
+    c.dispatcher_core = usize::try_from(core).ok();
+    let mut core: i64 = -1;
+    s.int("executor_core", &mut core)?;
+    c.executor_core = usize::try_from(core).ok();
+    s.int("executor_stall_ns", &mut c.executor_stall_ns)?;
+    s.int("strategy_ring", &mut c.strategy_ring)?;
+    s.int("venue_ring", &mut c.venue_ring)?;
+    for (key, value) in [
+        ("strategy_ring", c.strategy_ring),
+        ("venue_ring", c.venue_ring),
+    ] {
+        if !(16..=1 << 20).contains(&value) {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key(key),
+                value: value.to_string(),
+                allowed: "16..=1048576",
+            });
+        }
+    }
+    if c.executor_stall_ns == 0 {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("executor_stall_ns"),
+            value: "0".into(),
+            allowed: ">= 1",
+        });
+    }
+    s.finish()?;
+    Ok(c)
+}
+
+fn read_ipc(mut s: Section<'_>) -> Result<IpcConfig> {
+    let mut c = IpcConfig::default();
+    if let Some(dir) = s.string("dir")? {
+        c.dir = PathBuf::from(dir);
+    }
+    s.int("command_capacity", &mut c.command_capacity)?;
+    s.int("event_capacity", &mut c.event_capacity)?;
+    s.int("strategy_timeout_ns", &mut c.strategy_timeout_ns)?;
+    s.bool("cancel_on_strategy_loss", &mut c.cancel_on_strategy_loss)?;
+    for (key, value) in [
+        ("command_capacity", c.command_capacity),
+        ("event_capacity", c.event_capacity),
+    ] {
+        if !value.is_power_of_two() || !(2..=crate::ipc::CAPACITY_MAX).contains(&value) {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key(key),
+                value: value.to_string(),
+                allowed: "a power of two in 2..=1048576",
+            });
+        }
+    }
+    if c.strategy_timeout_ns == 0 {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("strategy_timeout_ns"),
+            value: "0".into(),
+            allowed: ">= 1",
+        });
+    }
+    s.finish()?;
+    Ok(c)
 }
 
 fn read_dispatcher<'a>(mut s: Section<'a>, d: &mut DispatcherConfig) -> Result<()> {

@@ -12,6 +12,7 @@ pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod dispatch;
+pub mod engine;
 pub mod guard;
 pub mod hash;
 pub mod ipc;

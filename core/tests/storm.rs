@@ -185,7 +185,9 @@ fn storm_on_sockets(policy: BackoffPolicy, bound_ns: u64) -> Option<u64> {
     Storm::new(venue, reactor, policy).run(
         || clock.now_ns(),
         bound_ns,
-        |storm| storm.venue.apply_control(0, "saturate 8 20").unwrap(),
+        |storm| {
+            storm.venue.apply_control(0, "saturate 8 20").unwrap();
+        },
     )
 }
 

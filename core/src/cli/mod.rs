@@ -1,5 +1,6 @@
 //! The `keel` command line (clap). Each subcommand is a thin driver over the library.
 
+mod run;
 mod venue;
 
 use std::process::ExitCode;
@@ -10,9 +11,11 @@ use crate::dispatch::DispatcherConfig;
 
 /// keel — a low-latency order execution core.
 ///
-/// What exists today: the library (order model, guard chain, dispatcher, OUCH/SoupBinTCP
-/// codecs, io_uring transport) and the simulated venue (`keel venue`). The demo, the engine
-/// runner and the configuration file are being built; `keel demo` says so.
+/// Start with `keel demo`: the simulated venue, the engine and a synthetic strategy through a
+/// cancel storm, a venue disconnect and reconciliation, with a report at the end. `keel venue`
+/// runs the simulated exchange alone; `keel run --config FILE` runs the engine against the
+/// venues in FILE and serves strategies over shared memory (docs/ipc.md);
+/// `keel config-check FILE` checks a configuration.
 #[derive(Debug, Parser)]
 #[command(name = "keel", version, about, long_about)]
 pub struct Cli {
@@ -51,6 +54,14 @@ enum Command {
     /// progress, then latency per phase, what was held back, breaker and session figures, and
     /// `invariants: N checked, M violated` (exit 1 if any was violated).
     Demo(crate::demo::DemoArgs),
+    /// Run the engine against the configured venues, serving strategies over shared memory.
+    ///
+    /// Restores the order journal first (orders open before a crash come back; orders sent
+    /// and never answered are queried, never resent), connects and reconciles every venue, and
+    /// serves each configured strategy at `<ipc.dir>/strategy-<id>` (layout: docs/ipc.md;
+    /// Python example: examples/python/keel_strategy.py). Stops on SIGINT/SIGTERM, syncs the
+    /// journal and prints its counters and every order still open.
+    Run(run::RunArgs),
     /// Print the dispatcher's default bounds (see docs/config.md).
     Defaults,
     /// Check an engine configuration file (TOML; see docs/keel.example.toml): prints the
@@ -80,6 +91,7 @@ where
     };
     match cli.command {
         Command::Venue(args) => venue::run(args),
+        Command::Run(args) => run::run(args),
         Command::Defaults => {
             println!("{:#?}", DispatcherConfig::default());
             ExitCode::SUCCESS

@@ -183,6 +183,11 @@ impl Dispatcher {
         work
     }
 
+    /// Strategies configured (one port each).
+    pub fn strategy_count(&self) -> usize {
+        self.strategies.len()
+    }
+
     /// Counters.
     pub fn stats(&self) -> &DispatchStats {
         &self.stats

@@ -25,6 +25,18 @@ impl LoopHeartbeat {
         (Self(counter), dog)
     }
 
+    /// Another watchdog on the same loop (e.g. one per venue served by one executor loop).
+    pub fn watchdog(&self, stall_ns: u64) -> Watchdog {
+        Watchdog {
+            counter: Arc::clone(&self.0),
+            last: 0,
+            last_change_ns: None,
+            stall_ns,
+            stalled: false,
+            stalls: 0,
+        }
+    }
+
     /// One pass of the watched loop.
     #[inline]
     pub fn beat(&self) {

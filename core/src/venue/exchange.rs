@@ -401,6 +401,11 @@ impl Exchange {
         self.orders.get(&order_ref)
     }
 
+    /// Every account order still open, in entry order.
+    pub fn open_account_orders(&self) -> impl Iterator<Item = &VenueOrder> {
+        self.orders.accounts.iter().filter(|o| o.open_qty > 0)
+    }
+
     /// The account's order for `user_ref`.
     pub fn order_of(&self, account: u32, user_ref: u32) -> Option<&VenueOrder> {
         self.accounts[account as usize]

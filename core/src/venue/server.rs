@@ -610,7 +610,8 @@ impl<T: Transport> VenueServer<T> {
                 let line = String::from_utf8_lossy(&buf[..end]).trim().to_string();
                 self.reactor.consume(conn, end + 1);
                 let reply = match self.apply_control(now_ns, &line) {
-                    Ok(()) => format!("ok {line}\n"),
+                    Ok(extra) if extra.is_empty() => format!("ok {line}\n"),
+                    Ok(extra) => format!("ok {line} {extra}\n"),
                     Err(e) => format!("error {e}\n"),
                 };
                 let _ = self.reactor.send(conn, reply.as_bytes());
@@ -625,7 +626,11 @@ impl<T: Transport> VenueServer<T> {
     /// from sequence 1: duplicates), `clock-jump SECONDS` (signed: the wall clock behind the
     /// message timestamps jumps), `saturate N MS` | `saturate off` (more than N connects in a
     /// window of MS all fail), `status`.
-    pub fn apply_control(&mut self, now_ns: u64, line: &str) -> Result<(), String> {
+    ///
+    /// Two commands read state instead of changing it: `open-orders` answers the ClOrdIDs of
+    /// every account order open at the venue (`N id id ...`), `stats` the exchange counters
+    /// (`accepted=.. rejected=.. canceled=.. matches=.. duplicate_ids=..`).
+    pub fn apply_control(&mut self, now_ns: u64, line: &str) -> Result<String, String> {
         const MS: u64 = 1_000_000;
         let mut words = line.split_whitespace();
         let cmd = words.next().unwrap_or("");
@@ -674,8 +679,23 @@ impl<T: Transport> VenueServer<T> {
             }
             "drop" | "restart" => self.drop_all(),
             "status" => {}
+            "open-orders" => {
+                let ids: Vec<String> = self
+                    .exchange
+                    .open_account_orders()
+                    .map(|o| String::from_utf8_lossy(&o.fields.cl_ord_id).trim().to_string())
+                    .collect();
+                return Ok(format!("{} {}", ids.len(), ids.join(" ")).trim_end().to_string());
+            }
+            "stats" => {
+                let s = self.exchange.stats();
+                return Ok(format!(
+                    "accepted={} rejected={} canceled={} matches={} duplicate_ids={}",
+                    s.accepted, s.rejected, s.canceled, s.matches, s.duplicate_ids
+                ));
+            }
             other => return Err(format!("unknown command '{other}'")),
         }
-        Ok(())
+        Ok(String::new())
     }
 }

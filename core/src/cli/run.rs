@@ -1,0 +1,195 @@
+//! `keel run --config FILE`: the engine against the configured venues, serving strategies over
+//! shared memory, until SIGINT or SIGTERM (or `--duration-s`). At stop it syncs the journal and
+//! prints what it did, including every order still open.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::clock::{Clock, TscClock};
+use crate::config::EngineConfig;
+use crate::engine::{EngineBuilder, EngineReport, Topology};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The engine configuration (TOML; see docs/config.md and docs/keel.example.toml). It
+    /// must configure a `[journal]` (crash safety) and an `[ipc]` directory (where strategies
+    /// find their channels, `strategy-<id>`).
+    #[arg(long)]
+    config: PathBuf,
+    /// Stop after this many seconds (0: run until SIGINT or SIGTERM).
+    #[arg(long, default_value_t = 0)]
+    duration_s: u64,
+    /// Seconds between status lines on stderr (0: none).
+    #[arg(long, default_value_t = 1)]
+    status_s: u64,
+}
+
+pub fn run(args: RunArgs) -> ExitCode {
+    let text = match std::fs::read_to_string(&args.config) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("keel run: cannot read {}: {e}", args.config.display());
+            return ExitCode::from(66);
+        }
+    };
+    let config = match EngineConfig::from_toml(&text) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("keel run: {}: {e}", args.config.display());
+            return ExitCode::from(65);
+        }
+    };
+    let (Some(journal), Some(ipc)) = (config.journal.clone(), config.ipc.clone()) else {
+        eprintln!(
+            "keel run: {}: needs a [journal] table (orders must survive a crash) and an [ipc] \
+             table (where strategies connect)",
+            args.config.display()
+        );
+        return ExitCode::from(65);
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(signal, Arc::clone(&stop)) {
+            eprintln!("keel run: cannot watch signal {signal}: {e}");
+            return ExitCode::from(71);
+        }
+    }
+    let venues: Vec<String> = config.venues.iter().map(|v| v.name.clone()).collect();
+    let topology = config.loops.topology;
+    let strategies = config.dispatcher.strategies;
+    let engine = match EngineBuilder::new(config).start() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("keel run: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let r = engine.restored();
+    println!(
+        "keel run: {} topology, {} venue(s), {} strategies over shared memory in {}",
+        match topology {
+            Topology::Inline => "inline",
+            Topology::Split => "split",
+        },
+        venues.len(),
+        strategies,
+        ipc.dir.display()
+    );
+    println!(
+        "keel run: journal {}: {} records replayed ({} torn-tail bytes ignored); {} orders \
+         restored live, {} in doubt (queried, never resent); streams resume after {:?}; id \
+         floors {:?}",
+        journal.dir.display(),
+        r.journal.records,
+        r.journal.torn_tail_bytes,
+        r.orders.live,
+        r.orders.unknown,
+        r.applied_through,
+        r.id_floor
+    );
+    let _ = std::io::stdout().flush();
+    let clock = TscClock::new();
+    let started = clock.now_ns();
+    let mut last_status = started;
+    let mut failed = false;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+        if engine.has_failed() {
+            failed = true;
+            break;
+        }
+        let now = clock.now_ns();
+        let elapsed = Duration::from_nanos(now - started);
+        if args.duration_s > 0 && elapsed >= Duration::from_secs(args.duration_s) {
+            break;
+        }
+        if args.status_s > 0 && now - last_status >= args.status_s * 1_000_000_000 {
+            last_status = now;
+            let synced: Vec<&str> = venues
+                .iter()
+                .enumerate()
+                .map(|(i, name)| {
+                    if engine.venue_synced(i as u16) {
+                        name.as_str()
+                    } else {
+                        "-"
+                    }
+                })
+                .collect();
+            eprintln!(
+                "keel run: {:>6.1}s synced [{}] passes {}",
+                elapsed.as_secs_f64(),
+                synced.join(" "),
+                engine.passes()
+            );
+        }
+    }
+    match engine.stop() {
+        Ok(report) => {
+            print_report(&report, &venues);
+            ExitCode::from(u8::from(failed))
+        }
+        Err(e) => {
+            eprintln!("keel run: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn print_report(report: &EngineReport, venues: &[String]) {
+    let mut out = std::io::stdout().lock();
+    let d = &report.dispatch;
+    let _ = writeln!(
+        out,
+        "keel run: stopped. commands {} | sent new {} cancel {} replace {} query {} | shed {} \
+         throttled {} breaker-refused {} | report errors {} | journal records {} ({} errors)",
+        d.commands,
+        d.sent_new,
+        d.sent_cancel,
+        d.sent_replace,
+        d.sent_query,
+        d.shed,
+        d.throttled,
+        d.breaker_refused,
+        d.report_errors,
+        report.journal_records,
+        d.journal_errors
+    );
+    for (name, l) in venues.iter().zip(&report.links) {
+        let _ = writeln!(
+            out,
+            "venue {name}: {:?}; {} connects, {} synced, {} reconciliations ({} not received, \
+             {} unresolved), {} duplicates skipped, {} timeouts",
+            l.state,
+            l.session.connects,
+            l.session.synced,
+            l.client.reconciliations,
+            l.client.last_reconciliation.not_received,
+            l.session.unreconciled,
+            l.client.duplicates_skipped,
+            l.client.timeouts
+        );
+    }
+    for (strategy, b) in &report.bridges {
+        let _ = writeln!(
+            out,
+            "strategy {}: {} commands, {} events, {} malformed, attached {}, lost {}, mass \
+             cancels on loss {}",
+            strategy.0, b.commands, b.events, b.malformed, b.attached, b.lost, b.cancels_on_loss
+        );
+    }
+    let _ = writeln!(out, "open orders: {}", report.open_orders.len());
+    for o in &report.open_orders {
+        let _ = writeln!(
+            out,
+            "open {} venue={} state={:?} filled={}/{}",
+            o.id, o.venue.0, o.state, o.filled_qty, o.qty
+        );
+    }
+}

@@ -1,0 +1,669 @@
+//! The engine: the dispatcher, the venue links and their io_uring transport, wired into pinned
+//! event loops, with strategies in process (rtrb rings) or in other processes (shared-memory
+//! rings, [`crate::ipc`]), and the order journal restored at start.
+//!
+//! Two topologies run the same parts:
+//!
+//! - `inline`: one loop (one core) runs strategies' bridges, the dispatcher, the transport
+//!   and every venue session. Fewest cores, fewest hops.
+//! - `split`: a dispatcher loop (bridges, dispatcher, journal) and an executor loop
+//!   (transport and venue sessions), joined by SPSC rings; the dispatcher watches the
+//!   executor's heartbeat and routes nothing new to it while it is stalled.
+//!
+//! Each loop is single-threaded, owns its state and idles by its [`IdlePolicy`]. Pinning to a
+//! core the machine lacks warns and runs unpinned.
+//!
+//! Restart: with a journal configured, `start` replays it before anything connects: the
+//! order table, positions and ClientOrderId floors come back, orders sent and never answered
+//! are `Unknown` with a status query queued (never resent), each session resumes the venue's
+//! stream after the last report on record and knows every open order's wire reference again;
+//! the link then reconciles before SYNCED.
+
+mod bridge;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+pub use bridge::BridgeStats;
+use bridge::Bridge;
+
+use crate::clock::{Clock, TscClock};
+use crate::config::EngineConfig;
+use crate::dispatch::{
+    strategy_channel, venue_channel, DispatchStats, Dispatcher, RestoreReport, StrategyHandle,
+};
+use crate::journal::{Journal, OpenReport, Recovery};
+use crate::net::{NetEvent, Reactor, ReactorConfig};
+use crate::order::{Order, StrategyId, VenueId};
+use crate::runtime::{pin_or_warn, IdlePolicy, Idler};
+use crate::session::link::{LinkStats, VenueLink};
+use crate::session::machine::{LinkState, SessionStats};
+use crate::session::ouch::{ClientConfig, ClientStats, OuchClient};
+use crate::session::watchdog::LoopHeartbeat;
+
+/// How the loops are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// One loop runs everything.
+    Inline,
+    /// A dispatcher loop and an executor loop joined by SPSC rings.
+    Split,
+}
+
+/// Loops, cores and idling (the `[engine]` table of the configuration file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopConfig {
+    /// Layout.
+    pub topology: Topology,
+    /// Idle policy of every loop.
+    pub idle: IdlePolicy,
+    /// Core of the dispatcher loop (the only loop in `inline`); `None`: unpinned.
+    pub dispatcher_core: Option<usize>,
+    /// Core of the executor loop (`split`); `None`: unpinned.
+    pub executor_core: Option<usize>,
+    /// `split`: the executor is declared stalled after this long without a pass.
+    pub executor_stall_ns: u64,
+    /// Capacity of each in-process strategy ring (commands and events).
+    pub strategy_ring: u32,
+    /// Capacity of each venue ring (requests and outcomes).
+    pub venue_ring: u32,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        Self {
+            topology: Topology::Inline,
+            idle: IdlePolicy::BusySpin,
+            dispatcher_core: None,
+            executor_core: None,
+            executor_stall_ns: 50_000_000,
+            strategy_ring: 4_096,
+            venue_ring: 4_096,
+        }
+    }
+}
+
+/// Strategies in other processes (the `[ipc]` table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpcConfig {
+    /// Directory of the channel files (`strategy-<id>` each); under /dev/shm in production.
+    pub dir: PathBuf,
+    /// Command ring capacity per strategy (a power of two).
+    pub command_capacity: u32,
+    /// Event ring capacity per strategy (a power of two).
+    pub event_capacity: u32,
+    /// A strategy whose heartbeat stops this long is declared lost.
+    pub strategy_timeout_ns: u64,
+    /// Cancel every open order of a lost strategy.
+    pub cancel_on_strategy_loss: bool,
+}
+
+impl Default for IpcConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("/dev/shm/keel"),
+            command_capacity: 4_096,
+            event_capacity: 4_096,
+            strategy_timeout_ns: 2_000_000_000,
+            cancel_on_strategy_loss: true,
+        }
+    }
+}
+
+impl IpcConfig {
+    /// The channel file of `strategy`.
+    pub fn channel_path(&self, strategy: StrategyId) -> PathBuf {
+        self.dir.join(format!("strategy-{}", strategy.0))
+    }
+}
+
+/// Why the engine could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The journal could not be opened or replayed.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
+    /// The journal does not fit this configuration.
+    #[error("journal restore: {0}")]
+    Restore(#[from] crate::dispatch::RestoreError),
+    /// The dispatcher configuration is inconsistent.
+    #[error("dispatcher: {0}")]
+    Dispatcher(#[from] crate::dispatch::ConfigError),
+    /// A shared-memory channel could not be created.
+    #[error(transparent)]
+    Ipc(#[from] crate::ipc::IpcError),
+    /// The io_uring transport could not start.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// More in-process strategies than configured.
+    #[error("{asked} in-process strategies asked, {configured} configured")]
+    Strategies {
+        /// Asked.
+        asked: u16,
+        /// Configured (`dispatcher.strategies`).
+        configured: u16,
+    },
+    /// A loop thread panicked (a bug); its message.
+    #[error("engine loop panicked: {0}")]
+    Panicked(String),
+}
+
+/// What the journal gave back at start.
+#[derive(Debug, Clone, Default)]
+pub struct Restored {
+    /// The journal files' replay.
+    pub journal: OpenReport,
+    /// Orders restored live and in doubt.
+    pub orders: RestoreReport,
+    /// Per venue: the stream resumes after this sequence number.
+    pub applied_through: Vec<u64>,
+    /// Per strategy: ClientOrderId sequences at or below this were used before.
+    pub id_floor: Vec<u64>,
+}
+
+/// One venue link's figures at stop.
+#[derive(Debug, Clone, Copy)]
+pub struct LinkReport {
+    /// Session state at stop.
+    pub state: LinkState,
+    /// Transport-level counters.
+    pub link: LinkStats,
+    /// Session counters (connects, syncs, reconciliations).
+    pub session: SessionStats,
+    /// OUCH client counters.
+    pub client: ClientStats,
+}
+
+/// Everything the engine measured, at stop.
+#[derive(Debug, Clone)]
+pub struct EngineReport {
+    /// Dispatcher counters.
+    pub dispatch: DispatchStats,
+    /// Every order still open in the table at stop.
+    pub open_orders: Vec<Order>,
+    /// Per venue link.
+    pub links: Vec<LinkReport>,
+    /// Per shared-memory strategy.
+    pub bridges: Vec<(StrategyId, BridgeStats)>,
+    /// Journal records written by this run (next index − first index).
+    pub journal_records: u64,
+}
+
+/// State shared between the loops and the handle (atomics only).
+#[derive(Debug, Default)]
+struct Shared {
+    stop: AtomicBool,
+    /// Bit per venue: SYNCED as the dispatcher sees it.
+    synced: AtomicU64,
+    /// Dispatcher passes (liveness for the handle).
+    passes: AtomicU64,
+}
+
+/// Starts an engine. See the module docs.
+#[derive(Debug)]
+pub struct EngineBuilder {
+    config: EngineConfig,
+    in_process: u16,
+}
+
+impl EngineBuilder {
+    /// An engine for `config`. By default every configured strategy is served over shared
+    /// memory if `[ipc]` is configured, else in process.
+    pub fn new(config: EngineConfig) -> Self {
+        let in_process = if config.ipc.is_some() {
+            0
+        } else {
+            config.dispatcher.strategies
+        };
+        Self { config, in_process }
+    }
+
+    /// Serves strategies `0..n` in process; the rest over shared memory.
+    pub fn in_process_strategies(mut self, n: u16) -> Self {
+        self.in_process = n;
+        self
+    }
+
+    /// Overrides the topology.
+    pub fn topology(mut self, topology: Topology) -> Self {
+        self.config.loops.topology = topology;
+        self
+    }
+
+    /// Overrides the idle policy.
+    pub fn idle(mut self, idle: IdlePolicy) -> Self {
+        self.config.loops.idle = idle;
+        self
+    }
+
+    /// Restores the journal (if configured), builds every part, starts the loops.
+    pub fn start(self) -> Result<RunningEngine, EngineError> {
+        let config = self.config;
+        let strategies = config.dispatcher.strategies;
+        if self.in_process > strategies {
+            return Err(EngineError::Strategies {
+                asked: self.in_process,
+                configured: strategies,
+            });
+        }
+        let clock = TscClock::new();
+        let loops = config.loops;
+        let mut handles = Vec::new();
+        let mut ports = Vec::new();
+        for _ in 0..strategies {
+            let (handle, port) = strategy_channel(loops.strategy_ring, loops.strategy_ring);
+            handles.push(handle);
+            ports.push(port);
+        }
+        let mut venue_ports = Vec::new();
+        let mut links = Vec::new();
+        for (i, v) in config.venues.iter().enumerate() {
+            let (vhandle, vport) = venue_channel(loops.venue_ring, loops.venue_ring);
+            venue_ports.push(vport);
+            let venue = VenueId(i as u16);
+            let client = OuchClient::new(
+                ClientConfig {
+                    username: v.username.clone(),
+                    password: v.password.clone(),
+                    dialect: v.dialect,
+                    orders_max: v.orders_max,
+                    symbols: config.symbols.clone(),
+                    reconcile: v.reconcile,
+                    ack_timeout_ns: v.ack_timeout_ns,
+                },
+                venue,
+            );
+            links.push(VenueLink::with_config(
+                v.address, venue, client, vhandle, v.link,
+            ));
+        }
+        let mut dispatcher =
+            Dispatcher::new(config.dispatcher, ports, venue_ports, clock.now_ns())?;
+        let mut restored = Restored {
+            applied_through: vec![0; links.len()],
+            id_floor: vec![0; usize::from(strategies)],
+            ..Restored::default()
+        };
+        let mut first_journal_index = 0;
+        if let Some(jc) = &config.journal {
+            let mut recovery = Recovery::default();
+            let (journal, report) = Journal::open(jc.clone(), |r| recovery.apply(r))?;
+            restored.journal = report;
+            restored.orders = dispatcher.restore(&recovery)?;
+            for (venue, &seq) in &recovery.applied_through {
+                if let Some(link) = links.get_mut(usize::from(venue.0)) {
+                    link.client_mut().resume_after(seq);
+                    restored.applied_through[usize::from(venue.0)] = seq;
+                }
+            }
+            for r in recovery.open.values() {
+                // Routes were checked by `restore`.
+                links[usize::from(r.order.venue.0)].client_mut().restore_order(
+                    &r.order,
+                    r.wire_ref,
+                    r.filled,
+                    r.accepted,
+                );
+            }
+            for (strategy, &next) in &recovery.next_sequence {
+                if let Some(floor) = restored.id_floor.get_mut(usize::from(strategy.0)) {
+                    *floor = next.saturating_sub(1);
+                }
+            }
+            first_journal_index = journal.next_index();
+            dispatcher.attach_journal(journal);
+        }
+        // Strategies beyond the in-process ones talk over shared memory.
+        let mut bridges = Vec::new();
+        let mut in_process: Vec<Option<StrategyHandle>> = Vec::new();
+        for (i, handle) in handles.into_iter().enumerate() {
+            let strategy = StrategyId(i as u16);
+            match &config.ipc {
+                Some(ipc) if i >= usize::from(self.in_process) => {
+                    let channel = crate::ipc::Channel::create_or_attach(
+                        &ipc.channel_path(strategy),
+                        strategy,
+                        ipc.command_capacity,
+                        ipc.event_capacity,
+                    )?;
+                    channel.set_id_floor(restored.id_floor[i]);
+                    bridges.push(Bridge::new(channel, handle, ipc, clock.now_ns()));
+                    in_process.push(None);
+                }
+                _ => in_process.push(Some(handle)),
+            }
+        }
+        let shared = Arc::new(Shared::default());
+        let front = Front {
+            dispatcher,
+            bridges,
+            shared: Arc::clone(&shared),
+            first_journal_index,
+            synced_mask: 0,
+        };
+        let reactor_config = ReactorConfig {
+            conns_max: (links.len() as u32 + 2).max(4),
+            ..ReactorConfig::default()
+        };
+        let threads = match loops.topology {
+            Topology::Inline => {
+                let shared = Arc::clone(&shared);
+                vec![spawn("keel-engine", move || {
+                    if let Some(core) = loops.dispatcher_core {
+                        pin_or_warn(core);
+                    }
+                    let clock = TscClock::new();
+                    let mut exec = Executor::new(links, reactor_config, None, &clock)?;
+                    let mut front = front;
+                    let mut idler = Idler::new(loops.idle);
+                    while !shared.stop.load(Ordering::Relaxed) {
+                        let now = clock.now_ns();
+                        let moved = exec.pass(now) | front.pass(now);
+                        if moved {
+                            idler.work();
+                        } else {
+                            idler.idle();
+                        }
+                    }
+                    Ok(Halves {
+                        front: Some(front.finish()),
+                        links: exec.finish(),
+                    })
+                })]
+            }
+            Topology::Split => {
+                // One executor loop serves every venue: one heartbeat, a watchdog per venue.
+                let (heartbeat, watchdog) = LoopHeartbeat::new(loops.executor_stall_ns);
+                let mut front = front;
+                for v in 1..links.len() {
+                    let dog = heartbeat.watchdog(loops.executor_stall_ns);
+                    front.dispatcher.attach_watchdog(v as u16, dog);
+                }
+                front.dispatcher.attach_watchdog(0, watchdog);
+                let exec_shared = Arc::clone(&shared);
+                let executor = spawn("keel-executor", move || {
+                    if let Some(core) = loops.executor_core {
+                        pin_or_warn(core);
+                    }
+                    let clock = TscClock::new();
+                    let mut exec = Executor::new(links, reactor_config, Some(heartbeat), &clock)?;
+                    let mut idler = Idler::new(loops.idle);
+                    while !exec_shared.stop.load(Ordering::Relaxed) {
+                        if exec.pass(clock.now_ns()) {
+                            idler.work();
+                        } else {
+                            idler.idle();
+                        }
+                    }
+                    Ok(Halves {
+                        front: None,
+                        links: exec.finish(),
+                    })
+                });
+                let front_shared = Arc::clone(&shared);
+                let dispatcher = spawn("keel-dispatcher", move || {
+                    if let Some(core) = loops.dispatcher_core {
+                        pin_or_warn(core);
+                    }
+                    let clock = TscClock::new();
+                    let mut idler = Idler::new(loops.idle);
+                    while !front_shared.stop.load(Ordering::Relaxed) {
+                        if front.pass(clock.now_ns()) {
+                            idler.work();
+                        } else {
+                            idler.idle();
+                        }
+                    }
+                    Ok(Halves {
+                        front: Some(front.finish()),
+                        links: Vec::new(),
+                    })
+                });
+                vec![dispatcher, executor]
+            }
+        };
+        Ok(RunningEngine {
+            strategies: in_process,
+            shared,
+            threads,
+            restored,
+        })
+    }
+}
+
+type LoopResult = Result<Halves, EngineError>;
+
+/// The dispatcher loop's part of the [`EngineReport`].
+struct FrontReport {
+    dispatch: DispatchStats,
+    open_orders: Vec<Order>,
+    bridges: Vec<(StrategyId, BridgeStats)>,
+    journal_records: u64,
+}
+
+/// What each loop hands back at stop.
+struct Halves {
+    front: Option<FrontReport>,
+    links: Vec<LinkReport>,
+}
+
+fn spawn(name: &str, body: impl FnOnce() -> LoopResult + Send + 'static) -> JoinHandle<LoopResult> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(body)
+        .expect("spawning an engine thread")
+}
+
+/// The dispatcher side: strategy bridges, the dispatcher (and its journal).
+struct Front {
+    dispatcher: Dispatcher,
+    bridges: Vec<Bridge>,
+    shared: Arc<Shared>,
+    first_journal_index: u64,
+    synced_mask: u64,
+}
+
+impl Front {
+    fn pass(&mut self, now: u64) -> bool {
+        let mut work = 0;
+        for b in &mut self.bridges {
+            work += b.pump_commands(now);
+        }
+        work += self.dispatcher.poll(now);
+        for b in &mut self.bridges {
+            work += b.pump_events();
+        }
+        let mut mask = 0u64;
+        for v in 0..self.dispatcher.guards().venues.len().min(64) {
+            if self.dispatcher.is_synced(v as u16) {
+                mask |= 1 << v;
+            }
+        }
+        if mask != self.synced_mask {
+            self.synced_mask = mask;
+            self.shared.synced.store(mask, Ordering::Release);
+            for b in &self.bridges {
+                b.publish_synced(mask);
+            }
+        }
+        self.shared.passes.fetch_add(1, Ordering::Relaxed);
+        work > 0
+    }
+
+    fn finish(mut self) -> FrontReport {
+        let journal_records = match self.dispatcher.journal_mut() {
+            Some(j) => {
+                if let Err(e) = j.sync() {
+                    eprintln!("keel: journal sync at stop: {e}");
+                }
+                j.next_index() - self.first_journal_index
+            }
+            None => 0,
+        };
+        let table = self.dispatcher.table();
+        let mut open = Vec::new();
+        for s in 0..self.dispatcher.strategy_count() {
+            let mut slot = table.first_open(StrategyId(s as u16));
+            while let Some(at) = slot {
+                if let Some(o) = table.slot(at) {
+                    open.push(*o);
+                }
+                slot = table.next_open(at);
+            }
+        }
+        let bridges = self
+            .bridges
+            .iter_mut()
+            .map(|b| (b.strategy(), b.stop()))
+            .collect();
+        FrontReport {
+            dispatch: *self.dispatcher.stats(),
+            open_orders: open,
+            bridges,
+            journal_records,
+        }
+    }
+}
+
+/// The executor side: the transport and the venue links.
+struct Executor {
+    reactor: Reactor,
+    links: Vec<VenueLink>,
+    net: Vec<NetEvent>,
+    heartbeat: Option<LoopHeartbeat>,
+}
+
+impl Executor {
+    fn new(
+        mut links: Vec<VenueLink>,
+        config: ReactorConfig,
+        heartbeat: Option<LoopHeartbeat>,
+        clock: &TscClock,
+    ) -> Result<Self, EngineError> {
+        let mut reactor =
+            Reactor::new(config).map_err(|e| EngineError::Transport(e.to_string()))?;
+        for link in &mut links {
+            link.start(clock.now_ns(), &mut reactor);
+        }
+        Ok(Self {
+            reactor,
+            links,
+            net: Vec::with_capacity(256),
+            heartbeat,
+        })
+    }
+
+    fn pass(&mut self, now: u64) -> bool {
+        self.net.clear();
+        let _ = self.reactor.poll(now, 0, &mut self.net);
+        let mut sent_before = 0;
+        for link in &self.links {
+            sent_before += link.stats().requests_sent;
+        }
+        for e in &self.net {
+            for link in &mut self.links {
+                link.on_event(now, &mut self.reactor, e);
+            }
+        }
+        let mut sent = 0;
+        for link in &mut self.links {
+            link.step(now, &mut self.reactor);
+            sent += link.stats().requests_sent;
+        }
+        if let Some(h) = &self.heartbeat {
+            h.beat();
+        }
+        !self.net.is_empty() || sent != sent_before
+    }
+
+    fn finish(self) -> Vec<LinkReport> {
+        self.links
+            .iter()
+            .map(|l| LinkReport {
+                state: l.state(),
+                link: l.stats(),
+                session: l.session_stats(),
+                client: l.client().stats(),
+            })
+            .collect()
+    }
+}
+
+/// A running engine: take the in-process strategies' handles, watch it, stop it.
+#[derive(Debug)]
+pub struct RunningEngine {
+    strategies: Vec<Option<StrategyHandle>>,
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<LoopResult>>,
+    restored: Restored,
+}
+
+impl RunningEngine {
+    /// The in-process strategy's handle (once; `None` if taken or served over IPC).
+    pub fn take_strategy(&mut self, strategy: StrategyId) -> Option<StrategyHandle> {
+        self.strategies.get_mut(usize::from(strategy.0))?.take()
+    }
+
+    /// Whether the dispatcher sees venue `v` SYNCED.
+    pub fn venue_synced(&self, v: u16) -> bool {
+        v < 64 && self.shared.synced.load(Ordering::Acquire) & (1 << v) != 0
+    }
+
+    /// Dispatcher passes so far.
+    pub fn passes(&self) -> u64 {
+        self.shared.passes.load(Ordering::Relaxed)
+    }
+
+    /// What the journal gave back.
+    pub fn restored(&self) -> &Restored {
+        &self.restored
+    }
+
+    /// Whether a loop has ended on its own (an error or a panic; `stop` says which).
+    pub fn has_failed(&self) -> bool {
+        self.threads.iter().any(JoinHandle::is_finished)
+    }
+
+    /// Stops every loop (the journal is synced) and returns what they measured.
+    pub fn stop(self) -> Result<EngineReport, EngineError> {
+        self.shared.stop.store(true, Ordering::Release);
+        let mut report = EngineReport {
+            dispatch: DispatchStats::default(),
+            open_orders: Vec::new(),
+            links: Vec::new(),
+            bridges: Vec::new(),
+            journal_records: 0,
+        };
+        let mut first_error = None;
+        for t in self.threads {
+            match t.join() {
+                Ok(Ok(halves)) => {
+                    if let Some(front) = halves.front {
+                        report.dispatch = front.dispatch;
+                        report.open_orders = front.open_orders;
+                        report.bridges = front.bridges;
+                        report.journal_records = front.journal_records;
+                    }
+                    report.links.extend(halves.links);
+                }
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(panic) => {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown".into());
+                    first_error.get_or_insert(EngineError::Panicked(what));
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+}
