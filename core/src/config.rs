@@ -10,11 +10,11 @@ use toml::{Table, Value};
 
 use crate::dispatch::{ConfigError, DispatcherConfig};
 use crate::engine::{IpcConfig, LoopConfig, Topology};
-use crate::runtime::IdlePolicy;
 use crate::guard::limiter::WindowLimit;
 use crate::journal::{JournalConfig, RECORD_LEN};
 use crate::order::SymbolName;
 use crate::proto::ouch::Dialect;
+use crate::runtime::IdlePolicy;
 use crate::session::link::LinkConfig;
 use crate::session::ouch::ReconcileMode;
 

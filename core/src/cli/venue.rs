@@ -147,6 +147,8 @@ pub fn run(args: VenueArgs) -> ExitCode {
         server.control_addr().map_or("-".into(), |a| a.to_string()),
         args.symbols.join(",")
     );
+    // Scripts and tests read the addresses from a pipe: say it now, not at exit.
+    let _ = std::io::Write::flush(&mut std::io::stdout());
     let clock = TscClock::new();
     let end_ns = (args.duration_s > 0).then(|| args.duration_s * 1_000_000_000);
     loop {

@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-pub use bridge::BridgeStats;
 use bridge::Bridge;
+pub use bridge::BridgeStats;
 
 use crate::clock::{Clock, TscClock};
 use crate::config::EngineConfig;
@@ -300,12 +300,9 @@ impl EngineBuilder {
             }
             for r in recovery.open.values() {
                 // Routes were checked by `restore`.
-                links[usize::from(r.order.venue.0)].client_mut().restore_order(
-                    &r.order,
-                    r.wire_ref,
-                    r.filled,
-                    r.accepted,
-                );
+                links[usize::from(r.order.venue.0)]
+                    .client_mut()
+                    .restore_order(&r.order, r.wire_ref, r.filled, r.accepted);
             }
             for (strategy, &next) in &recovery.next_sequence {
                 if let Some(floor) = restored.id_floor.get_mut(usize::from(strategy.0)) {

@@ -683,9 +683,15 @@ impl<T: Transport> VenueServer<T> {
                 let ids: Vec<String> = self
                     .exchange
                     .open_account_orders()
-                    .map(|o| String::from_utf8_lossy(&o.fields.cl_ord_id).trim().to_string())
+                    .map(|o| {
+                        String::from_utf8_lossy(&o.fields.cl_ord_id)
+                            .trim()
+                            .to_string()
+                    })
                     .collect();
-                return Ok(format!("{} {}", ids.len(), ids.join(" ")).trim_end().to_string());
+                return Ok(format!("{} {}", ids.len(), ids.join(" "))
+                    .trim_end()
+                    .to_string());
             }
             "stats" => {
                 let s = self.exchange.stats();

@@ -1,0 +1,655 @@
+//! The engine as a user runs it: the builder with in-process strategies in both topologies,
+//! restart from the journal, `keel run` serving strategies over shared memory (the Python
+//! example and a Rust strategy), and kill -9 in the middle of a storm.
+
+// A test driver waits on other processes by the wall clock; the core never does.
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command as Process, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keel::clock::{Clock, TscClock};
+use keel::config::EngineConfig;
+use keel::dispatch::StrategyHandle;
+use keel::engine::EngineBuilder;
+use keel::ipc::{Channel, EngineState, IpcEvent};
+use keel::order::{
+    ClientOrderId, Command, EventKind, NewOrder, Price, RefusalReason, Side, StrategyId, SymbolId,
+    TimeInForce, VenueId,
+};
+use keel::runtime::IdlePolicy;
+use keel::venue::server::{VenueConfig, VenueServer};
+
+const KEEL: &str = env!("CARGO_BIN_EXE_keel");
+
+/// The simulated venue in a thread of this process (stepped until dropped).
+struct VenueThread {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<VenueServer>>,
+    addr: std::net::SocketAddr,
+}
+
+impl VenueThread {
+    fn start() -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The io_uring ring belongs to the thread that submits to it: build it there.
+        let thread = std::thread::spawn(move || {
+            let mut venue = VenueServer::new(VenueConfig::default()).unwrap();
+            tx.send(venue.local_addr()).unwrap();
+            let clock = TscClock::new();
+            while !flag.load(Ordering::Relaxed) {
+                venue.step(clock.now_ns(), 1_000_000).unwrap();
+            }
+            venue
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+            addr: rx.recv().unwrap(),
+        }
+    }
+
+    fn finish(mut self) -> VenueServer {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+fn config_text(venue: &str, journal: Option<&Path>, ipc: Option<&Path>, topology: &str) -> String {
+    let mut text = format!(
+        "symbols = [\"AAPL\", \"MSFT\", \"AMZN\", \"NVDA\"]\n\
+         [dispatcher]\nstrategies = 2\n\
+         [dispatcher.bulkhead]\nin_flight_per_symbol_max = 512\nin_flight_per_venue_max = 2048\n\
+         [engine]\ntopology = \"{topology}\"\nidle = \"backoff\"\n"
+    );
+    if let Some(j) = journal {
+        text += &format!("[journal]\ndir = \"{}\"\n", j.display());
+    }
+    if let Some(i) = ipc {
+        text += &format!(
+            "[ipc]\ndir = \"{}\"\nstrategy_timeout_ns = 500_000_000\n",
+            i.display()
+        );
+    }
+    text += &format!(
+        "[[venue]]\nname = \"sim\"\naddress = \"{venue}\"\nusername = \"keel\"\npassword = \"keel\"\n\
+         backoff_base_ns = 20_000_000\n\
+         backoff_cap_ns = 200_000_000\n"
+    );
+    text
+}
+
+fn id(strategy: u16, seq: u64) -> ClientOrderId {
+    ClientOrderId::new(StrategyId(strategy), seq).unwrap()
+}
+
+fn resting(id: ClientOrderId, symbol: u16) -> NewOrder {
+    NewOrder {
+        id,
+        venue: VenueId(0),
+        symbol: SymbolId(symbol),
+        side: Side::Buy,
+        price: Price::from_units(50, 0),
+        qty: 3,
+        tif: TimeInForce::Day,
+    }
+}
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Pops events until `want` of `kind` (by discriminant) have been seen.
+fn collect(handle: &mut StrategyHandle, seen: &mut HashMap<ClientOrderId, Vec<EventKind>>) {
+    while let Ok(e) = handle.events.pop() {
+        seen.entry(e.id).or_default().push(e.kind);
+    }
+}
+
+fn count(seen: &HashMap<ClientOrderId, Vec<EventKind>>, what: fn(&EventKind) -> bool) -> usize {
+    seen.values().filter(|v| v.iter().any(what)).count()
+}
+
+// Goal: the builder's engine trades for an in-process strategy in both topologies: orders are
+// accepted, canceled, and nothing is left open in the table at stop.
+#[test]
+fn in_process_strategy_trades_inline_and_split() {
+    for topology in ["inline", "split"] {
+        let venue = VenueThread::start();
+        let config =
+            EngineConfig::from_toml(&config_text(&venue.addr.to_string(), None, None, topology))
+                .unwrap();
+        let mut engine = EngineBuilder::new(config)
+            .idle(IdlePolicy::TEST)
+            .start()
+            .unwrap();
+        let mut strategy = engine.take_strategy(StrategyId(0)).unwrap();
+        assert!(engine.take_strategy(StrategyId(0)).is_none(), "taken once");
+        wait_until("SYNCED", Duration::from_secs(10), || engine.venue_synced(0));
+        let mut seen = HashMap::new();
+        for seq in 1..=50 {
+            strategy
+                .commands
+                .push(Command::New(resting(id(0, seq), (seq % 4) as u16)))
+                .unwrap();
+        }
+        wait_until("accepts", Duration::from_secs(10), || {
+            collect(&mut strategy, &mut seen);
+            count(&seen, |k| matches!(k, EventKind::Accepted)) == 50
+        });
+        for seq in 1..=50 {
+            strategy
+                .commands
+                .push(Command::Cancel { id: id(0, seq) })
+                .unwrap();
+        }
+        wait_until("cancels", Duration::from_secs(10), || {
+            collect(&mut strategy, &mut seen);
+            count(&seen, |k| matches!(k, EventKind::Canceled)) == 50
+        });
+        let report = engine.stop().unwrap();
+        assert!(report.open_orders.is_empty(), "{topology}");
+        assert_eq!(report.dispatch.sent_new, 50, "{topology}");
+        assert_eq!(report.dispatch.sent_cancel, 50, "{topology}");
+        assert_eq!(report.links.len(), 1);
+        let venue = venue.finish();
+        assert_eq!(venue.exchange().stats().accepted, 50);
+        assert_eq!(venue.exchange().stats().canceled, 50);
+    }
+}
+
+// Goal: an engine restarted on its journal (same venue, still running) brings back its open
+// orders, refuses the old ids, resumes the venue's stream without applying a report twice,
+// and ends with the same open orders as the venue.
+#[test]
+fn restart_restores_open_orders_and_refuses_old_ids() {
+    let venue = VenueThread::start();
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(
+        &venue.addr.to_string(),
+        Some(&dir.path().join("journal")),
+        None,
+        "inline",
+    );
+    let start = || {
+        EngineBuilder::new(EngineConfig::from_toml(&text).unwrap())
+            .idle(IdlePolicy::TEST)
+            .start()
+            .unwrap()
+    };
+    let mut engine = start();
+    let mut strategy = engine.take_strategy(StrategyId(1)).unwrap();
+    wait_until("SYNCED", Duration::from_secs(10), || engine.venue_synced(0));
+    let mut seen = HashMap::new();
+    for seq in 1..=20 {
+        strategy
+            .commands
+            .push(Command::New(resting(id(1, seq), 2)))
+            .unwrap();
+    }
+    wait_until("accepts", Duration::from_secs(10), || {
+        collect(&mut strategy, &mut seen);
+        count(&seen, |k| matches!(k, EventKind::Accepted)) == 20
+    });
+    for seq in 1..=5 {
+        strategy
+            .commands
+            .push(Command::Cancel { id: id(1, seq) })
+            .unwrap();
+    }
+    wait_until("cancels", Duration::from_secs(10), || {
+        collect(&mut strategy, &mut seen);
+        count(&seen, |k| matches!(k, EventKind::Canceled)) == 5
+    });
+    let first = engine.stop().unwrap();
+    assert_eq!(first.open_orders.len(), 15);
+    assert_eq!(first.journal_records, 20 * 2 + 5);
+
+    let mut engine = start();
+    let restored = engine.restored().clone();
+    assert_eq!(restored.orders.live, 15);
+    assert_eq!(restored.orders.unknown, 0);
+    assert_eq!(restored.id_floor[1], 20);
+    assert!(restored.applied_through[0] >= 25, "{restored:?}");
+    let mut strategy = engine.take_strategy(StrategyId(1)).unwrap();
+    wait_until("SYNCED again", Duration::from_secs(10), || {
+        engine.venue_synced(0)
+    });
+    let mut seen = HashMap::new();
+    // An id used before the restart is refused; a new one trades; a restored order cancels.
+    strategy
+        .commands
+        .push(Command::New(resting(id(1, 7), 2)))
+        .unwrap();
+    strategy
+        .commands
+        .push(Command::New(resting(id(1, 21), 2)))
+        .unwrap();
+    strategy
+        .commands
+        .push(Command::Cancel { id: id(1, 6) })
+        .unwrap();
+    wait_until("answers", Duration::from_secs(10), || {
+        collect(&mut strategy, &mut seen);
+        seen.len() == 3
+    });
+    assert_eq!(
+        seen[&id(1, 7)],
+        [EventKind::Refused {
+            reason: RefusalReason::DuplicateId
+        }]
+    );
+    assert_eq!(seen[&id(1, 21)], [EventKind::Accepted]);
+    assert_eq!(seen[&id(1, 6)], [EventKind::Canceled]);
+    let second = engine.stop().unwrap();
+    assert_eq!(second.dispatch.report_errors, 0, "{:?}", second.dispatch);
+    assert_eq!(second.links[0].client.timeouts, 0);
+    let keel_open: BTreeSet<String> = second
+        .open_orders
+        .iter()
+        .map(|o| o.id.to_string())
+        .collect();
+    let venue = venue.finish();
+    let venue_open: BTreeSet<String> = venue
+        .exchange()
+        .open_account_orders()
+        .map(|o| {
+            String::from_utf8_lossy(&o.fields.cl_ord_id)
+                .trim()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(keel_open.len(), 15);
+    assert_eq!(keel_open, venue_open);
+    assert_eq!(venue.exchange().stats().duplicate_ids, 0);
+}
+
+// ----- processes: `keel venue` and `keel run` ---------------------------------------------
+
+/// A child process killed (SIGKILL) when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `keel venue` on free ports; returns it with its order-entry and control addresses.
+fn venue_process() -> (Proc, String, String) {
+    let mut child = Process::new(KEEL)
+        .args([
+            "venue",
+            "--listen",
+            "127.0.0.1:0",
+            "--control",
+            "127.0.0.1:0",
+            "--flow-rate",
+            "400",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // "keel venue: order entry on ADDR, control on ADDR, symbols ..."
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let entry = words[5].trim_end_matches(',').to_string();
+    let control = words[8].trim_end_matches(',').to_string();
+    (Proc(child), entry, control)
+}
+
+fn control(addr: &str, command: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(format!("{command}\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    assert!(line.starts_with("ok"), "{command}: {line}");
+    line.trim_end().to_string()
+}
+
+fn engine_process(config: &Path, log: &Path) -> Proc {
+    let out = std::fs::File::create(log).unwrap();
+    Proc(
+        Process::new(KEEL)
+            .args([
+                "run",
+                "--config",
+                config.to_str().unwrap(),
+                "--status-s",
+                "0",
+            ])
+            .stdout(out)
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Stops `keel run` with SIGTERM and returns its stdout.
+fn stop_engine(mut engine: Proc, log: &Path) -> String {
+    let pid = engine.0.id() as i32;
+    // SAFETY: sending a signal to our own child process.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let status = engine.0.wait().unwrap();
+    assert!(status.success(), "keel run exited {status}");
+    std::mem::forget(engine);
+    let mut text = String::new();
+    std::fs::File::open(log)
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    text
+}
+
+fn open_channel(path: &Path, epoch_above: u64) -> Channel {
+    let mut channel = None;
+    wait_until("the engine's channel", Duration::from_secs(10), || {
+        channel = Channel::open(path)
+            .ok()
+            .filter(|c| c.engine_epoch() > epoch_above);
+        channel.is_some()
+    });
+    channel.unwrap()
+}
+
+fn wait_synced(channel: &Channel) {
+    wait_until("engine running and SYNCED", Duration::from_secs(15), || {
+        channel.beat_strategy();
+        channel.engine_state() == EngineState::Running && channel.venue_synced(0)
+    });
+}
+
+// Goal: the Python example (standard library only) places and cancels orders through a
+// running `keel run`, over shared memory.
+#[test]
+fn python_example_trades_through_keel_run() {
+    let (_venue, entry, _control) = venue_process();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("keel.toml");
+    std::fs::write(
+        &config,
+        config_text(
+            &entry,
+            Some(&dir.path().join("journal")),
+            Some(&dir.path().join("ipc")),
+            "split",
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("run.log");
+    let engine = engine_process(&config, &log);
+    let path = dir.path().join("ipc").join("strategy-1");
+    let _ = open_channel(&path, 0);
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python/keel_strategy.py");
+    let out = Process::new("python3")
+        .arg(example)
+        .arg(&path)
+        .args(["--orders", "25", "--symbol", "3"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("\"placed\": 25"), "{stdout}");
+    assert!(stdout.contains("\"accepted\": 25"), "{stdout}");
+    assert!(stdout.contains("\"canceled\": 25"), "{stdout}");
+    let report = stop_engine(engine, &log);
+    assert!(report.contains("open orders: 0"), "{report}");
+    assert!(report.contains("strategy 1: 50 commands"), "{report}");
+}
+
+/// A Rust strategy over shared memory that storms: new orders (some marketable) and cancels.
+struct Storm {
+    channel: Channel,
+    next_seq: u64,
+    live: Vec<ClientOrderId>,
+    sent: HashSet<ClientOrderId>,
+    rng: u64,
+    /// Events seen, by kind.
+    kinds: HashMap<String, u64>,
+    /// Share of commands that cancel a live order, in percent.
+    cancel_pct: u64,
+}
+
+impl Storm {
+    fn rand(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    /// Sends up to `n` commands (stops early if the ring is full); drains events.
+    fn step(&mut self, n: u32) {
+        for _ in 0..n {
+            self.channel.beat_strategy();
+            let cancel = !self.live.is_empty() && self.rand() % 100 < self.cancel_pct;
+            let command = if cancel {
+                let i = (self.rand() % self.live.len() as u64) as usize;
+                Command::Cancel {
+                    id: self.live.swap_remove(i),
+                }
+            } else {
+                self.next_seq += 1;
+                let id = id(0, self.next_seq);
+                let marketable = self.rand() % 10 == 0;
+                let order = NewOrder {
+                    id,
+                    venue: VenueId(0),
+                    symbol: SymbolId((self.rand() % 4) as u16),
+                    side: if self.rand() % 2 == 0 {
+                        Side::Buy
+                    } else {
+                        Side::Sell
+                    },
+                    price: Price::from_units(100, 0),
+                    qty: 1 + (self.rand() % 5) as u32,
+                    tif: if marketable {
+                        TimeInForce::ImmediateOrCancel
+                    } else {
+                        TimeInForce::Day
+                    },
+                };
+                let order = if marketable {
+                    order
+                } else {
+                    let off = 1_000 + (self.rand() % 5_000) as i64;
+                    let price = match order.side {
+                        Side::Buy => order.price.0 - off,
+                        Side::Sell => order.price.0 + off,
+                    };
+                    NewOrder {
+                        price: Price(price),
+                        ..order
+                    }
+                };
+                self.sent.insert(id);
+                self.live.push(id);
+                Command::New(order)
+            };
+            if !self.channel.push_command(&command) {
+                break;
+            }
+        }
+        self.drain();
+    }
+
+    fn drain(&mut self) {
+        while let Some(e) = self.channel.pop_event() {
+            let IpcEvent::Event(e) = e.expect("well-formed events") else {
+                panic!("the engine refused a command record");
+            };
+            let name = format!("{:?}", e.kind);
+            let name = name.split([' ', '{']).next().unwrap_or("").to_string();
+            *self.kinds.entry(name).or_default() += 1;
+            let closed = matches!(
+                e.kind,
+                EventKind::Filled { .. }
+                    | EventKind::Canceled
+                    | EventKind::Rejected { .. }
+                    | EventKind::Refused { .. }
+                    | EventKind::Shed
+                    | EventKind::Throttled
+                    | EventKind::BreakerOpen { .. }
+            );
+            if closed {
+                self.live.retain(|id| *id != e.id);
+            }
+        }
+    }
+}
+
+fn open_lines(report: &str) -> BTreeSet<String> {
+    report
+        .lines()
+        .filter(|l| !l.starts_with("open orders:"))
+        .filter_map(|l| l.strip_prefix("open "))
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect()
+}
+
+// Goal: kill -9 the engine in the middle of a storm and restart it on the same journal: no
+// ClientOrderId is ever live twice at the venue (the venue counts a reused id as a
+// duplicate), nothing is resent, and after reconciliation the engine's open orders are
+// exactly the venue's.
+#[test]
+fn kill_dash_nine_mid_storm_loses_and_duplicates_nothing() {
+    let (_venue, entry, control_addr) = venue_process();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("keel.toml");
+    std::fs::write(
+        &config,
+        config_text(
+            &entry,
+            Some(&dir.path().join("journal")),
+            Some(&dir.path().join("ipc")),
+            "inline",
+        ),
+    )
+    .unwrap();
+    let path = dir.path().join("ipc").join("strategy-0");
+    let log1 = dir.path().join("run1.log");
+    let engine = engine_process(&config, &log1);
+    let channel = open_channel(&path, 0);
+    wait_synced(&channel);
+    let mut storm = Storm {
+        channel,
+        next_seq: 0,
+        live: Vec::new(),
+        sent: HashSet::new(),
+        rng: 0x9E37_79B9_7F4A_7C15,
+        kinds: HashMap::new(),
+        cancel_pct: 30,
+    };
+    // Storm until the venue has accepted a good number, then kill -9 mid-flight.
+    let accepted = |line: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix("accepted="))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while accepted(&control(&control_addr, "stats")) < 400 {
+        assert!(Instant::now() < deadline, "the storm did not get going");
+        for _ in 0..20 {
+            storm.step(10);
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    // Slow the venue's answers so that orders are in flight at the moment of the kill.
+    control(&control_addr, "latency 40");
+    for _ in 0..5 {
+        storm.step(10);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    drop(engine); // SIGKILL
+    let before_restart = control(&control_addr, "stats");
+    // The strategy keeps going while the engine is down: its commands wait in the ring.
+    storm.step(30);
+
+    let log2 = dir.path().join("run2.log");
+    let engine = engine_process(&config, &log2);
+    storm.channel = open_channel(&path, 1);
+    wait_synced(&storm.channel);
+    control(&control_addr, "latency 0");
+    for _ in 0..50 {
+        storm.step(10);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    storm.cancel_pct = 0; // leave orders resting for the final comparison
+    for _ in 0..10 {
+        storm.step(10);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Quiet: let every answer arrive, then stop the engine cleanly.
+    let quiet_until = Instant::now() + Duration::from_millis(1_500);
+    while Instant::now() < quiet_until {
+        storm.channel.beat_strategy();
+        storm.drain();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let report = stop_engine(engine, &log2);
+    eprintln!(
+        "strategy saw {:?}; venue {before_restart} at the kill",
+        storm.kinds
+    );
+    let restart_line = report.lines().nth(1).unwrap_or("");
+    eprintln!("{restart_line}");
+    assert!(
+        restart_line.contains("records replayed") && !restart_line.contains(" 0 records"),
+        "{report}"
+    );
+    assert!(
+        !restart_line.contains(" 0 orders restored live") && !restart_line.contains(" 0 in doubt"),
+        "the kill should leave orders live and in flight: {report}"
+    );
+    let stats = control(&control_addr, "stats");
+    assert!(
+        stats.contains("duplicate_ids=0"),
+        "an id reached the venue twice: {stats} (before restart: {before_restart})"
+    );
+    // Nothing resent: every order the venue saw was sent once by the strategy.
+    let venue_orders = accepted(&stats)
+        + stats
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("rejected="))
+            .unwrap()
+            .parse::<u64>()
+            .unwrap();
+    assert!(venue_orders <= storm.sent.len() as u64, "{stats}");
+    assert!(report.contains("report errors 0"), "{report}");
+    let venue_open: BTreeSet<String> = control(&control_addr, "open-orders")
+        .split_whitespace()
+        .skip(3) // "ok open-orders N"
+        .map(str::to_string)
+        .collect();
+    let keel_open = open_lines(&report);
+    assert!(
+        !keel_open.is_empty(),
+        "the storm should leave orders resting"
+    );
+    assert_eq!(keel_open, venue_open, "{report}");
+}
