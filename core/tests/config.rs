@@ -152,3 +152,59 @@ fn every_class_of_bad_input_is_refused_with_key_and_value() {
         "{text}"
     );
 }
+
+// Goal: the loops and shared-memory tables take their documented values and refuse the rest
+// with key and value.
+#[test]
+fn engine_and_ipc_tables_are_checked() {
+    use keel::engine::Topology;
+    use keel::runtime::IdlePolicy;
+    let c = EngineConfig::from_toml(&format!(
+        "{MINIMAL}\n[engine]\ntopology = \"split\"\nidle = \"backoff\"\ndispatcher_core = 1\n\
+         executor_core = 0\n[ipc]\ndir = \"/dev/shm/k\"\ncommand_capacity = 64\n\
+         cancel_on_strategy_loss = false"
+    ))
+    .unwrap();
+    assert_eq!(c.loops.topology, Topology::Split);
+    assert_eq!(c.loops.idle, IdlePolicy::TEST);
+    assert_eq!(
+        (c.loops.dispatcher_core, c.loops.executor_core),
+        (Some(1), Some(0))
+    );
+    let ipc = c.ipc.unwrap();
+    assert_eq!(ipc.command_capacity, 64);
+    assert!(!ipc.cancel_on_strategy_loss);
+    let minimal = EngineConfig::from_toml(MINIMAL).unwrap();
+    assert_eq!(minimal.loops.topology, Topology::Inline);
+    assert_eq!(minimal.loops.dispatcher_core, None);
+    assert!(minimal.ipc.is_none());
+
+    assert!(matches!(
+        refused("[engine]\ntopology = \"ring\""),
+        FileConfigError::OutOfRange { key, value, .. } if key == "engine.topology" && value == "\"ring\""
+    ));
+    assert!(matches!(
+        refused("[engine]\nidle = \"nap\""),
+        FileConfigError::OutOfRange { key, .. } if key == "engine.idle"
+    ));
+    assert!(matches!(
+        refused("[engine]\nstrategy_ring = 8"),
+        FileConfigError::OutOfRange { key, value, .. } if key == "engine.strategy_ring" && value == "8"
+    ));
+    assert_eq!(
+        refused("[engine]\npin = true"),
+        FileConfigError::UnknownKey("engine.pin".into())
+    );
+    assert!(matches!(
+        refused("[ipc]\nevent_capacity = 1000"),
+        FileConfigError::OutOfRange { key, value, .. } if key == "ipc.event_capacity" && value == "1000"
+    ));
+    assert!(matches!(
+        refused("[ipc]\nstrategy_timeout_ns = 0"),
+        FileConfigError::OutOfRange { key, .. } if key == "ipc.strategy_timeout_ns"
+    ));
+    assert!(matches!(
+        refused("[ipc]\ncancel_on_strategy_loss = 1"),
+        FileConfigError::WrongType { key, .. } if key == "ipc.cancel_on_strategy_loss"
+    ));
+}

@@ -152,6 +152,15 @@ fn config_check(file: &std::path::Path) -> ExitCode {
                     let _ = writeln!(out, "journal: none");
                 }
             }
+            let _ = writeln!(out, "engine: {:?}", config.loops);
+            match &config.ipc {
+                Some(ipc) => {
+                    let _ = writeln!(out, "ipc: {ipc:?}");
+                }
+                None => {
+                    let _ = writeln!(out, "ipc: none (strategies in process only)");
+                }
+            }
             let _ = writeln!(out, "{:#?}", config.dispatcher);
             ExitCode::SUCCESS
         }
