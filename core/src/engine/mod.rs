@@ -37,7 +37,7 @@ use crate::dispatch::{
 use crate::journal::{Journal, OpenReport, Recovery};
 use crate::net::{NetEvent, Reactor, ReactorConfig};
 use crate::order::{Order, StrategyId, VenueId};
-use crate::runtime::{pin_or_warn, IdlePolicy, Idler};
+use crate::runtime::{pin_or_warn, tighten_timer_slack, IdlePolicy, Idler};
 use crate::session::link::{LinkStats, VenueLink};
 use crate::session::machine::{LinkState, SessionStats};
 use crate::session::ouch::{ClientConfig, ClientStats, OuchClient};
@@ -348,9 +348,7 @@ impl EngineBuilder {
             Topology::Inline => {
                 let shared = Arc::clone(&shared);
                 vec![spawn("keel-engine", move || {
-                    if let Some(core) = loops.dispatcher_core {
-                        pin_or_warn(core);
-                    }
+                    prepare_loop(loops.dispatcher_core, loops.idle);
                     let clock = TscClock::new();
                     let mut exec = Executor::new(links, reactor_config, None, &clock)?;
                     let mut front = front;
@@ -381,9 +379,7 @@ impl EngineBuilder {
                 front.dispatcher.attach_watchdog(0, watchdog);
                 let exec_shared = Arc::clone(&shared);
                 let executor = spawn("keel-executor", move || {
-                    if let Some(core) = loops.executor_core {
-                        pin_or_warn(core);
-                    }
+                    prepare_loop(loops.executor_core, loops.idle);
                     let clock = TscClock::new();
                     let mut exec = Executor::new(links, reactor_config, Some(heartbeat), &clock)?;
                     let mut idler = Idler::new(loops.idle);
@@ -401,9 +397,7 @@ impl EngineBuilder {
                 });
                 let front_shared = Arc::clone(&shared);
                 let dispatcher = spawn("keel-dispatcher", move || {
-                    if let Some(core) = loops.dispatcher_core {
-                        pin_or_warn(core);
-                    }
+                    prepare_loop(loops.dispatcher_core, loops.idle);
                     let clock = TscClock::new();
                     let mut idler = Idler::new(loops.idle);
                     while !front_shared.stop.load(Ordering::Relaxed) {
@@ -444,6 +438,17 @@ struct FrontReport {
 struct Halves {
     front: Option<FrontReport>,
     links: Vec<LinkReport>,
+}
+
+/// Pins the calling loop thread (warns if it cannot) and, for a loop that parks when idle,
+/// tightens its timer slack so a park costs microseconds, not the kernel's default 50 µs.
+fn prepare_loop(core: Option<usize>, idle: IdlePolicy) {
+    if let Some(core) = core {
+        pin_or_warn(core);
+    }
+    if matches!(idle, IdlePolicy::BackoffPark { .. }) {
+        let _ = tighten_timer_slack(1_000);
+    }
 }
 
 fn spawn(name: &str, body: impl FnOnce() -> LoopResult + Send + 'static) -> JoinHandle<LoopResult> {
