@@ -44,6 +44,14 @@ pub enum Scenario {
     /// Calm → cancel storm (100× the calm rate, 97% cancels) → venue disconnect →
     /// reconnect and reconciliation → calm.
     Storm,
+    /// Calm → the venue fails every new order with a system error (and answers slowly): the
+    /// breaker opens, new orders are refused at once while cancels still flow, the venue
+    /// recovers, probes close the breaker → calm.
+    Incident,
+    /// Calm → the venue drops the session and refuses every connection for a while: the link
+    /// retries with exponential backoff and equal jitter, reconnects, replays, reconciles →
+    /// calm.
+    ReconnectStorm,
     /// Calm trading only.
     Calm,
 }
@@ -67,6 +75,10 @@ pub struct DemoArgs {
     /// Write the latency histograms (percentile tables) to this file.
     #[arg(long)]
     pub histograms: Option<std::path::PathBuf>,
+    /// Render the latency percentile curves (cancels and new orders, calm and storm) as an
+    /// SVG image to this file.
+    #[arg(long)]
+    pub svg: Option<std::path::PathBuf>,
     /// Journal every order to this directory (created; must not hold another run's journal).
     #[arg(long)]
     pub journal: Option<std::path::PathBuf>,
@@ -87,6 +99,8 @@ enum Phase {
     Calm,
     Storm,
     Disconnect,
+    Incident,
+    Outage,
     Recovery,
     Drain,
 }
@@ -98,6 +112,8 @@ impl Phase {
             Phase::Calm => "calm",
             Phase::Storm => "storm",
             Phase::Disconnect => "disconnect",
+            Phase::Incident => "incident",
+            Phase::Outage => "outage",
             Phase::Recovery => "calm after",
             Phase::Drain => "drain",
         }
@@ -227,7 +243,10 @@ impl Trader {
     fn send_one(&mut self, now: u64, phase: Phase, cancel_permille: u64) {
         let bucket = match phase {
             Phase::Warmup => None,
-            phase => Some(phase == Phase::Storm),
+            phase => Some(matches!(
+                phase,
+                Phase::Storm | Phase::Incident | Phase::Outage
+            )),
         };
         let rng = &mut self.rng;
         if rng.below_inclusive(999) < cancel_permille && !self.live.is_empty() {
@@ -352,6 +371,21 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
             (Phase::Recovery, phase_ns(3_000), 50, 500),
             (Phase::Drain, phase_ns(500), 0, 0),
         ],
+        Scenario::Incident => vec![
+            (Phase::Warmup, phase_ns(1_000), 2_000, 0),
+            (Phase::Calm, phase_ns(2_000), 50, 500),
+            (Phase::Incident, phase_ns(2_000), 400, 500),
+            // Long enough, even with --quick, for the open breaker to half-open and close.
+            (Phase::Recovery, phase_ns(3_000).max(1_500 * MS), 50, 500),
+            (Phase::Drain, phase_ns(500), 0, 0),
+        ],
+        Scenario::ReconnectStorm => vec![
+            (Phase::Warmup, phase_ns(1_000), 2_000, 0),
+            (Phase::Calm, phase_ns(2_000), 50, 500),
+            (Phase::Outage, phase_ns(2_500), 50, 500),
+            (Phase::Recovery, phase_ns(3_000), 50, 500),
+            (Phase::Drain, phase_ns(500), 0, 0),
+        ],
         Scenario::Calm => vec![
             (Phase::Warmup, phase_ns(1_000), 1_000, 0),
             (Phase::Calm, phase_ns(5_000), 50, 500),
@@ -371,6 +405,8 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
     let started = clock.now_ns();
     let mut last_progress = started;
     let mut reconnect_ns = None;
+    let mut outage_connects: Option<u64> = None;
+    let mut outage_attempts: Option<u64> = None;
     until_synced(&clock, &mut engine, &mut trader, &mut inv, 5_000 * MS)?;
 
     for &(phase, duration, rate, cancel_permille) in &script {
@@ -384,6 +420,32 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
             until_synced(&clock, &mut engine, &mut trader, &mut inv, 20_000 * MS)?;
             reconnect_ns = Some(clock.now_ns() - down);
             continue;
+        }
+        // Each stress phase starts (and its successor ends) a fault at the venue.
+        let now = clock.now_ns();
+        match phase {
+            Phase::Incident => {
+                // Every new order fails with a venue system error.
+                let _ = engine.venue.apply_control(now, "reject-burst 1000000000");
+            }
+            Phase::Outage => {
+                let _ = engine.venue.apply_control(now, "refuse on");
+                engine.venue.drop_all();
+                outage_connects = Some(engine.link.session_stats().connects);
+            }
+            Phase::Recovery => {
+                let _ = engine.venue.apply_control(now, "reject-burst 0");
+                if outage_connects.is_some() {
+                    let _ = engine.venue.apply_control(now, "refuse off");
+                    let back = clock.now_ns();
+                    let attempts =
+                        engine.link.session_stats().connects - outage_connects.unwrap_or(0);
+                    until_synced(&clock, &mut engine, &mut trader, &mut inv, 20_000 * MS)?;
+                    reconnect_ns = Some(clock.now_ns() - back);
+                    outage_attempts = Some(attempts);
+                }
+            }
+            _ => {}
         }
         let phase_start = clock.now_ns();
         let mut emitted = 0u64;
@@ -458,9 +520,29 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
             keel_open.len()
         )
     });
+    // Each scenario's story must actually have happened.
+    let b = engine.dispatcher.guards().venues[0].breaker.stats();
+    match args.scenario {
+        Scenario::Incident => {
+            inv.check(b.opened >= 1 && b.closed >= 1, || {
+                format!("the incident should open and then close the breaker: {b:?}")
+            });
+            let sent_while_open = engine.dispatcher.stats().breaker_refused;
+            inv.check(sent_while_open > 0, || {
+                "no new order was refused by the open breaker".into()
+            });
+        }
+        Scenario::ReconnectStorm => {
+            inv.check(outage_attempts.is_some_and(|a| a >= 2), || {
+                format!("the outage should cost several connect attempts: {outage_attempts:?}")
+            });
+        }
+        Scenario::Storm | Scenario::Calm => {}
+    }
     let peak = Peak {
         open_orders: peak_open,
         reconnect_ns,
+        outage_attempts,
     };
     report(args, &engine, &trader, &inv, &peak)?;
     Ok(u8::from(inv.violated > 0))
@@ -520,6 +602,13 @@ fn build(clock: &TscClock) -> Result<(Engine, StrategyHandle), String> {
     config.acquire_timeout_ns = 200 * MS;
     config.bulkhead.in_flight_per_symbol_max = 4_096;
     config.bulkhead.in_flight_per_venue_max = 16_384;
+    // A breaker on a demo's time scale: judged over 1 s, open for 500 ms, then 3 probes.
+    config.breaker.window_ns = 1_000 * MS;
+    config.breaker.window_buckets = 10;
+    config.breaker.calls_min = 20;
+    config.breaker.open_duration_ns = 500 * MS;
+    config.breaker.open_duration_max_ns = 2_000 * MS;
+    config.breaker.half_open_probes = 3;
     let dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns())
         .map_err(|e| format!("dispatcher: {e}"))?;
     let client = OuchClient::new(
@@ -556,6 +645,7 @@ fn build(clock: &TscClock) -> Result<(Engine, StrategyHandle), String> {
 struct Peak {
     open_orders: usize,
     reconnect_ns: Option<u64>,
+    outage_attempts: Option<u64>,
 }
 
 fn report(
@@ -568,6 +658,7 @@ fn report(
     let (dispatcher, link, venue) = (&engine.dispatcher, &engine.link, &engine.venue);
     let (lat, counts) = (&trader.lat, trader.counts);
     let (peak_open, reconnect_ns) = (peak.open_orders, peak.reconnect_ns);
+    let stress = stress_label(args.scenario);
     let mut out = std::io::stdout().lock();
     let d = dispatcher.stats();
     let b = dispatcher.guards().venues[0].breaker.stats();
@@ -584,14 +675,14 @@ fn report(
         "\nlatency, command to venue answer (µs)   p50     p99   p99.9     max   samples"
     );
     for (kind, k) in [("new order → accepted ", 0), ("cancel → canceled    ", 1)] {
-        for (phase, p) in [("calm ", 0), ("storm", 1)] {
+        for (phase, p) in [("calm ", 0), (stress, 1)] {
             let h = &lat.hist[k][p];
             if h.is_empty() {
                 continue;
             }
             let _ = writeln!(
                 out,
-                "  {kind} {phase}        {:>7} {:>7} {:>7} {:>7} {:>9}",
+                "  {kind} {phase:<8}     {:>7} {:>7} {:>7} {:>7} {:>9}",
                 h.value_at_quantile(0.5),
                 h.value_at_quantile(0.99),
                 h.value_at_quantile(0.999),
@@ -605,7 +696,7 @@ fn report(
     if !calm.is_empty() && !storm.is_empty() {
         let _ = writeln!(
             out,
-            "  cancel p99, storm / calm: {:.2}×",
+            "  cancel p99, {stress} / calm: {:.2}×",
             storm.value_at_quantile(0.99) as f64 / calm.value_at_quantile(0.99).max(1) as f64
         );
     }
@@ -634,10 +725,21 @@ fn report(
         s.disconnects,
         s.synced,
         reconnect_ns.map_or(String::new(), |ns| format!(
-            "; SYNCED again {:.1} ms after the disconnect",
-            ns as f64 / 1e6
+            "; SYNCED again {:.1} ms after the venue {}",
+            ns as f64 / 1e6,
+            if peak.outage_attempts.is_some() {
+                "accepted connections again"
+            } else {
+                "dropped the session"
+            }
         ))
     );
+    if let Some(attempts) = peak.outage_attempts {
+        let _ = writeln!(
+            out,
+            "outage: {attempts} connect attempts refused, spaced by exponential backoff with equal jitter"
+        );
+    }
     let _ = writeln!(
         out,
         "reconciliation: {} not received, {} missed fills, {} unknown at keel; unreconciled {}",
@@ -693,7 +795,127 @@ fn report(
         std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
         let _ = writeln!(out, "histograms written to {}", path.display());
     }
+    if let Some(path) = &args.svg {
+        let title = format!(
+            "keel demo, scenario {:?}: command to venue answer, µs",
+            args.scenario
+        );
+        std::fs::write(path, svg_plot(lat, &title, stress))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let _ = writeln!(out, "latency plot written to {}", path.display());
+    }
     Ok(())
+}
+
+/// The latency percentile curves as an SVG image: x is the percentile on a "nines" scale
+/// (50%, 90%, 99%, 99.9%, 99.99%), y the latency in µs on a log scale.
+fn svg_plot(lat: &Latencies, title: &str, stress: &str) -> String {
+    const W: f64 = 760.0;
+    const H: f64 = 440.0;
+    const LEFT: f64 = 70.0;
+    const RIGHT: f64 = 180.0;
+    const TOP: f64 = 40.0;
+    const BOTTOM: f64 = 50.0;
+    let plot_w = W - LEFT - RIGHT;
+    let plot_h = H - TOP - BOTTOM;
+    let nines_max = 4.0; // 99.99%
+    let max_us = lat
+        .hist
+        .iter()
+        .flatten()
+        .filter(|h| !h.is_empty())
+        .map(|h| h.max())
+        .max()
+        .unwrap_or(1)
+        .max(10);
+    let decades = (max_us as f64).log10().ceil().max(1.0);
+    let x = |nines: f64| LEFT + plot_w * nines / nines_max;
+    let y = |us: u64| TOP + plot_h * (1.0 - (us.max(1) as f64).log10() / decades);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{LEFT}\" y=\"22\" font-size=\"15\">{title}</text>\n"
+    );
+    for (i, label) in ["0%", "90%", "99%", "99.9%", "99.99%"].iter().enumerate() {
+        let px = x(i as f64);
+        svg += &format!(
+            "<line x1=\"{px:.1}\" y1=\"{TOP}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/>\n\
+             <text x=\"{px:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{label}</text>\n",
+            TOP + plot_h,
+            TOP + plot_h + 18.0
+        );
+    }
+    for d in 0..=decades as u32 {
+        let us = 10u64.pow(d);
+        let py = y(us);
+        let label = match us {
+            u if u >= 1_000_000 => format!("{} s", u / 1_000_000),
+            u if u >= 1_000 => format!("{} ms", u / 1_000),
+            u => format!("{u} µs"),
+        };
+        svg += &format!(
+            "<line x1=\"{LEFT}\" y1=\"{py:.1}\" x2=\"{:.1}\" y2=\"{py:.1}\" stroke=\"#ddd\"/>\n\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text>\n",
+            LEFT + plot_w,
+            LEFT - 6.0,
+            py + 4.0
+        );
+    }
+    svg += &format!(
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">percentile</text>\n",
+        LEFT + plot_w / 2.0,
+        H - 8.0
+    );
+    let series = [
+        (1, 0, "cancel, calm", "#1f77b4", ""),
+        (1, 1, "cancel, ", "#d62728", ""),
+        (0, 0, "new order, calm", "#1f77b4", "6,4"),
+        (0, 1, "new order, ", "#d62728", "6,4"),
+    ];
+    let mut legend_y = TOP + 10.0;
+    for (k, p, name, colour, dash) in series {
+        let h = &lat.hist[k][p];
+        if h.is_empty() {
+            continue;
+        }
+        let mut points = String::new();
+        for i in 0..=80 {
+            let nines = nines_max * f64::from(i) / 80.0;
+            let q = 1.0 - 10f64.powf(-nines);
+            let v = h.value_at_quantile(q);
+            points += &format!("{:.1},{:.1} ", x(nines), y(v));
+        }
+        let name = if p == 1 && !name.ends_with("calm") {
+            format!("{name}{stress}")
+        } else {
+            name.to_string()
+        };
+        svg += &format!(
+            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" \
+             stroke-dasharray=\"{dash}\" points=\"{points}\"/>\n\
+             <line x1=\"{:.1}\" y1=\"{legend_y:.1}\" x2=\"{:.1}\" y2=\"{legend_y:.1}\" \
+             stroke=\"{colour}\" stroke-width=\"2\" stroke-dasharray=\"{dash}\"/>\n\
+             <text x=\"{:.1}\" y=\"{:.1}\">{name} (n={})</text>\n",
+            LEFT + plot_w + 12.0,
+            LEFT + plot_w + 40.0,
+            LEFT + plot_w + 46.0,
+            legend_y + 4.0,
+            h.len()
+        );
+        legend_y += 20.0;
+    }
+    svg += "</svg>\n";
+    svg
+}
+
+fn stress_label(scenario: Scenario) -> &'static str {
+    match scenario {
+        Scenario::Storm => "storm",
+        Scenario::Incident => "incident",
+        Scenario::ReconnectStorm => "outage",
+        Scenario::Calm => "-",
+    }
 }
 
 fn peak_memory() -> String {
