@@ -283,21 +283,12 @@ fn read_loops(mut s: Section<'_>) -> Result<LoopConfig> {
             })
         }
     };
-    let idle = match s.string("idle")? {
-        None | Some("spin") => IdlePolicy::BusySpin,
-        Some("spin-then-yield") => IdlePolicy::SpinThenYield { spins: 1_000 },
-        Some("backoff") => IdlePolicy::TEST,
-        Some(other) => {
-            return Err(FileConfigError::OutOfRange {
-                key: s.key("idle"),
-                value: format!("\"{other}\""),
-                allowed: "\"spin\", \"spin-then-yield\" or \"backoff\"",
-            })
-        }
-    };
+    let idle = read_idle(&mut s, "idle")?.unwrap_or(IdlePolicy::BusySpin);
+    let executor_idle = read_idle(&mut s, "executor_idle")?.unwrap_or(idle);
     let mut c = LoopConfig {
         topology,
         idle,
+        executor_idle,
         ..LoopConfig::default()
     };
     let mut core: i64 = -1;
@@ -330,6 +321,22 @@ fn read_loops(mut s: Section<'_>) -> Result<LoopConfig> {
     }
     s.finish()?;
     Ok(c)
+}
+
+fn read_idle<'a>(s: &mut Section<'a>, key: &'a str) -> Result<Option<IdlePolicy>> {
+    Ok(match s.string(key)? {
+        None => None,
+        Some("spin") => Some(IdlePolicy::BusySpin),
+        Some("spin-then-yield") => Some(IdlePolicy::SpinThenYield { spins: 1_000 }),
+        Some("backoff") => Some(IdlePolicy::TEST),
+        Some(other) => {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key(key),
+                value: format!("\"{other}\""),
+                allowed: "\"spin\", \"spin-then-yield\" or \"backoff\"",
+            })
+        }
+    })
 }
 
 fn read_ipc(mut s: Section<'_>) -> Result<IpcConfig> {

@@ -167,6 +167,7 @@ fn engine_and_ipc_tables_are_checked() {
     .unwrap();
     assert_eq!(c.loops.topology, Topology::Split);
     assert_eq!(c.loops.idle, IdlePolicy::TEST);
+    assert_eq!(c.loops.executor_idle, IdlePolicy::TEST, "follows idle");
     assert_eq!(
         (c.loops.dispatcher_core, c.loops.executor_core),
         (Some(1), Some(0))
@@ -183,6 +184,11 @@ fn engine_and_ipc_tables_are_checked() {
         refused("[engine]\ntopology = \"ring\""),
         FileConfigError::OutOfRange { key, value, .. } if key == "engine.topology" && value == "\"ring\""
     ));
+    let own = EngineConfig::from_toml(&format!(
+        "{MINIMAL}\n[engine]\nidle = \"backoff\"\nexecutor_idle = \"spin\""
+    ))
+    .unwrap();
+    assert_eq!(own.loops.executor_idle, IdlePolicy::BusySpin);
     assert!(matches!(
         refused("[engine]\nidle = \"nap\""),
         FileConfigError::OutOfRange { key, .. } if key == "engine.idle"

@@ -57,8 +57,10 @@ pub enum Topology {
 pub struct LoopConfig {
     /// Layout.
     pub topology: Topology,
-    /// Idle policy of every loop.
+    /// Idle policy of the dispatcher loop (the only loop in `inline`).
     pub idle: IdlePolicy,
+    /// Idle policy of the executor loop (`split`).
+    pub executor_idle: IdlePolicy,
     /// Core of the dispatcher loop (the only loop in `inline`); `None`: unpinned.
     pub dispatcher_core: Option<usize>,
     /// Core of the executor loop (`split`); `None`: unpinned.
@@ -76,6 +78,7 @@ impl Default for LoopConfig {
         Self {
             topology: Topology::Inline,
             idle: IdlePolicy::BusySpin,
+            executor_idle: IdlePolicy::BusySpin,
             dispatcher_core: None,
             executor_core: None,
             executor_stall_ns: 50_000_000,
@@ -232,9 +235,10 @@ impl EngineBuilder {
         self
     }
 
-    /// Overrides the idle policy.
+    /// Overrides the idle policy of every loop.
     pub fn idle(mut self, idle: IdlePolicy) -> Self {
         self.config.loops.idle = idle;
+        self.config.loops.executor_idle = idle;
         self
     }
 
@@ -379,10 +383,10 @@ impl EngineBuilder {
                 front.dispatcher.attach_watchdog(0, watchdog);
                 let exec_shared = Arc::clone(&shared);
                 let executor = spawn("keel-executor", move || {
-                    prepare_loop(loops.executor_core, loops.idle);
+                    prepare_loop(loops.executor_core, loops.executor_idle);
                     let clock = TscClock::new();
                     let mut exec = Executor::new(links, reactor_config, Some(heartbeat), &clock)?;
-                    let mut idler = Idler::new(loops.idle);
+                    let mut idler = Idler::new(loops.executor_idle);
                     while !exec_shared.stop.load(Ordering::Relaxed) {
                         if exec.pass(clock.now_ns()) {
                             idler.work();
