@@ -9,5 +9,6 @@
 pub mod ouch;
 pub mod soupbin;
 mod wire;
+pub mod ws;
 
 pub use wire::{DecodeError, EncodeError};
