@@ -13,6 +13,7 @@ pub mod config;
 pub mod demo;
 pub mod dispatch;
 pub mod engine;
+pub mod feed;
 pub mod guard;
 pub mod hash;
 pub mod ipc;

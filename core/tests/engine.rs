@@ -297,6 +297,8 @@ fn venue_process() -> (Proc, String, String) {
             "127.0.0.1:0",
             "--control",
             "127.0.0.1:0",
+            "--md-listen",
+            "127.0.0.1:0",
             "--flow-rate",
             "400",
         ])

@@ -86,6 +86,23 @@ pub struct VenueArgs {
     /// Stop after this many seconds (0: run until killed).
     #[arg(long, default_value_t = 0)]
     duration_s: u64,
+    /// WebSocket market-data address: `ws://ADDR/md` serves book, trades and ticker channels
+    /// (docs/market-data.md), `ws://ADDR/echo` echoes.
+    #[arg(long, default_value = "127.0.0.1:15002")]
+    md_listen: SocketAddr,
+    /// Do not serve market data.
+    #[arg(long)]
+    no_market_data: bool,
+    /// Market-data connections at most.
+    #[arg(long, default_value_t = 1024)]
+    md_connections: u32,
+    /// Messages queued per market-data connection before its book conflates (snapshot later)
+    /// or, for trades, it is disconnected (close code 4001).
+    #[arg(long, default_value_t = 1024)]
+    md_queue: usize,
+    /// Seconds between pings to market-data clients (silent for 3 intervals: closed, 4002).
+    #[arg(long, default_value_t = 5)]
+    md_ping_s: u64,
 }
 
 /// Runs the venue until the duration elapses (or forever).
@@ -131,6 +148,13 @@ pub fn run(args: VenueArgs) -> ExitCode {
         } else {
             WaitMode::Blocking
         },
+        market_data: (!args.no_market_data).then(|| crate::feed::server::MdConfig {
+            listen: args.md_listen,
+            conns_max: args.md_connections,
+            queue_max: args.md_queue,
+            ping_interval_ns: args.md_ping_s.max(1) * 1_000_000_000,
+            ..crate::feed::server::MdConfig::default()
+        }),
         ..VenueConfig::default()
     };
     let mut server = match VenueServer::new(config) {
@@ -142,10 +166,13 @@ pub fn run(args: VenueArgs) -> ExitCode {
     };
     server.exchange_mut().reject_burst_remaining = args.reject_burst;
     println!(
-        "keel venue: order entry on {}, control on {}, symbols {}",
+        "keel venue: order entry on {}, control on {}, symbols {}, market data on {}",
         server.local_addr(),
         server.control_addr().map_or("-".into(), |a| a.to_string()),
-        args.symbols.join(",")
+        args.symbols.join(","),
+        server
+            .market_data_addr()
+            .map_or("-".into(), |a| format!("ws://{a}/md"))
     );
     // Scripts and tests read the addresses from a pipe: say it now, not at exit.
     let _ = std::io::Write::flush(&mut std::io::stdout());

@@ -29,6 +29,16 @@ pub enum Side {
     Sell,
 }
 
+impl Side {
+    /// The other side.
+    pub fn opposite(self) -> Self {
+        match self {
+            Self::Buy => Self::Sell,
+            Self::Sell => Self::Buy,
+        }
+    }
+}
+
 /// How long an order rests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TimeInForce {

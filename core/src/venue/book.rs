@@ -61,6 +61,9 @@ pub struct Book {
     bids: BTreeMap<i64, VecDeque<Resting>>,
     asks: BTreeMap<i64, VecDeque<Resting>>,
     index: FxHashMap<OrderRef, Location>,
+    /// Levels changed since the last [`Book::take_touched`] (for market data), possibly
+    /// repeated.
+    touched: Vec<(Side, i64)>,
 }
 
 impl Book {
@@ -119,6 +122,7 @@ impl Book {
             if level_empty {
                 self.opposite_mut(side).remove(&level_price);
             }
+            self.touched.push((side.opposite(), level_price));
             fills.push(Fill {
                 maker: maker_ref,
                 taker: order_ref,
@@ -137,6 +141,7 @@ impl Book {
                     open_qty: left,
                 });
             self.index.insert(order_ref, Location { side, price });
+            self.touched.push((side, price));
         }
         Submitted {
             filled_qty: qty - left,
@@ -167,6 +172,7 @@ impl Book {
         } else {
             level[at].open_qty = open_qty;
         }
+        self.touched.push((loc.side, loc.price));
         Some(before - open_qty)
     }
 
@@ -181,6 +187,23 @@ impl Book {
             .iter()
             .find(|r| r.order_ref == order_ref)
             .map(|r| r.open_qty)
+    }
+
+    /// Total open shares at a level (0 if none rests there).
+    pub fn level_qty(&self, side: Side, price: i64) -> u64 {
+        let levels = match side {
+            Side::Buy => &self.bids,
+            Side::Sell => &self.asks,
+        };
+        levels
+            .get(&price)
+            .map_or(0, |l| l.iter().map(|r| u64::from(r.open_qty)).sum())
+    }
+
+    /// Hands over the levels changed since the last call (the caller dedupes), leaving an
+    /// empty list with the same capacity in their place.
+    pub fn take_touched(&mut self, into: &mut Vec<(Side, i64)>) {
+        into.append(&mut self.touched);
     }
 
     /// Best bid and best ask prices.

@@ -98,6 +98,19 @@ impl Default for ExchangeConfig {
     }
 }
 
+/// A trade, for market data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trade {
+    /// Symbol index.
+    pub symbol: u16,
+    /// Execution price.
+    pub price: i64,
+    /// Shares.
+    pub qty: u32,
+    /// The aggressor bought.
+    pub buy: bool,
+}
+
 /// Who owns an order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Owner {
@@ -297,6 +310,10 @@ pub struct Exchange {
     next_synthetic_ref: OrderRef,
     next_match: u64,
     fills: Vec<Fill>,
+    /// Trades since the last [`Exchange::drain_market_data`].
+    trades: Vec<Trade>,
+    /// Scratch for touched levels.
+    touched: Vec<(Side, i64)>,
     scratch: Vec<u8>,
     stats: ExchangeStats,
     /// Reject every order with `SystemUnavailable` while positive (fault injection).
@@ -331,6 +348,8 @@ impl Exchange {
             next_synthetic_ref: 1,
             next_match: 1,
             fills: Vec::new(),
+            trades: Vec::with_capacity(1_024),
+            touched: Vec::with_capacity(1_024),
             scratch: vec![0; 512],
             stats: ExchangeStats::default(),
             reject_burst_remaining: 0,
@@ -412,6 +431,29 @@ impl Exchange {
             .user_refs
             .get(&user_ref)
             .and_then(|r| self.orders.get(r))
+    }
+
+    /// Everything market data needs since the last call, in order of occurrence per kind:
+    /// each changed level with its new total (`qty` 0: gone) and each trade.
+    pub fn drain_market_data(
+        &mut self,
+        mut level: impl FnMut(u16, Side, i64, u64),
+        mut trade: impl FnMut(&Trade),
+    ) {
+        for t in &self.trades {
+            trade(t);
+        }
+        self.trades.clear();
+        for (symbol, book) in self.books.iter_mut().enumerate() {
+            self.touched.clear();
+            book.take_touched(&mut self.touched);
+            self.touched
+                .sort_unstable_by_key(|&(side, price)| (side == Side::Sell, price));
+            self.touched.dedup();
+            for &(side, price) in &self.touched {
+                level(symbol as u16, side, price, book.level_qty(side, price));
+            }
+        }
     }
 
     /// A symbol's book.
@@ -666,6 +708,12 @@ impl Exchange {
         fills.clear();
         self.books[usize::from(symbol)].submit(order_ref, side, price, qty, rest, &mut fills);
         for fill in &fills {
+            self.trades.push(Trade {
+                symbol,
+                price: fill.price,
+                qty: fill.qty,
+                buy: side == Side::Buy,
+            });
             let match_number = self.next_match;
             self.next_match += 1;
             self.stats.matches += 1;

@@ -76,6 +76,9 @@ pub struct VenueConfig {
     /// With `BusyPoll`: read every session without blocking on every pass (see
     /// `ReactorConfig::spin_reads`): lower latency for a few sessions, costly for many.
     pub spin_reads: bool,
+    /// The WebSocket market-data server (`None`: off). Its `symbols` are replaced by the
+    /// exchange's.
+    pub market_data: Option<crate::feed::server::MdConfig>,
 }
 
 impl Default for VenueConfig {
@@ -92,6 +95,7 @@ impl Default for VenueConfig {
             sessions_max: 256,
             wait: WaitMode::Blocking,
             spin_reads: false,
+            market_data: None,
         }
     }
 }
@@ -172,6 +176,9 @@ pub struct VenueServer<T: Transport = Reactor> {
     idle_scratch: Vec<ConnId>,
     scratch: Vec<u8>,
     stats: VenueStats,
+    /// The market-data server, fed from the exchange after every pass.
+    md: Option<crate::feed::server::MdServer>,
+    md_trades: Vec<crate::venue::exchange::Trade>,
 }
 
 impl VenueServer {
@@ -190,7 +197,17 @@ impl VenueServer {
             Some(addr) => reactor.listen(addr).map(|(id, a)| (Some(id), Some(a)))?,
             None => (None, None),
         };
+        let md = match &config.market_data {
+            Some(md) => {
+                let mut md = md.clone();
+                md.symbols = config.exchange.symbols.clone();
+                md.wait = WaitMode::BusyPoll; // polled without waiting, after the venue's wait
+                Some(crate::feed::server::MdServer::new(md)?)
+            }
+            None => None,
+        };
         let mut server = VenueServer::with_transport(config, reactor, local);
+        server.md = md;
         server.order_entry = order_entry;
         server.control = control;
         server.control_local = control_local;
@@ -223,7 +240,52 @@ impl<T: Transport> VenueServer<T> {
             idle_scratch: Vec::with_capacity(config.sessions_max as usize),
             scratch: vec![0; 2048],
             stats: VenueStats::default(),
+            md: None,
+            md_trades: Vec::with_capacity(1_024),
             config,
+        }
+    }
+
+    /// The market-data server, if configured.
+    pub fn market_data(&self) -> Option<&crate::feed::server::MdServer> {
+        self.md.as_ref()
+    }
+
+    /// The market-data server's address, if configured.
+    pub fn market_data_addr(&self) -> Option<SocketAddr> {
+        self.md
+            .as_ref()
+            .map(crate::feed::server::MdServer::local_addr)
+    }
+
+    /// Publishes what the exchange did since the last pass and runs the market-data server.
+    fn feed_market_data(&mut self, now_ns: u64) -> Result<(), NetError> {
+        use crate::feed::msg::BookSide;
+        match self.md.as_mut() {
+            Some(md) => {
+                let mut trades = std::mem::take(&mut self.md_trades);
+                trades.clear();
+                self.exchange.drain_market_data(
+                    |symbol, side, price, qty| {
+                        let side = if side == crate::order::Side::Buy {
+                            BookSide::Bid
+                        } else {
+                            BookSide::Ask
+                        };
+                        md.update_level(symbol, side, price, qty);
+                    },
+                    |t| trades.push(*t),
+                );
+                for t in &trades {
+                    md.trade(now_ns, t.symbol, t.price, u64::from(t.qty), t.buy);
+                }
+                self.md_trades = trades;
+                md.step(now_ns, 0)
+            }
+            None => {
+                self.exchange.drain_market_data(|_, _, _, _| {}, |_| {});
+                Ok(())
+            }
         }
     }
 
@@ -285,6 +347,7 @@ impl<T: Transport> VenueServer<T> {
         self.flow.run_until(now_ns, &mut self.exchange);
         self.write_streams(now_ns);
         self.expire_sessions(now_ns);
+        self.feed_market_data(now_ns)?;
         // Answers leave in this pass, not at the next poll.
         self.reactor.flush()
     }
