@@ -258,6 +258,23 @@ struct Conn {
     errors: u32,
     /// Highest queue depth seen (for tests and metrics).
     queue_peak: usize,
+    /// `/echo`: the message being echoed.
+    echo: Option<EchoOut>,
+}
+
+#[derive(Debug)]
+struct EchoOut {
+    op: Opcode,
+    payload: Vec<u8>,
+    sent: usize,
+    /// A message is (partly) still to be written.
+    active: bool,
+}
+
+impl Conn {
+    fn echo_busy(&self) -> bool {
+        self.echo.as_ref().is_some_and(|e| e.active)
+    }
 }
 
 /// The market-data server. See the module docs.
@@ -503,6 +520,7 @@ impl MdServer {
                         tokens_at_ns: now_ns,
                         errors: 0,
                         queue_peak: 0,
+                        echo: None,
                     });
                 }
                 NetEvent::Readable { conn } => self.read(now_ns, conn),
@@ -599,6 +617,9 @@ impl MdServer {
                 return;
             };
             let echo = c.phase == Phase::Echo;
+            if c.echo_busy() {
+                return; // the previous echo is still going out
+            }
             let Some(decoder) = c.decoder.as_mut() else {
                 return;
             };
@@ -660,9 +681,28 @@ impl MdServer {
                     return;
                 }
                 Some(op @ (Opcode::Text | Opcode::Binary)) if echo => {
-                    let payload = std::mem::take(&mut self.scratch);
-                    self.send_frame(conn, op, &payload);
-                    self.scratch = payload;
+                    // Echoed in frames that fit the send buffer, over as many passes as it
+                    // takes; nothing more is read from this connection until it is out.
+                    if let Some(c) = self.conns[conn.slot() as usize]
+                        .as_mut()
+                        .filter(|c| c.id == conn)
+                    {
+                        let out = c.echo.get_or_insert_with(|| EchoOut {
+                            op,
+                            payload: Vec::new(),
+                            sent: 0,
+                            active: false,
+                        });
+                        out.op = op;
+                        out.sent = 0;
+                        out.active = true;
+                        out.payload.clear();
+                        out.payload.extend_from_slice(&self.scratch);
+                    }
+                    self.pump_echo(conn);
+                    if self.live(conn).is_some_and(|c| c.echo_busy()) {
+                        return;
+                    }
                 }
                 Some(Opcode::Binary) => {
                     self.notice(conn, "error", "binary messages are not accepted");
@@ -671,6 +711,44 @@ impl MdServer {
                     let text = String::from_utf8_lossy(&self.scratch).into_owned();
                     self.request(now_ns, conn, &text);
                 }
+            }
+        }
+    }
+
+    /// Writes as much of the pending echo as the send buffer takes, as fragments.
+    fn pump_echo(&mut self, conn: ConnId) {
+        let cap = self.config.send_buffer_bytes as usize;
+        loop {
+            let free = cap.saturating_sub(self.reactor.send_pending(conn) as usize);
+            let Some(out) = self.conns[conn.slot() as usize]
+                .as_mut()
+                .filter(|c| c.id == conn)
+                .and_then(|c| c.echo.as_mut())
+            else {
+                return;
+            };
+            if !out.active {
+                return;
+            }
+            let left = out.payload.len() - out.sent;
+            let first = out.sent == 0;
+            if free < 64 {
+                return;
+            }
+            let chunk = left.min(free - 14);
+            let fin = chunk == left;
+            let op = if first { out.op } else { Opcode::Continuation };
+            let body = &out.payload[out.sent..out.sent + chunk];
+            self.frame.resize(ws::header_len(chunk, false) + chunk, 0);
+            let n = ws::encode_frame(&mut self.frame, fin, op, body, None);
+            if self.reactor.send(conn, &self.frame[..n]).is_err() {
+                self.reactor.close(conn);
+                return;
+            }
+            out.sent += chunk;
+            if fin {
+                out.active = false;
+                return;
             }
         }
     }
@@ -818,7 +896,16 @@ impl MdServer {
                 }
                 return;
             }
-            Phase::Handshake | Phase::Echo => return,
+            Phase::Echo => {
+                let busy = self.conns[slot].as_ref().is_some_and(Conn::echo_busy);
+                self.pump_echo(id);
+                // Done with the message: read what waited behind it.
+                if busy && !self.conns[slot].as_ref().is_some_and(Conn::echo_busy) {
+                    self.frames(now_ns, id);
+                }
+                return;
+            }
+            Phase::Handshake => return,
         }
         loop {
             let Some(c) = self.conns[slot].as_mut() else {
