@@ -45,6 +45,9 @@ enum Command {
     ///   replay-all               replay the next login from sequence 1 (duplicate reports)
     ///   clock-jump SECONDS       the venue's wall clock (its timestamps) jumps, signed
     ///   saturate N MS | off      gateway overload: more than N connects in an MS window all fail
+    ///   flow N                   synthetic events per second (0 stops the flow)
+    ///   open-orders              ClOrdIDs of every account order open at the venue
+    ///   stats                    accepted, rejected, canceled, matches, duplicate ids
     ///   status                   answer ok (liveness check)
     #[command(verbatim_doc_comment)]
     Venue(venue::VenueArgs),

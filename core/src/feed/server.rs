@@ -46,6 +46,9 @@ pub struct MdConfig {
     pub send_buffer_bytes: u32,
     /// Transport receive buffer per connection, bytes.
     pub recv_buffer_bytes: u32,
+    /// Kernel send buffer per connection (SO_SNDBUF), bytes: with the two above, what a
+    /// client that stops reading can hold.
+    pub socket_send_buffer_bytes: u32,
     /// Largest message a market-data client may send.
     pub max_message: usize,
     /// Largest message on the `/echo` endpoint.
@@ -75,6 +78,7 @@ impl Default for MdConfig {
             queue_max: 1_024,
             send_buffer_bytes: 64 * 1024,
             recv_buffer_bytes: 16 * 1024,
+            socket_send_buffer_bytes: 64 * 1024,
             max_message: 4 * 1024,
             echo_max_message: 16 * 1024 * 1024,
             subscriptions_max: 64,
@@ -116,6 +120,13 @@ pub struct MdStats {
     /// Connections closed, any reason.
     pub closed: u64,
 }
+
+/// Send-buffer bytes kept free so that a close frame always fits (a dropped slow consumer is
+/// told why).
+const CLOSE_RESERVE: usize = 136;
+
+/// How long a closing connection may take to drain before its socket is closed anyway.
+const CLOSE_DRAIN_NS: u64 = 5_000_000_000;
 
 /// A book as levels, best first, at a sequence number.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -233,9 +244,13 @@ enum Phase {
     Handshake,
     Market,
     Echo,
-    /// Close frame queued: close the socket once it is written (or at the deadline).
+    /// Close frame queued: close the socket once it is written and, if the server started
+    /// the closing handshake (`await_peer`), once the peer answered it — or at the deadline.
+    /// (Closing a socket the peer still writes to would reset it and lose what it had yet to
+    /// read, the close frame included.)
     Closing {
         deadline_ns: u64,
+        await_peer: bool,
     },
 }
 
@@ -314,6 +329,7 @@ impl MdServer {
                 .next_power_of_two()
                 .clamp(256, 32_768),
             wait: config.wait,
+            socket_send_buffer: Some(config.socket_send_buffer_bytes),
             ..ReactorConfig::default()
         })?;
         let (listener, local) = reactor.listen(config.listen)?;
@@ -554,9 +570,34 @@ impl MdServer {
         match phase {
             Phase::Handshake => self.handshake(now_ns, conn),
             Phase::Market | Phase::Echo => self.frames(now_ns, conn),
-            Phase::Closing { .. } => {
+            Phase::Closing { await_peer, .. } => {
+                // Discard what the peer still sends, watching for its close frame.
+                let mut answered = !await_peer;
+                self.inbox.clear();
+                self.inbox.extend_from_slice(self.reactor.received(conn));
+                if let Some(decoder) = self.conns[conn.slot() as usize]
+                    .as_mut()
+                    .filter(|c| c.id == conn)
+                    .and_then(|c| c.decoder.as_mut())
+                {
+                    let mut at = 0;
+                    while !answered {
+                        match decoder.decode(&self.inbox[at..]) {
+                            Ok((_, Some(WsMessage::Close { .. }))) | Err(_) => answered = true,
+                            Ok((0, None)) => break,
+                            Ok((used, _)) => at += used,
+                        }
+                    }
+                }
                 let n = self.reactor.received(conn).len();
                 self.reactor.consume(conn, n);
+                if let Some(Conn {
+                    phase: Phase::Closing { await_peer, .. },
+                    ..
+                }) = self.live(conn)
+                {
+                    *await_peer = !answered;
+                }
             }
         }
     }
@@ -890,8 +931,11 @@ impl MdServer {
         let id = c.id;
         match c.phase {
             Phase::Market => {}
-            Phase::Closing { deadline_ns } => {
-                if self.reactor.send_pending(id) == 0 || now_ns >= deadline_ns {
+            Phase::Closing {
+                deadline_ns,
+                await_peer,
+            } => {
+                if (!await_peer && self.reactor.send_pending(id) == 0) || now_ns >= deadline_ns {
                     self.reactor.close(id);
                 }
                 return;
@@ -946,6 +990,9 @@ impl MdServer {
                         && (entry.seq <= c.book_floor[usize::from(entry.symbol)]
                             || c.stale.contains(&entry.symbol));
                     if !covered {
+                        if self.room(id) < bytes.len() + CLOSE_RESERVE {
+                            return;
+                        }
                         match self.reactor.send(id, bytes) {
                             Ok(()) => self.stats.messages_sent += 1,
                             Err(NetError::SendBufferFull { .. }) => return,
@@ -981,6 +1028,9 @@ impl MdServer {
         {
             let s = &self.symbols[usize::from(sym)];
             if !s.ticker.is_empty() {
+                if self.room(id) < s.ticker.len() + CLOSE_RESERVE {
+                    return;
+                }
                 match self.reactor.send(id, &s.ticker) {
                     Ok(()) => self.stats.messages_sent += 1,
                     Err(_) => return,
@@ -992,18 +1042,35 @@ impl MdServer {
         }
     }
 
+    /// Bytes the connection's send buffer can still take.
+    fn room(&self, id: ConnId) -> usize {
+        (self.config.send_buffer_bytes as usize)
+            .saturating_sub(self.reactor.send_pending(id) as usize)
+    }
+
     /// Sends the symbol's snapshot to the connection in `slot`; false if it has no room.
     fn send_snapshot(&mut self, slot: usize, sym: u16) -> bool {
+        let Some(id) = self.conns[slot].as_ref().map(|c| c.id) else {
+            return false;
+        };
+        // Build (or reuse) the snapshot only when it can go: a connection that is behind
+        // must not make the server serialize the book on every pass.
+        let expected = self.symbols[usize::from(sym)].snapshot.len().max(1_024);
+        if self.room(id) < expected + CLOSE_RESERVE {
+            return false;
+        }
         let seq = self.snapshot(sym);
         let Some(c) = self.conns[slot].as_mut() else {
             return false;
         };
-        let id = c.id;
         let subscribed = c.subscriptions.contains(&(sym, Channel::Book));
         if !subscribed {
             return true; // unsubscribed meanwhile: nothing to send
         }
         let frame = &self.symbols[usize::from(sym)].snapshot;
+        if self.room(id) < frame.len() + CLOSE_RESERVE {
+            return false;
+        }
         match self.reactor.send(id, frame) {
             Ok(()) => {
                 self.stats.snapshots_sent += 1;
@@ -1041,23 +1108,37 @@ impl MdServer {
         }
     }
 
-    /// Sends a close frame with `code` and closes once it is written (or after 1 s).
+    /// Starts the closing handshake with `code`: the close frame goes out, and the socket is
+    /// closed once the peer answers (or after [`CLOSE_DRAIN_NS`]). After a protocol error the
+    /// peer's bytes cannot be trusted to frame an answer: the socket closes once the frame is
+    /// written.
     fn fail(&mut self, now_ns: u64, conn: ConnId, code: u16, reason: &str) {
         let mut frame = [0u8; 131];
         let n = ws::encode_close(&mut frame, code, reason, None);
-        // If the buffer is full the close frame cannot go: the socket closes anyway.
+        // The send buffer keeps room for this frame (CLOSE_RESERVE).
         let _ = self.reactor.send(conn, &frame[..n]);
-        self.close_after_flush(conn, now_ns);
+        let await_peer = !matches!(
+            code,
+            close_code::PROTOCOL | close_code::INVALID_DATA | close_code::TOO_BIG
+        );
+        self.start_closing(conn, now_ns, await_peer);
     }
 
+    /// Closes once what is queued is written (the peer started the close, or the handshake
+    /// failed).
     fn close_after_flush(&mut self, conn: ConnId, now_ns: u64) {
+        self.start_closing(conn, now_ns, false);
+    }
+
+    fn start_closing(&mut self, conn: ConnId, now_ns: u64, await_peer: bool) {
         let slot = conn.slot();
         let was_open = self.live(conn).is_some();
         if was_open {
             self.unsubscribe_all(slot);
             if let Some(c) = self.live(conn) {
                 c.phase = Phase::Closing {
-                    deadline_ns: now_ns + 1_000_000_000,
+                    deadline_ns: now_ns + CLOSE_DRAIN_NS,
+                    await_peer,
                 };
                 c.queue.clear();
                 c.stale.clear();

@@ -52,6 +52,10 @@ pub struct ReactorConfig {
     /// arming a wake-up. Lowest latency for a few connections (an engine's venue links);
     /// wasteful for many (a venue serving hundreds of sessions). Default off.
     pub spin_reads: bool,
+    /// Kernel send buffer (SO_SNDBUF) of every socket, bytes; `None`: the kernel's default
+    /// (which autotunes up to `net.ipv4.tcp_wmem`). Set it to bound what a peer that stops
+    /// reading can hold in the kernel on the server's behalf.
+    pub socket_send_buffer: Option<u32>,
 }
 
 impl Default for ReactorConfig {
@@ -65,6 +69,7 @@ impl Default for ReactorConfig {
             sqpoll_idle_ms: None,
             timers_max: 1024,
             spin_reads: false,
+            socket_send_buffer: None,
         }
     }
 }
@@ -598,6 +603,9 @@ impl Reactor {
             return;
         };
         set_nodelay(fd);
+        if let Some(bytes) = self.config.socket_send_buffer {
+            set_send_buffer(fd, bytes);
+        }
         self.install(slot, fd);
         self.stats.accepted += 1;
         let conn = &mut self.conns[slot as usize];
@@ -921,6 +929,20 @@ fn sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
             s_addr: u32::from(*addr.ip()).to_be(),
         },
         sin_zero: [0; 8],
+    }
+}
+
+fn set_send_buffer(fd: RawFd, bytes: u32) {
+    let size = bytes.min(i32::MAX as u32) as libc::c_int;
+    // SAFETY: setsockopt with a valid fd and a pointer to a c_int of the stated size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            std::ptr::addr_of!(size).cast(),
+            std::mem::size_of::<libc::c_int>() as u32,
+        );
     }
 }
 

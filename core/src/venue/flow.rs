@@ -63,6 +63,11 @@ impl Flow {
         self.reference[usize::from(symbol)]
     }
 
+    /// Changes the synthetic event rate (0 stops the flow).
+    pub fn set_rate(&mut self, events_per_sec: u32) {
+        self.config.events_per_sec = events_per_sec;
+    }
+
     /// Emits every synthetic event due by `now_ns` into `exchange`.
     pub fn run_until(&mut self, now_ns: u64, exchange: &mut Exchange) {
         if self.config.events_per_sec == 0 {

@@ -740,6 +740,12 @@ impl<T: Transport> VenueServer<T> {
                 let offset = &mut self.exchange.wall_offset_ns;
                 *offset = offset.wrapping_add(delta as u64);
             }
+            "flow" => {
+                let rate = num("events per second")?;
+                self.flow.set_rate(
+                    u32::try_from(rate).map_err(|_| format!("flow: rate {rate} too large"))?,
+                );
+            }
             "drop" | "restart" => self.drop_all(),
             "status" => {}
             "open-orders" => {

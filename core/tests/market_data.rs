@@ -1,0 +1,567 @@
+//! Market data: a real peer nobody here wrote (the `websockets` package) keeps the venue's
+//! book; WebSocket conformance through the Autobahn cases (the `kosoku` package); slow
+//! consumers that stop reading while thousands of events per second flow.
+//!
+//! The Python peers come from PyPI into the virtualenv scripts/test makes (`KEEL_INTEROP_PYTHON`
+//! points at its interpreter; with `KEEL_REQUIRE_INTEROP=1` a missing one fails the test).
+
+// A test driver waits on other processes and threads by the wall clock; the core never does.
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::FromRawFd;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use keel::clock::{Clock, TscClock};
+use keel::feed::msg::BookSide;
+use keel::feed::server::{BookView, MdConfig, MdServer, MdStats};
+use keel::proto::ws::{self, Decoder, Opcode, Role, WsMessage};
+
+const KEEL: &str = env!("CARGO_BIN_EXE_keel");
+
+fn python() -> Option<String> {
+    match std::env::var("KEEL_INTEROP_PYTHON") {
+        Ok(p) => Some(p),
+        Err(_) if std::env::var("KEEL_REQUIRE_INTEROP").as_deref() == Ok("1") => {
+            panic!("KEEL_INTEROP_PYTHON is not set but KEEL_REQUIRE_INTEROP=1")
+        }
+        Err(_) => {
+            eprintln!("interop test not run: set KEEL_INTEROP_PYTHON (scripts/test does)");
+            None
+        }
+    }
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `keel venue` with market data on a free port: (process, control address, md address).
+fn venue(flow_rate: u32) -> (Proc, String, String) {
+    let mut child = Command::new(KEEL)
+        .args([
+            "venue",
+            "--listen",
+            "127.0.0.1:0",
+            "--control",
+            "127.0.0.1:0",
+        ])
+        .args(["--md-listen", "127.0.0.1:0", "--flow-rate"])
+        .arg(flow_rate.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // "keel venue: order entry on A, control on B, symbols S, market data on ws://C/md"
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let control = words[8].trim_end_matches(',').to_string();
+    let md = words.last().unwrap().to_string();
+    (Proc(child), control, md)
+}
+
+// Goal: a client on the `websockets` package subscribes to book and trades, applies snapshot
+// plus deltas with every sequence number checked, and ends with the venue's book.
+#[test]
+fn websockets_client_keeps_the_venue_book() {
+    let Some(python) = python() else { return };
+    let (_venue, control, md) = venue(3_000);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/md_client.py");
+    let out = Command::new(python)
+        .args([script, &md, &control, "AAPL,MSFT,NVDA", "2.5"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["ok"], true, "{stdout}");
+    assert!(v["counts"]["book"].as_u64().unwrap() > 1_000, "{stdout}");
+    assert!(v["counts"]["trade"].as_u64().unwrap() > 100, "{stdout}");
+    eprintln!("websockets client: {stdout}");
+}
+
+// Goal: WebSocket conformance — the Autobahn cases of groups 1 to 7 (framing, ping/pong,
+// reserved bits, opcodes, fragmentation, UTF-8, close) through `kosoku` against keel's echo
+// endpoint; none fails.
+#[test]
+fn autobahn_groups_1_to_7_pass() {
+    let Some(python) = python() else { return };
+    let kosoku = std::path::Path::new(&python).with_file_name("kosoku");
+    let (_venue, _control, md) = venue(0);
+    let addr = md
+        .trim_start_matches("ws://")
+        .trim_end_matches("/md")
+        .to_string();
+    let reports = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(&kosoku);
+    cmd.args([
+        "-m",
+        "fuzzingclient",
+        &format!("{addr}/echo"),
+        "-p",
+        "4",
+        "-o",
+    ])
+    .arg(reports.path());
+    for group in 1..=7 {
+        cmd.args(["-i", &format!("{group}.*")]);
+    }
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(reports.path().join("index.json")).unwrap())
+            .unwrap();
+    let cases = index.as_object().unwrap().values().next().unwrap();
+    let mut by_behaviour: BTreeMap<String, u32> = BTreeMap::new();
+    for (_, case) in cases.as_object().unwrap() {
+        *by_behaviour
+            .entry(case["behavior"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    eprintln!("autobahn groups 1-7: {by_behaviour:?}");
+    let total: u32 = by_behaviour.values().sum();
+    assert!(total >= 240, "{total} cases ran: {text}");
+    assert_eq!(by_behaviour.get("FAILED"), None, "{text}");
+}
+
+// ----- slow consumers -----------------------------------------------------------------------
+
+/// The server's counters, its (queue peak, queue bound) and open connections.
+type Snapshot = (MdStats, (usize, usize), usize);
+
+/// The server in its own thread, publishing book updates and trades for symbol 0 at about
+/// `per_ms` events per millisecond until told to stop publishing, then serving until told to
+/// stop. Shares its counters.
+struct ServerThread {
+    publishing: Arc<AtomicBool>,
+    running: Arc<AtomicBool>,
+    shared: Arc<Mutex<Snapshot>>,
+    thread: Option<std::thread::JoinHandle<(BookView, u64)>>,
+    addr: std::net::SocketAddr,
+}
+
+impl ServerThread {
+    fn start(config: MdConfig, per_ms: u32) -> Self {
+        let publishing = Arc::new(AtomicBool::new(true));
+        let running = Arc::new(AtomicBool::new(true));
+        let shared = Arc::new(Mutex::new((MdStats::default(), (0, 0), 0)));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (p, r, s) = (publishing.clone(), running.clone(), shared.clone());
+        let thread = std::thread::spawn(move || {
+            let mut md = MdServer::new(config).unwrap();
+            tx.send(md.local_addr()).unwrap();
+            let clock = TscClock::new();
+            let mut rng = 0x1234_5678_9abc_def1u64;
+            let mut last_ms = 0;
+            while r.load(Ordering::Relaxed) {
+                let now = clock.now_ns();
+                if p.load(Ordering::Relaxed) && now / 1_000_000 != last_ms {
+                    last_ms = now / 1_000_000;
+                    for _ in 0..per_ms {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        let qty = (rng >> 40) % 1_000;
+                        if rng % 4 == 0 {
+                            md.trade(now, 0, 10_000, 1 + qty, rng % 2 == 0);
+                        } else if rng % 2 == 0 {
+                            md.update_level(0, BookSide::Bid, 9_000 + (rng >> 20) as i64 % 50, qty);
+                        } else {
+                            md.update_level(
+                                0,
+                                BookSide::Ask,
+                                10_001 + (rng >> 20) as i64 % 50,
+                                qty,
+                            );
+                        }
+                    }
+                }
+                md.step(now, 0).unwrap();
+                *s.lock().unwrap() = (md.stats(), md.queue_peak(), md.connections());
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            (md.book(0), md.trade_seq(0))
+        });
+        Self {
+            publishing,
+            running,
+            shared,
+            thread: Some(thread),
+            addr: rx.recv().unwrap(),
+        }
+    }
+
+    fn stats(&self) -> Snapshot {
+        *self.shared.lock().unwrap()
+    }
+
+    fn finish(mut self) -> (BookView, u64) {
+        self.running.store(false, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+/// A blocking WebSocket client on a socket with a small receive buffer (so that not reading
+/// backs up into the server quickly).
+struct Client {
+    stream: TcpStream,
+    decoder: Decoder,
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl Client {
+    fn connect(addr: std::net::SocketAddr, path: &str) -> Self {
+        let std::net::SocketAddr::V4(v4) = addr else {
+            panic!("ipv4")
+        };
+        // SAFETY: plain socket calls on a descriptor this function owns; its ownership moves
+        // into the TcpStream.
+        #[allow(unsafe_code)]
+        let stream = unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            assert!(fd >= 0);
+            let size: libc::c_int = 8 * 1024;
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                std::ptr::addr_of!(size).cast(),
+                std::mem::size_of::<libc::c_int>() as u32,
+            );
+            let sa = libc::sockaddr_in {
+                sin_family: libc::AF_INET as u16,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            let rc = libc::connect(
+                fd,
+                std::ptr::addr_of!(sa).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as u32,
+            );
+            assert_eq!(rc, 0, "connect");
+            TcpStream::from_raw_fd(fd)
+        };
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let (req, key) = ws::request(&addr.to_string(), path, [3; 16]);
+        let mut c = Self {
+            stream,
+            decoder: Decoder::new(Role::Client, 1 << 20),
+            buf: vec![0; 1 << 21],
+            len: 0,
+        };
+        c.stream.write_all(req.as_bytes()).unwrap();
+        loop {
+            c.fill();
+            if let Some(n) = ws::parse_response(&c.buf[..c.len], &key).unwrap() {
+                c.buf.copy_within(n..c.len, 0);
+                c.len -= n;
+                return c;
+            }
+        }
+    }
+
+    fn fill(&mut self) -> usize {
+        let n = self.stream.read(&mut self.buf[self.len..]).unwrap_or(0);
+        self.len += n;
+        n
+    }
+
+    fn send(&mut self, text: &str) {
+        let mut frame = vec![0u8; text.len() + 14];
+        let n = ws::encode_frame(
+            &mut frame,
+            true,
+            Opcode::Text,
+            text.as_bytes(),
+            Some([1, 2, 3, 4]),
+        );
+        self.stream.write_all(&frame[..n]).unwrap();
+    }
+
+    /// The next text message or close as (text, close code); pings are answered on the way.
+    /// `None` when nothing but pings came within the read timeout, or at end of stream.
+    fn next(&mut self) -> Option<(String, Option<u16>)> {
+        loop {
+            let (used, msg) = self.decoder.decode(&self.buf[..self.len]).unwrap();
+            let mut pong = None;
+            let out = match msg {
+                Some(WsMessage::Text(t)) => Some((t.to_string(), None)),
+                Some(WsMessage::Close { code, .. }) => Some((String::new(), code)),
+                Some(WsMessage::Ping(p)) => {
+                    pong = Some(p.to_vec());
+                    None
+                }
+                _ => None,
+            };
+            self.buf.copy_within(used..self.len, 0);
+            self.len -= used;
+            if let Some(p) = pong {
+                let mut frame = [0u8; 140];
+                let n = ws::encode_frame(&mut frame, true, Opcode::Pong, &p, Some([9, 8, 7, 6]));
+                let _ = self.stream.write_all(&frame[..n]);
+                return None;
+            }
+            if out.is_some() {
+                return out;
+            }
+            if used == 0 && self.fill() == 0 {
+                return None;
+            }
+        }
+    }
+}
+
+/// A client-side book with the protocol's checks.
+#[derive(Default)]
+struct LocalBook {
+    bids: BTreeMap<i64, u64>,
+    asks: BTreeMap<i64, u64>,
+    seq: Option<u64>,
+    snapshots: u32,
+    deltas: u64,
+}
+
+impl LocalBook {
+    fn apply(&mut self, m: &serde_json::Value) {
+        match m["type"].as_str().unwrap() {
+            "snapshot" => {
+                let levels = |k: &str| -> BTreeMap<i64, u64> {
+                    m[k].as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|l| (l[0].as_i64().unwrap(), l[1].as_u64().unwrap()))
+                        .collect()
+                };
+                self.bids = levels("bids");
+                self.asks = levels("asks");
+                self.seq = Some(m["seq"].as_u64().unwrap());
+                self.snapshots += 1;
+            }
+            "book" => {
+                let seq = m["seq"].as_u64().unwrap();
+                let Some(at) = self.seq else {
+                    panic!("a delta before the first snapshot: the server sends the snapshot first")
+                };
+                if seq <= at {
+                    return;
+                }
+                assert_eq!(seq, at + 1, "book gap");
+                let side = if m["side"] == "bid" {
+                    &mut self.bids
+                } else {
+                    &mut self.asks
+                };
+                let (p, q) = (m["price"].as_i64().unwrap(), m["qty"].as_u64().unwrap());
+                if q == 0 {
+                    side.remove(&p);
+                } else {
+                    side.insert(p, q);
+                }
+                self.seq = Some(seq);
+                self.deltas += 1;
+            }
+            _ => {}
+        }
+    }
+
+    fn view(&self) -> BookView {
+        BookView {
+            bids: self.bids.iter().rev().map(|(p, q)| (*p, *q)).collect(),
+            asks: self.asks.iter().map(|(p, q)| (*p, *q)).collect(),
+            seq: self.seq.unwrap_or(0),
+        }
+    }
+}
+
+// Goal: with thousands of events per second flowing, a client that stops reading never costs
+// the server more than its configured bound; a stalled `trades` subscriber is disconnected with
+// code 4001; a stalled `book` subscriber, reading again, recovers through a snapshot; and a fast
+// client sees every trade and every delta in sequence, ending with the server's book.
+#[test]
+fn slow_consumers_cannot_hurt_the_server_or_the_fast() {
+    let config = MdConfig {
+        conns_max: 16,
+        queue_max: 256,
+        send_buffer_bytes: 16 * 1024,
+        ping_interval_ns: 200_000_000,
+        silent_intervals_max: 1_000, // the stalled clients are slow, not silent
+        ..MdConfig::default()
+    };
+    let queue_max = config.queue_max;
+    let server = ServerThread::start(config, 10); // ~10,000 events per second
+    let addr = server.addr;
+
+    // The fast client reads in its own thread until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let fast_stop = stop.clone();
+    let fast = std::thread::spawn(move || {
+        let mut c = Client::connect(addr, "/md");
+        c.send(r#"{"op":"subscribe","channel":"book","symbol":"AAPL"}"#);
+        c.send(r#"{"op":"subscribe","channel":"trades","symbol":"AAPL"}"#);
+        let mut book = LocalBook::default();
+        let mut last_trade = None;
+        let mut trades = 0u64;
+        let mut first_trade = 0u64;
+        let mut last_text = Instant::now();
+        c.stream
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        loop {
+            // Finished once told to stop and nothing has come for 300 ms.
+            if fast_stop.load(Ordering::Relaxed) && last_text.elapsed() > Duration::from_millis(300)
+            {
+                break;
+            }
+            let Some((text, close)) = c.next() else {
+                continue;
+            };
+            last_text = Instant::now();
+            assert_eq!(close, None, "the fast client must not be closed");
+            let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+            if m["type"] == "trade" {
+                let seq = m["seq"].as_u64().unwrap();
+                if let Some(prev) = last_trade {
+                    assert_eq!(seq, prev + 1, "trade gap for the fast client");
+                } else {
+                    first_trade = seq;
+                }
+                last_trade = Some(seq);
+                trades += 1;
+            }
+            book.apply(&m);
+        }
+        (book, trades, first_trade, last_trade)
+    });
+
+    let mut stalled_trades = Client::connect(addr, "/md");
+    stalled_trades.send(r#"{"op":"subscribe","channel":"trades","symbol":"AAPL"}"#);
+    let mut stalled_book = Client::connect(addr, "/md");
+    stalled_book.send(r#"{"op":"subscribe","channel":"book","symbol":"AAPL"}"#);
+
+    // Neither stalled client reads until the server has dealt with both.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (stats, _, _) = server.stats();
+        if stats.slow_consumers_dropped >= 1 && stats.book_conflated > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no slow consumer handled: {stats:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (stats, (peak, bound), _) = server.stats();
+    assert!(
+        peak <= bound && bound == queue_max,
+        "queue peak {peak} over {bound}"
+    );
+    eprintln!("stage: slow consumers handled: {stats:?}");
+
+    // The stalled trades subscriber reads again: everything buffered, then close 4001.
+    let mut code = None;
+    let close_deadline = Instant::now() + Duration::from_secs(10);
+    let mut texts = 0u64;
+    let mut nones = 0u64;
+    while Instant::now() < close_deadline {
+        match stalled_trades.next() {
+            Some((_, Some(close))) => {
+                code = Some(close);
+                break;
+            }
+            Some(_) => texts += 1,
+            None => nones += 1,
+        }
+    }
+    eprintln!("stalled trades client read {texts} messages, {nones} empty reads");
+    assert_eq!(code, Some(ws::close_code::SLOW_CONSUMER), "{stats:?}");
+    eprintln!("stage: trades subscriber got 4001");
+
+    // The stalled book subscriber reads again: it recovers through a fresh snapshot.
+    let mut book = LocalBook::default();
+    let recover_deadline = Instant::now() + Duration::from_secs(10);
+    while book.snapshots < 2 {
+        assert!(Instant::now() < recover_deadline, "no recovery snapshot");
+        if let Some((text, close)) = stalled_book.next() {
+            assert_eq!(close, None);
+            book.apply(&serde_json::from_str(&text).unwrap());
+        }
+    }
+    eprintln!("stage: book subscriber recovered");
+    // Let it run a little more in sync, then stop publishing and let everyone drain.
+    let run_until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < run_until {
+        if let Some((text, _)) = stalled_book.next() {
+            book.apply(&serde_json::from_str(&text).unwrap());
+        }
+    }
+    server.publishing.store(false, Ordering::Relaxed);
+    stalled_book
+        .stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut last_text = Instant::now();
+    while last_text.elapsed() < Duration::from_millis(300) {
+        if let Some((text, _)) = stalled_book.next() {
+            book.apply(&serde_json::from_str(&text).unwrap());
+            last_text = Instant::now();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (fast_book, fast_trades, first_trade, last_trade) = fast.join().unwrap();
+    let (stats, (peak, bound), _) = server.stats();
+    let (server_book, trade_seq) = server.finish();
+
+    assert!(peak <= bound, "queue peak {peak} over {bound}");
+    assert_eq!(
+        book.view(),
+        server_book,
+        "the recovered client ends with the server's book"
+    );
+    assert_eq!(
+        fast_book.view(),
+        server_book,
+        "the fast client ends with the server's book"
+    );
+    assert_eq!(
+        fast_book.snapshots, 1,
+        "the fast client never needed a second snapshot"
+    );
+    assert_eq!(
+        last_trade,
+        Some(trade_seq),
+        "the fast client saw every trade"
+    );
+    assert_eq!(fast_trades, trade_seq - first_trade + 1, "every trade since it subscribed");
+    assert!(trade_seq > 1_000 && server_book.seq > 3_000, "{stats:?}");
+    eprintln!(
+        "slow consumers: {stats:?}; fast client {} deltas, {fast_trades} trades; queue peak {peak}/{bound}",
+        fast_book.deltas
+    );
+}
