@@ -18,8 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use keel::clock::{Clock, TscClock};
+use keel::feed::fanout::DEPTH;
+use keel::feed::handler::{FeedConfig, FeedHandler};
 use keel::feed::msg::BookSide;
-use keel::feed::server::{BookView, MdConfig, MdServer, MdStats};
+use keel::feed::server::{BookView, MdConfig, MdFaults, MdServer, MdStats};
+use keel::net::{Reactor, ReactorConfig};
 use keel::proto::ws::{self, Decoder, Opcode, Role, WsMessage};
 
 const KEEL: &str = env!("CARGO_BIN_EXE_keel");
@@ -154,6 +157,10 @@ type Snapshot = (MdStats, (usize, usize), usize);
 /// stop. Shares its counters.
 struct ServerThread {
     publishing: Arc<AtomicBool>,
+    /// Faults to apply at the next pass.
+    faults: Arc<Mutex<Option<MdFaults>>>,
+    /// The server's book of symbol 0, refreshed every pass.
+    book: Arc<Mutex<BookView>>,
     running: Arc<AtomicBool>,
     shared: Arc<Mutex<Snapshot>>,
     thread: Option<std::thread::JoinHandle<(BookView, u64)>>,
@@ -166,7 +173,10 @@ impl ServerThread {
         let running = Arc::new(AtomicBool::new(true));
         let shared = Arc::new(Mutex::new((MdStats::default(), (0, 0), 0)));
         let (tx, rx) = std::sync::mpsc::channel();
+        let faults: Arc<Mutex<Option<MdFaults>>> = Arc::new(Mutex::new(None));
+        let book = Arc::new(Mutex::new(BookView::default()));
         let (p, r, s) = (publishing.clone(), running.clone(), shared.clone());
+        let (f, b) = (faults.clone(), book.clone());
         let thread = std::thread::spawn(move || {
             let mut md = MdServer::new(config).unwrap();
             tx.send(md.local_addr()).unwrap();
@@ -196,14 +206,20 @@ impl ServerThread {
                         }
                     }
                 }
+                if let Some(faults) = f.lock().unwrap().take() {
+                    md.set_faults(faults);
+                }
                 md.step(now, 0).unwrap();
                 *s.lock().unwrap() = (md.stats(), md.queue_peak(), md.connections());
+                *b.lock().unwrap() = md.book(0);
                 std::thread::sleep(Duration::from_micros(100));
             }
             (md.book(0), md.trade_seq(0))
         });
         Self {
             publishing,
+            faults,
+            book,
             running,
             shared,
             thread: Some(thread),
@@ -558,10 +574,118 @@ fn slow_consumers_cannot_hurt_the_server_or_the_fast() {
         Some(trade_seq),
         "the fast client saw every trade"
     );
-    assert_eq!(fast_trades, trade_seq - first_trade + 1, "every trade since it subscribed");
+    assert_eq!(
+        fast_trades,
+        trade_seq - first_trade + 1,
+        "every trade since it subscribed"
+    );
     assert!(trade_seq > 1_000 && server_book.seq > 3_000, "{stats:?}");
     eprintln!(
         "slow consumers: {stats:?}; fast client {} deltas, {fast_trades} trades; queue peak {peak}/{bound}",
         fast_book.deltas
+    );
+}
+
+// Goal: the engine's feed handler against a feed that drops, duplicates, reorders and corrupts
+// deltas: every fault is detected (a gap, a duplicate, a crossed book), each resync comes from a
+// fresh snapshot, the subscriber always gets a consistent top of book, and once the faults stop
+// the local book equals the server's.
+#[test]
+fn feed_handler_resyncs_through_gaps_duplicates_reordering_and_crossed_books() {
+    let server = ServerThread::start(MdConfig::default(), 5);
+    *server.faults.lock().unwrap() = Some(MdFaults {
+        drop_every: 197,
+        duplicate_every: 181,
+        swap_every: 173,
+        cross_every: 211,
+    });
+    let mut reactor = Reactor::new(ReactorConfig::default()).unwrap();
+    let mut handler = FeedHandler::new(FeedConfig {
+        addr: server.addr,
+        symbols: vec!["AAPL".into()],
+        resync_retry_ns: 100_000_000,
+        ..FeedConfig::default()
+    });
+    let mut strategy = handler.subscribe(1_024);
+    let clock = TscClock::new();
+    let mut events = Vec::new();
+    let mut pass = |handler: &mut FeedHandler, reactor: &mut Reactor| {
+        let now = clock.now_ns();
+        events.clear();
+        reactor.poll(now, 1_000_000, &mut events).unwrap();
+        for e in &events {
+            handler.on_event(now, reactor, e);
+        }
+        handler.step(now, reactor);
+    };
+    handler.start(clock.now_ns(), &mut reactor);
+    let mut last_top_seq = 0;
+    let mut tops = 0u64;
+    let faulty_until = Instant::now() + Duration::from_millis(2_500);
+    while Instant::now() < faulty_until {
+        pass(&mut handler, &mut reactor);
+        while let Some((symbol, top)) = strategy.next_book() {
+            assert_eq!(symbol, 0);
+            // Never a crossed top, and never going back in sequence within a sync.
+            if top.bids[0].1 > 0 && top.asks[0].1 > 0 {
+                assert!(
+                    top.bids[0].0 < top.asks[0].0,
+                    "crossed top handed out: {top:?}"
+                );
+            }
+            assert!(
+                top.seq >= last_top_seq,
+                "a top went back in sequence: {top:?}"
+            );
+            last_top_seq = top.seq;
+            tops += 1;
+        }
+        while strategy.next_trade().is_some() {}
+    }
+    // A clean feed again, then quiet: the handler must converge on the server's book.
+    *server.faults.lock().unwrap() = Some(MdFaults::default());
+    std::thread::sleep(Duration::from_millis(50));
+    server.publishing.store(false, Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        pass(&mut handler, &mut reactor);
+        while strategy.next_book().is_some() {}
+        let want = server.book.lock().unwrap().clone();
+        let b = handler.book(0);
+        let have = BookView {
+            bids: b.bids().collect(),
+            asks: b.asks().collect(),
+            seq: b.seq().unwrap_or(0),
+        };
+        if have == want && handler.synced() {
+            let top = strategy.book(0);
+            assert_eq!(top.seq, want.seq, "the subscriber has the newest top");
+            for i in 0..DEPTH.min(want.bids.len()) {
+                assert_eq!(top.bids[i], want.bids[i]);
+            }
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no convergence: {:?}",
+            handler.stats()
+        );
+    }
+    let stats = handler.stats();
+    let _ = server.finish();
+    eprintln!("feed handler under faults: {stats:?}; {tops} tops handed out");
+    assert!(stats.gaps > 0, "{stats:?}");
+    assert!(stats.duplicates > 0, "{stats:?}");
+    assert!(stats.crossed > 0, "{stats:?}");
+    assert!(
+        stats.snapshots > stats.gaps / 2,
+        "resyncs come from snapshots: {stats:?}"
+    );
+    assert!(stats.deltas > 500, "{stats:?}");
+    assert_eq!(stats.malformed, 0);
+    assert_eq!(stats.protocol_errors, 0);
+    assert_eq!(
+        stats.disconnects, 0,
+        "resyncs never cost the connection: {stats:?}"
     );
 }

@@ -92,6 +92,21 @@ impl Default for MdConfig {
     }
 }
 
+/// Faults injected into the book stream every client receives (for drills and tests of feed
+/// handlers): every n-th delta (0: never) is dropped (a gap), sent twice, held back and sent
+/// after the next one (reordered), or replaced by a copy that crosses the book.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MdFaults {
+    /// Drop every n-th delta.
+    pub drop_every: u32,
+    /// Send every n-th delta twice.
+    pub duplicate_every: u32,
+    /// Swap every n-th delta with the one after it.
+    pub swap_every: u32,
+    /// Replace every n-th delta with one that crosses the book (same sequence number).
+    pub cross_every: u32,
+}
+
 /// Counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MdStats {
@@ -310,6 +325,11 @@ pub struct MdServer {
     dropping: Vec<ConnId>,
     next_ping_ns: u64,
     stats: MdStats,
+    faults: MdFaults,
+    /// Deltas published (for the faults' every-n-th counting).
+    delta_count: u64,
+    /// A delta held back by the swap fault.
+    held: Option<(u16, u64)>,
 }
 
 fn json_frame(json: &[u8], frame: &mut Vec<u8>) {
@@ -366,6 +386,9 @@ impl MdServer {
             dropping: Vec::with_capacity(config.conns_max as usize),
             next_ping_ns: 0,
             stats: MdStats::default(),
+            faults: MdFaults::default(),
+            delta_count: 0,
+            held: None,
             config,
         })
     }
@@ -373,6 +396,16 @@ impl MdServer {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// Changes the injected faults (all zero: a clean feed).
+    pub fn set_faults(&mut self, faults: MdFaults) {
+        self.faults = faults;
+        if faults.swap_every == 0 {
+            if let Some((symbol, index)) = self.held.take() {
+                self.enqueue_delta(symbol, index);
+            }
+        }
     }
 
     /// Counters.
@@ -437,6 +470,44 @@ impl MdServer {
         json_frame(&self.scratch, &mut self.frame);
         let index = self.log.push(&self.frame, symbol, Channel::Book, seq);
         self.stats.events += 1;
+        let top_now = top(s);
+        self.delta_count += 1;
+        let n = self.delta_count;
+        let every = |k: u32| k > 0 && n % u64::from(k) == 0;
+        let f = self.faults;
+        if every(f.drop_every) {
+            // The server's book moved; nobody hears of it: a gap.
+        } else if every(f.cross_every) && (top_now.0 .1 > 0 && top_now.1 .1 > 0) {
+            // The same sequence number, with a level that crosses the book.
+            let (side, price) = match side {
+                BookSide::Bid => (BookSide::Bid, top_now.1 .0),
+                BookSide::Ask => (BookSide::Ask, top_now.0 .0),
+            };
+            let s = &self.symbols[usize::from(symbol)];
+            self.scratch.clear();
+            msg::write_delta(&mut self.scratch, &s.name, seq, side, price, 1);
+            json_frame(&self.scratch, &mut self.frame);
+            let bad = self.log.push(&self.frame, symbol, Channel::Book, seq);
+            self.enqueue_delta(symbol, bad);
+        } else if every(f.swap_every) && self.held.is_none() {
+            self.held = Some((symbol, index));
+        } else {
+            self.enqueue_delta(symbol, index);
+            if every(f.duplicate_every) {
+                self.enqueue_delta(symbol, index);
+            }
+            if let Some((held_symbol, held)) = self.held.take() {
+                self.enqueue_delta(held_symbol, held);
+            }
+        }
+        if top_now != top_before {
+            self.publish_ticker(symbol);
+        }
+    }
+
+    /// Queues a book delta (by log index) for every subscriber of the symbol.
+    fn enqueue_delta(&mut self, symbol: u16, index: u64) {
+        let s = &self.symbols[usize::from(symbol)];
         let (conns, stats) = (&mut self.conns, &mut self.stats);
         for &slot in &s.subscribers[Channel::Book.index()] {
             let Some(c) = conns[slot as usize].as_mut() else {
@@ -452,9 +523,6 @@ impl MdServer {
             }
             c.queue.push_back(Item::Event(index));
             c.queue_peak = c.queue_peak.max(c.queue.len());
-        }
-        if top(s) != top_before {
-            self.publish_ticker(symbol);
         }
     }
 
@@ -829,6 +897,11 @@ impl MdServer {
                 server.fail(now_ns, conn, close_code::POLICY, "too many bad requests");
             }
         };
+        // Only too frequent (snapshots over the rate): refused, not counted towards closing.
+        let throttle = |server: &mut Self, detail: String| {
+            server.stats.request_errors += 1;
+            server.notice(conn, "error", &detail);
+        };
         let request = match msg::parse_request(text) {
             Ok(r) => r,
             Err(e) => return refuse(self, e.to_string()),
@@ -891,7 +964,7 @@ impl MdServer {
                     c.tokens_at_ns = now_ns;
                 }
                 if c.snapshot_tokens == 0 {
-                    return refuse(
+                    return throttle(
                         self,
                         format!("at most {per_sec} snapshot requests per second"),
                     );
