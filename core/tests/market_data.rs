@@ -689,3 +689,73 @@ fn feed_handler_resyncs_through_gaps_duplicates_reordering_and_crossed_books() {
         "resyncs never cost the connection: {stats:?}"
     );
 }
+
+// Goal: the feed handler outlives its server: when the server goes away it drops its books,
+// retries with backoff while connections are refused, and resynchronises with the server that
+// comes back on the same address.
+#[test]
+fn feed_handler_reconnects_with_backoff_and_resyncs() {
+    let first = ServerThread::start(MdConfig::default(), 2);
+    let addr = first.addr;
+    let mut reactor = Reactor::new(ReactorConfig::default()).unwrap();
+    let mut handler = FeedHandler::new(FeedConfig {
+        addr,
+        symbols: vec!["AAPL".into()],
+        backoff: keel::guard::backoff::BackoffConfig {
+            base_ns: 20_000_000,
+            cap_ns: 200_000_000,
+            ..Default::default()
+        },
+        ..FeedConfig::default()
+    });
+    let clock = TscClock::new();
+    let mut events = Vec::new();
+    let mut run_until = |handler: &mut FeedHandler,
+                         reactor: &mut Reactor,
+                         what: &str,
+                         done: &mut dyn FnMut(&FeedHandler) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done(handler) {
+            assert!(Instant::now() < deadline, "{what}: {:?}", handler.stats());
+            let now = clock.now_ns();
+            events.clear();
+            reactor.poll(now, 1_000_000, &mut events).unwrap();
+            for e in &events {
+                handler.on_event(now, reactor, e);
+            }
+            handler.step(now, reactor);
+        }
+    };
+    handler.start(clock.now_ns(), &mut reactor);
+    run_until(&mut handler, &mut reactor, "first sync", &mut |h| {
+        h.synced() && h.stats().deltas > 50
+    });
+    let _ = first.finish(); // the server goes away
+    run_until(&mut handler, &mut reactor, "the loss seen", &mut |h| {
+        h.stats().disconnects >= 1 && h.stats().connects >= 3
+    });
+    assert!(!handler.synced(), "no book survives a lost connection");
+    let second = ServerThread::start(
+        MdConfig {
+            listen: addr,
+            ..MdConfig::default()
+        },
+        2,
+    );
+    run_until(
+        &mut handler,
+        &mut reactor,
+        "resync with the new server",
+        &mut |h| {
+            let want = second.book.lock().unwrap().seq;
+            h.synced()
+                && h.book(0)
+                    .seq()
+                    .is_some_and(|s| s >= want.min(20) && want > 0)
+        },
+    );
+    let stats = handler.stats();
+    let _ = second.finish();
+    eprintln!("feed handler across a server restart: {stats:?}");
+    assert!(stats.snapshots >= 2);
+}
