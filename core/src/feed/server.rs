@@ -67,6 +67,9 @@ pub struct MdConfig {
     pub log_events: usize,
     /// How `step` waits.
     pub wait: WaitMode,
+    /// Benchmark baseline only: serialize each trade once per subscriber instead of once
+    /// (what a server without a shared log does). Off in production.
+    pub serialize_per_connection: bool,
 }
 
 impl Default for MdConfig {
@@ -88,6 +91,7 @@ impl Default for MdConfig {
             log_bytes: 16 << 20,
             log_events: 1 << 18,
             wait: WaitMode::Blocking,
+            serialize_per_connection: false,
         }
     }
 }
@@ -328,6 +332,8 @@ pub struct MdServer {
     faults: MdFaults,
     /// Deltas published (for the faults' every-n-th counting).
     delta_count: u64,
+    /// Something was published since the last pump.
+    published: bool,
     /// A delta held back by the swap fault.
     held: Option<(u16, u64)>,
 }
@@ -388,6 +394,7 @@ impl MdServer {
             stats: MdStats::default(),
             faults: MdFaults::default(),
             delta_count: 0,
+            published: false,
             held: None,
             config,
         })
@@ -470,6 +477,7 @@ impl MdServer {
         json_frame(&self.scratch, &mut self.frame);
         let index = self.log.push(&self.frame, symbol, Channel::Book, seq);
         self.stats.events += 1;
+        self.published = true;
         let top_now = top(s);
         self.delta_count += 1;
         let n = self.delta_count;
@@ -551,6 +559,7 @@ impl MdServer {
         json_frame(&self.scratch, &mut self.frame);
         let index = self.log.push(&self.frame, symbol, Channel::Trades, seq);
         self.stats.events += 1;
+        self.published = true;
         let mut overflowed = std::mem::take(&mut self.dropping);
         overflowed.clear();
         for &slot in &s.subscribers[Channel::Trades.index()] {
@@ -564,6 +573,14 @@ impl MdServer {
                 overflowed.push(c.id);
                 continue;
             }
+            let index = if self.config.serialize_per_connection {
+                self.scratch.clear();
+                msg::write_trade(&mut self.scratch, &s.name, seq, price, qty, buy);
+                json_frame(&self.scratch, &mut self.frame);
+                self.log.push(&self.frame, symbol, Channel::Trades, seq)
+            } else {
+                index
+            };
             c.queue.push_back(Item::Event(index));
             c.queue_peak = c.queue_peak.max(c.queue.len());
         }
@@ -584,6 +601,14 @@ impl MdServer {
     /// One pass: accept, read, answer, fan out, ping, expire. Waits up to `timeout_ns` for
     /// network events in `Blocking` mode.
     pub fn step(&mut self, now_ns: u64, timeout_ns: u64) -> Result<(), NetError> {
+        // What was published since the last pass leaves before this pass waits.
+        if self.published {
+            self.published = false;
+            for slot in 0..self.conns.len() {
+                self.pump(now_ns, slot);
+            }
+            self.reactor.flush()?;
+        }
         let mut events = std::mem::take(&mut self.events);
         events.clear();
         self.reactor.poll(now_ns, timeout_ns, &mut events)?;

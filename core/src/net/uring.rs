@@ -197,6 +197,15 @@ pub enum NetError {
     /// Only IPv4 addresses are supported.
     #[error("address {0} is not IPv4")]
     NotIpv4(SocketAddr),
+    /// More connection slots than one ring can register buffers for (two per slot, and the
+    /// kernel registers at most 16,384): run more reactors.
+    #[error("conns_max = {conns_max}: at most {limit} connections per reactor")]
+    TooManyConnections {
+        /// Asked.
+        conns_max: u32,
+        /// Allowed.
+        limit: u32,
+    },
 }
 
 /// Counters.
@@ -239,6 +248,9 @@ struct Conn {
     close_reason: CloseReason,
     addr: libc::sockaddr_in,
 }
+
+/// Connections per reactor: two registered buffers each, and io_uring registers at most 16,384.
+pub const CONNS_MAX: u32 = 8_192;
 
 const OP_ACCEPT: u64 = 1;
 const OP_CONNECT: u64 = 2;
@@ -283,6 +295,12 @@ impl Reactor {
     /// Sets up the ring (failing clearly when io_uring is unavailable), allocates and
     /// registers every buffer, and prepares the connection slots.
     pub fn new(config: ReactorConfig) -> Result<Self, NetError> {
+        if config.conns_max > CONNS_MAX {
+            return Err(NetError::TooManyConnections {
+                conns_max: config.conns_max,
+                limit: CONNS_MAX,
+            });
+        }
         let ring = build_ring(&config).map_err(|source| NetError::Unavailable {
             source,
             disabled: std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
