@@ -56,6 +56,8 @@ pub struct EngineConfig {
     pub loops: LoopConfig,
     /// Strategies over shared memory (`[ipc]`; `None`: in process only).
     pub ipc: Option<IpcConfig>,
+    /// Market-data feeds (`[[feed]]`), each kept by a feed handler in the executor loop.
+    pub feeds: Vec<crate::feed::handler::FeedConfig>,
 }
 
 /// Why a configuration file was refused.
@@ -242,6 +244,18 @@ impl EngineConfig {
             Some(t) => Some(read_ipc(Section::new("ipc", t))?),
             None => None,
         };
+        let mut feeds = Vec::new();
+        for (i, v) in top.array("feed")?.iter().enumerate() {
+            let prefix = format!("feed[{i}]");
+            let Value::Table(t) = v else {
+                return Err(FileConfigError::WrongType {
+                    key: prefix,
+                    value: v.to_string(),
+                    expected: "a table ([[feed]])",
+                });
+            };
+            feeds.push(read_feed(Section::new(&prefix, t), &symbols)?);
+        }
         let mut venues = Vec::new();
         for (i, v) in top.array("venue")?.iter().enumerate() {
             let prefix = format!("venue[{i}]");
@@ -267,8 +281,46 @@ impl EngineConfig {
             venues,
             loops,
             ipc,
+            feeds,
         })
     }
+}
+
+fn read_feed(
+    mut s: Section<'_>,
+    symbols: &[SymbolName],
+) -> Result<crate::feed::handler::FeedConfig> {
+    let mut c = crate::feed::handler::FeedConfig {
+        symbols: symbols
+            .iter()
+            .map(|n| String::from_utf8_lossy(n).trim_end().to_string())
+            .collect(),
+        ..crate::feed::handler::FeedConfig::default()
+    };
+    let text = s.required_string("address")?;
+    c.addr = text.parse().map_err(|_| FileConfigError::WrongType {
+        key: s.key("address"),
+        value: format!("\"{text}\""),
+        expected: "an IP address and port, e.g. \"127.0.0.1:15002\"",
+    })?;
+    if let Some(path) = s.string("path")? {
+        c.path = path.to_string();
+    }
+    s.bool("trades", &mut c.trades)?;
+    s.int("backoff_base_ns", &mut c.backoff.base_ns)?;
+    s.int("backoff_cap_ns", &mut c.backoff.cap_ns)?;
+    s.int("resync_retry_ns", &mut c.resync_retry_ns)?;
+    s.int("silent_ns", &mut c.silent_ns)?;
+    s.int("pending_max", &mut c.pending_max)?;
+    if c.backoff.base_ns == 0 || c.backoff.cap_ns < c.backoff.base_ns {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("backoff_cap_ns"),
+            value: c.backoff.cap_ns.to_string(),
+            allowed: ">= backoff_base_ns >= 1",
+        });
+    }
+    s.finish()?;
+    Ok(c)
 }
 
 fn read_loops(mut s: Section<'_>) -> Result<LoopConfig> {

@@ -214,3 +214,32 @@ fn engine_and_ipc_tables_are_checked() {
         FileConfigError::WrongType { key, .. } if key == "ipc.cancel_on_strategy_loss"
     ));
 }
+
+// Goal: market-data feeds take the engine's symbols and their defaults, and refuse bad values.
+#[test]
+fn feed_tables_are_checked() {
+    let c = EngineConfig::from_toml(&format!(
+        "{MINIMAL}\n[[feed]]\naddress = \"127.0.0.1:15002\"\ntrades = false\nresync_retry_ns = 1000"
+    ))
+    .unwrap();
+    assert_eq!(c.feeds.len(), 1);
+    assert_eq!(c.feeds[0].symbols, ["AAPL", "MSFT"]);
+    assert!(!c.feeds[0].trades);
+    assert_eq!(c.feeds[0].path, "/md");
+    assert!(matches!(
+        refused("[[feed]]\naddress = \"nowhere\""),
+        FileConfigError::WrongType { key, .. } if key == "feed[0].address"
+    ));
+    assert_eq!(
+        refused("[[feed]]\npath = \"/md\""),
+        FileConfigError::Missing("feed[0].address".into())
+    );
+    assert!(matches!(
+        refused("[[feed]]\naddress = \"127.0.0.1:1\"\nbackoff_base_ns = 10\nbackoff_cap_ns = 5"),
+        FileConfigError::OutOfRange { key, .. } if key == "feed[0].backoff_cap_ns"
+    ));
+    assert_eq!(
+        refused("[[feed]]\naddress = \"127.0.0.1:1\"\nchannel = \"book\""),
+        FileConfigError::UnknownKey("feed[0].channel".into())
+    );
+}

@@ -290,6 +290,12 @@ impl Drop for Proc {
 
 /// `keel venue` on free ports; returns it with its order-entry and control addresses.
 fn venue_process() -> (Proc, String, String) {
+    let (p, entry, control, _) = venue_process_md();
+    (p, entry, control)
+}
+
+/// `keel venue` on free ports: order entry, control and market-data (`ws://…/md`) addresses.
+fn venue_process_md() -> (Proc, String, String, String) {
     let mut child = Process::new(KEEL)
         .args([
             "venue",
@@ -314,7 +320,8 @@ fn venue_process() -> (Proc, String, String) {
     let words: Vec<&str> = line.split_whitespace().collect();
     let entry = words[5].trim_end_matches(',').to_string();
     let control = words[8].trim_end_matches(',').to_string();
-    (Proc(child), entry, control)
+    let md = words.last().unwrap().to_string();
+    (Proc(child), entry, control, md)
 }
 
 fn control(addr: &str, command: &str) -> String {
@@ -654,4 +661,44 @@ fn kill_dash_nine_mid_storm_loses_and_duplicates_nothing() {
         "the storm should leave orders resting"
     );
     assert_eq!(keel_open, venue_open, "{report}");
+}
+
+// Goal: the engine keeps the venue's market data — a feed handler in the executor loop, books
+// for every configured symbol, conflated tops of book for an in-process strategy — next to
+// order entry, in both topologies.
+#[test]
+fn engine_keeps_market_data_books_for_a_strategy() {
+    for topology in ["inline", "split"] {
+        let (_venue, entry, _control, md) = venue_process_md();
+        let md_addr = md.trim_start_matches("ws://").trim_end_matches("/md");
+        let text = format!(
+            "{}[[feed]]\naddress = \"{md_addr}\"\n",
+            config_text(&entry, None, None, topology)
+        );
+        let mut builder =
+            EngineBuilder::new(EngineConfig::from_toml(&text).unwrap()).idle(IdlePolicy::TEST);
+        let mut data = builder.market_data(0, 4_096).unwrap();
+        assert!(builder.market_data(1, 16).is_none(), "one feed configured");
+        let engine = builder.start().unwrap();
+        let mut seen = [0u64; 4];
+        wait_until("books for every symbol", Duration::from_secs(15), || {
+            while let Some((symbol, top)) = data.next_book() {
+                seen[usize::from(symbol)] = top.seq;
+                if top.bids[0].1 > 0 && top.asks[0].1 > 0 {
+                    assert!(top.bids[0].0 < top.asks[0].0, "crossed top: {top:?}");
+                }
+            }
+            while data.next_trade().is_some() {}
+            seen.iter().all(|&s| s > 0)
+        });
+        let report = engine.stop().unwrap();
+        let feed = report.feeds[0];
+        assert!(feed.snapshots >= 4, "{topology}: {feed:?}");
+        assert!(feed.deltas > 0, "{topology}: {feed:?}");
+        assert_eq!(
+            feed.gaps + feed.crossed + feed.malformed,
+            0,
+            "{topology}: {feed:?}"
+        );
+    }
 }

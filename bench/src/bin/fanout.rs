@@ -14,10 +14,10 @@
 //!
 //! `fanout [--smoke] [--subscribers=1000] [--rate=100] [--seconds=4]`
 
+use std::cell::RefCell;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::rc::Rc;
-use std::cell::RefCell;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -118,10 +118,13 @@ fn serve_tokio(rate: u64) {
         .build()
         .expect("runtime");
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         println!("ready {}", listener.local_addr().expect("addr"));
         let _ = std::io::stdout().flush();
-        let (tx, _) = tokio::sync::broadcast::channel::<tokio_tungstenite::tungstenite::Utf8Bytes>(1_024);
+        let (tx, _) =
+            tokio::sync::broadcast::channel::<tokio_tungstenite::tungstenite::Utf8Bytes>(1_024);
         let publisher = tx.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / rate.max(1)));
@@ -130,17 +133,22 @@ fn serve_tokio(rate: u64) {
             loop {
                 tick.tick().await;
                 seq += 1;
-                let msg: tokio_tungstenite::tungstenite::Utf8Bytes = trade_json(seq, mono_ns()).into();
+                let msg: tokio_tungstenite::tungstenite::Utf8Bytes =
+                    trade_json(seq, mono_ns()).into();
                 let _ = publisher.send(msg);
             }
         });
         let accept = async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let mut rx = tx.subscribe();
                 tokio::spawn(async move {
-                    let Ok(ws) = tokio_tungstenite::accept_async(stream).await else { return };
+                    let Ok(ws) = tokio_tungstenite::accept_async(stream).await else {
+                        return;
+                    };
                     let (mut sink, mut source) = ws.split();
                     // Read (and drop) what the client sends, so pings and closes are handled.
                     tokio::spawn(async move { while let Some(Ok(_)) = source.next().await {} });
@@ -227,7 +235,11 @@ fn run(kind: &str, subscribers: u32, stalled: u32, rate: u64, seconds: u64) -> R
     let mut out = BufReader::new(child.stdout.take().expect("stdout"));
     let mut line = String::new();
     out.read_line(&mut line).expect("ready line");
-    let addr = line.trim().strip_prefix("ready ").expect("ready").to_string();
+    let addr = line
+        .trim()
+        .strip_prefix("ready ")
+        .expect("ready")
+        .to_string();
     let mut stdin = child.stdin.take().expect("stdin");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -310,11 +322,20 @@ fn run(kind: &str, subscribers: u32, stalled: u32, rate: u64, seconds: u64) -> R
             tokio::task::spawn_local(async move {
                 while let Some(Ok(msg)) = ws.next().await {
                     let Message::Text(text) = msg else { continue };
-                    let Some(at) = text.find("\"price\":") else { continue };
-                    let digits: String = text[at + 8..].chars().take_while(char::is_ascii_digit).collect();
-                    let Ok(ts) = digits.parse::<u64>() else { continue };
+                    let Some(at) = text.find("\"price\":") else {
+                        continue;
+                    };
+                    let digits: String = text[at + 8..]
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect();
+                    let Ok(ts) = digits.parse::<u64>() else {
+                        continue;
+                    };
                     if *measuring.borrow() {
-                        let _ = hist.borrow_mut().record(mono_ns().saturating_sub(ts).max(1));
+                        let _ = hist
+                            .borrow_mut()
+                            .record(mono_ns().saturating_sub(ts).max(1));
                         *received.borrow_mut() += 1;
                     }
                 }
@@ -378,7 +399,11 @@ fn main() {
             let us = |q: f64| r.latency.value_at_quantile(q) as f64 / 1_000.0;
             let label = format!(
                 "{name}, {}",
-                if stalled_now == 0 { "none stalled" } else { "1% stalled" }
+                if stalled_now == 0 {
+                    "none stalled"
+                } else {
+                    "1% stalled"
+                }
             );
             println!(
                 "{label:<44} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>11} {:>9.1} {:>10.2}",

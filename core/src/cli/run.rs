@@ -184,6 +184,22 @@ fn print_report(report: &EngineReport, venues: &[String]) {
             strategy.0, b.commands, b.events, b.malformed, b.attached, b.lost, b.cancels_on_loss
         );
     }
+    for (i, f) in report.feeds.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "feed {i}: {} connects, {} snapshots, {} deltas, {} trades; {} gaps, {} duplicates, \
+             {} crossed, {} resyncs, {} trade gaps",
+            f.connects,
+            f.snapshots,
+            f.deltas,
+            f.trades,
+            f.gaps,
+            f.duplicates,
+            f.crossed,
+            f.resyncs,
+            f.trade_gaps
+        );
+    }
     let _ = writeln!(out, "open orders: {}", report.open_orders.len());
     for o in &report.open_orders {
         let _ = writeln!(

@@ -192,6 +192,8 @@ pub struct EngineReport {
     pub bridges: Vec<(StrategyId, BridgeStats)>,
     /// Journal records written by this run (next index − first index).
     pub journal_records: u64,
+    /// Per market-data feed.
+    pub feeds: Vec<crate::feed::handler::FeedStats>,
 }
 
 /// State shared between the loops and the handle (atomics only).
@@ -209,6 +211,8 @@ struct Shared {
 pub struct EngineBuilder {
     config: EngineConfig,
     in_process: u16,
+    /// One feed handler per configured market-data feed (subscribers are added before start).
+    feeds: Vec<crate::feed::handler::FeedHandler>,
 }
 
 impl EngineBuilder {
@@ -220,7 +224,28 @@ impl EngineBuilder {
         } else {
             config.dispatcher.strategies
         };
-        Self { config, in_process }
+        let feeds = config
+            .feeds
+            .iter()
+            .cloned()
+            .map(crate::feed::handler::FeedHandler::new)
+            .collect();
+        Self {
+            config,
+            in_process,
+            feeds,
+        }
+    }
+
+    /// A market-data subscriber of feed `feed` (in `[[feed]]` order) for an in-process
+    /// strategy: conflated tops of book and up to `trade_capacity` unread trades. `None` if no
+    /// such feed is configured.
+    pub fn market_data(
+        &mut self,
+        feed: usize,
+        trade_capacity: usize,
+    ) -> Option<crate::feed::fanout::Subscriber> {
+        Some(self.feeds.get_mut(feed)?.subscribe(trade_capacity))
     }
 
     /// Serves strategies `0..n` in process; the rest over shared memory.
@@ -245,6 +270,7 @@ impl EngineBuilder {
     /// Restores the journal (if configured), builds every part, starts the loops.
     pub fn start(self) -> Result<RunningEngine, EngineError> {
         let config = self.config;
+        let feeds = self.feeds;
         let strategies = config.dispatcher.strategies;
         if self.in_process > strategies {
             return Err(EngineError::Strategies {
@@ -345,7 +371,7 @@ impl EngineBuilder {
             synced_mask: 0,
         };
         let reactor_config = ReactorConfig {
-            conns_max: (links.len() as u32 + 2).max(4),
+            conns_max: (links.len() as u32 + feeds.len() as u32 + 2).max(4),
             ..ReactorConfig::default()
         };
         let threads = match loops.topology {
@@ -354,7 +380,7 @@ impl EngineBuilder {
                 vec![spawn("keel-engine", move || {
                     prepare_loop(loops.dispatcher_core, loops.idle);
                     let clock = TscClock::new();
-                    let mut exec = Executor::new(links, reactor_config, None, &clock)?;
+                    let mut exec = Executor::new(links, feeds, reactor_config, None, &clock)?;
                     let mut front = front;
                     let mut idler = Idler::new(loops.idle);
                     while !shared.stop.load(Ordering::Relaxed) {
@@ -366,9 +392,11 @@ impl EngineBuilder {
                             idler.idle();
                         }
                     }
+                    let (links, feeds) = exec.finish();
                     Ok(Halves {
                         front: Some(front.finish()),
-                        links: exec.finish(),
+                        links,
+                        feeds,
                     })
                 })]
             }
@@ -385,7 +413,8 @@ impl EngineBuilder {
                 let executor = spawn("keel-executor", move || {
                     prepare_loop(loops.executor_core, loops.executor_idle);
                     let clock = TscClock::new();
-                    let mut exec = Executor::new(links, reactor_config, Some(heartbeat), &clock)?;
+                    let mut exec =
+                        Executor::new(links, feeds, reactor_config, Some(heartbeat), &clock)?;
                     let mut idler = Idler::new(loops.executor_idle);
                     while !exec_shared.stop.load(Ordering::Relaxed) {
                         if exec.pass(clock.now_ns()) {
@@ -394,9 +423,11 @@ impl EngineBuilder {
                             idler.idle();
                         }
                     }
+                    let (links, feeds) = exec.finish();
                     Ok(Halves {
                         front: None,
-                        links: exec.finish(),
+                        links,
+                        feeds,
                     })
                 });
                 let front_shared = Arc::clone(&shared);
@@ -414,6 +445,7 @@ impl EngineBuilder {
                     Ok(Halves {
                         front: Some(front.finish()),
                         links: Vec::new(),
+                        feeds: Vec::new(),
                     })
                 });
                 vec![dispatcher, executor]
@@ -442,6 +474,7 @@ struct FrontReport {
 struct Halves {
     front: Option<FrontReport>,
     links: Vec<LinkReport>,
+    feeds: Vec<crate::feed::handler::FeedStats>,
 }
 
 /// Pins the calling loop thread (warns if it cannot) and, for a loop that parks when idle,
@@ -537,6 +570,7 @@ impl Front {
 struct Executor {
     reactor: Reactor,
     links: Vec<VenueLink>,
+    feeds: Vec<crate::feed::handler::FeedHandler>,
     net: Vec<NetEvent>,
     heartbeat: Option<LoopHeartbeat>,
 }
@@ -544,6 +578,7 @@ struct Executor {
 impl Executor {
     fn new(
         mut links: Vec<VenueLink>,
+        mut feeds: Vec<crate::feed::handler::FeedHandler>,
         config: ReactorConfig,
         heartbeat: Option<LoopHeartbeat>,
         clock: &TscClock,
@@ -553,9 +588,13 @@ impl Executor {
         for link in &mut links {
             link.start(clock.now_ns(), &mut reactor);
         }
+        for feed in &mut feeds {
+            feed.start(clock.now_ns(), &mut reactor);
+        }
         Ok(Self {
             reactor,
             links,
+            feeds,
             net: Vec::with_capacity(256),
             heartbeat,
         })
@@ -572,6 +611,12 @@ impl Executor {
             for link in &mut self.links {
                 link.on_event(now, &mut self.reactor, e);
             }
+            for feed in &mut self.feeds {
+                feed.on_event(now, &mut self.reactor, e);
+            }
+        }
+        for feed in &mut self.feeds {
+            feed.step(now, &mut self.reactor);
         }
         let mut sent = 0;
         for link in &mut self.links {
@@ -584,8 +629,9 @@ impl Executor {
         !self.net.is_empty() || sent != sent_before
     }
 
-    fn finish(self) -> Vec<LinkReport> {
-        self.links
+    fn finish(self) -> (Vec<LinkReport>, Vec<crate::feed::handler::FeedStats>) {
+        let links = self
+            .links
             .iter()
             .map(|l| LinkReport {
                 state: l.state(),
@@ -593,7 +639,9 @@ impl Executor {
                 session: l.session_stats(),
                 client: l.client().stats(),
             })
-            .collect()
+            .collect();
+        let feeds = self.feeds.iter().map(|f| f.stats()).collect();
+        (links, feeds)
     }
 }
 
@@ -641,6 +689,7 @@ impl RunningEngine {
             links: Vec::new(),
             bridges: Vec::new(),
             journal_records: 0,
+            feeds: Vec::new(),
         };
         let mut first_error = None;
         for t in self.threads {
@@ -653,6 +702,7 @@ impl RunningEngine {
                         report.journal_records = front.journal_records;
                     }
                     report.links.extend(halves.links);
+                    report.feeds.extend(halves.feeds);
                 }
                 Ok(Err(e)) => {
                     first_error.get_or_insert(e);
