@@ -759,3 +759,68 @@ fn feed_handler_reconnects_with_backoff_and_resyncs() {
     eprintln!("feed handler across a server restart: {stats:?}");
     assert!(stats.snapshots >= 2);
 }
+
+// Goal: a connection that stops answering pings is closed with 4002 and forgotten (its
+// subscriptions and buffers freed), and bad handshakes get their HTTP refusal.
+#[test]
+fn silent_connections_are_closed_and_bad_handshakes_refused() {
+    let server = ServerThread::start(
+        MdConfig {
+            ping_interval_ns: 100_000_000,
+            silent_intervals_max: 3,
+            ..MdConfig::default()
+        },
+        1,
+    );
+    let addr = server.addr;
+    // Subscribes, then never reads (so never answers a ping) for a second.
+    let mut silent = Client::connect(addr, "/md");
+    silent.send(r#"{"op":"subscribe","channel":"book","symbol":"AAPL"}"#);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.stats().0.silent_dropped == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "silence not detected: {:?}",
+            server.stats()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut code = None;
+    let read_deadline = Instant::now() + Duration::from_secs(5);
+    while code.is_none() && Instant::now() < read_deadline {
+        if let Some((_, Some(c))) = silent.next() {
+            code = Some(c);
+        }
+    }
+    assert_eq!(code, Some(ws::close_code::SILENT));
+    // Answer the close, as a client should: the server then closes the socket at once.
+    let mut frame = [0u8; 16];
+    let n = ws::encode_close(&mut frame, 1000, "", Some([5, 6, 7, 8]));
+    silent.stream.write_all(&frame[..n]).unwrap();
+    let forget_deadline = Instant::now() + Duration::from_secs(7);
+    while server.stats().2 != 0 {
+        assert!(
+            Instant::now() < forget_deadline,
+            "not freed: {:?}",
+            server.stats()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let refusal = |request: &str| {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).unwrap();
+        line
+    };
+    let (good, _) = ws::request(&addr.to_string(), "/nowhere", [1; 16]);
+    assert!(refusal(&good).starts_with("HTTP/1.1 404"));
+    let (md, _) = ws::request(&addr.to_string(), "/md", [1; 16]);
+    assert!(refusal(&md.replace("Version: 13", "Version: 8")).starts_with("HTTP/1.1 426"));
+    assert!(refusal("GET /md HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 400"));
+    let stats = server.stats().0;
+    let _ = server.finish();
+    assert_eq!(stats.handshakes_refused, 3, "{stats:?}");
+}
