@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command as Process, Stdio};
+use std::process::{Command as Process, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +26,9 @@ use keel::order::{
 use keel::runtime::IdlePolicy;
 use keel::venue::server::{VenueConfig, VenueServer};
 
-const KEEL: &str = env!("CARGO_BIN_EXE_keel");
+mod common;
+
+use common::peers::{Proc, KEEL};
 
 /// The simulated venue in a thread of this process (stepped until dropped).
 struct VenueThread {
@@ -278,50 +280,16 @@ fn restart_restores_open_orders_and_refuses_old_ids() {
 
 // ----- processes: `keel venue` and `keel run` ---------------------------------------------
 
-/// A child process killed (SIGKILL) when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `keel venue` on free ports; returns it with its order-entry and control addresses.
+/// `keel venue` on free ports: (process, order entry, control).
 fn venue_process() -> (Proc, String, String) {
-    let (p, entry, control, _) = venue_process_md();
-    (p, entry, control)
+    let v = common::peers::venue(&["--flow-rate", "400"]);
+    (v.proc, v.entry, v.control)
 }
 
-/// `keel venue` on free ports: order entry, control and market-data (`ws://…/md`) addresses.
+/// `keel venue` on free ports: (process, order entry, control, market data `ws://…/md`).
 fn venue_process_md() -> (Proc, String, String, String) {
-    let mut child = Process::new(KEEL)
-        .args([
-            "venue",
-            "--listen",
-            "127.0.0.1:0",
-            "--control",
-            "127.0.0.1:0",
-            "--md-listen",
-            "127.0.0.1:0",
-            "--flow-rate",
-            "400",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    // "keel venue: order entry on ADDR, control on ADDR, symbols ..."
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let entry = words[5].trim_end_matches(',').to_string();
-    let control = words[8].trim_end_matches(',').to_string();
-    let md = words.last().unwrap().to_string();
-    (Proc(child), entry, control, md)
+    let v = common::peers::venue(&["--flow-rate", "400"]);
+    (v.proc, v.entry, v.control, v.md)
 }
 
 fn control(addr: &str, command: &str) -> String {

@@ -6,6 +6,9 @@
 //! scripts/test installs the package in a virtualenv and sets `KEEL_INTEROP_PYTHON`; with
 //! `KEEL_REQUIRE_INTEROP=1` (as scripts/test sets it) a missing interpreter fails the test.
 
+mod common;
+
+use common::peers::python;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command as Process, Stdio};
 use std::sync::mpsc;
@@ -25,19 +28,6 @@ use keel::session::ouch::{ClientConfig, OuchClient};
 use keel::venue::exchange::ExchangeConfig;
 use keel::venue::flow::FlowConfig;
 use keel::venue::server::{VenueConfig, VenueServer};
-
-fn python() -> Option<String> {
-    match std::env::var("KEEL_INTEROP_PYTHON") {
-        Ok(p) => Some(p),
-        Err(_) if std::env::var("KEEL_REQUIRE_INTEROP").as_deref() == Ok("1") => {
-            panic!("KEEL_INTEROP_PYTHON is not set but KEEL_REQUIRE_INTEROP=1")
-        }
-        Err(_) => {
-            eprintln!("interop test not run: set KEEL_INTEROP_PYTHON (scripts/test does)");
-            None
-        }
-    }
-}
 
 fn script(name: &str) -> String {
     format!("{}/tests/interop/{name}", env!("CARGO_MANIFEST_DIR"))

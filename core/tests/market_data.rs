@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::FromRawFd;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,54 +25,15 @@ use keel::feed::server::{BookView, MdConfig, MdFaults, MdServer, MdStats};
 use keel::net::{Reactor, ReactorConfig};
 use keel::proto::ws::{self, Decoder, Opcode, Role, WsMessage};
 
-const KEEL: &str = env!("CARGO_BIN_EXE_keel");
+mod common;
 
-fn python() -> Option<String> {
-    match std::env::var("KEEL_INTEROP_PYTHON") {
-        Ok(p) => Some(p),
-        Err(_) if std::env::var("KEEL_REQUIRE_INTEROP").as_deref() == Ok("1") => {
-            panic!("KEEL_INTEROP_PYTHON is not set but KEEL_REQUIRE_INTEROP=1")
-        }
-        Err(_) => {
-            eprintln!("interop test not run: set KEEL_INTEROP_PYTHON (scripts/test does)");
-            None
-        }
-    }
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::peers::{python, venue};
 
 /// `keel venue` with market data on a free port: (process, control address, md address).
-fn venue(flow_rate: u32) -> (Proc, String, String) {
-    let mut child = Command::new(KEEL)
-        .args([
-            "venue",
-            "--listen",
-            "127.0.0.1:0",
-            "--control",
-            "127.0.0.1:0",
-        ])
-        .args(["--md-listen", "127.0.0.1:0", "--flow-rate"])
-        .arg(flow_rate.to_string())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    // "keel venue: order entry on A, control on B, symbols S, market data on ws://C/md"
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let control = words[8].trim_end_matches(',').to_string();
-    let md = words.last().unwrap().to_string();
-    (Proc(child), control, md)
+fn md_venue(flow_rate: u32) -> (common::peers::Proc, String, String) {
+    let rate = flow_rate.to_string();
+    let v = venue(&["--flow-rate", &rate]);
+    (v.proc, v.control, v.md)
 }
 
 // Goal: a client on the `websockets` package subscribes to book and trades, applies snapshot
@@ -80,7 +41,7 @@ fn venue(flow_rate: u32) -> (Proc, String, String) {
 #[test]
 fn websockets_client_keeps_the_venue_book() {
     let Some(python) = python() else { return };
-    let (_venue, control, md) = venue(3_000);
+    let (_venue, control, md) = md_venue(3_000);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/md_client.py");
     let out = Command::new(python)
         .args([script, &md, &control, "AAPL,MSFT,NVDA", "2.5"])
@@ -106,7 +67,7 @@ fn websockets_client_keeps_the_venue_book() {
 fn autobahn_groups_1_to_7_pass() {
     let Some(python) = python() else { return };
     let kosoku = std::path::Path::new(&python).with_file_name("kosoku");
-    let (_venue, _control, md) = venue(0);
+    let (_venue, _control, md) = md_venue(0);
     let addr = md
         .trim_start_matches("ws://")
         .trim_end_matches("/md")

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod alloc;
+pub mod peers;
 
 use keel::dispatch::{
     strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle, VenueHandle,
