@@ -124,6 +124,33 @@ fn count(seen: &HashMap<ClientOrderId, Vec<EventKind>>, what: fn(&EventKind) -> 
     seen.values().filter(|v| v.iter().any(what)).count()
 }
 
+/// Places `orders`, waits until all are accepted, cancels the first `cancels` of them and
+/// waits until those are canceled.
+fn place_and_cancel(
+    strategy: &mut StrategyHandle,
+    seen: &mut HashMap<ClientOrderId, Vec<EventKind>>,
+    orders: impl Iterator<Item = NewOrder>,
+    cancels: usize,
+) {
+    let ids: Vec<ClientOrderId> = orders
+        .map(|o| {
+            strategy.commands.push(Command::New(o)).unwrap();
+            o.id
+        })
+        .collect();
+    wait_until("accepts", Duration::from_secs(10), || {
+        collect(strategy, seen);
+        count(seen, |k| matches!(k, EventKind::Accepted)) == ids.len()
+    });
+    for id in &ids[..cancels] {
+        strategy.commands.push(Command::Cancel { id: *id }).unwrap();
+    }
+    wait_until("cancels", Duration::from_secs(10), || {
+        collect(strategy, seen);
+        count(seen, |k| matches!(k, EventKind::Canceled)) == cancels
+    });
+}
+
 // Goal: the builder's engine trades for an in-process strategy in both topologies: orders are
 // accepted, canceled, and nothing is left open in the table at stop.
 #[test]
@@ -141,26 +168,8 @@ fn in_process_strategy_trades_inline_and_split() {
         assert!(engine.take_strategy(StrategyId(0)).is_none(), "taken once");
         wait_until("SYNCED", Duration::from_secs(10), || engine.venue_synced(0));
         let mut seen = HashMap::new();
-        for seq in 1..=50 {
-            strategy
-                .commands
-                .push(Command::New(resting(id(0, seq), (seq % 4) as u16)))
-                .unwrap();
-        }
-        wait_until("accepts", Duration::from_secs(10), || {
-            collect(&mut strategy, &mut seen);
-            count(&seen, |k| matches!(k, EventKind::Accepted)) == 50
-        });
-        for seq in 1..=50 {
-            strategy
-                .commands
-                .push(Command::Cancel { id: id(0, seq) })
-                .unwrap();
-        }
-        wait_until("cancels", Duration::from_secs(10), || {
-            collect(&mut strategy, &mut seen);
-            count(&seen, |k| matches!(k, EventKind::Canceled)) == 50
-        });
+        let orders = (1..=50).map(|seq| resting(id(0, seq), (seq % 4) as u16));
+        place_and_cancel(&mut strategy, &mut seen, orders, 50);
         let report = engine.stop().unwrap();
         assert!(report.open_orders.is_empty(), "{topology}");
         assert_eq!(report.dispatch.sent_new, 50, "{topology}");
@@ -195,26 +204,8 @@ fn restart_restores_open_orders_and_refuses_old_ids() {
     let mut strategy = engine.take_strategy(StrategyId(1)).unwrap();
     wait_until("SYNCED", Duration::from_secs(10), || engine.venue_synced(0));
     let mut seen = HashMap::new();
-    for seq in 1..=20 {
-        strategy
-            .commands
-            .push(Command::New(resting(id(1, seq), 2)))
-            .unwrap();
-    }
-    wait_until("accepts", Duration::from_secs(10), || {
-        collect(&mut strategy, &mut seen);
-        count(&seen, |k| matches!(k, EventKind::Accepted)) == 20
-    });
-    for seq in 1..=5 {
-        strategy
-            .commands
-            .push(Command::Cancel { id: id(1, seq) })
-            .unwrap();
-    }
-    wait_until("cancels", Duration::from_secs(10), || {
-        collect(&mut strategy, &mut seen);
-        count(&seen, |k| matches!(k, EventKind::Canceled)) == 5
-    });
+    let orders = (1..=20).map(|seq| resting(id(1, seq), 2));
+    place_and_cancel(&mut strategy, &mut seen, orders, 5);
     let first = engine.stop().unwrap();
     assert_eq!(first.open_orders.len(), 15);
     assert_eq!(first.journal_records, 20 * 2 + 5);
