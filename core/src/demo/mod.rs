@@ -13,6 +13,8 @@ use crate::clock::{Clock, TscClock};
 use crate::dispatch::{
     strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle,
 };
+use crate::feed::handler::{FeedConfig, FeedHandler};
+use crate::feed::server::MdConfig;
 use crate::guard::limiter::WindowLimit;
 use crate::net::{NetEvent, Reactor, ReactorConfig};
 use crate::order::{
@@ -161,12 +163,14 @@ impl Invariants {
     }
 }
 
-/// The inline loop's parts: the venue, the engine's transport, venue link and dispatcher.
+/// The inline loop's parts: the venue, the engine's transport, venue link, dispatcher and
+/// market-data feed handler.
 struct Engine {
     venue: VenueServer,
     reactor: Reactor,
     link: VenueLink,
     dispatcher: Dispatcher,
+    feed: FeedHandler,
     net: Vec<NetEvent>,
 }
 
@@ -178,8 +182,10 @@ impl Engine {
         let _ = self.reactor.poll(now, 0, &mut self.net);
         for e in &self.net {
             self.link.on_event(now, &mut self.reactor, e);
+            self.feed.on_event(now, &mut self.reactor, e);
         }
         self.link.step(now, &mut self.reactor);
+        self.feed.step(now, &mut self.reactor);
         let work = |d: &Dispatcher| {
             let s = d.stats();
             s.commands + s.outcomes + s.events + s.sent_new + s.sent_cancel + s.sent_query
@@ -209,6 +215,23 @@ impl Engine {
             !self.dispatcher.is_synced(0) || self.link.state() == LinkState::Synced,
             || "dispatcher trading on an unsynced link".into(),
         );
+    }
+
+    /// Symbols whose market-data book at keel differs from the venue's.
+    fn books_differing(&self) -> Vec<&'static str> {
+        let Some(md) = self.venue.market_data() else {
+            return Vec::new();
+        };
+        (0..SYMBOLS.len() as u16)
+            .filter(|&s| {
+                let theirs = md.book(s);
+                let ours = self.feed.book(s);
+                ours.seq() != Some(theirs.seq)
+                    || !ours.bids().eq(theirs.bids.iter().copied())
+                    || !ours.asks().eq(theirs.asks.iter().copied())
+            })
+            .map(|s| SYMBOLS[usize::from(s)])
+            .collect()
     }
 
     /// Whether the venue holds `id` open (through the session's UserRefNum mapping).
@@ -433,6 +456,10 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
                 engine.venue.drop_all();
                 outage_connects = Some(engine.link.session_stats().connects);
             }
+            Phase::Drain => {
+                // Quiet market: what keel's feed handler holds must become the venue's book.
+                let _ = engine.venue.apply_control(now, "flow 0");
+            }
             Phase::Recovery => {
                 let _ = engine.venue.apply_control(now, "reject-burst 0");
                 if outage_connects.is_some() {
@@ -520,6 +547,16 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
             keel_open.len()
         )
     });
+    // Market data: after the quiet drain, keel's books are the venue's, and no feed fault.
+    let differing = engine.books_differing();
+    inv.check(differing.is_empty(), || {
+        format!("market-data books differ from the venue's: {differing:?}")
+    });
+    let f = engine.feed.stats();
+    inv.check(
+        f.gaps + f.crossed + f.malformed + f.protocol_errors == 0,
+        || format!("the feed handler saw a faulty feed: {f:?}"),
+    );
     // Each scenario's story must actually have happened.
     let b = engine.dispatcher.guards().venues[0].breaker.stats();
     match args.scenario {
@@ -582,6 +619,10 @@ fn build(clock: &TscClock) -> Result<(Engine, StrategyHandle), String> {
             ..FlowConfig::default()
         },
         heartbeat_interval_ns: 200 * MS,
+        market_data: Some(MdConfig {
+            conns_max: 8,
+            ..MdConfig::default()
+        }),
         ..VenueConfig::default()
     })
     .map_err(|e| format!("venue: {e}"))?;
@@ -631,11 +672,20 @@ fn build(clock: &TscClock) -> Result<(Engine, StrategyHandle), String> {
         LinkConfig::default(),
     );
     link.start(clock.now_ns(), &mut reactor);
+    let mut feed = FeedHandler::new(FeedConfig {
+        addr: venue
+            .market_data_addr()
+            .ok_or("the venue serves no market data")?,
+        symbols: SYMBOLS.map(str::to_string).to_vec(),
+        ..FeedConfig::default()
+    });
+    feed.start(clock.now_ns(), &mut reactor);
     let engine = Engine {
         venue,
         reactor,
         link,
         dispatcher,
+        feed,
         net: Vec::new(),
     };
     Ok((engine, strategy))
@@ -752,6 +802,18 @@ fn report(
         venue.exchange().stats().canceled,
         venue.exchange().stats().matches,
         venue.exchange().stats().duplicate_ids
+    );
+    let f = engine.feed.stats();
+    let _ = writeln!(
+        out,
+        "market data: {} snapshots, {} deltas, {} trades over WebSocket; {} gaps, {} duplicates, {} crossed; books equal to the venue's at the end: {}",
+        f.snapshots,
+        f.deltas,
+        f.trades,
+        f.gaps,
+        f.duplicates,
+        f.crossed,
+        if engine.books_differing().is_empty() { "yes" } else { "NO" }
     );
     let _ = writeln!(
         out,

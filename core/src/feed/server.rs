@@ -441,6 +441,16 @@ impl MdServer {
         }
     }
 
+    /// Shares at a level of the server's book (0: none).
+    pub fn level_qty(&self, symbol: u16, side: BookSide, price: i64) -> u64 {
+        let s = &self.symbols[usize::from(symbol)];
+        let levels = match side {
+            BookSide::Bid => &s.bids,
+            BookSide::Ask => &s.asks,
+        };
+        levels.get(&price).copied().unwrap_or(0)
+    }
+
     /// Trades published for a symbol.
     pub fn trade_seq(&self, symbol: u16) -> u64 {
         self.symbols[usize::from(symbol)].trade_seq

@@ -179,6 +179,7 @@ pub struct VenueServer<T: Transport = Reactor> {
     /// The market-data server, fed from the exchange after every pass.
     md: Option<crate::feed::server::MdServer>,
     md_trades: Vec<crate::venue::exchange::Trade>,
+    md_levels: Vec<(u16, crate::feed::msg::BookSide, i64, u64)>,
 }
 
 impl VenueServer {
@@ -242,6 +243,7 @@ impl<T: Transport> VenueServer<T> {
             stats: VenueStats::default(),
             md: None,
             md_trades: Vec::with_capacity(1_024),
+            md_levels: Vec::with_capacity(1_024),
             config,
         }
     }
@@ -264,7 +266,9 @@ impl<T: Transport> VenueServer<T> {
         match self.md.as_mut() {
             Some(md) => {
                 let mut trades = std::mem::take(&mut self.md_trades);
+                let mut levels = std::mem::take(&mut self.md_levels);
                 trades.clear();
+                levels.clear();
                 self.exchange.drain_market_data(
                     |symbol, side, price, qty| {
                         let side = if side == crate::order::Side::Buy {
@@ -272,10 +276,22 @@ impl<T: Transport> VenueServer<T> {
                         } else {
                             BookSide::Ask
                         };
-                        md.update_level(symbol, side, price, qty);
+                        levels.push((symbol, side, price, qty));
                     },
                     |t| trades.push(*t),
                 );
+                // Levels that shrink or go first, then those that grow or appear: the final
+                // book is never crossed, and in this order no state in between is either (every
+                // level present is one of the final book's), so a subscriber never sees a
+                // crossed book it would have to treat as corruption.
+                for grow in [false, true] {
+                    for &(symbol, side, price, qty) in &levels {
+                        if (qty > md.level_qty(symbol, side, price)) == grow {
+                            md.update_level(symbol, side, price, qty);
+                        }
+                    }
+                }
+                self.md_levels = levels;
                 for t in &trades {
                     md.trade(now_ns, t.symbol, t.price, u64::from(t.qty), t.buy);
                 }

@@ -47,6 +47,8 @@ class Book:
         else:
             side[m["price"]] = m["qty"]
         self.seq = m["seq"]
+        if self.bids and self.asks and max(self.bids) >= min(self.asks):
+            raise AssertionError(f"crossed book at {self.seq}: {max(self.bids)} >= {min(self.asks)}")
 
     def levels(self):
         return (sorted(self.bids.items(), reverse=True), sorted(self.asks.items()))
