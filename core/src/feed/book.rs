@@ -3,8 +3,7 @@
 //! copy can no longer be trusted: the caller drops it and resynchronises from a new snapshot.
 //! A duplicate (a sequence already applied) is ignored and counted.
 
-use std::collections::BTreeMap;
-
+use super::levels::Levels;
 use super::msg::BookSide;
 
 /// What applying a delta did.
@@ -30,9 +29,13 @@ pub enum Applied {
         /// Best ask.
         ask: i64,
     },
-    /// Too many deltas waiting for a snapshot: dropped (resync).
+    /// Too many deltas waiting for a snapshot, or more levels than a side holds: dropped
+    /// (resync).
     Overflow,
 }
+
+/// Levels a side holds by default.
+pub const LEVELS_MAX: usize = 4_096;
 
 /// A level delta.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,11 +50,11 @@ pub struct Delta {
     pub qty: u64,
 }
 
-/// One symbol's book.
+/// One symbol's book, with every bound fixed at start (nothing allocates after).
 #[derive(Debug, Clone)]
 pub struct LocalBook {
-    bids: BTreeMap<i64, u64>,
-    asks: BTreeMap<i64, u64>,
+    bids: Levels,
+    asks: Levels,
     /// Sequence of the last delta applied; `None` while waiting for a snapshot.
     seq: Option<u64>,
     pending: Vec<Delta>,
@@ -59,11 +62,17 @@ pub struct LocalBook {
 }
 
 impl LocalBook {
-    /// An empty book waiting for its snapshot; at most `pending_max` deltas wait with it.
+    /// An empty book waiting for its snapshot; at most `pending_max` deltas wait with it;
+    /// [`LEVELS_MAX`] levels a side.
     pub fn new(pending_max: usize) -> Self {
+        Self::with_levels(pending_max, LEVELS_MAX)
+    }
+
+    /// As [`LocalBook::new`] with `levels_max` levels a side.
+    pub fn with_levels(pending_max: usize, levels_max: usize) -> Self {
         Self {
-            bids: BTreeMap::new(),
-            asks: BTreeMap::new(),
+            bids: Levels::with_capacity(levels_max),
+            asks: Levels::with_capacity(levels_max),
             seq: None,
             pending: Vec::with_capacity(pending_max),
             pending_max,
@@ -90,8 +99,10 @@ impl LocalBook {
         bids: impl Iterator<Item = (i64, u64)>,
         asks: impl Iterator<Item = (i64, u64)>,
     ) -> Applied {
-        self.bids = bids.filter(|l| l.1 > 0).collect();
-        self.asks = asks.filter(|l| l.1 > 0).collect();
+        if self.bids.replace(bids).is_err() || self.asks.replace(asks).is_err() {
+            self.reset();
+            return Applied::Overflow;
+        }
         self.seq = Some(seq);
         if let Some(crossed) = self.crossed() {
             self.reset();
@@ -137,10 +148,9 @@ impl LocalBook {
             BookSide::Bid => &mut self.bids,
             BookSide::Ask => &mut self.asks,
         };
-        if d.qty == 0 {
-            side.remove(&d.price);
-        } else {
-            side.insert(d.price, d.qty);
+        if side.set(d.price, d.qty).is_err() {
+            self.reset();
+            return Applied::Overflow;
         }
         self.seq = Some(d.seq);
         if let Some(crossed) = self.crossed() {
@@ -161,20 +171,19 @@ impl LocalBook {
     /// Best level of a side.
     pub fn best(&self, side: BookSide) -> Option<(i64, u64)> {
         match side {
-            BookSide::Bid => self.bids.iter().next_back(),
-            BookSide::Ask => self.asks.iter().next(),
+            BookSide::Bid => self.bids.highest(),
+            BookSide::Ask => self.asks.lowest(),
         }
-        .map(|(p, q)| (*p, *q))
     }
 
     /// Bid levels, best (highest) first.
     pub fn bids(&self) -> impl Iterator<Item = (i64, u64)> + '_ {
-        self.bids.iter().rev().map(|(p, q)| (*p, *q))
+        self.bids.ascending().rev()
     }
 
     /// Ask levels, best (lowest) first.
     pub fn asks(&self) -> impl Iterator<Item = (i64, u64)> + '_ {
-        self.asks.iter().map(|(p, q)| (*p, *q))
+        self.asks.ascending()
     }
 }
 

@@ -5,5 +5,6 @@
 pub mod book;
 pub mod fanout;
 pub mod handler;
+pub mod levels;
 pub mod msg;
 pub mod server;
