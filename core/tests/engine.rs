@@ -292,6 +292,21 @@ fn control(addr: &str, command: &str) -> String {
     line.trim_end().to_string()
 }
 
+/// A directory holding a `keel run` configuration for the venue at `entry` (journal and ipc in
+/// the same directory), and the configuration's path.
+fn keel_run_config(entry: &str, topology: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("keel.toml");
+    let text = config_text(
+        entry,
+        Some(&dir.path().join("journal")),
+        Some(&dir.path().join("ipc")),
+        topology,
+    );
+    std::fs::write(&config, text).unwrap();
+    (dir, config)
+}
+
 fn engine_process(config: &Path, log: &Path) -> Proc {
     let out = std::fs::File::create(log).unwrap();
     Proc(
@@ -351,18 +366,7 @@ fn wait_synced(channel: &Channel) {
 #[test]
 fn python_example_trades_through_keel_run() {
     let (_venue, entry, _control) = venue_process();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("keel.toml");
-    std::fs::write(
-        &config,
-        config_text(
-            &entry,
-            Some(&dir.path().join("journal")),
-            Some(&dir.path().join("ipc")),
-            "split",
-        ),
-    )
-    .unwrap();
+    let (dir, config) = keel_run_config(&entry, "split");
     let log = dir.path().join("run.log");
     let engine = engine_process(&config, &log);
     let path = dir.path().join("ipc").join("strategy-1");
@@ -505,18 +509,7 @@ fn open_lines(report: &str) -> BTreeSet<String> {
 #[test]
 fn kill_dash_nine_mid_storm_loses_and_duplicates_nothing() {
     let (_venue, entry, control_addr) = venue_process();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("keel.toml");
-    std::fs::write(
-        &config,
-        config_text(
-            &entry,
-            Some(&dir.path().join("journal")),
-            Some(&dir.path().join("ipc")),
-            "inline",
-        ),
-    )
-    .unwrap();
+    let (dir, config) = keel_run_config(&entry, "inline");
     let path = dir.path().join("ipc").join("strategy-0");
     let log1 = dir.path().join("run1.log");
     let engine = engine_process(&config, &log1);

@@ -547,6 +547,32 @@ fn slow_consumers_cannot_hurt_the_server_or_the_fast() {
     );
 }
 
+/// Drives a feed handler on the test's thread: one transport poll (up to 1 ms), its events, its
+/// timers.
+struct FeedDriver {
+    clock: TscClock,
+    events: Vec<keel::net::NetEvent>,
+}
+
+impl FeedDriver {
+    fn new() -> Self {
+        Self {
+            clock: TscClock::new(),
+            events: Vec::new(),
+        }
+    }
+
+    fn pass(&mut self, handler: &mut FeedHandler, reactor: &mut Reactor) {
+        let now = self.clock.now_ns();
+        self.events.clear();
+        reactor.poll(now, 1_000_000, &mut self.events).unwrap();
+        for e in &self.events {
+            handler.on_event(now, reactor, e);
+        }
+        handler.step(now, reactor);
+    }
+}
+
 // Goal: the engine's feed handler against a feed that drops, duplicates, reorders and corrupts
 // deltas: every fault is detected (a gap, a duplicate, a crossed book), each resync comes from a
 // fresh snapshot, the subscriber always gets a consistent top of book, and once the faults stop
@@ -568,18 +594,9 @@ fn feed_handler_resyncs_through_gaps_duplicates_reordering_and_crossed_books() {
         ..FeedConfig::default()
     });
     let mut strategy = handler.subscribe(1_024);
-    let clock = TscClock::new();
-    let mut events = Vec::new();
-    let mut pass = |handler: &mut FeedHandler, reactor: &mut Reactor| {
-        let now = clock.now_ns();
-        events.clear();
-        reactor.poll(now, 1_000_000, &mut events).unwrap();
-        for e in &events {
-            handler.on_event(now, reactor, e);
-        }
-        handler.step(now, reactor);
-    };
-    handler.start(clock.now_ns(), &mut reactor);
+    let mut driver = FeedDriver::new();
+    handler.start(driver.clock.now_ns(), &mut reactor);
+    let mut pass = |handler: &mut FeedHandler, reactor: &mut Reactor| driver.pass(handler, reactor);
     let mut last_top_seq = 0;
     let mut tops = 0u64;
     let faulty_until = Instant::now() + Duration::from_millis(2_500);
@@ -669,8 +686,7 @@ fn feed_handler_reconnects_with_backoff_and_resyncs() {
         },
         ..FeedConfig::default()
     });
-    let clock = TscClock::new();
-    let mut events = Vec::new();
+    let mut driver = FeedDriver::new();
     let mut run_until = |handler: &mut FeedHandler,
                          reactor: &mut Reactor,
                          what: &str,
@@ -678,16 +694,10 @@ fn feed_handler_reconnects_with_backoff_and_resyncs() {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !done(handler) {
             assert!(Instant::now() < deadline, "{what}: {:?}", handler.stats());
-            let now = clock.now_ns();
-            events.clear();
-            reactor.poll(now, 1_000_000, &mut events).unwrap();
-            for e in &events {
-                handler.on_event(now, reactor, e);
-            }
-            handler.step(now, reactor);
+            driver.pass(handler, reactor);
         }
     };
-    handler.start(clock.now_ns(), &mut reactor);
+    handler.start(TscClock::new().now_ns(), &mut reactor);
     run_until(&mut handler, &mut reactor, "first sync", &mut |h| {
         h.synced() && h.stats().deltas > 50
     });

@@ -117,23 +117,29 @@ struct Uring {
     timeout_ns: u64,
 }
 
+/// A client reactor (two slots, spin reads) with one connection to `addr`, established.
+fn connected_reactor(addr: SocketAddr, wait: WaitMode) -> (Reactor, keel::net::ConnId) {
+    let mut reactor = Reactor::new(ReactorConfig {
+        conns_max: 2,
+        wait,
+        spin_reads: true,
+        ..ReactorConfig::default()
+    })
+    .unwrap();
+    let conn = reactor.connect(addr).unwrap();
+    let mut events = Vec::new();
+    while !events
+        .iter()
+        .any(|e| matches!(e, NetEvent::Connected { .. }))
+    {
+        reactor.poll(0, 1_000_000, &mut events).unwrap();
+    }
+    (reactor, conn)
+}
+
 impl Uring {
     fn connect(addr: SocketAddr, wait: WaitMode, name: &str) -> Self {
-        let mut reactor = Reactor::new(ReactorConfig {
-            conns_max: 2,
-            wait,
-            spin_reads: true,
-            ..ReactorConfig::default()
-        })
-        .unwrap();
-        let conn = reactor.connect(addr).unwrap();
-        let mut events = Vec::new();
-        while !events
-            .iter()
-            .any(|e| matches!(e, NetEvent::Connected { .. }))
-        {
-            reactor.poll(0, 1_000_000, &mut events).unwrap();
-        }
+        let (mut reactor, conn) = connected_reactor(addr, wait);
         let client = client(name);
         let mut buf = [0u8; 128];
         let n = client.encode_login(&mut buf).unwrap();
@@ -143,7 +149,7 @@ impl Uring {
             conn,
             client,
             seq: 0,
-            events,
+            events: Vec::new(),
             timeout_ns: if wait == WaitMode::Blocking {
                 1_000_000_000
             } else {
@@ -333,25 +339,11 @@ struct UringPingPong {
 impl UringPingPong {
     fn connect(addr: SocketAddr, mode: &AtomicU8) -> Self {
         mode.store(URING_ECHO, Ordering::Relaxed);
-        let mut reactor = Reactor::new(ReactorConfig {
-            conns_max: 2,
-            wait: WaitMode::BusyPoll,
-            spin_reads: true,
-            ..ReactorConfig::default()
-        })
-        .unwrap();
-        let conn = reactor.connect(addr).unwrap();
-        let mut events = Vec::new();
-        while !events
-            .iter()
-            .any(|e| matches!(e, NetEvent::Connected { .. }))
-        {
-            reactor.poll(0, 0, &mut events).unwrap();
-        }
+        let (reactor, conn) = connected_reactor(addr, WaitMode::BusyPoll);
         Self {
             reactor,
             conn,
-            events,
+            events: Vec::new(),
         }
     }
 }

@@ -283,20 +283,15 @@ mod tests {
         let mut last = 0;
         while !writer.is_finished() {
             let t = s.book(0);
-            assert_eq!(t, top(t.seq).clone_if(t.seq > 0), "torn read");
+            let whole = if t.seq == 0 {
+                BookTop::default() // not written yet
+            } else {
+                top(t.seq)
+            };
+            assert_eq!(t, whole, "torn read");
             assert!(t.seq >= last);
             last = t.seq;
         }
         writer.join().unwrap();
-    }
-
-    impl BookTop {
-        fn clone_if(self, nonzero: bool) -> BookTop {
-            if nonzero {
-                self
-            } else {
-                BookTop::default()
-            }
-        }
     }
 }

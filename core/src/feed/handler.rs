@@ -151,6 +151,8 @@ pub struct FeedHandler {
     last_heard_ns: u64,
     inbox: Vec<u8>,
     out: Vec<u8>,
+    /// Requests to the server are written here.
+    request: Vec<u8>,
     stats: FeedStats,
 }
 
@@ -170,6 +172,7 @@ impl FeedHandler {
             last_heard_ns: 0,
             inbox: Vec::with_capacity(64 * 1024),
             out: Vec::with_capacity(1024),
+            request: Vec::with_capacity(128),
             stats: FeedStats::default(),
             config,
         }
@@ -346,18 +349,9 @@ impl FeedHandler {
 
     fn subscribe_all(&mut self, now_ns: u64, t: &mut impl Transport, conn: ConnId) {
         for i in 0..self.config.symbols.len() {
-            let symbol = self.config.symbols[i].clone();
-            self.send_text(
-                t,
-                conn,
-                &format!(r#"{{"op":"subscribe","channel":"book","symbol":"{symbol}"}}"#),
-            );
+            self.send_request(t, conn, "subscribe", Some("book"), i);
             if self.config.trades {
-                self.send_text(
-                    t,
-                    conn,
-                    &format!(r#"{{"op":"subscribe","channel":"trades","symbol":"{symbol}"}}"#),
-                );
+                self.send_request(t, conn, "subscribe", Some("trades"), i);
             }
             self.resync_due_ns[i] = now_ns + self.config.resync_retry_ns;
         }
@@ -451,22 +445,18 @@ impl FeedHandler {
 
     fn resync(&mut self, now_ns: u64, t: &mut impl Transport, conn: ConnId, sym: usize) {
         self.stats.resyncs += 1;
-        let symbol = self.config.symbols[sym].clone();
-        self.send_text(
-            t,
-            conn,
-            &format!(r#"{{"op":"snapshot","symbol":"{symbol}"}}"#),
-        );
+        self.send_request(t, conn, "snapshot", None, sym);
         self.resync_due_ns[sym] = now_ns + self.config.resync_retry_ns;
     }
 
     /// Timers: reconnect when due, ask again for snapshots that did not come, give up on a
     /// silent server.
     pub fn step(&mut self, now_ns: u64, t: &mut impl Transport) {
-        match self.state.clone() {
+        let silent = now_ns.saturating_sub(self.last_heard_ns) > self.config.silent_ns;
+        match self.state {
             State::Down { retry_at_ns } if now_ns >= retry_at_ns => self.connect(now_ns, t),
             State::Live(conn) => {
-                if now_ns.saturating_sub(self.last_heard_ns) > self.config.silent_ns {
+                if silent {
                     return self.down(now_ns, t);
                 }
                 for sym in 0..self.books.len() {
@@ -475,11 +465,7 @@ impl FeedHandler {
                     }
                 }
             }
-            State::Connecting(_) | State::Handshaking { .. }
-                if now_ns.saturating_sub(self.last_heard_ns) > self.config.silent_ns =>
-            {
-                self.down(now_ns, t);
-            }
+            State::Connecting(_) | State::Handshaking { .. } if silent => self.down(now_ns, t),
             _ => {}
         }
     }
@@ -498,8 +484,25 @@ impl FeedHandler {
         let _ = t.send(conn, &frame[..n]);
     }
 
-    fn send_text(&mut self, t: &mut impl Transport, conn: ConnId, text: &str) {
-        self.send_frame(t, conn, Opcode::Text, text.as_bytes());
+    /// Sends `{"op":op[,"channel":channel],"symbol":…}`, written into a buffer kept for it.
+    fn send_request(
+        &mut self,
+        t: &mut impl Transport,
+        conn: ConnId,
+        op: &str,
+        channel: Option<&str>,
+        sym: usize,
+    ) {
+        use std::io::Write;
+        let mut request = std::mem::take(&mut self.request);
+        request.clear();
+        let _ = write!(request, r#"{{"op":"{op}","#);
+        if let Some(channel) = channel {
+            let _ = write!(request, r#""channel":"{channel}","#);
+        }
+        let _ = write!(request, r#""symbol":"{}"}}"#, self.config.symbols[sym]);
+        self.send_frame(t, conn, Opcode::Text, &request);
+        self.request = request;
     }
 
     fn send_close(&mut self, t: &mut impl Transport, conn: ConnId, code: u16) {

@@ -26,9 +26,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
 use super::msg::{self, BookSide, Channel, Request};
-use crate::net::{
-    CloseReason, ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, WaitMode,
-};
+use crate::net::{ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, WaitMode};
 use crate::proto::ws::{self, close_code, Decoder, Opcode, Role, WsMessage};
 
 /// Server settings, all bounds fixed at start.
@@ -781,12 +779,7 @@ impl MdServer {
                         None => None,
                         Some(WsMessage::Text(t)) => {
                             self.scratch.extend_from_slice(t.as_bytes());
-                            // `Continuation` marks a market-data request (text, not echoed).
-                            Some(if echo {
-                                Opcode::Text
-                            } else {
-                                Opcode::Continuation
-                            })
+                            Some(Opcode::Text)
                         }
                         Some(WsMessage::Binary(b)) => {
                             self.scratch.extend_from_slice(b);
@@ -852,8 +845,10 @@ impl MdServer {
                     self.notice(conn, "error", "binary messages are not accepted");
                 }
                 Some(_) => {
-                    let text = String::from_utf8_lossy(&self.scratch).into_owned();
-                    self.request(now_ns, conn, &text);
+                    // A market-data request (text the decoder checked as UTF-8).
+                    let text = std::mem::take(&mut self.scratch);
+                    self.request(now_ns, conn, std::str::from_utf8(&text).unwrap_or(""));
+                    self.scratch = text;
                 }
             }
         }
@@ -1280,11 +1275,6 @@ impl MdServer {
         for id in ids {
             self.fail(now_ns, id, close_code::GOING_AWAY, "server shutting down");
         }
-    }
-
-    /// Whether the reason a connection closed was the server's doing.
-    pub fn is_local(reason: CloseReason) -> bool {
-        reason == CloseReason::Local
     }
 }
 

@@ -951,28 +951,27 @@ fn sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
 }
 
 fn set_send_buffer(fd: RawFd, bytes: u32) {
-    let size = bytes.min(i32::MAX as u32) as libc::c_int;
-    // SAFETY: setsockopt with a valid fd and a pointer to a c_int of the stated size.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            std::ptr::addr_of!(size).cast(),
-            std::mem::size_of::<libc::c_int>() as u32,
-        );
-    }
+    set_int_option(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_SNDBUF,
+        bytes.min(i32::MAX as u32) as i32,
+    );
 }
 
 fn set_nodelay(fd: RawFd) {
-    let one: libc::c_int = 1;
+    set_int_option(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+}
+
+/// setsockopt with an int value; a failure leaves the kernel default (nothing depends on it).
+fn set_int_option(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) {
     // SAFETY: setsockopt with a valid fd and a pointer to a c_int of the stated size.
     unsafe {
         libc::setsockopt(
             fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_NODELAY,
-            std::ptr::addr_of!(one).cast(),
+            level,
+            name,
+            std::ptr::addr_of!(value).cast(),
             std::mem::size_of::<libc::c_int>() as u32,
         );
     }

@@ -536,11 +536,21 @@ pub struct UpgradeRequest {
 /// The largest handshake head accepted.
 pub const HANDSHAKE_MAX: usize = 8_192;
 
-fn head_end(bytes: &[u8]) -> Option<usize> {
-    bytes
+/// The HTTP head (up to the blank line) and its length; `None` until it has all arrived.
+fn http_head(bytes: &[u8]) -> Result<Option<(&str, usize)>, HandshakeError> {
+    let end = bytes
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .map(|p| p + 4)
+        .map(|p| p + 4);
+    let Some(end) = end else {
+        if bytes.len() > HANDSHAKE_MAX {
+            return Err(HandshakeError::TooLong(HANDSHAKE_MAX));
+        }
+        return Ok(None);
+    };
+    let text = std::str::from_utf8(&bytes[..end])
+        .map_err(|_| HandshakeError::Bad("head is not UTF-8".into()))?;
+    Ok(Some((text, end)))
 }
 
 fn headers(head: &str) -> impl Iterator<Item = (String, &str)> {
@@ -559,14 +569,9 @@ fn has_token(value: &str, token: &str) -> bool {
 /// Server: parses an upgrade request; `Ok(None)` until the whole head has arrived. Returns the
 /// request and the head's length.
 pub fn parse_request(bytes: &[u8]) -> Result<Option<(UpgradeRequest, usize)>, HandshakeError> {
-    let Some(end) = head_end(bytes) else {
-        if bytes.len() > HANDSHAKE_MAX {
-            return Err(HandshakeError::TooLong(HANDSHAKE_MAX));
-        }
+    let Some((head, end)) = http_head(bytes)? else {
         return Ok(None);
     };
-    let head = std::str::from_utf8(&bytes[..end])
-        .map_err(|_| HandshakeError::Bad("head is not UTF-8".into()))?;
     let mut parts = head.split("\r\n").next().unwrap_or("").split(' ');
     let (method, path, version) = (parts.next(), parts.next(), parts.next());
     if method != Some("GET") || !version.is_some_and(|v| v.starts_with("HTTP/1.1")) {
@@ -647,14 +652,9 @@ pub fn request(host: &str, path: &str, nonce: [u8; 16]) -> (String, String) {
 /// Client: checks the server's answer to `key`; `Ok(None)` until the head has arrived, then the
 /// head's length.
 pub fn parse_response(bytes: &[u8], key: &str) -> Result<Option<usize>, HandshakeError> {
-    let Some(end) = head_end(bytes) else {
-        if bytes.len() > HANDSHAKE_MAX {
-            return Err(HandshakeError::TooLong(HANDSHAKE_MAX));
-        }
+    let Some((head, end)) = http_head(bytes)? else {
         return Ok(None);
     };
-    let head = std::str::from_utf8(&bytes[..end])
-        .map_err(|_| HandshakeError::Bad("head is not UTF-8".into()))?;
     let status = head.split("\r\n").next().unwrap_or("");
     if !status.starts_with("HTTP/1.1 101") {
         return Err(HandshakeError::Bad(format!("status line {status:?}")));

@@ -21,6 +21,24 @@ fn loopback() -> SocketAddr {
 }
 
 /// Polls until `done` says so, with a bound on the number of polls (never hangs).
+/// A std client connected to the reactor listening at `addr`, and its connection there.
+fn accept_one(
+    r: &mut Reactor,
+    addr: std::net::SocketAddr,
+    events: &mut Vec<NetEvent>,
+) -> (TcpStream, ConnId) {
+    let peer = TcpStream::connect(addr).unwrap();
+    let mut conn = None;
+    poll_until(r, events, |_, e| {
+        conn = conn.or(e.iter().find_map(|e| match e {
+            NetEvent::Accepted { conn, .. } => Some(*conn),
+            _ => None,
+        }));
+        conn.is_some()
+    });
+    (peer, conn.unwrap())
+}
+
 fn poll_until(
     r: &mut Reactor,
     events: &mut Vec<NetEvent>,
@@ -292,21 +310,8 @@ fn sqpoll_option_works() {
     };
     let mut r = Reactor::new(config).expect("SQPOLL ring");
     let (_, addr) = r.listen(loopback()).unwrap();
-    let mut peer = TcpStream::connect(addr).unwrap();
     let mut events = Vec::new();
-    poll_until(&mut r, &mut events, |_, e| {
-        e.iter().any(|e| matches!(e, NetEvent::Accepted { .. }))
-    });
-    let conn = events
-        .iter()
-        .find_map(|e| {
-            if let NetEvent::Accepted { conn, .. } = e {
-                Some(*conn)
-            } else {
-                None
-            }
-        })
-        .unwrap();
+    let (mut peer, conn) = accept_one(&mut r, addr, &mut events);
     peer.write_all(b"ping").unwrap();
     poll_until(&mut r, &mut events, |r, _| r.received(conn) == b"ping");
     r.send(conn, b"pong").unwrap();
@@ -333,21 +338,8 @@ fn spin_reads_carry_data() {
     };
     let mut r = Reactor::new(config).unwrap();
     let (_, addr) = r.listen(loopback()).unwrap();
-    let mut peer = TcpStream::connect(addr).unwrap();
     let mut events = Vec::new();
-    poll_until(&mut r, &mut events, |_, e| {
-        e.iter().any(|e| matches!(e, NetEvent::Accepted { .. }))
-    });
-    let conn = events
-        .iter()
-        .find_map(|e| {
-            if let NetEvent::Accepted { conn, .. } = e {
-                Some(*conn)
-            } else {
-                None
-            }
-        })
-        .unwrap();
+    let (mut peer, conn) = accept_one(&mut r, addr, &mut events);
     for _ in 0..100 {
         r.poll(0, 0, &mut events).unwrap(); // empty passes: EAGAIN each time
     }
