@@ -685,6 +685,22 @@ impl Sim {
         self.orders.insert(id, (qty, 0, false));
         id
     }
+
+    /// Runs until the link is SYNCED (2 s at most).
+    fn synced(&mut self, what: &str) {
+        self.run_until(2_000 * MS, what, |s| s.link.state() == LinkState::Synced);
+    }
+
+    /// Places a resting order and runs until the venue accepted it (1 s at most).
+    fn place_accepted(&mut self, qty: u32) -> ClientOrderId {
+        let id = self.place(qty);
+        self.run_until(1_000 * MS, "accept", |s| {
+            s.history
+                .get(&id)
+                .is_some_and(|h| h.contains(&EventKind::Accepted))
+        });
+        id
+    }
 }
 
 // Goal: the gateway restarts in the middle of reconciliation (the answer never comes on that
@@ -692,15 +708,8 @@ impl Sim {
 #[test]
 fn gateway_restart_mid_reconciliation() {
     let mut sim = Sim::quiet(7);
-    sim.run_until(2_000 * MS, "first SYNCED", |s| {
-        s.link.state() == LinkState::Synced
-    });
-    let resting = sim.place(10);
-    sim.run_until(1_000 * MS, "accept", |s| {
-        s.history
-            .get(&resting)
-            .is_some_and(|h| h.contains(&EventKind::Accepted))
-    });
+    sim.synced("first SYNCED");
+    let resting = sim.place_accepted(10);
     sim.world.borrow_mut().cut_all();
     // Catch the link right after its next login, while it reconciles, and restart the gateway.
     sim.run_until(2_000 * MS, "reconciling", |s| {
@@ -721,9 +730,7 @@ fn gateway_restart_mid_reconciliation() {
 #[test]
 fn reconciliation_timeout_then_synced() {
     let mut sim = Sim::quiet(8);
-    sim.run_until(2_000 * MS, "first SYNCED", |s| {
-        s.link.state() == LinkState::Synced
-    });
+    sim.synced("first SYNCED");
     sim.world.borrow_mut().cut_all();
     sim.run_until(2_000 * MS, "reconciling", |s| {
         s.link.state() == LinkState::Reconciling
@@ -743,15 +750,8 @@ fn breaker_drill() {
     use keel::guard::breaker::BreakerState;
     use keel::strategy::{retry_advice, Retry};
     let mut sim = Sim::quiet(9);
-    sim.run_until(2_000 * MS, "SYNCED", |s| {
-        s.link.state() == LinkState::Synced
-    });
-    let resting = sim.place(10);
-    sim.run_until(1_000 * MS, "accept", |s| {
-        s.history
-            .get(&resting)
-            .is_some_and(|h| h.contains(&EventKind::Accepted))
-    });
+    sim.synced("SYNCED");
+    let resting = sim.place_accepted(10);
     sim.venue
         .apply_control(sim.now, "reject-burst 1000")
         .unwrap();
@@ -829,9 +829,7 @@ fn breaker_drill() {
 #[test]
 fn the_incident_in_simulation() {
     let mut sim = Sim::quiet(10);
-    sim.run_until(2_000 * MS, "SYNCED", |s| {
-        s.link.state() == LinkState::Synced
-    });
+    sim.synced("SYNCED");
     sim.venue.exchange_mut().synthetic(
         sim.now,
         0,
