@@ -99,6 +99,11 @@ pub enum FileConfigError {
 
 type Result<T> = std::result::Result<T, FileConfigError>;
 
+/// The engine reactor's per-connection receive buffer (`net::uring::ReactorConfig` default).
+const LINK_RECV_BUFFER_BYTES: usize = 64 * 1024;
+/// Smallest `max_packet_len`: room for every message the session itself receives.
+const PACKET_LEN_MIN: usize = 256;
+
 /// Reads one table's keys, each at most once; whatever is left at `finish` is unknown.
 struct Section<'a> {
     prefix: String,
@@ -553,12 +558,30 @@ fn read_venue(mut s: Section<'_>) -> Result<VenueLinkConfig> {
         })?;
     let username = s.required_string("username")?.to_string();
     let password = s.required_string("password")?.to_string();
-    for (key, value) in [("username", &username), ("password", &password)] {
-        if value.len() > 10 || !value.is_ascii() {
+    // SoupBinTCP's login fields are fixed width: a longer value would be cut on the wire and
+    // two venues configured as "trader01" and "trader02" would log in as the same account.
+    use crate::proto::soupbin::{PASSWORD_LEN, USERNAME_LEN};
+    let fields = [
+        (
+            "username",
+            &username,
+            USERNAME_LEN,
+            "1 to 6 printable ASCII characters (SoupBinTCP)",
+        ),
+        (
+            "password",
+            &password,
+            PASSWORD_LEN,
+            "1 to 10 printable ASCII characters (SoupBinTCP)",
+        ),
+    ];
+    for (key, value, width, allowed) in fields {
+        let printable = value.bytes().all(|b| b.is_ascii_graphic());
+        if value.is_empty() || value.len() > width || !printable {
             return Err(FileConfigError::OutOfRange {
                 key: s.key(key),
                 value: format!("\"{value}\""),
-                allowed: "at most 10 ASCII characters (SoupBinTCP login)",
+                allowed,
             });
         }
     }
@@ -618,6 +641,16 @@ fn read_venue(mut s: Section<'_>) -> Result<VenueLinkConfig> {
                 allowed: ">= 1",
             });
         }
+    }
+    // A packet and its 2-byte length must fit the transport's receive buffer, and the session's
+    // own messages (login, order status, reconciliation answers) must fit the packet.
+    let packet_max = LINK_RECV_BUFFER_BYTES - 2;
+    if !(PACKET_LEN_MIN..=packet_max).contains(&usize::from(link.max_packet_len)) {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("max_packet_len"),
+            value: link.max_packet_len.to_string(),
+            allowed: "256 to 65533 (the 64 KiB receive buffer less the length field)",
+        });
     }
     if link.session.backoff.cap_ns < link.session.backoff.base_ns {
         return Err(FileConfigError::OutOfRange {

@@ -633,15 +633,22 @@ fn engine_keeps_market_data_books_for_a_strategy() {
         assert!(builder.market_data(1, 16).is_none(), "one feed configured");
         let engine = builder.start().unwrap();
         let mut seen = [0u64; 4];
-        wait_until("books for every symbol", Duration::from_secs(15), || {
+        let mut first = [0u64; 4];
+        // Every symbol's book, and at least one of them moved on by a delta since its first
+        // sight (the figure asserted below is counted by then, whatever the machine's load).
+        wait_until("books and deltas", Duration::from_secs(15), || {
             while let Some((symbol, top)) = data.next_book() {
-                seen[usize::from(symbol)] = top.seq;
+                let s = usize::from(symbol);
+                seen[s] = top.seq;
+                if first[s] == 0 {
+                    first[s] = top.seq;
+                }
                 if top.bids[0].1 > 0 && top.asks[0].1 > 0 {
                     assert!(top.bids[0].0 < top.asks[0].0, "crossed top: {top:?}");
                 }
             }
             while data.next_trade().is_some() {}
-            seen.iter().all(|&s| s > 0)
+            seen.iter().all(|&s| s > 0) && seen.iter().zip(&first).any(|(s, f)| s > f)
         });
         let report = engine.stop().unwrap();
         let feed = report.feeds[0];

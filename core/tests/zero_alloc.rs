@@ -13,8 +13,8 @@ use common::alloc::{CountingAllocator, ALLOCATIONS, ARMED};
 
 use common::{roomy_config, Rig};
 use keel::order::{
-    ClientOrderId, Command, MassCancelScope, OutcomeKind, Price, Replace, RequestKind, Side,
-    SymbolId,
+    ClientOrderId, Command, LinkMode, MassCancelScope, OutcomeKind, Price, Replace, RequestKind,
+    Side, SymbolId,
 };
 use keel::rng::{Rng64, SplitMix64};
 
@@ -101,6 +101,19 @@ impl Driver {
                     new_id: r.new_id,
                 },
                 RequestKind::Query { id } => OutcomeKind::Accepted { id },
+                // A contradiction the table found: the venue reconciles (read-only, then
+                // trusted again) — the rare path is covered by the allocation count too.
+                RequestKind::Reconcile { .. } => {
+                    rig.outcome(
+                        0,
+                        OutcomeKind::LinkState {
+                            mode: LinkMode::ReadOnly,
+                        },
+                    );
+                    OutcomeKind::LinkState {
+                        mode: LinkMode::Trading,
+                    }
+                }
             };
             rig.outcome(0, outcome);
             if let OutcomeKind::Timeout { id } = outcome {

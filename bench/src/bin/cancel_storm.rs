@@ -25,8 +25,8 @@ use keel::clock::{Clock, TscClock};
 use keel::dispatch::{strategy_channel, venue_channel, Dispatcher, DispatcherConfig};
 use keel::guard::limiter::{LimiterConfig, RateLimiter, WindowLimit};
 use keel::order::{
-    ClientOrderId, Command, Event, EventKind, NewOrder, Outcome, OutcomeKind, Price, RequestKind,
-    Side, StrategyId, SymbolId, TimeInForce, VenueId,
+    ClientOrderId, Command, Event, EventKind, LinkMode, NewOrder, Outcome, OutcomeKind, Price,
+    RequestKind, Side, StrategyId, SymbolId, TimeInForce, VenueId,
 };
 use keel_bench::loadgen::OpenLoop;
 use keel_bench::{arg_u64, flag, pin_or_warn};
@@ -83,7 +83,9 @@ impl Keel {
             venue: VenueId(0),
             received_ns: now,
             seq: 0,
-            kind: OutcomeKind::LinkState { synced: true },
+            kind: OutcomeKind::LinkState {
+                mode: LinkMode::Trading,
+            },
         };
         venue.outcomes.push(synced).expect("room");
         Self {

@@ -29,9 +29,10 @@ use crate::guard::risk::Risk;
 use crate::guard::shed::{ShedConfig, Shedder};
 use crate::order::table::Applied;
 use crate::order::{
-    CancelRejectReason, ClientOrderId, Command, Event, EventKind, MassCancelScope, NewOrder, Order,
-    OrderEvent, OrderState, OrderTable, OutcomeKind, Price, Qty, RefusalReason, RejectReason,
-    Replace, RequestKind, StrategyId, TableError, UnsentRequest, VenueRequest,
+    CancelRejectReason, ClientOrderId, Command, Contradiction, Event, EventKind, LinkMode,
+    MassCancelScope, NewOrder, Order, OrderEvent, OrderState, OrderTable, OutcomeKind, Price, Qty,
+    RefusalReason, RejectReason, Replace, RequestKind, StrategyId, TableError, UnsentRequest,
+    VenueRequest,
 };
 use lanes::{BoundedQueue, CancelWork, NewLane, NewLaneFull, QueuedNew, QueuedReplace};
 
@@ -59,6 +60,9 @@ pub enum RestoreError {
     /// More in-flight orders than the bulkhead allows.
     #[error("order {0}: over the in-flight caps (raise the bulkhead caps)")]
     Bulkhead(ClientOrderId),
+    /// More open orders for one venue than its session's `orders_max`.
+    #[error("order {0}: the venue session's order map is full (raise the venue's orders_max)")]
+    SessionFull(ClientOrderId),
     /// The order is already in the table (restore ran twice).
     #[error("order {0}: already in the order table")]
     Duplicate(ClientOrderId),
@@ -71,7 +75,15 @@ struct VenueLink {
     cancels: BoundedQueue<CancelWork>,
     replaces: BoundedQueue<QueuedReplace>,
     news: NewLane,
-    synced: bool,
+    /// What the link lets leave (from its `LinkState` reports, downgraded here on a
+    /// contradiction the order table found).
+    mode: LinkMode,
+    /// The order table refused a report about this order: a `Reconcile` request is owed to
+    /// the link (sent as soon as its ring has room).
+    reconcile_wanted: Option<ClientOrderId>,
+    /// A `Reconcile` request is with the link and not yet answered: a `Trading` report that
+    /// crosses it is taken as `ReadOnly` (it predates the contradiction).
+    reconcile_pending: bool,
     /// Watchdog on the venue's executor loop, if one is attached.
     watchdog: Option<crate::session::watchdog::Watchdog>,
     /// The watchdog says the executor loop is stalled: route nothing new to it.
@@ -148,7 +160,9 @@ impl Dispatcher {
                     config.lane_new_per_symbol_max,
                     config.symbols,
                 ),
-                synced: false,
+                mode: LinkMode::Down,
+                reconcile_wanted: None,
+                reconcile_pending: false,
                 watchdog: None,
                 stalled: false,
                 next_wire_ref: 1,
@@ -216,7 +230,12 @@ impl Dispatcher {
 
     /// Whether the venue link is SYNCED (the only state in which new orders leave).
     pub fn is_synced(&self, venue: u16) -> bool {
-        self.venues[usize::from(venue)].synced
+        self.venues[usize::from(venue)].mode == LinkMode::Trading
+    }
+
+    /// What venue `venue`'s link lets leave, as the dispatcher knows it.
+    pub fn link_mode(&self, venue: u16) -> LinkMode {
+        self.venues[usize::from(venue)].mode
     }
 
     /// Attaches the order journal: from now on every new order's intent is appended before
@@ -398,8 +417,8 @@ impl Dispatcher {
         let refuse = |reason| EventKind::Refused { reason };
         self.check_route(strategy, order)?;
         let venue = &self.venues[usize::from(order.venue.0)];
-        if !venue.synced {
-            return Err(refuse(RefusalReason::NotSynced));
+        if let Some(reason) = new_order_block(venue.mode) {
+            return Err(refuse(reason));
         }
         if venue.stalled {
             return Err(refuse(RefusalReason::ExecutorStalled));
@@ -687,9 +706,12 @@ impl Dispatcher {
     fn serve_venue(&mut self, now_ns: u64, v: usize) -> u32 {
         let mut sent = 0;
         while sent < self.config.sends_per_poll_max && self.venues[v].port.requests.slots() > 0 {
-            let step = if !self.venues[v].synced {
-                // Nothing leaves for a link that is not SYNCED; queued new orders are refused
-                // at once, cancels and queries wait (and pay for budget when they leave).
+            let mode = self.venues[v].mode;
+            let step = if let Some(id) = self.venues[v].reconcile_wanted {
+                self.send_reconcile(now_ns, v, id)
+            } else if mode == LinkMode::Down {
+                // Nothing leaves for a link that is down; queued new orders are refused at
+                // once, cancels and queries wait (and pay for budget when they leave).
                 if self.venues[v].news.is_empty() {
                     Step::Idle
                 } else {
@@ -725,11 +747,46 @@ impl Dispatcher {
                 || (o.state == OrderState::Unknown && o.unknown_from == OrderState::PendingCancel)
         });
         if !still_wanted {
-            // Filled or closed while the cancel waited: nothing to send.
+            // Filled or closed while the cancel waited: nothing to send, but the command is
+            // still answered (a fill or a refusal closed the order; a venue cancel already
+            // answered it as `Canceled`).
             self.venues[v].cancels.pop();
+            self.answer_moot_cancel(now_ns, id);
             return Step::Progress;
         }
         self.send_cancel(now_ns, v, id)
+    }
+
+    /// A cancel that waited in its lane while its order closed or reopened: every command
+    /// gets an answer, so the strategy hears `CancelRejected { TooLateToCancel }` unless the
+    /// order closed as canceled (that event answered it).
+    fn answer_moot_cancel(&mut self, now_ns: u64, id: ClientOrderId) {
+        let Some(order) = self.table.get(id) else {
+            return; // evicted after closing: its close event answered the strategy
+        };
+        if order.state == OrderState::Canceled {
+            return;
+        }
+        let (strategy, closed) = (order.strategy, order.state.is_terminal());
+        let reason = if closed {
+            CancelRejectReason::TooLateToCancel
+        } else {
+            CancelRejectReason::NotApplied
+        };
+        self.stats.moot_cancels += 1;
+        self.emit(strategy, id, EventKind::CancelRejected { reason }, now_ns);
+    }
+
+    /// Asks the link to reconcile after the order table refused one of its reports.
+    fn send_reconcile(&mut self, now_ns: u64, v: usize, id: ClientOrderId) -> Step {
+        let link = &mut self.venues[v];
+        link.reconcile_wanted = None;
+        if link.mode == LinkMode::Down {
+            return Step::Progress; // its next login reconciles before anything leaves
+        }
+        link.reconcile_pending = true;
+        self.push_request(now_ns, v, 0, RequestKind::Reconcile { id });
+        Step::Sent
     }
 
     /// Sends a status query for an order still `Unknown` (skips it if evidence arrived first).
@@ -776,6 +833,13 @@ impl Dispatcher {
         if withdrawn {
             // Taken back by a mass cancel; both orders are already settled.
             self.venues[v].replaces.pop();
+            return Step::Progress;
+        }
+        if let Some(reason) = new_order_block(self.venues[v].mode) {
+            // A replace enters a new order: it waits for a trusted link like one.
+            self.venues[v].replaces.pop();
+            let kind = EventKind::Refused { reason };
+            self.abandon_replacement(now_ns, r.id, r.new_id, kind);
             return Step::Progress;
         }
         let still_wanted = self
@@ -846,15 +910,9 @@ impl Dispatcher {
     fn serve_new(&mut self, now_ns: u64, v: usize) -> Step {
         let queued = *self.venues[v].news.peek().expect("checked non-empty");
         let id = queued.order.id;
-        if !self.venues[v].synced {
+        if let Some(reason) = new_order_block(self.venues[v].mode) {
             self.venues[v].news.pop();
-            self.abandon_new(
-                now_ns,
-                id,
-                EventKind::Refused {
-                    reason: RefusalReason::NotSynced,
-                },
-            );
+            self.abandon_new(now_ns, id, EventKind::Refused { reason });
             return Step::Progress;
         }
         if now_ns.saturating_sub(queued.enqueued_ns) > self.config.acquire_timeout_ns {
@@ -869,8 +927,9 @@ impl Dispatcher {
             Ok(()) => {
                 self.venues[v].news.pop();
                 // The invariant that protects the venue: only a SYNCED link carries new orders.
-                assert!(
-                    self.venues[v].synced,
+                assert_eq!(
+                    self.venues[v].mode,
+                    LinkMode::Trading,
                     "new order released on a link that is not SYNCED"
                 );
                 // The intent is on record before the order can leave.
@@ -941,7 +1000,7 @@ impl Dispatcher {
         self.count_refusal(kind);
         let applied = self
             .apply(id, OrderEvent::Rejected, 0)
-            .expect("queued order is pending new");
+            .expect("queued order is pending new: venue reports never reach unsent orders");
         self.emit(applied.order.strategy, id, kind, now_ns);
     }
 
@@ -990,7 +1049,8 @@ impl Dispatcher {
 
     fn on_outcome(&mut self, v: usize, at_ns: u64, kind: OutcomeKind) {
         match kind {
-            OutcomeKind::LinkState { synced } => self.venues[v].synced = synced,
+            OutcomeKind::LinkState { mode } => self.on_link_state(v, mode),
+            OutcomeKind::Contradiction { id, what } => self.on_contradiction(v, at_ns, id, what),
             OutcomeKind::Accepted { id } => {
                 self.on_answer(v, at_ns, id, OrderEvent::Accepted, EventKind::Accepted)
             }
@@ -1017,9 +1077,16 @@ impl Dispatcher {
                 }
             }
             OutcomeKind::NotSent { id, request } => self.on_not_sent(v, at_ns, id, request),
+            OutcomeKind::Refused { id, reason } => self.on_link_refused(at_ns, id, reason),
             OutcomeKind::Timeout { id } => {
                 // Unknown, never failed: the order may be live or filled. Nothing is resent.
-                if let Some(applied) = self.report(id, OrderEvent::Timeout, 0) {
+                // The session's own clock, not venue evidence: a timeout for an order the
+                // table has already closed is moot (counted), not a contradiction.
+                let applied = self.apply(id, OrderEvent::Timeout, 0);
+                if applied.is_err() {
+                    self.stats.report_errors += 1;
+                }
+                if let Ok(applied) = applied {
                     self.guards.venues[v]
                         .breaker
                         .record(at_ns, CallOutcome::Failure);
@@ -1033,6 +1100,67 @@ impl Dispatcher {
                     };
                     if self.venues[v].cancels.push(query).is_err() {
                         self.stats.query_lane_full += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The link's trading mode. A `Trading` report that crosses a `Reconcile` request still
+    /// with the link predates the contradiction and is taken as `ReadOnly`.
+    fn on_link_state(&mut self, v: usize, mode: LinkMode) {
+        let link = &mut self.venues[v];
+        link.mode = match mode {
+            LinkMode::Trading if link.reconcile_pending || link.reconcile_wanted.is_some() => {
+                LinkMode::ReadOnly
+            }
+            LinkMode::Trading => LinkMode::Trading,
+            LinkMode::ReadOnly | LinkMode::Down => {
+                link.reconcile_pending = false;
+                mode
+            }
+        };
+    }
+
+    /// A report that cannot be true: the link is read-only until reconciliation settles it,
+    /// the order is in doubt (`Unknown`: its strategy is told, its symbol takes no new order
+    /// while the unknown gate is on), and the operator sees the counter. Never carried on.
+    fn on_contradiction(&mut self, v: usize, at_ns: u64, id: ClientOrderId, what: Contradiction) {
+        self.stats.contradictions += 1;
+        self.stats.last_contradiction = Some(what);
+        if self.venues[v].mode == LinkMode::Trading {
+            self.venues[v].mode = LinkMode::ReadOnly;
+        }
+        let open = self
+            .table
+            .get(id)
+            .is_some_and(|o| !o.state.is_terminal() && o.sent_ns != 0);
+        if open {
+            // Every open state may time out into Unknown; the risk gate follows in `apply`.
+            let _ = self.apply(id, OrderEvent::Timeout, 0);
+        }
+        self.emit_for(id, EventKind::Unknown, at_ns);
+    }
+
+    /// The link refused to write a new order or replace (read-only link, full session map):
+    /// it never left; it closes with `reason` (a replace's original stands again).
+    fn on_link_refused(&mut self, at_ns: u64, id: ClientOrderId, reason: RefusalReason) {
+        let Some(order) = self.table.get(id).copied() else {
+            return;
+        };
+        let refused = EventKind::Refused { reason };
+        match order.linked {
+            Some(original) if order.state == OrderState::PendingNew => {
+                self.abandon_replacement(at_ns, original, id, refused);
+            }
+            _ => {
+                let pending = order.state == OrderState::PendingNew
+                    || (order.state == OrderState::PendingCancel
+                        && order.pending_from == OrderState::PendingNew);
+                if pending {
+                    if let Some(applied) = self.report(id, OrderEvent::Rejected, 0) {
+                        self.count_refusal(refused);
+                        self.emit(applied.order.strategy, id, refused, at_ns);
                     }
                 }
             }
@@ -1087,6 +1215,8 @@ impl Dispatcher {
                     }
                 }
             }
+            // The link went down before it read the request: its next login reconciles.
+            UnsentRequest::Reconcile => self.venues[v].reconcile_pending = false,
             UnsentRequest::Query => {
                 let work = CancelWork::Query {
                     id,
@@ -1217,11 +1347,30 @@ impl Dispatcher {
     /// Applies a venue report; a report the table refuses is counted (and the order flagged
     /// for reconciliation by the table) and goes no further.
     fn report(&mut self, id: ClientOrderId, event: OrderEvent, qty: Qty) -> Option<Applied> {
-        match self.apply(id, event, qty) {
+        // A venue cannot report on an order that never left keel (still in its lane): that
+        // report is refused like any other the table cannot take.
+        let unsent = self.table.get(id).is_some_and(|o| o.sent_ns == 0);
+        let applied = if unsent {
+            Err(TableError::UnknownId(id))
+        } else {
+            self.apply(id, event, qty)
+        };
+        match applied {
             Ok(applied) => Some(applied),
             Err(error) => {
+                // The session's view and the order table disagree: a contradiction. The link
+                // is asked to reconcile and takes no new order meanwhile.
                 self.stats.report_errors += 1;
                 self.stats.last_report_error = Some(error);
+                self.stats.contradictions += 1;
+                self.stats.last_contradiction = Some(Contradiction::TableRefused);
+                if let Some(order) = self.table.get(id) {
+                    let link = &mut self.venues[usize::from(order.venue.0)];
+                    link.reconcile_wanted = Some(id);
+                    if link.mode == LinkMode::Trading {
+                        link.mode = LinkMode::ReadOnly;
+                    }
+                }
                 None
             }
         }
@@ -1330,6 +1479,15 @@ enum Step {
     Wait,
     /// Nothing to do.
     Idle,
+}
+
+/// Why no new order (or replace) may leave on a link in `mode`, if it may not.
+fn new_order_block(mode: LinkMode) -> Option<RefusalReason> {
+    match mode {
+        LinkMode::Trading => None,
+        LinkMode::ReadOnly => Some(RefusalReason::LinkReadOnly),
+        LinkMode::Down => Some(RefusalReason::NotSynced),
+    }
 }
 
 fn lane_full_reason(full: NewLaneFull) -> RefusalReason {

@@ -4,8 +4,8 @@
 use crate::order::{EventKind, RefusalReason, RequestKind, TableError};
 
 /// Number of [`RefusalReason`] variants (one counter each).
-pub const REFUSAL_REASONS: usize = 17;
-const _: () = assert!(RefusalReason::BadRoute as usize + 1 == REFUSAL_REASONS);
+pub const REFUSAL_REASONS: usize = 20;
+const _: () = assert!(RefusalReason::SessionFull as usize + 1 == REFUSAL_REASONS);
 
 /// Counters kept by the dispatcher.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,6 +28,16 @@ pub struct DispatchStats {
     pub sent_replace: u64,
     /// Status queries released to venues.
     pub sent_query: u64,
+    /// Reconciliation requests sent to venue links after the order table refused a report.
+    pub sent_reconcile: u64,
+    /// Contradictions: venue reports that could not be true given keel's order table (from
+    /// the session, or a report the table refused). Each made its link read-only: alarm on any.
+    pub contradictions: u64,
+    /// The most recent contradiction, for the operator's first look.
+    pub last_contradiction: Option<crate::order::Contradiction>,
+    /// Commands answered without reaching a venue because the order closed first (a cancel
+    /// that waited while its order filled): answered `CancelRejected { TooLateToCancel }`.
+    pub moot_cancels: u64,
     /// New orders shed.
     pub shed: u64,
     /// Orders that waited past the acquire deadline.
@@ -74,6 +84,7 @@ impl DispatchStats {
             RequestKind::Cancel { .. } => self.sent_cancel += 1,
             RequestKind::Replace(_) => self.sent_replace += 1,
             RequestKind::Query { .. } => self.sent_query += 1,
+            RequestKind::Reconcile { .. } => self.sent_reconcile += 1,
         }
     }
 

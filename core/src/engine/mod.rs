@@ -332,7 +332,8 @@ impl EngineBuilder {
                 // Routes were checked by `restore`.
                 links[usize::from(r.order.venue.0)]
                     .client_mut()
-                    .restore_order(&r.order, r.wire_ref, r.filled, r.accepted);
+                    .restore_order(&r.order, r.wire_ref, r.filled, r.accepted)
+                    .map_err(|_| crate::dispatch::RestoreError::SessionFull(r.order.id))?;
             }
             for (strategy, &next) in &recovery.next_sequence {
                 if let Some(floor) = restored.id_floor.get_mut(usize::from(strategy.0)) {

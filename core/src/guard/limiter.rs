@@ -218,7 +218,7 @@ impl RateLimiter {
             RequestKind::New(_) => w.new,
             RequestKind::Cancel { .. } => w.cancel,
             RequestKind::Replace(_) => w.replace,
-            RequestKind::Query { .. } => w.query,
+            RequestKind::Query { .. } | RequestKind::Reconcile { .. } => w.query,
         }
     }
 

@@ -44,7 +44,7 @@ const EV_REFUSED: u8 = 12;
 const EV_MALFORMED: u8 = 13;
 
 /// Refusal reasons by wire code (code = index + 1).
-const REFUSALS: [RefusalReason; 17] = [
+const REFUSALS: [RefusalReason; 20] = [
     RefusalReason::NotSynced,
     RefusalReason::RiskQty,
     RefusalReason::RiskNotional,
@@ -62,6 +62,9 @@ const REFUSALS: [RefusalReason; 17] = [
     RefusalReason::ExecutorStalled,
     RefusalReason::JournalUnavailable,
     RefusalReason::BadRoute,
+    RefusalReason::LinkReadOnly,
+    RefusalReason::RiskPrice,
+    RefusalReason::SessionFull,
 ];
 const _: () = assert!(REFUSALS.len() == crate::dispatch::REFUSAL_REASONS);
 
@@ -389,6 +392,6 @@ pub fn decode_event(position: u64, r: &[u8; RECORD_LEN]) -> Result<IpcEvent, Rec
 }
 
 #[cfg(test)]
-pub(super) fn tests_refusals() -> [RefusalReason; 17] {
+pub(super) fn tests_refusals() -> [RefusalReason; 20] {
     REFUSALS
 }

@@ -14,8 +14,9 @@ pub mod table;
 pub use id::{ClientOrderId, IdAllocator, IdError, StrategyId, VenueId, CLIENT_ORDER_ID_TEXT_LEN};
 pub use lifecycle::{LifecycleError, OrderEvent, OrderState};
 pub use msg::{
-    CancelRejectReason, Command, Event, EventKind, MassCancelScope, NewOrder, Outcome, OutcomeKind,
-    RefusalReason, RejectReason, Replace, RequestKind, TaggedCommand, UnsentRequest, VenueRequest,
+    CancelRejectReason, Command, Contradiction, Event, EventKind, LinkMode, MassCancelScope,
+    NewOrder, Outcome, OutcomeKind, RefusalReason, RejectReason, Replace, RequestKind,
+    TaggedCommand, UnsentRequest, VenueRequest,
 };
 pub use symbol::{SymbolError, SymbolId, SymbolName, SymbolTable, SYMBOL_NAME_LEN};
 pub use table::{Order, OrderTable, TableError, TableStats};

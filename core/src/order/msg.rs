@@ -94,6 +94,20 @@ pub enum RequestKind {
         /// Order to ask about.
         id: ClientOrderId,
     },
+    /// The dispatcher's order table refused a venue report about this order: the link must
+    /// stop trusting itself and reconcile (it goes read-only; nothing is sent for the order).
+    Reconcile {
+        /// The order the refused report was about.
+        id: ClientOrderId,
+    },
+}
+
+impl RequestKind {
+    /// True for requests that put a new order in the market (a new order, a replace): only a
+    /// trusted, SYNCED link carries them.
+    pub fn enters_order(&self) -> bool {
+        matches!(self, Self::New(_) | Self::Replace(_))
+    }
 }
 
 /// A request to a venue session, stamped with when the dispatcher released it.
@@ -161,6 +175,8 @@ pub enum UnsentRequest {
     Cancel,
     /// A status query.
     Query,
+    /// A reconciliation request (the link was not connected: its next login reconciles).
+    Reconcile,
     /// A replace of `replaced` (the outcome's id is the replacement).
     Replace {
         /// The order being replaced.
@@ -175,6 +191,7 @@ impl UnsentRequest {
             RequestKind::New(o) => (o.id, Self::New),
             RequestKind::Cancel { id } => (id, Self::Cancel),
             RequestKind::Query { id } => (id, Self::Query),
+            RequestKind::Reconcile { id } => (id, Self::Reconcile),
             RequestKind::Replace(r) => (r.new_id, Self::Replace { replaced: r.id }),
         }
     }
@@ -243,11 +260,57 @@ pub enum OutcomeKind {
         /// The order.
         id: ClientOrderId,
     },
-    /// The session's trading state changed; only a synced link may carry new orders.
+    /// The session's trading mode changed; only a `Trading` link may carry new orders.
     LinkState {
-        /// True when the session is SYNCED.
-        synced: bool,
+        /// What may leave on the link now.
+        mode: LinkMode,
     },
+    /// The link refused to write a new order or replace (the session could not track it, or
+    /// the wire cannot carry a value): it never left. Closed with this reason.
+    Refused {
+        /// The order (for a replace: the replacement).
+        id: ClientOrderId,
+        /// Why.
+        reason: RefusalReason,
+    },
+    /// A venue report contradicted this session's view of an order (an execution beyond the
+    /// order's quantity, an execution after it closed): the order's state is in doubt and the
+    /// link is read-only until reconciliation settles it. Never counted and carried on.
+    Contradiction {
+        /// The order concerned.
+        id: ClientOrderId,
+        /// What the venue reported.
+        what: Contradiction,
+    },
+}
+
+/// What a venue session lets leave, as the dispatcher is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LinkMode {
+    /// Not connected and reconciled: nothing leaves; new orders are refused `NotSynced`.
+    Down,
+    /// Connected but not trusted (a contradiction, or unsettled reconciliation): cancels and
+    /// status queries leave, new orders and replaces are refused `LinkReadOnly`.
+    ReadOnly,
+    /// SYNCED: everything may leave.
+    Trading,
+}
+
+/// A venue report that cannot be true given what keel sent and was told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Contradiction {
+    /// A report (ack, fill, cancel) for an order this session never sent.
+    UnknownOrder,
+    /// Executions beyond the order's quantity.
+    Overfill,
+    /// An execution or acceptance for an order already closed (filled, canceled, rejected).
+    AfterClose,
+    /// The venue's stream skipped sequence numbers: reports may have been lost.
+    SequenceGap,
+    /// A sequence number no venue can legally send (0, or a jump past any plausible day).
+    ImpossibleSequence,
+    /// A verdict (report or reconciliation answer) the engine's order table refused.
+    TableRefused,
 }
 
 /// An outcome from a venue session, stamped with when it was received.
@@ -302,6 +365,14 @@ pub enum RefusalReason {
     JournalUnavailable,
     /// The venue or symbol id is not configured.
     BadRoute,
+    /// The venue link is read-only: a report contradicted the order table, or reconciliation
+    /// has differences it could not settle. Cancels flow; new orders wait for reconciliation.
+    LinkReadOnly,
+    /// The price is not a valid limit price (zero, negative, past the wire's range) or lies
+    /// outside the price collar around the symbol's reference price.
+    RiskPrice,
+    /// The venue session's order map is full of open orders: nothing more can be tracked.
+    SessionFull,
 }
 
 /// What happened, as a strategy sees it.

@@ -1,7 +1,10 @@
 //! A venue link over the io_uring reactor, driven by the session state machine
 //! ([`super::machine`]): connect, log in asking for the next expected sequence number (the
 //! venue replays what was missed), reconcile (the venue's open orders against this session's),
-//! and only then report SYNCED so new orders may leave. Any failure — connect refused, login
+//! and only then report SYNCED so new orders may leave. A report that contradicts the
+//! session's view (see [`crate::order::Contradiction`]) makes the link read-only — cancels and
+//! queries flow, new orders are handed back refused — until a reconciliation, paced by
+//! backoff, settles everything. Any failure — connect refused, login
 //! rejected, reconciliation too slow, the venue silent for too many heartbeat intervals, the
 //! connection lost — closes the connection, reports every order in flight as unknown (never
 //! failed, never resent), and schedules a reconnect with backoff and equal jitter.
@@ -12,7 +15,10 @@ use super::machine::{Action, LinkState, SessionConfig, SessionEvent, SessionMach
 use super::ouch::{OuchClient, RequestError, SessionNews};
 use crate::dispatch::VenueHandle;
 use crate::net::{ConnId, NetEvent, Transport};
-use crate::order::{CancelRejectReason, Outcome, OutcomeKind, RequestKind, UnsentRequest, VenueId};
+use crate::order::{
+    CancelRejectReason, LinkMode, Outcome, OutcomeKind, RefusalReason, RequestKind, UnsentRequest,
+    VenueId,
+};
 use crate::proto::soupbin::frame;
 use crate::proto::DecodeError;
 
@@ -59,6 +65,11 @@ pub struct LinkStats {
     pub marked_unknown: u64,
     /// Session transitions the driver asked for that the machine refused (a bug, counted).
     pub invalid_transitions: u64,
+    /// Logins that could not be encoded (a credential wider than its field): the connection
+    /// is treated as refused and retried with backoff.
+    pub login_errors: u64,
+    /// New orders and replaces handed back refused because the link was read-only.
+    pub refused_read_only: u64,
 }
 
 /// A venue link. See the module docs.
@@ -72,6 +83,8 @@ pub struct VenueLink {
     machine: SessionMachine,
     conn: Option<ConnId>,
     reconnect_at_ns: Option<u64>,
+    /// When a paced reconciliation retry is due (read-only links).
+    reconcile_at_ns: Option<u64>,
     last_rx_ns: u64,
     last_tx_ns: u64,
     scratch: [u8; 512],
@@ -104,6 +117,7 @@ impl VenueLink {
             config,
             conn: None,
             reconnect_at_ns: None,
+            reconcile_at_ns: None,
             last_rx_ns: 0,
             last_tx_ns: 0,
             scratch: [0; 512],
@@ -170,16 +184,26 @@ impl VenueLink {
             self.event(now_ns, reactor, SessionEvent::ReconnectDue);
         }
         let state = self.machine.state();
-        if state == LinkState::Reconciling && now_ns >= self.machine.reconcile_deadline_ns() {
+        if self.reconcile_at_ns.is_some_and(|at| now_ns >= at) {
+            self.reconcile_at_ns = None;
+            if state == LinkState::ReadOnly {
+                self.event(now_ns, reactor, SessionEvent::ReconcileRetryDue);
+            }
+        }
+        let reconciling = matches!(state, LinkState::Reconciling | LinkState::ReadOnly);
+        if reconciling && now_ns >= self.machine.reconcile_deadline_ns() {
             return self.event(now_ns, reactor, SessionEvent::ReconcileTimeout);
         }
-        if state != LinkState::Synced {
+        if !matches!(state, LinkState::Synced | LinkState::ReadOnly) {
             self.return_unsent(now_ns);
         }
         let Some(conn) = self.conn.filter(|_| {
             matches!(
                 state,
-                LinkState::Connected | LinkState::Reconciling | LinkState::Synced
+                LinkState::Connected
+                    | LinkState::Reconciling
+                    | LinkState::Synced
+                    | LinkState::ReadOnly
             )
         }) else {
             return;
@@ -191,12 +215,16 @@ impl VenueLink {
             return self.event(now_ns, reactor, SessionEvent::HeartbeatTimeout);
         }
         self.read(now_ns, reactor, conn);
-        if self.machine.state() == LinkState::Synced {
+        if matches!(
+            self.machine.state(),
+            LinkState::Synced | LinkState::ReadOnly
+        ) {
             self.write(now_ns, reactor, conn);
         }
-        if self.machine.state() == LinkState::Synced
-            || self.machine.state() == LinkState::Reconciling
-        {
+        if matches!(
+            self.machine.state(),
+            LinkState::Synced | LinkState::Reconciling | LinkState::ReadOnly
+        ) {
             // Unanswered requests become Unknown (never failed, never resent).
             let (outcomes, backlog) = (&mut self.handle.outcomes, &mut self.backlog);
             self.client.expire(now_ns, &mut |o| {
@@ -234,13 +262,15 @@ impl VenueLink {
                 // No slot or no socket: treat like a refused connect (backoff, retry).
                 Err(_) => self.event(now_ns, reactor, SessionEvent::TcpFailed),
             },
-            Action::SendLogin => {
-                let n = self
-                    .client
-                    .encode_login(&mut self.scratch)
-                    .expect("login fits the scratch buffer");
-                self.send(now_ns, reactor, n);
-            }
+            Action::SendLogin => match self.client.encode_login(&mut self.scratch) {
+                Ok(n) => self.send(now_ns, reactor, n),
+                Err(_) => {
+                    // A credential wider than its field (config-check refuses it): never cut,
+                    // never sent; retried with backoff like a refused login.
+                    self.stats.login_errors += 1;
+                    self.event(now_ns, reactor, SessionEvent::LoginRejected);
+                }
+            },
             Action::SendReconcileQuery => {
                 let n = self
                     .client
@@ -259,17 +289,36 @@ impl VenueLink {
                     .client
                     .mark_in_flight_unknown(now_ns, &mut |o| backlog.push(o));
             }
-            Action::ScheduleReconnect { at_ns } => self.reconnect_at_ns = Some(at_ns),
-            Action::Report { synced } => {
-                self.backlog.push(Outcome {
-                    venue: self.venue,
-                    received_ns: now_ns,
-                    seq: 0,
-                    kind: OutcomeKind::LinkState { synced },
-                });
+            Action::ScheduleReconnect { at_ns } => {
+                self.reconcile_at_ns = None;
+                self.reconnect_at_ns = Some(at_ns);
             }
+            Action::ScheduleReconcile { at_ns } => self.reconcile_at_ns = Some(at_ns),
+            Action::Report { mode } => self.report_mode(now_ns, mode),
         }
         self.flush_backlog();
+    }
+
+    fn report_mode(&mut self, now_ns: u64, mode: LinkMode) {
+        self.backlog.push(Outcome {
+            venue: self.venue,
+            received_ns: now_ns,
+            seq: 0,
+            kind: OutcomeKind::LinkState { mode },
+        });
+    }
+
+    /// The dispatcher's order table refused one of this link's reports: stop trusting the
+    /// link (read-only, reconcile), and answer with the mode so the dispatcher knows its
+    /// request was seen.
+    fn reconcile_requested(&mut self, now_ns: u64, reactor: &mut impl Transport) {
+        self.event(now_ns, reactor, SessionEvent::Contradiction);
+        let mode = match self.machine.state() {
+            LinkState::Synced => LinkMode::Trading,
+            LinkState::ReadOnly | LinkState::Reconciling => LinkMode::ReadOnly,
+            _ => LinkMode::Down,
+        };
+        self.report_mode(now_ns, mode);
     }
 
     fn send(&mut self, now_ns: u64, reactor: &mut impl Transport, n: usize) {
@@ -302,18 +351,17 @@ impl VenueLink {
             };
             self.last_rx_ns = now_ns;
             let (packet_type, len) = (f.packet_type, f.len);
-            let mut payload = [0u8; 1024];
-            payload[..f.payload.len()].copy_from_slice(f.payload);
-            let payload_len = f.payload.len();
-            reactor.consume(conn, len);
+            // Decoded in place from the transport's buffer (any length up to `max_packet_len`),
+            // consumed after: no copy into a fixed buffer a legal packet could overrun.
             let (outcomes, backlog) = (&mut self.handle.outcomes, &mut self.backlog);
-            let news =
-                self.client
-                    .on_packet(now_ns, packet_type, &payload[..payload_len], &mut |o| {
-                        if let Err(rtrb::PushError::Full(o)) = outcomes.push(o) {
-                            backlog.push(o);
-                        }
-                    });
+            let news = self
+                .client
+                .on_packet(now_ns, packet_type, f.payload, &mut |o| {
+                    if let Err(rtrb::PushError::Full(o)) = outcomes.push(o) {
+                        backlog.push(o);
+                    }
+                });
+            reactor.consume(conn, len);
             let event = match news {
                 Ok(SessionNews::LoggedIn { .. }) => SessionEvent::LoginAccepted,
                 Ok(SessionNews::LoginRejected) => SessionEvent::LoginRejected,
@@ -321,6 +369,7 @@ impl VenueLink {
                 Ok(SessionNews::Reconciled(r)) => SessionEvent::ReconcileComplete {
                     unresolved: r.unresolved(),
                 },
+                Ok(SessionNews::Contradicted(_)) => SessionEvent::Contradiction,
                 Ok(SessionNews::Nothing) => continue,
                 Err(e) => return self.malformed(now_ns, reactor, e),
             };
@@ -333,6 +382,31 @@ impl VenueLink {
 
     fn write(&mut self, now_ns: u64, reactor: &mut impl Transport, conn: ConnId) {
         while let Ok(request) = self.handle.requests.peek().copied() {
+            if self.machine.state() != LinkState::Synced && request.kind.enters_order() {
+                // Read-only: a new order or replace released before the dispatcher learned it
+                // never leaves; it is handed back refused.
+                let (id, _) = UnsentRequest::of(&request.kind);
+                self.stats.refused_read_only += 1;
+                self.backlog.push(Outcome {
+                    venue: self.venue,
+                    received_ns: now_ns,
+                    seq: 0,
+                    kind: OutcomeKind::Refused {
+                        id,
+                        reason: RefusalReason::LinkReadOnly,
+                    },
+                });
+                let _ = self.handle.requests.pop();
+                continue;
+            }
+            if let RequestKind::Reconcile { .. } = request.kind {
+                let _ = self.handle.requests.pop();
+                self.reconcile_requested(now_ns, reactor);
+                if self.conn != Some(conn) {
+                    return;
+                }
+                continue;
+            }
             match self.client.encode_request(&request, &mut self.scratch) {
                 Ok(n) => {
                     if reactor.send(conn, &self.scratch[..n]).is_err() {
@@ -374,6 +448,12 @@ impl VenueLink {
     fn refuse(&mut self, now_ns: u64, kind: &RequestKind, error: RequestError) {
         self.stats.request_errors += 1;
         let outcome = match (kind, error) {
+            (RequestKind::New(_) | RequestKind::Replace(_), RequestError::SessionFull { .. }) => {
+                Some(OutcomeKind::Refused {
+                    id: UnsentRequest::of(kind).0,
+                    reason: RefusalReason::SessionFull,
+                })
+            }
             (RequestKind::Cancel { id }, RequestError::UnknownOrder(_)) => {
                 Some(OutcomeKind::CancelRejected {
                     id: *id,

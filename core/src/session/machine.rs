@@ -2,11 +2,18 @@
 //!
 //! `Disconnected → Connecting → Connected → Reconciling → Synced`, with every failure path back
 //! to `Disconnected` and a reconnect scheduled with exponential backoff and equal jitter. Only
-//! `Synced` lets new orders leave (the dispatcher is told through `Action::Report`). The
-//! machine owns no socket and reads no clock: the driver (`link`) feeds it events with `now_ns`
-//! and carries out the actions it writes into the caller's buffer.
+//! `Synced` lets new orders leave (the dispatcher is told through `Action::Report`).
+//!
+//! `ReadOnly` is the fail-safe state of a connected link keel cannot trust: a report
+//! contradicted the order table, or reconciliation left differences it could not settle.
+//! Cancels and status queries flow, new orders do not, and reconciliation is asked again,
+//! paced by backoff (never in a loop), until an answer settles everything.
+//!
+//! The machine owns no socket and reads no clock: the driver (`link`) feeds it events with
+//! `now_ns` and carries out the actions it writes into the caller's buffer.
 
 use crate::guard::backoff::{Backoff, BackoffConfig};
+use crate::order::LinkMode;
 use crate::rng::SplitMix64;
 
 /// Where a venue link stands.
@@ -23,6 +30,9 @@ pub enum LinkState {
     Reconciling,
     /// Reconciled: new orders may leave.
     Synced,
+    /// Connected but not trusted: a report contradicted keel's order table or reconciliation
+    /// left differences. Cancels and queries flow; no new orders; reconciliation is retried.
+    ReadOnly,
 }
 
 /// What happened to the link.
@@ -47,6 +57,11 @@ pub enum SessionEvent {
     },
     /// Reconciliation did not finish within `reconcile_timeout_ns`.
     ReconcileTimeout,
+    /// The paced retry of an unsettled reconciliation is due.
+    ReconcileRetryDue,
+    /// A report contradicted keel's view (unknown order, overfill, fill after close,
+    /// sequence gap, a verdict the order table refused).
+    Contradiction,
     /// The venue was silent for too many heartbeat intervals.
     HeartbeatTimeout,
     /// The connection closed (reset, peer close, decode error, end of session).
@@ -71,10 +86,16 @@ pub enum Action {
         /// When.
         at_ns: u64,
     },
-    /// Tell the dispatcher whether new orders may leave.
+    /// Ask for reconciliation again at `at_ns` (an unsettled one, paced by backoff).
+    ScheduleReconcile {
+        /// When.
+        at_ns: u64,
+    },
+    /// Tell the dispatcher what may leave: everything (`Trading`, only in `Synced`), cancels
+    /// and queries (`ReadOnly`), or nothing (`Down`).
     Report {
-        /// True only in `Synced`.
-        synced: bool,
+        /// The link's trading mode.
+        mode: LinkMode,
     },
 }
 
@@ -122,6 +143,10 @@ pub struct SessionStats {
     pub reconcile_timeouts: u64,
     /// Reconciliations that ended with unresolved differences.
     pub unreconciled: u64,
+    /// Contradictions reported (each moves a trusted link to `ReadOnly`).
+    pub contradictions: u64,
+    /// Times the link entered `ReadOnly`.
+    pub read_only_entries: u64,
     /// Invalid transitions requested by the driver.
     pub invalid: u64,
 }
@@ -158,6 +183,8 @@ pub struct SessionMachine {
     state: LinkState,
     config: SessionConfig,
     backoff: Backoff,
+    /// Paces repeated reconciliation queries in `ReadOnly`.
+    reconcile_backoff: Backoff,
     rng: SplitMix64,
     reconcile_deadline_ns: u64,
     stats: SessionStats,
@@ -169,6 +196,10 @@ impl SessionMachine {
         Self {
             state: LinkState::Disconnected,
             backoff: Backoff::new(config.backoff),
+            reconcile_backoff: Backoff::new(BackoffConfig {
+                attempts_max: u32::MAX,
+                ..config.backoff
+            }),
             rng: SplitMix64::new(config.jitter_seed),
             reconcile_deadline_ns: u64::MAX,
             stats: SessionStats::default(),
@@ -186,7 +217,8 @@ impl SessionMachine {
         self.stats
     }
 
-    /// When reconciliation must be done by (only meaningful in `Reconciling`).
+    /// When the outstanding reconciliation must be answered by (`u64::MAX`: none
+    /// outstanding).
     pub fn reconcile_deadline_ns(&self) -> u64 {
         self.reconcile_deadline_ns
     }
@@ -200,20 +232,37 @@ impl SessionMachine {
             (Disconnected, E::Start | E::ReconnectDue) => self.to_connecting(&mut out),
             (Connecting, E::TcpConnected) => self.to_connected(&mut out),
             (Connected, E::LoginAccepted) => self.to_reconciling(now_ns, &mut out),
-            (Reconciling, E::ReconcileComplete { unresolved: 0 }) => self.to_synced(&mut out),
-            // Differences keel cannot settle alone: ask again, stay closed to new orders.
+            (Reconciling | ReadOnly, E::ReconcileComplete { unresolved: 0 }) => {
+                self.to_synced(&mut out)
+            }
+            // Differences keel cannot settle alone: cancels and queries may flow, new orders
+            // may not; ask again later, paced (never in a loop).
             (Reconciling, E::ReconcileComplete { .. }) => {
                 self.stats.unreconciled += 1;
-                out.push(Action::SendReconcileQuery);
+                self.to_read_only(&mut out);
+                self.schedule_reconcile(now_ns, &mut out);
             }
-            (Reconciling, E::ReconcileTimeout) => {
+            (ReadOnly, E::ReconcileComplete { .. }) => {
+                self.stats.unreconciled += 1;
+                self.schedule_reconcile(now_ns, &mut out);
+            }
+            (ReadOnly, E::ReconcileRetryDue) => self.send_reconcile_query(now_ns, &mut out),
+            (Synced, E::Contradiction) => {
+                self.stats.contradictions += 1;
+                self.to_read_only(&mut out);
+                self.send_reconcile_query(now_ns, &mut out);
+            }
+            // Already untrusted: the reconciliation under way (or due) must settle it; a
+            // contradiction seen while replaying is part of that reconciliation's verdict.
+            (Reconciling | ReadOnly, E::Contradiction) => self.stats.contradictions += 1,
+            (Reconciling | ReadOnly, E::ReconcileTimeout) => {
                 self.stats.reconcile_timeouts += 1;
                 self.to_disconnected(now_ns, &mut out);
             }
             (Connecting, E::TcpFailed) => self.to_disconnected(now_ns, &mut out),
             (Connected, E::LoginRejected) => self.to_disconnected(now_ns, &mut out),
             (
-                Connecting | Connected | Reconciling | Synced,
+                Connecting | Connected | Reconciling | Synced | ReadOnly,
                 E::ConnectionLost | E::HeartbeatTimeout,
             ) => self.to_disconnected(now_ns, &mut out),
             (state, event) => {
@@ -240,21 +289,60 @@ impl SessionMachine {
     fn to_reconciling(&mut self, now_ns: u64, out: &mut Actions) {
         assert_eq!(self.state, LinkState::Connected);
         self.state = LinkState::Reconciling;
-        self.reconcile_deadline_ns = now_ns + self.config.reconcile_timeout_ns;
+        self.reconcile_deadline_ns = now_ns.saturating_add(self.config.reconcile_timeout_ns);
         out.push(Action::SendReconcileQuery);
     }
 
     fn to_synced(&mut self, out: &mut Actions) {
-        assert_eq!(self.state, LinkState::Reconciling);
+        assert!(matches!(
+            self.state,
+            LinkState::Reconciling | LinkState::ReadOnly
+        ));
         self.state = LinkState::Synced;
         self.stats.synced += 1;
+        self.reconcile_deadline_ns = u64::MAX;
         self.backoff.reset();
-        out.push(Action::Report { synced: true });
+        self.reconcile_backoff.reset();
+        out.push(Action::Report {
+            mode: LinkMode::Trading,
+        });
+    }
+
+    fn to_read_only(&mut self, out: &mut Actions) {
+        assert!(matches!(
+            self.state,
+            LinkState::Reconciling | LinkState::Synced
+        ));
+        self.state = LinkState::ReadOnly;
+        self.stats.read_only_entries += 1;
+        self.reconcile_deadline_ns = u64::MAX;
+        out.push(Action::Report {
+            mode: LinkMode::ReadOnly,
+        });
+    }
+
+    /// The next reconciliation query in `ReadOnly`, after an equal-jitter backoff delay.
+    fn schedule_reconcile(&mut self, now_ns: u64, out: &mut Actions) {
+        assert_eq!(self.state, LinkState::ReadOnly);
+        self.reconcile_deadline_ns = u64::MAX;
+        let delay = self
+            .reconcile_backoff
+            .next_delay_ns(&mut self.rng)
+            .unwrap_or(self.config.backoff.cap_ns);
+        out.push(Action::ScheduleReconcile {
+            at_ns: now_ns.saturating_add(delay),
+        });
+    }
+
+    fn send_reconcile_query(&mut self, now_ns: u64, out: &mut Actions) {
+        assert_eq!(self.state, LinkState::ReadOnly);
+        self.reconcile_deadline_ns = now_ns.saturating_add(self.config.reconcile_timeout_ns);
+        out.push(Action::SendReconcileQuery);
     }
 
     fn to_disconnected(&mut self, now_ns: u64, out: &mut Actions) {
         assert_ne!(self.state, LinkState::Disconnected, "already disconnected");
-        let was_synced = self.state == LinkState::Synced;
+        let was_reported = matches!(self.state, LinkState::Synced | LinkState::ReadOnly);
         let had_connection = self.state != LinkState::Connecting;
         self.state = LinkState::Disconnected;
         self.stats.disconnects += 1;
@@ -263,8 +351,10 @@ impl SessionMachine {
             out.push(Action::Close);
         }
         out.push(Action::MarkInFlightUnknown);
-        if was_synced {
-            out.push(Action::Report { synced: false });
+        if was_reported {
+            out.push(Action::Report {
+                mode: LinkMode::Down,
+            });
         }
         let delay = self
             .backoff
@@ -316,15 +406,29 @@ mod tests {
             vec![Action::SendReconcileQuery]
         );
         assert_eq!(m.reconcile_deadline_ns(), 10_002);
+        let got = actions(&mut m, 3, SessionEvent::ReconcileComplete { unresolved: 2 });
         assert_eq!(
-            actions(&mut m, 3, SessionEvent::ReconcileComplete { unresolved: 2 }),
-            vec![Action::SendReconcileQuery],
-            "unresolved differences: not synced, ask again"
+            got[0],
+            Action::Report {
+                mode: LinkMode::ReadOnly
+            },
+            "unresolved differences: read-only (cancels flow, no new orders)"
         );
-        assert_eq!(m.state(), Reconciling);
+        let Action::ScheduleReconcile { at_ns } = got[1] else {
+            panic!("no paced retry: {got:?}")
+        };
+        assert!((3 + 500..=3 + 1_000).contains(&at_ns), "paced: {at_ns}");
+        assert_eq!(m.state(), ReadOnly);
+        assert_eq!(
+            actions(&mut m, at_ns, SessionEvent::ReconcileRetryDue),
+            vec![Action::SendReconcileQuery],
+            "asked again only when the paced retry is due"
+        );
         assert_eq!(
             actions(&mut m, 4, SessionEvent::ReconcileComplete { unresolved: 0 }),
-            vec![Action::Report { synced: true }]
+            vec![Action::Report {
+                mode: LinkMode::Trading
+            }]
         );
         assert_eq!(m.state(), Synced);
         assert_eq!(m.stats().unreconciled, 1);
@@ -349,7 +453,9 @@ mod tests {
             &[
                 Action::Close,
                 Action::MarkInFlightUnknown,
-                Action::Report { synced: false }
+                Action::Report {
+                    mode: LinkMode::Down
+                }
             ]
         );
         let Action::ScheduleReconnect { at_ns } = got[3] else {
@@ -373,7 +479,10 @@ mod tests {
             m.on(0, e).unwrap();
         }
         let got = actions(&mut m, 10_000, SessionEvent::ReconcileTimeout);
-        assert!(got.contains(&Action::Close) && !got.contains(&Action::Report { synced: false }));
+        let down = Action::Report {
+            mode: LinkMode::Down,
+        };
+        assert!(got.contains(&Action::Close) && !got.contains(&down));
         assert_eq!(m.state(), Disconnected);
         assert_eq!(m.stats().reconcile_timeouts, 1);
     }
@@ -388,6 +497,8 @@ mod tests {
             Just(SessionEvent::LoginRejected),
             (0u32..3).prop_map(|unresolved| SessionEvent::ReconcileComplete { unresolved }),
             Just(SessionEvent::ReconcileTimeout),
+            Just(SessionEvent::ReconcileRetryDue),
+            Just(SessionEvent::Contradiction),
             Just(SessionEvent::HeartbeatTimeout),
             Just(SessionEvent::ConnectionLost),
         ]
@@ -409,10 +520,26 @@ mod tests {
                     Ok(acts) => {
                         let acts: Vec<Action> = acts.iter().collect();
                         let after = m.state();
-                        let up = acts.contains(&Action::Report { synced: true });
-                        let down = acts.contains(&Action::Report { synced: false });
-                        prop_assert_eq!(up, before != Synced && after == Synced);
-                        prop_assert_eq!(down, before == Synced && after != Synced);
+                        let reported = |mode| acts.contains(&Action::Report { mode });
+                        let trusted = |s| s == Synced;
+                        let carrying = |s| matches!(s, Synced | ReadOnly);
+                        prop_assert_eq!(reported(LinkMode::Trading), !trusted(before) && trusted(after));
+                        prop_assert_eq!(
+                            reported(LinkMode::ReadOnly),
+                            before != ReadOnly && after == ReadOnly
+                        );
+                        prop_assert_eq!(reported(LinkMode::Down), carrying(before) && after == Disconnected);
+                        // A reconciliation query is only ever sent on login, on the first
+                        // contradiction of a synced link, or when a paced retry is due.
+                        if acts.contains(&Action::SendReconcileQuery) {
+                            let allowed = matches!(
+                                (before, e),
+                                (Connected, SessionEvent::LoginAccepted)
+                                    | (Synced, SessionEvent::Contradiction)
+                                    | (ReadOnly, SessionEvent::ReconcileRetryDue)
+                            );
+                            prop_assert!(allowed, "query on {:?} in {:?}", e, before);
+                        }
                         if after == Disconnected {
                             let scheduled = acts.iter().any(|a| matches!(a, Action::ScheduleReconnect { at_ns } if *at_ns > now));
                             prop_assert!(scheduled, "no future reconnect in {:?}", acts);

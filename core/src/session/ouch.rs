@@ -7,8 +7,9 @@
 
 use crate::hash::FxHashMap;
 use crate::order::{
-    CancelRejectReason, ClientOrderId, NewOrder, Outcome, OutcomeKind, Price, RejectReason,
-    Replace, RequestKind, Side, TimeInForce, VenueId, VenueRequest, CLIENT_ORDER_ID_TEXT_LEN,
+    CancelRejectReason, ClientOrderId, Contradiction, NewOrder, Outcome, OutcomeKind, Price,
+    RejectReason, Replace, RequestKind, Side, TimeInForce, VenueId, VenueRequest,
+    CLIENT_ORDER_ID_TEXT_LEN,
 };
 use crate::proto::ouch::{
     decode_outbound, encode_inbound, ClOrdId, Dialect, EnterOrder, Inbound, OrderFields, Outbound,
@@ -27,8 +28,9 @@ pub struct ClientConfig {
     pub password: String,
     /// Wire layout.
     pub dialect: Dialect,
-    /// Orders whose UserRefNum mapping is kept (open orders plus recently closed); the oldest
-    /// half is forgotten when the map reaches it.
+    /// Orders whose UserRefNum mapping is kept (open orders plus recently closed). When the
+    /// map is full the longest-closed order is forgotten (O(1)); a map full of open orders
+    /// refuses new ones (`SessionFull`) rather than grow.
     pub orders_max: u32,
     /// Symbol names by `SymbolId`, space padded.
     pub symbols: Vec<crate::order::SymbolName>,
@@ -67,6 +69,9 @@ struct SessionOrder {
     cancel_pending: bool,
     /// A request for this order is awaiting the venue's answer since this time.
     awaiting_since_ns: Option<u64>,
+    /// A report about it could not be true (overfill, fill after close): its state is in
+    /// doubt until an operator settles it; reconciliation counts it unresolved.
+    contradicted: bool,
 }
 
 /// The outcome of comparing keel's view with the venue's reconciliation answer.
@@ -78,12 +83,18 @@ pub struct Reconciliation {
     pub missed_fills: u32,
     /// Open orders at the venue that keel does not know: cannot be resolved automatically.
     pub unknown_at_keel: u32,
+    /// Orders keel has open that the venue does not list, after a sequence gap: they may have
+    /// filled in the reports that were skipped, so each is queried, never assumed dead.
+    pub in_doubt: u32,
+    /// Orders and reports that contradicted keel's view and are not settled (sticky: an
+    /// operator must look).
+    pub contradictions: u32,
 }
 
 impl Reconciliation {
     /// Differences keel could not settle from the answer.
     pub fn unresolved(&self) -> u32 {
-        self.unknown_at_keel
+        self.unknown_at_keel + self.in_doubt + self.contradictions
     }
 }
 
@@ -110,6 +121,14 @@ pub struct ClientStats {
     pub reconciliations: u64,
     /// The last reconciliation's result.
     pub last_reconciliation: Reconciliation,
+    /// Reports that contradicted this session's view (each made the link read-only).
+    pub contradictions: u64,
+    /// The most recent one.
+    pub last_contradiction: Option<Contradiction>,
+    /// Closed orders forgotten to make room in the map (oldest closed first).
+    pub forgotten: u64,
+    /// New orders refused because the map was full of open orders.
+    pub session_full: u64,
 }
 
 /// Why a request could not be encoded.
@@ -130,6 +149,15 @@ pub enum RequestError {
         /// The last one used.
         last: u32,
     },
+    /// The session's order map is full of open orders: a new one cannot be tracked.
+    #[error("session order map full: {orders_max} open orders")]
+    SessionFull {
+        /// The configured capacity.
+        orders_max: u32,
+    },
+    /// The request is for the link itself (a reconciliation), not for the wire.
+    #[error("not a wire request")]
+    NotWire,
     /// The encoder refused.
     #[error(transparent)]
     Encode(#[from] EncodeError),
@@ -149,6 +177,8 @@ pub enum SessionNews {
     EndOfSession,
     /// A reconciliation answer was compared.
     Reconciled(Reconciliation),
+    /// A report contradicted keel's view: the link must stop trusting itself.
+    Contradicted(Contradiction),
     /// Nothing for the session state (data, heartbeat, debug).
     Nothing,
 }
@@ -172,16 +202,33 @@ pub struct OuchClient {
     applied_through: u64,
     /// (deadline, UserRefNum) of requests awaiting answers, oldest first.
     deadlines: std::collections::VecDeque<(u64, u32)>,
+    /// UserRefNums in the order their orders closed: the next to forget when the map is full.
+    closed_order: std::collections::VecDeque<u32>,
+    /// The login answer skipped sequence numbers: reports may be lost, so reconciliation
+    /// queries orders the venue does not list instead of declaring them never received.
+    gap_open: bool,
+    /// Reports that contradicted keel's view and named no order keel knows (a fill for an
+    /// order never sent): sticky, counted unresolved until an operator clears them.
+    orphan_contradictions: u32,
     stats: ClientStats,
 }
+
+/// Largest forward jump a login answer may make past the sequence keel asked for; anything
+/// beyond is no venue's day and is refused as malformed (a wedge at 2^64-1 otherwise).
+pub const SEQUENCE_JUMP_MAX: u64 = 1 << 32;
 
 impl OuchClient {
     /// A client for `venue`.
     pub fn new(config: ClientConfig, venue: VenueId) -> Self {
+        // The maps hold at most `orders_max` entries but are sized for twice that: under
+        // churn (insert, forget) a table at most half full rehashes in place, never growing.
         let cap = config.orders_max as usize * 2;
         Self {
             by_user_ref: FxHashMap::with_capacity_and_hasher(cap, Default::default()),
             by_id: FxHashMap::with_capacity_and_hasher(cap, Default::default()),
+            closed_order: std::collections::VecDeque::with_capacity(config.orders_max as usize),
+            gap_open: false,
+            orphan_contradictions: 0,
             next_user_ref: 1,
             next_seq: 1,
             venue_open: Vec::with_capacity(config.orders_max as usize),
@@ -217,7 +264,7 @@ impl OuchClient {
     /// to this session and reconciliation reports them unresolved.)
     pub fn resume_after(&mut self, seq: u64) {
         self.applied_through = seq;
-        self.next_seq = seq + 1;
+        self.next_seq = seq.saturating_add(1);
     }
 
     /// Rebuilds one order from the journal in a fresh client (before its first login), so
@@ -230,7 +277,7 @@ impl OuchClient {
         user_ref: u32,
         executed: u32,
         accepted: bool,
-    ) {
+    ) -> Result<(), RequestError> {
         let session_order = SessionOrder {
             id: order.id,
             qty: order.qty,
@@ -241,10 +288,19 @@ impl OuchClient {
             ioc: order.tif == TimeInForce::ImmediateOrCancel,
             cancel_pending: false,
             awaiting_since_ns: None,
+            contradicted: false,
         };
+        // Restores run before the first login; one past `orders_max` would make the map grow.
+        if self.by_user_ref.len() >= self.config.orders_max as usize {
+            self.stats.session_full += 1;
+            return Err(RequestError::SessionFull {
+                orders_max: self.config.orders_max,
+            });
+        }
         self.by_user_ref.insert(user_ref, session_order);
         self.by_id.insert(order.id, user_ref);
         self.next_user_ref = self.next_user_ref.max(user_ref.saturating_add(1));
+        Ok(())
     }
 
     /// The UserRefNum this session gave to `id`.
@@ -254,11 +310,25 @@ impl OuchClient {
 
     /// Encodes the login request (asking to resume at the next expected sequence).
     pub fn encode_login(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+        // Fixed-width fields: a longer value is refused, never cut (two configured accounts
+        // must never log in as one).
+        let fields = [
+            ("Username", &self.config.username, soupbin::USERNAME_LEN),
+            ("Password", &self.config.password, soupbin::PASSWORD_LEN),
+        ];
+        for (field, value, width) in fields {
+            if value.len() > width {
+                return Err(EncodeError::Unrepresentable {
+                    field,
+                    value: value.len() as u64,
+                });
+            }
+        }
         let login = LoginRequest {
             username: soupbin::alpha(&self.config.username),
             password: soupbin::alpha(&self.config.password),
             session: [b' '; soupbin::SESSION_LEN],
-            sequence: self.applied_through + 1,
+            sequence: self.applied_through.saturating_add(1),
             heartbeat_timeout_ms: None,
         };
         soupbin::encode_client(out, &ClientPacket::LoginRequest(login))
@@ -360,6 +430,8 @@ impl OuchClient {
                 self.await_answer(user_ref, request.sent_ns);
                 encode_inbound(&mut msg, &Inbound::OrderStatusQuery { user_ref }, dialect)?
             }
+            // Handled by the link (it reconciles); nothing of it goes on the wire.
+            RequestKind::Reconcile { .. } => return Err(RequestError::NotWire),
         };
         Ok(soupbin::encode_client(
             out,
@@ -416,17 +488,8 @@ impl OuchClient {
             }
             r => r,
         };
-        self.next_user_ref = user_ref + 1;
-        if self.by_id.len() >= self.config.orders_max as usize {
-            // Forget the older half of the closed orders; an order still open (or in doubt) is
-            // kept however old: its fills and its cancel must still map. The maps were sized
-            // for twice `orders_max`, so while open orders stay under `orders_max` (the order
-            // table's bound) they never grow and never allocate here.
-            let oldest = user_ref.saturating_sub(self.config.orders_max / 2);
-            self.by_user_ref.retain(|&u, o| u >= oldest || !o.closed);
-            let kept = &self.by_user_ref;
-            self.by_id.retain(|_, u| kept.contains_key(u));
-        }
+        self.make_room()?;
+        self.next_user_ref = user_ref.saturating_add(1);
         let order = SessionOrder {
             id,
             qty,
@@ -437,10 +500,42 @@ impl OuchClient {
             ioc: false,
             cancel_pending: false,
             awaiting_since_ns: None,
+            contradicted: false,
         };
         self.by_user_ref.insert(user_ref, order);
         self.by_id.insert(id, user_ref);
         Ok(user_ref)
+    }
+
+    /// Makes room for one more order: forgets the longest-closed one (O(1), no scan), or
+    /// refuses when every order in the map is open (or in doubt): their fills and cancels
+    /// must still map, and the map never grows past its sizing.
+    fn make_room(&mut self) -> Result<(), RequestError> {
+        while self.by_user_ref.len() >= self.config.orders_max as usize {
+            let Some(user_ref) = self.closed_order.pop_front() else {
+                self.stats.session_full += 1;
+                return Err(RequestError::SessionFull {
+                    orders_max: self.config.orders_max,
+                });
+            };
+            if let Some(order) = self.by_user_ref.remove(&user_ref) {
+                self.by_id.remove(&order.id);
+                self.stats.forgotten += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks `user_ref`'s order closed (once) and queues it to be forgotten last-closed-last.
+    fn close(&mut self, user_ref: u32) {
+        if let Some(order) = self.by_user_ref.get_mut(&user_ref) {
+            if !order.closed {
+                order.closed = true;
+                if self.closed_order.len() < self.closed_order.capacity() {
+                    self.closed_order.push_back(user_ref);
+                }
+            }
+        }
     }
 
     fn fields(&self, order: &NewOrder) -> Result<OrderFields, RequestError> {
@@ -476,67 +571,178 @@ impl OuchClient {
         emit: &mut impl FnMut(Outcome),
     ) -> Result<SessionNews, DecodeError> {
         match decode_server(packet_type, payload)? {
-            ServerPacket::LoginAccepted { sequence, .. } => {
-                // A venue that replays from before what we asked sends reports we already
-                // applied: they are skipped by sequence number, never applied twice.
-                self.next_seq = sequence;
-                Ok(SessionNews::LoggedIn { next_seq: sequence })
-            }
+            ServerPacket::LoginAccepted { sequence, .. } => self.on_login_accepted(sequence),
             ServerPacket::LoginRejected(_) => Ok(SessionNews::LoginRejected),
             ServerPacket::EndOfSession => Ok(SessionNews::EndOfSession),
             ServerPacket::Heartbeat | ServerPacket::Debug(_) => Ok(SessionNews::Nothing),
             ServerPacket::Sequenced(msg) => {
                 let msg = decode_outbound(msg, self.config.dialect)?;
                 let seq = self.next_seq;
-                self.next_seq += 1;
+                // Bounded by the login check: a stream cannot count past 2^64 - 1.
+                self.next_seq = seq.checked_add(1).ok_or(DecodeError::BadField {
+                    field: "Sequence Number",
+                    value: seq,
+                })?;
                 self.stats.sequenced += 1;
                 if seq <= self.applied_through {
                     self.stats.duplicates_skipped += 1;
                     return Ok(SessionNews::Nothing); // applied before a reconnect
                 }
                 self.applied_through = seq;
-                // Every outcome of this message carries its sequence number (the journal
-                // records it, and a restart resumes after it).
-                let emit = &mut |mut outcome: Outcome| {
-                    outcome.seq = seq;
-                    emit(outcome);
-                };
-                let barrier = matches!(msg, Outbound::AccountQueryResponse { .. })
-                    && std::mem::take(&mut self.awaiting_barrier);
-                if barrier {
-                    self.stats.reconciliations += 1;
-                    self.stats.last_reconciliation = Reconciliation::default();
-                    return Ok(SessionNews::Reconciled(Reconciliation::default()));
-                }
-                if let Outbound::ReconcileEnd { token, .. } = msg {
-                    if token != self.reconcile_token {
-                        // A stale answer (from before a reconnect) replayed: discard it and
-                        // the open orders listed with it.
-                        self.venue_open.clear();
-                        return Ok(SessionNews::Nothing);
-                    }
-                    let result = self.reconcile(now_ns, emit);
-                    self.stats.reconciliations += 1;
-                    self.stats.last_reconciliation = result;
-                    return Ok(SessionNews::Reconciled(result));
-                }
-                if let Some(kind) = self.map(&msg) {
-                    self.stats.mapped += 1;
-                    emit(Outcome {
-                        venue: self.venue,
-                        received_ns: now_ns,
-                        seq,
-                        kind,
-                    });
-                }
-                Ok(SessionNews::Nothing)
+                Ok(self.on_sequenced(now_ns, seq, &msg, emit))
             }
         }
     }
 
-    fn map(&mut self, msg: &Outbound<'_>) -> Option<OutcomeKind> {
+    /// The venue's answer to our login: where its stream continues. Earlier than asked is a
+    /// replay (skipped by sequence number, never applied twice); later than asked is a gap —
+    /// reports may be lost, so the link reconciles in doubt; 0, or a jump past any plausible
+    /// day, is refused as malformed (the connection closes and retries with backoff).
+    fn on_login_accepted(&mut self, sequence: u64) -> Result<SessionNews, DecodeError> {
+        let asked = self.applied_through.saturating_add(1);
+        if sequence == 0 || sequence.saturating_sub(asked) > SEQUENCE_JUMP_MAX {
+            self.note_contradiction(Contradiction::ImpossibleSequence);
+            return Err(DecodeError::BadField {
+                field: "Sequence Number",
+                value: sequence,
+            });
+        }
+        self.next_seq = sequence;
+        if sequence > asked {
+            self.gap_open = true;
+            self.note_contradiction(Contradiction::SequenceGap);
+        }
+        Ok(SessionNews::LoggedIn { next_seq: sequence })
+    }
+
+    /// One new sequenced message (not a duplicate), numbered `seq`.
+    fn on_sequenced(
+        &mut self,
+        now_ns: u64,
+        seq: u64,
+        msg: &Outbound<'_>,
+        emit: &mut impl FnMut(Outcome),
+    ) -> SessionNews {
+        // Every outcome of this message carries its sequence number (the journal records it,
+        // and a restart resumes after it).
+        let venue = self.venue;
+        let emit = &mut |kind: OutcomeKind| {
+            emit(Outcome {
+                venue,
+                received_ns: now_ns,
+                seq,
+                kind,
+            })
+        };
+        let barrier = matches!(msg, Outbound::AccountQueryResponse { .. })
+            && std::mem::take(&mut self.awaiting_barrier);
+        if barrier {
+            let result = self.barrier_verdict(emit);
+            self.stats.reconciliations += 1;
+            self.stats.last_reconciliation = result;
+            return SessionNews::Reconciled(result);
+        }
+        if let Outbound::ReconcileEnd { token, .. } = *msg {
+            if token != self.reconcile_token {
+                // A stale answer (from before a reconnect) replayed: discard it and the open
+                // orders listed with it.
+                self.venue_open.clear();
+                return SessionNews::Nothing;
+            }
+            let result = self.reconcile(emit);
+            self.stats.reconciliations += 1;
+            self.stats.last_reconciliation = result;
+            return SessionNews::Reconciled(result);
+        }
+        match self.map(msg) {
+            Mapped::Outcome(kind) => {
+                self.stats.mapped += 1;
+                emit(kind);
+                SessionNews::Nothing
+            }
+            Mapped::Contradiction(id, what) => {
+                if let Some(id) = id {
+                    emit(OutcomeKind::Contradiction { id, what });
+                }
+                SessionNews::Contradicted(what)
+            }
+            Mapped::Nothing => SessionNews::Nothing,
+        }
+    }
+
+    /// The Account Query barrier's verdict: the replay is complete, unless the login skipped
+    /// sequence numbers — then every order keel has open is in doubt and queried (this mode
+    /// has no list of the venue's open orders to compare with).
+    fn barrier_verdict(&mut self, emit: &mut impl FnMut(OutcomeKind)) -> Reconciliation {
+        let mut result = Reconciliation {
+            contradictions: self.contradictions_open(),
+            ..Reconciliation::default()
+        };
+        if std::mem::take(&mut self.gap_open) {
+            for order in self.by_user_ref.values() {
+                if !order.closed && !order.contradicted {
+                    result.in_doubt += 1;
+                    emit(OutcomeKind::Timeout { id: order.id });
+                }
+            }
+        }
+        result
+    }
+
+    fn note_contradiction(&mut self, what: Contradiction) {
+        self.stats.contradictions += 1;
+        self.stats.last_contradiction = Some(what);
+    }
+
+    /// Contradictions not settled: orders flagged, and reports for orders keel never sent.
+    fn contradictions_open(&self) -> u32 {
+        let flagged = self.by_user_ref.values().filter(|o| o.contradicted).count();
+        self.orphan_contradictions
+            .saturating_add(u32::try_from(flagged).unwrap_or(u32::MAX))
+    }
+
+    /// An operator has settled every contradiction with the venue (checked the account,
+    /// booked what the venue reported): the next reconciliation may trust the link again.
+    /// Returns how many were cleared.
+    pub fn clear_contradictions(&mut self) -> u32 {
+        let cleared = self.contradictions_open();
+        self.orphan_contradictions = 0;
+        for order in self.by_user_ref.values_mut() {
+            order.contradicted = false;
+        }
+        cleared
+    }
+
+    /// Checks a report against what this session knows of `user_ref`'s order: an execution
+    /// or acknowledgement for an order never sent, one after the order closed, or executions
+    /// beyond its quantity cannot be true. The order is flagged (never guessed at).
+    fn check_report(&mut self, user_ref: u32, executed: u32) -> Result<(), Mapped> {
+        let Some(order) = self.by_user_ref.get_mut(&user_ref) else {
+            self.stats.unknown_user_ref += 1;
+            self.orphan_contradictions = self.orphan_contradictions.saturating_add(1);
+            self.note_contradiction(Contradiction::UnknownOrder);
+            return Err(Mapped::Contradiction(None, Contradiction::UnknownOrder));
+        };
+        let what = if order.closed {
+            Contradiction::AfterClose
+        } else if u64::from(order.executed) + u64::from(executed) > u64::from(order.qty) {
+            Contradiction::Overfill
+        } else {
+            return Ok(());
+        };
+        order.contradicted = true;
+        order.awaiting_since_ns = None;
+        let id = order.id;
+        self.note_contradiction(what);
+        Err(Mapped::Contradiction(Some(id), what))
+    }
+
+    fn map(&mut self, msg: &Outbound<'_>) -> Mapped {
         let kind = match *msg {
             Outbound::Accepted(a) => {
+                if let Err(contradiction) = self.check_report(a.user_ref, 0) {
+                    return contradiction;
+                }
                 self.update(a.user_ref, |o| {
                     o.accepted = true;
                     if !o.ioc {
@@ -544,18 +750,24 @@ impl OuchClient {
                     }
                 });
                 OutcomeKind::Accepted {
-                    id: self.id(a.user_ref)?,
+                    id: self.known(a.user_ref),
                 }
             }
             Outbound::Replaced(a) => {
-                self.update(a.orig_user_ref, |o| o.closed = true);
+                if let Err(contradiction) = self.check_report(a.orig_user_ref, 0) {
+                    return contradiction;
+                }
+                if let Err(contradiction) = self.check_report(a.user_ref, 0) {
+                    return contradiction;
+                }
+                self.close(a.orig_user_ref);
                 self.update(a.user_ref, |o| {
                     o.accepted = true;
                     o.awaiting_since_ns = None;
                 });
                 OutcomeKind::Replaced {
-                    id: self.id(a.orig_user_ref)?,
-                    new_id: self.id(a.user_ref)?,
+                    id: self.known(a.orig_user_ref),
+                    new_id: self.known(a.user_ref),
                 }
             }
             Outbound::Executed {
@@ -564,44 +776,59 @@ impl OuchClient {
                 price,
                 ..
             } => {
+                if let Err(contradiction) = self.check_report(user_ref, qty) {
+                    return contradiction;
+                }
                 self.update(user_ref, |o| {
                     o.accepted = true;
                     o.executed += qty;
-                    o.closed |= o.executed >= o.qty;
-                    if !o.ioc || o.closed {
-                        o.awaiting_since_ns = None;
-                    }
                 });
+                let order = self.by_user_ref[&user_ref];
+                if order.executed >= order.qty {
+                    self.close(user_ref);
+                }
+                if !order.ioc || order.executed >= order.qty {
+                    self.update(user_ref, |o| o.awaiting_since_ns = None);
+                }
                 OutcomeKind::Fill {
-                    id: self.id(user_ref)?,
+                    id: order.id,
                     qty,
                     price: Price(price),
                 }
             }
             Outbound::Canceled { user_ref, .. } | Outbound::AiqCanceled { user_ref, .. } => {
+                let Some(id) = self.id(user_ref) else {
+                    return Mapped::Nothing; // closing an order keel does not track: counted
+                };
                 self.update(user_ref, |o| {
-                    o.closed = true;
                     o.cancel_pending = false;
                     o.awaiting_since_ns = None;
                 });
-                OutcomeKind::Canceled {
-                    id: self.id(user_ref)?,
-                }
+                self.close(user_ref);
+                OutcomeKind::Canceled { id }
             }
             Outbound::Rejected {
                 user_ref, reason, ..
             } => {
-                self.update(user_ref, |o| o.closed = true);
+                let Some(id) = self.id(user_ref) else {
+                    return Mapped::Nothing;
+                };
+                self.close(user_ref);
                 OutcomeKind::Rejected {
-                    id: self.id(user_ref)?,
+                    id,
                     reason: reject_reason(reason),
                 }
             }
             // OUCH's cancel reject carries no reason: the order was not open to cancel.
-            Outbound::CancelReject { user_ref, .. } => OutcomeKind::CancelRejected {
-                id: self.id(user_ref)?,
-                reason: CancelRejectReason::TooLateToCancel,
-            },
+            Outbound::CancelReject { user_ref, .. } => {
+                let Some(id) = self.id(user_ref) else {
+                    return Mapped::Nothing;
+                };
+                OutcomeKind::CancelRejected {
+                    id,
+                    reason: CancelRejectReason::TooLateToCancel,
+                }
+            }
             Outbound::OrderStatus(status) => {
                 // An answer to a status query, or part of a reconciliation answer.
                 if status.state == b'L' && self.venue_open.len() < self.venue_open.capacity() {
@@ -611,67 +838,77 @@ impl OuchClient {
             }
             Outbound::BrokenTrade { .. } => {
                 self.stats.broken_trades += 1;
-                return None;
+                return Mapped::Nothing;
             }
             _ => {
                 self.stats.informational += 1;
-                return None;
+                return Mapped::Nothing;
             }
         };
-        Some(kind)
+        Mapped::Outcome(kind)
     }
 
     /// What a status answer tells keel that it did not know: at most one outcome — the
     /// acceptance, the fills it missed (at the order's limit price: the venue's status does
-    /// not carry execution prices), or the close. Anything else changes nothing.
-    fn resolve(&mut self, status: &crate::proto::ouch::OrderStatus) -> Option<OutcomeKind> {
-        let order = self.by_user_ref.get_mut(&status.user_ref)?;
+    /// not carry execution prices), or the close. Anything else changes nothing. An answer
+    /// claiming more executed than the order's quantity is a contradiction.
+    fn resolve(&mut self, status: &crate::proto::ouch::OrderStatus) -> Mapped {
+        let Some(order) = self.by_user_ref.get_mut(&status.user_ref) else {
+            return Mapped::Nothing;
+        };
         order.awaiting_since_ns = None;
-        if order.closed {
-            return None;
+        if order.closed || order.contradicted {
+            return Mapped::Nothing;
+        }
+        if status.executed_qty > order.qty {
+            order.contradicted = true;
+            let id = order.id;
+            self.note_contradiction(Contradiction::Overfill);
+            return Mapped::Contradiction(Some(id), Contradiction::Overfill);
         }
         let id = order.id;
-        let kind = match status.state {
-            b'U' => {
-                order.closed = true;
+        let (kind, closes) = match status.state {
+            b'U' => (
                 OutcomeKind::Rejected {
                     id,
                     reason: RejectReason::NotReceived,
-                }
-            }
+                },
+                true,
+            ),
             _ if status.executed_qty > order.executed => {
                 let qty = status.executed_qty - order.executed;
                 order.executed = status.executed_qty;
                 order.accepted = true;
-                order.closed = order.executed >= order.qty;
-                OutcomeKind::Fill {
+                let kind = OutcomeKind::Fill {
                     id,
                     qty,
                     price: Price(order.price),
-                }
+                };
+                (kind, order.executed >= order.qty)
             }
             b'L' if !order.accepted => {
                 order.accepted = true;
-                OutcomeKind::Accepted { id }
+                (OutcomeKind::Accepted { id }, false)
             }
             b'L' if order.cancel_pending => {
                 order.cancel_pending = false;
-                OutcomeKind::CancelRejected {
+                let kind = OutcomeKind::CancelRejected {
                     id,
                     reason: CancelRejectReason::NotApplied,
-                }
+                };
+                (kind, false)
             }
             // Open exactly as keel knew it: a confirmation (settles an order keel has in doubt;
             // the dispatcher ignores it otherwise).
-            b'L' => OutcomeKind::StillOpen { id },
-            b'D' => {
-                order.closed = true;
-                OutcomeKind::Canceled { id }
-            }
-            _ => return None,
+            b'L' => (OutcomeKind::StillOpen { id }, false),
+            b'D' => (OutcomeKind::Canceled { id }, true),
+            _ => return Mapped::Nothing,
         };
+        if closes {
+            self.close(status.user_ref);
+        }
         self.stats.resolutions += 1;
-        Some(kind)
+        Mapped::Outcome(kind)
     }
 
     /// Starts the ack clock for a request on `user_ref`.
@@ -719,36 +956,54 @@ impl OuchClient {
 
     /// Compares this session's open orders with the venue's answer (the stream before it has
     /// been replayed, so every close the venue made is already applied). What the venue's
-    /// answer settles becomes outcomes; what it cannot is counted as unresolved.
-    fn reconcile(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> Reconciliation {
+    /// answer settles becomes outcomes; what it cannot is counted as unresolved. After a
+    /// sequence gap the replay is not complete: an order the venue does not list may have
+    /// filled in a skipped report, so it is reported in doubt (`Timeout`: the dispatcher
+    /// queries it) instead of never received.
+    fn reconcile(&mut self, emit: &mut impl FnMut(OutcomeKind)) -> Reconciliation {
         let mut result = Reconciliation::default();
         self.venue_open.sort_unstable();
-        for (user_ref, order) in self.by_user_ref.iter_mut() {
-            if order.closed {
+        let mut never_received = 0;
+        for (&user_ref, order) in self.by_user_ref.iter_mut() {
+            if order.closed || order.contradicted {
                 continue;
             }
-            if self.venue_open.binary_search(user_ref).is_err() {
-                // Open at keel, unknown to the venue after a full replay: it never arrived.
-                order.closed = true;
-                result.not_received += 1;
-                let kind = OutcomeKind::Rejected {
-                    id: order.id,
-                    reason: RejectReason::NotReceived,
-                };
-                emit(Outcome {
-                    venue: self.venue,
-                    received_ns: now_ns,
-                    seq: 0,
-                    kind,
-                });
+            if self.venue_open.binary_search(&user_ref).is_ok() {
+                continue;
             }
+            if self.gap_open {
+                result.in_doubt += 1;
+                emit(OutcomeKind::Timeout { id: order.id });
+                continue;
+            }
+            // Open at keel, unknown to the venue after a full replay: it never arrived.
+            never_received += 1;
+            order.closed = true;
+            if self.closed_order.len() < self.closed_order.capacity() {
+                self.closed_order.push_back(user_ref);
+            }
+            emit(OutcomeKind::Rejected {
+                id: order.id,
+                reason: RejectReason::NotReceived,
+            });
         }
+        result.not_received = never_received;
         for &user_ref in &self.venue_open {
             if !self.by_user_ref.contains_key(&user_ref) {
                 result.unknown_at_keel += 1;
             }
         }
+        result.contradictions = self.contradictions_open();
+        if result.in_doubt == 0 {
+            // Every order the skipped reports could have touched is settled.
+            self.gap_open = false;
+        }
         result
+    }
+
+    /// The id of an order `check_report` found in the map.
+    fn known(&self, user_ref: u32) -> ClientOrderId {
+        self.by_user_ref[&user_ref].id
     }
 
     fn id(&mut self, user_ref: u32) -> Option<ClientOrderId> {
@@ -758,6 +1013,17 @@ impl OuchClient {
         }
         id
     }
+}
+
+/// What one venue message means for the session.
+#[derive(Debug, Clone, Copy)]
+enum Mapped {
+    /// An outcome for the dispatcher.
+    Outcome(OutcomeKind),
+    /// A report that cannot be true, about this order (if keel knows it).
+    Contradiction(Option<ClientOrderId>, Contradiction),
+    /// Nothing for the dispatcher.
+    Nothing,
 }
 
 /// keel's ClientOrderId as an OUCH ClOrdID: 13 base-36 characters and one space.

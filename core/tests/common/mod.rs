@@ -11,8 +11,8 @@ use keel::dispatch::{
 };
 use keel::guard::limiter::{LimiterConfig, WindowLimit, WINDOWS_MAX};
 use keel::order::{
-    ClientOrderId, Command, Event, EventKind, NewOrder, Outcome, OutcomeKind, Price, Side,
-    StrategyId, SymbolId, TimeInForce, VenueId, VenueRequest,
+    ClientOrderId, Command, Event, EventKind, LinkMode, NewOrder, Outcome, OutcomeKind, Price,
+    Side, StrategyId, SymbolId, TimeInForce, VenueId, VenueRequest,
 };
 
 pub const MS: u64 = 1_000_000;
@@ -101,7 +101,12 @@ impl Rig {
             next_seq: vec![0; usize::from(config.strategies)],
         };
         for v in 0..config.venues {
-            rig.outcome(v, OutcomeKind::LinkState { synced: true });
+            rig.outcome(
+                v,
+                OutcomeKind::LinkState {
+                    mode: LinkMode::Trading,
+                },
+            );
         }
         rig.poll();
         rig
