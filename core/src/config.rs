@@ -92,6 +92,22 @@ pub enum FileConfigError {
     /// A required key is missing.
     #[error("`{0}` is required")]
     Missing(String),
+    /// The configuration would allocate more memory at start than allowed.
+    #[error(
+        "needs {need_bytes} bytes of memory at start, above the limit of {limit_bytes} \
+         (engine.memory_max_bytes, or the machine's memory); the largest part is `{largest_key}` \
+         at {largest_bytes} bytes"
+    )]
+    MemoryNeed {
+        /// What the configuration needs.
+        need_bytes: u64,
+        /// The ceiling.
+        limit_bytes: u64,
+        /// The key behind the largest part.
+        largest_key: &'static str,
+        /// Its bytes.
+        largest_bytes: u64,
+    },
     /// The dispatcher's bounds do not hold together.
     #[error("dispatcher: {0}")]
     Dispatcher(#[from] ConfigError),
@@ -279,7 +295,7 @@ impl EngineConfig {
         top.finish()?;
         d.venues = venues.len() as u16;
         d.validate()?;
-        Ok(Self {
+        let config = Self {
             symbols,
             dispatcher: d,
             journal,
@@ -287,8 +303,94 @@ impl EngineConfig {
             loops,
             ipc,
             feeds,
-        })
+        };
+        config.check_memory()?;
+        Ok(config)
     }
+
+    /// What the engine allocates at start for this configuration, largest parts named: the
+    /// order table, each venue session's order map, the rings and shared-memory channels.
+    /// (Journal files are reserved on disk, not counted here.)
+    pub fn memory_need(&self) -> MemoryNeed {
+        let d = &self.dispatcher;
+        let mut need = MemoryNeed::default();
+        need.add(
+            "dispatcher.orders_max",
+            crate::order::OrderTable::memory_bytes(d.orders_max, d.strategies),
+        );
+        for v in &self.venues {
+            need.add(
+                "venue.orders_max",
+                crate::session::ouch::OuchClient::memory_bytes(v.orders_max),
+            );
+        }
+        let ring = |capacity: u32, record: usize| u64::from(capacity) * record as u64;
+        let strategy_rings = ring(self.loops.strategy_ring, 2 * 64);
+        need.add(
+            "engine.strategy_ring",
+            strategy_rings * u64::from(d.strategies),
+        );
+        let venue_rings = ring(self.loops.venue_ring, 2 * 64);
+        need.add("engine.venue_ring", venue_rings * self.venues.len() as u64);
+        if let Some(ipc) = &self.ipc {
+            let channel = ring(ipc.command_capacity + ipc.event_capacity, 64) + 4_096;
+            need.add("ipc capacities", channel * u64::from(d.strategies));
+        }
+        need
+    }
+
+    /// Refuses a configuration whose start-up allocation exceeds `engine.memory_max_bytes`
+    /// (default: the machine's physical memory), with the figure and the largest part.
+    fn check_memory(&self) -> Result<()> {
+        let need = self.memory_need();
+        let limit = self
+            .loops
+            .memory_max_bytes
+            .unwrap_or_else(physical_memory_bytes);
+        if need.total_bytes > limit {
+            return Err(FileConfigError::MemoryNeed {
+                need_bytes: need.total_bytes,
+                limit_bytes: limit,
+                largest_key: need.largest_key,
+                largest_bytes: need.largest_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Memory a configuration needs at start (see [`EngineConfig::memory_need`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryNeed {
+    /// Everything.
+    pub total_bytes: u64,
+    /// The key behind the largest part.
+    pub largest_key: &'static str,
+    /// That part.
+    pub largest_bytes: u64,
+}
+
+impl MemoryNeed {
+    fn add(&mut self, key: &'static str, bytes: u64) {
+        self.total_bytes = self.total_bytes.saturating_add(bytes);
+        if bytes > self.largest_bytes {
+            self.largest_bytes = bytes;
+            self.largest_key = key;
+        }
+    }
+}
+
+/// The machine's physical memory, from /proc/meminfo (`u64::MAX` where it cannot be read: no
+/// ceiling then but a configured one).
+fn physical_memory_bytes() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else {
+        return u64::MAX;
+    };
+    text.lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .map_or(u64::MAX, |kb| kb.saturating_mul(1024))
 }
 
 fn read_feed(
@@ -357,6 +459,9 @@ fn read_loops(mut s: Section<'_>) -> Result<LoopConfig> {
     s.int("executor_stall_ns", &mut c.executor_stall_ns)?;
     s.int("strategy_ring", &mut c.strategy_ring)?;
     s.int("venue_ring", &mut c.venue_ring)?;
+    let mut memory_max_bytes: u64 = 0;
+    s.int("memory_max_bytes", &mut memory_max_bytes)?;
+    c.memory_max_bytes = (memory_max_bytes > 0).then_some(memory_max_bytes);
     for (key, value) in [
         ("strategy_ring", c.strategy_ring),
         ("venue_ring", c.venue_ring),
@@ -447,6 +552,15 @@ fn read_dispatcher<'a>(mut s: Section<'a>, d: &mut DispatcherConfig) -> Result<(
         r.int("order_notional_max", &mut d.risk.order_notional_max)?;
         r.int("position_max", &mut d.risk.position_max)?;
         r.bool("unknown_gate", &mut d.risk.unknown_gate)?;
+        r.int("price_max", &mut d.risk.price_max)?;
+        r.int("price_collar_bps", &mut d.risk.price_collar_bps)?;
+        if d.risk.price_max <= 0 {
+            return Err(FileConfigError::OutOfRange {
+                key: "dispatcher.risk.price_max".into(),
+                value: d.risk.price_max.to_string(),
+                allowed: ">= 1",
+            });
+        }
         r.finish()?;
     }
     if let Some(t) = s.subtable("bulkhead")? {
@@ -650,6 +764,13 @@ fn read_venue(mut s: Section<'_>) -> Result<VenueLinkConfig> {
             key: s.key("max_packet_len"),
             value: link.max_packet_len.to_string(),
             allowed: "256 to 65533 (the 64 KiB receive buffer less the length field)",
+        });
+    }
+    if orders_max > 1 << 30 {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("orders_max"),
+            value: orders_max.to_string(),
+            allowed: "1..=2^30",
         });
     }
     if link.session.backoff.cap_ns < link.session.backoff.base_ns {

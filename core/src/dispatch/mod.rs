@@ -105,8 +105,10 @@ pub struct Dispatcher {
     next_strategy: usize,
     /// Scratch for mass cancels: wire cancels needed per venue (allocated at start).
     mass_cancel_need: Vec<u32>,
-    /// Per strategy: ClientOrderId sequences at or below this were issued before a restart
-    /// (from the journal) and are refused as duplicates.
+    /// Per strategy: the highest ClientOrderId sequence seen (in a new order or replace,
+    /// admitted or refused, or restored from the journal). Ids ascend, so anything at or
+    /// below it is a duplicate — whether or not its order is still in the table (a small
+    /// table evicts closed orders; their ids must never reach the venue again).
     id_floor: Vec<u64>,
     /// Venue sequence number of the outcome being applied (0 outside one): journaled with
     /// the records it causes.
@@ -231,6 +233,14 @@ impl Dispatcher {
     /// Whether the venue link is SYNCED (the only state in which new orders leave).
     pub fn is_synced(&self, venue: u16) -> bool {
         self.venues[usize::from(venue)].mode == LinkMode::Trading
+    }
+
+    /// Sets `symbol`'s reference price for the pre-trade price collar (e.g. from market data
+    /// or an operator; fills set it too).
+    pub fn set_reference_price(&mut self, symbol: crate::order::SymbolId, price: Price) {
+        if symbol.0 < self.config.symbols {
+            self.guards.risk.set_reference(symbol, price);
+        }
     }
 
     /// What venue `venue`'s link lets leave, as the dispatcher knows it.
@@ -416,15 +426,16 @@ impl Dispatcher {
     ) -> Result<(), EventKind> {
         let refuse = |reason| EventKind::Refused { reason };
         self.check_route(strategy, order)?;
+        if self.table.get(order.id).is_some() || self.below_id_floor(order.id) {
+            return Err(refuse(RefusalReason::DuplicateId));
+        }
+        self.raise_id_floor(order.id);
         let venue = &self.venues[usize::from(order.venue.0)];
         if let Some(reason) = new_order_block(venue.mode) {
             return Err(refuse(reason));
         }
         if venue.stalled {
             return Err(refuse(RefusalReason::ExecutorStalled));
-        }
-        if self.table.get(order.id).is_some() || self.below_id_floor(order.id) {
-            return Err(refuse(RefusalReason::DuplicateId));
         }
         venue
             .news
@@ -509,6 +520,7 @@ impl Dispatcher {
         if self.table.get(r.new_id).is_some() || self.below_id_floor(r.new_id) {
             return Err(refuse(RefusalReason::DuplicateId));
         }
+        self.raise_id_floor(r.new_id);
         if self.table.open_count() >= self.table.capacity() {
             return Err(refuse(RefusalReason::OrderTableFull));
         }
@@ -971,6 +983,13 @@ impl Dispatcher {
         wire_ref
     }
 
+    /// `id` has been seen: it, and every id below it, is used.
+    fn raise_id_floor(&mut self, id: ClientOrderId) {
+        if let Some(floor) = self.id_floor.get_mut(usize::from(id.strategy().0)) {
+            *floor = (*floor).max(id.sequence());
+        }
+    }
+
     fn below_id_floor(&self, id: ClientOrderId) -> bool {
         self.id_floor
             .get(usize::from(id.strategy().0))
@@ -1260,6 +1279,8 @@ impl Dispatcher {
         if applied.first_answer {
             self.record_success(v, at_ns, &applied.order);
         }
+        // The last fill is the collar's reference (a venue's own print, checked on the way in).
+        self.guards.risk.set_reference(applied.order.symbol, price);
         let leaves = applied.order.leaves_qty();
         let kind = if leaves == 0 {
             EventKind::Filled { qty, price }

@@ -71,6 +71,9 @@ pub struct LoopConfig {
     pub strategy_ring: u32,
     /// Capacity of each venue ring (requests and outcomes).
     pub venue_ring: u32,
+    /// Ceiling on the memory the configuration may ask for at start (`None`: the machine's
+    /// physical memory). Checked when the configuration is read, with the figure.
+    pub memory_max_bytes: Option<u64>,
 }
 
 impl Default for LoopConfig {
@@ -84,6 +87,7 @@ impl Default for LoopConfig {
             executor_stall_ns: 50_000_000,
             strategy_ring: 4_096,
             venue_ring: 4_096,
+            memory_max_bytes: None,
         }
     }
 }

@@ -1,5 +1,7 @@
-//! Pre-trade risk: per-order quantity and notional caps, worst-case position per symbol, and
-//! the unknown-state gate (no new order on a symbol while one of its orders is `Unknown`).
+//! Pre-trade risk: valid limit prices and a price collar around each symbol's reference price
+//! (the fat-finger control), per-order quantity and notional caps, worst-case position per
+//! symbol, and the unknown-state gate (no new order on a symbol while one of its orders is
+//! `Unknown`).
 //!
 //! Position is checked worst-case: filled position plus every open order on the same side, as
 //! if all of them filled. Open quantity is reserved when an order is admitted and released
@@ -18,6 +20,12 @@ pub struct RiskLimits {
     pub position_max: i64,
     /// Refuse new orders on a symbol while one of its orders is `Unknown`.
     pub unknown_gate: bool,
+    /// Largest limit price accepted (fixed point, 1/10,000); prices at or below zero are
+    /// always refused.
+    pub price_max: i64,
+    /// Price collar: an order's price may differ from the symbol's reference price (its last
+    /// fill, or one set by the embedder) by at most this many basis points. 0: no collar.
+    pub price_collar_bps: u32,
 }
 
 impl Default for RiskLimits {
@@ -27,6 +35,8 @@ impl Default for RiskLimits {
             order_notional_max: 1_000_000 * Price::SCALE,
             position_max: 100_000,
             unknown_gate: true,
+            price_max: 1_000_000 * Price::SCALE,
+            price_collar_bps: 1_000,
         }
     }
 }
@@ -37,6 +47,8 @@ struct Exposure {
     open_buy: i64,
     open_sell: i64,
     unknown_orders: u32,
+    /// Reference price for the collar (0: none known yet: the collar waits for one).
+    reference: i64,
 }
 
 /// Pre-trade risk state for every symbol.
@@ -66,6 +78,7 @@ impl Risk {
         released_qty: Qty,
     ) -> Result<(), RefusalReason> {
         let l = &self.limits;
+        self.check_price(symbol, price)?;
         if qty == 0 || qty > l.order_qty_max {
             return Err(RefusalReason::RiskQty);
         }
@@ -85,6 +98,39 @@ impl Risk {
             return Err(RefusalReason::RiskPosition);
         }
         Ok(())
+    }
+
+    /// A limit price must be positive, at most `price_max`, and inside the collar around the
+    /// symbol's reference price when one is known.
+    #[inline]
+    fn check_price(&self, symbol: SymbolId, price: Price) -> Result<(), RefusalReason> {
+        let l = &self.limits;
+        if price.0 <= 0 || price.0 > l.price_max {
+            return Err(RefusalReason::RiskPrice);
+        }
+        let reference = self.symbols[usize::from(symbol.0)].reference;
+        if l.price_collar_bps > 0 && reference > 0 {
+            // |price − ref| · 10,000 ≤ ref · bps, in i128: no overflow for any i64 price.
+            let distance = (i128::from(price.0) - i128::from(reference)).abs() * 10_000;
+            if distance > i128::from(reference) * i128::from(l.price_collar_bps) {
+                return Err(RefusalReason::RiskPrice);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets `symbol`'s reference price for the collar (a fill's price, a market-data mid, an
+    /// operator's figure). Non-positive prices are ignored.
+    pub fn set_reference(&mut self, symbol: SymbolId, price: Price) {
+        if price.0 > 0 {
+            self.symbols[usize::from(symbol.0)].reference = price.0;
+        }
+    }
+
+    /// `symbol`'s reference price (`None`: none known yet).
+    pub fn reference(&self, symbol: SymbolId) -> Option<Price> {
+        let reference = self.symbols[usize::from(symbol.0)].reference;
+        (reference > 0).then_some(Price(reference))
     }
 
     /// Reserves open quantity for an admitted order.
@@ -161,8 +207,38 @@ mod tests {
             order_notional_max: 1_000 * Price::SCALE,
             position_max: 150,
             unknown_gate: true,
+            price_max: 100 * Price::SCALE,
+            price_collar_bps: 500,
         };
         Risk::new(limits, 2)
+    }
+
+    // Goal: the price checks refuse zero, negative, above-maximum and outside-the-collar
+    // prices with `RiskPrice` (worst legal and worst illegal values), and admit the edges.
+    #[test]
+    fn prices_are_valid_and_collared() {
+        let mut r = risk();
+        let s = SymbolId(0);
+        let check = |r: &Risk, p: i64| r.check(s, Side::Buy, Price(p), 1, 0);
+        for bad in [0, -1, i64::MIN, 100 * Price::SCALE + 1, i64::MAX] {
+            assert_eq!(check(&r, bad), Err(RefusalReason::RiskPrice), "{bad}");
+        }
+        assert_eq!(check(&r, 1), Ok(()), "no reference yet: any valid price");
+        assert_eq!(check(&r, 100 * Price::SCALE), Ok(()), "the maximum itself");
+        r.set_reference(s, Price(10 * Price::SCALE));
+        assert_eq!(check(&r, 1), Err(RefusalReason::RiskPrice), "fat finger");
+        assert_eq!(check(&r, 10 * Price::SCALE * 105 / 100), Ok(()), "+5% edge");
+        assert_eq!(check(&r, 10 * Price::SCALE * 95 / 100), Ok(()), "-5% edge");
+        assert_eq!(
+            check(&r, 10 * Price::SCALE * 105 / 100 + 1),
+            Err(RefusalReason::RiskPrice)
+        );
+        r.set_reference(s, Price(-5));
+        assert_eq!(
+            r.reference(s),
+            Some(Price(10 * Price::SCALE)),
+            "bad reference ignored"
+        );
     }
 
     #[test]

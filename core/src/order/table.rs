@@ -147,6 +147,14 @@ pub struct OrderTable {
 }
 
 impl OrderTable {
+    /// Bytes [`OrderTable::new`] allocates for `orders_max` slots.
+    pub fn memory_bytes(orders_max: u32, strategies: u16) -> u64 {
+        let slots = u64::from(orders_max);
+        let index = (slots * 2).next_power_of_two();
+        let slot = std::mem::size_of::<Option<Order>>() as u64;
+        slots * slot + index * 4 + slots * (4 + 4 + 4 + 4) + u64::from(strategies) * 4
+    }
+
     /// A table for `orders_max` orders (open plus retained closed) of `strategies` strategies.
     /// Allocates everything now.
     pub fn new(orders_max: u32, strategies: u16) -> Self {

@@ -242,6 +242,16 @@ impl OuchClient {
         }
     }
 
+    /// Bytes [`OuchClient::new`] allocates for `orders_max` (both maps at twice the bound,
+    /// their control bytes, the deadline and close queues, the reconciliation list).
+    pub fn memory_bytes(orders_max: u32) -> u64 {
+        let cap = u64::from(orders_max) * 2;
+        let buckets = (cap * 8 / 7).next_power_of_two();
+        let by_ref = std::mem::size_of::<(u32, SessionOrder)>() as u64 + 1;
+        let by_id = std::mem::size_of::<(ClientOrderId, u32)>() as u64 + 1;
+        buckets * (by_ref + by_id) + cap * 16 + u64::from(orders_max) * (4 + 4)
+    }
+
     /// Counters.
     pub fn stats(&self) -> ClientStats {
         self.stats
