@@ -57,6 +57,8 @@ pub struct LinkStats {
     pub request_errors: u64,
     /// Requests written.
     pub requests_sent: u64,
+    /// New orders and replaces written (each puts an order in the market).
+    pub orders_entered: u64,
     /// Requests handed back unsent because the link was not SYNCED (see `NotSent`).
     pub returned_unsent: u64,
     /// Times the venue was declared dead for silence.
@@ -149,6 +151,19 @@ impl VenueLink {
     /// The OUCH client (sequence numbers, id mapping, reconciliation results).
     pub fn client(&self) -> &OuchClient {
         &self.client
+    }
+
+    /// An operator has settled every contradiction with the venue: the session stops holding
+    /// them against the link, and every order they concerned is reported in doubt again
+    /// (`Timeout`: the dispatcher queries it, never resends). The link becomes trusted at the
+    /// next reconciliation that finds nothing else. Returns how many were cleared.
+    pub fn clear_contradictions(&mut self, now_ns: u64) -> u32 {
+        let (outcomes, backlog) = (&mut self.handle.outcomes, &mut self.backlog);
+        self.client.clear_contradictions(now_ns, &mut |o| {
+            if let Err(rtrb::PushError::Full(o)) = outcomes.push(o) {
+                backlog.push(o);
+            }
+        })
     }
 
     /// Starts the session (first connection attempt).
@@ -413,6 +428,7 @@ impl VenueLink {
                         return; // send buffer full: the request waits in the ring
                     }
                     self.stats.requests_sent += 1;
+                    self.stats.orders_entered += u64::from(request.kind.enters_order());
                     self.last_tx_ns = now_ns;
                 }
                 Err(e) => self.refuse(now_ns, &request.kind, e),

@@ -714,11 +714,21 @@ impl OuchClient {
     /// An operator has settled every contradiction with the venue (checked the account,
     /// booked what the venue reported): the next reconciliation may trust the link again.
     /// Returns how many were cleared.
-    pub fn clear_contradictions(&mut self) -> u32 {
+    /// Each flagged order still open is reported in doubt (`Timeout`) so the dispatcher
+    /// queries it afresh.
+    pub fn clear_contradictions(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> u32 {
         let cleared = self.contradictions_open();
         self.orphan_contradictions = 0;
-        for order in self.by_user_ref.values_mut() {
+        for order in self.by_user_ref.values_mut().filter(|o| o.contradicted) {
             order.contradicted = false;
+            if !order.closed {
+                emit(Outcome {
+                    venue: self.venue,
+                    received_ns: now_ns,
+                    seq: 0,
+                    kind: OutcomeKind::Timeout { id: order.id },
+                });
+            }
         }
         cleared
     }

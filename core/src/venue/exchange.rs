@@ -322,6 +322,9 @@ pub struct Exchange {
     next_is_final: bool,
     /// Fault: the next login is replayed from sequence 1 whatever it asks (duplicates).
     pub replay_from_start_once: bool,
+    /// Hostile fault: the next login's answer skips this many messages past what was asked
+    /// (never past the end of the stream): the client never sees them — a sequence gap.
+    pub login_gap_once: u64,
     /// The venue's wall clock minus the monotonic clock it is driven by. Message timestamps
     /// are wall-clock; a fault can make the wall clock jump (backwards too). keel reads no
     /// venue timestamp for timing, so a jump must change nothing it decides.
@@ -356,6 +359,7 @@ impl Exchange {
             wall_offset_ns: 0,
             next_is_final: false,
             replay_from_start_once: false,
+            login_gap_once: 0,
             config,
         }
     }
@@ -400,7 +404,8 @@ impl Exchange {
         } else if requested == 0 {
             next
         } else {
-            requested.min(next)
+            let gap = std::mem::take(&mut self.login_gap_once);
+            requested.saturating_add(gap).min(next)
         };
         Ok((account, start))
     }
@@ -669,6 +674,21 @@ impl Exchange {
         }
         self.forget_if_done(order_ref);
         order_ref
+    }
+
+    /// Hostile-venue fault: appends `msg` to `account`'s sequenced stream as if the exchange
+    /// had sent it, whatever it contradicts (a fill for an order never entered, beyond an
+    /// order's quantity, after its close). The book and the orders are not touched: only the
+    /// client is lied to. Drills and the deterministic simulation use it.
+    pub fn inject(&mut self, account: u32, msg: &Outbound<'_>) {
+        if (account as usize) < self.accounts.len() {
+            self.emit(account, msg);
+        }
+    }
+
+    /// Every account order the venue knows (open and closed), in entry order.
+    pub fn account_orders(&self) -> impl Iterator<Item = &VenueOrder> {
+        self.orders.accounts.iter()
     }
 
     /// Cancels a resting synthetic order (the flow generator keeps books bounded with it).
