@@ -1,10 +1,23 @@
 //! A strategy in another process: its shared-memory channel joined to the dispatcher's
 //! in-process rings by copying fixed-size records (no allocation), in the dispatcher loop.
+//!
+//! Every pass does a bounded amount of work per strategy ([`COMMANDS_PER_PASS_MAX`],
+//! [`EVENTS_PER_PASS_MAX`]) whatever the strategy's indices say, so one strategy can never
+//! hold the loop, the other strategies or the venue links. A channel whose peer index the
+//! [`Channel`] refuses is broken: counted, logged once, declared in the header, never read or
+//! written again in this run, and its strategy's orders are handled as on strategy loss.
 
 use super::IpcConfig;
 use crate::dispatch::StrategyHandle;
-use crate::ipc::{Channel, EngineState, Liveness, PeerMonitor};
+use crate::ipc::{Channel, ChannelFault, EngineState, Liveness, PeerMonitor};
 use crate::order::{Command, MassCancelScope, StrategyId};
+
+/// Command records taken from one strategy's ring per pass at most, good or malformed.
+/// (A pass is microseconds; 256 is far above what a strategy sends between two passes, and
+/// the rest waits for the next pass, a few microseconds later.)
+pub const COMMANDS_PER_PASS_MAX: u32 = 256;
+/// Events moved to one strategy's ring per pass at most.
+pub const EVENTS_PER_PASS_MAX: u32 = 1_024;
 
 /// One shared-memory strategy's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -12,7 +25,7 @@ pub struct BridgeStats {
     /// Commands passed to the dispatcher.
     pub commands: u64,
     /// Command records refused (bad checksum, position or field); each answered with a
-    /// `Malformed` event.
+    /// `Malformed` event (a record is only taken when the event ring has room for the answer).
     pub malformed: u64,
     /// The last refused record.
     pub last_malformed: Option<crate::ipc::RecordError>,
@@ -22,11 +35,14 @@ pub struct BridgeStats {
     pub lost: u64,
     /// Times it started beating (attached, or came back).
     pub attached: u64,
-    /// Mass cancels issued because the strategy was lost.
+    /// Mass cancels issued because the strategy was lost or its channel broke.
     pub cancels_on_loss: u64,
-    /// Malformed-record notices that found the event ring full (the count above still has
-    /// them).
-    pub notices_dropped: u64,
+    /// Times the channel was declared broken (0 or 1 per run: it stays broken).
+    pub broken: u64,
+    /// Why it broke.
+    pub fault: Option<ChannelFault>,
+    /// Events for a strategy whose channel is broken (no longer deliverable), discarded.
+    pub events_discarded: u64,
 }
 
 #[derive(Debug)]
@@ -37,19 +53,21 @@ pub(super) struct Bridge {
     cancel_on_loss: bool,
     /// A mass cancel for a lost strategy waits here if the command ring was full.
     pending_cancel: bool,
+    /// Whether the header says `Running` yet (set by the first pass of the loop).
+    running: bool,
     stats: BridgeStats,
 }
 
 impl Bridge {
     pub(super) fn new(channel: Channel, handle: StrategyHandle, ipc: &IpcConfig, now: u64) -> Self {
         let monitor = PeerMonitor::new(now, channel.strategy_heartbeat(), ipc.strategy_timeout_ns);
-        channel.set_engine_state(EngineState::Running);
         Self {
             channel,
             handle,
             monitor,
             cancel_on_loss: ipc.cancel_on_strategy_loss,
             pending_cancel: false,
+            running: false,
             stats: BridgeStats::default(),
         }
     }
@@ -58,28 +76,34 @@ impl Bridge {
         self.channel.strategy()
     }
 
-    /// Shared memory → dispatcher; heartbeats both ways. Returns commands moved.
+    /// Shared memory → dispatcher; heartbeats both ways. Returns records moved (at most
+    /// [`COMMANDS_PER_PASS_MAX`]).
     pub(super) fn pump_commands(&mut self, now: u64) -> u32 {
         self.channel.beat_engine();
+        if !self.running {
+            // The loop serves commands from now on: only now is the header's state true.
+            self.running = true;
+            self.channel.set_engine_state(EngineState::Running);
+        }
         match self.monitor.observe(now, self.channel.strategy_heartbeat()) {
             Liveness::Died => {
                 self.stats.lost += 1;
-                self.pending_cancel = self.cancel_on_loss;
+                // A broken channel's orders were handled when it broke.
+                self.pending_cancel |= self.cancel_on_loss && self.stats.broken == 0;
             }
             Liveness::CameAlive => self.stats.attached += 1,
             Liveness::Unchanged => {}
         }
-        if self.pending_cancel {
-            let all = Command::MassCancel {
-                scope: MassCancelScope::Strategy,
-            };
-            if self.handle.commands.push(all).is_ok() {
-                self.pending_cancel = false;
-                self.stats.cancels_on_loss += 1;
-            }
+        self.push_pending_cancel();
+        if self.stats.broken > 0 {
+            return 0;
         }
         let mut moved = 0;
-        while self.handle.commands.slots() > 0 {
+        // Room for the answer first: a malformed record is answered at once, never dropped.
+        while moved < COMMANDS_PER_PASS_MAX
+            && self.handle.commands.slots() > 0
+            && self.channel.event_room() > 0
+        {
             match self.channel.pop_command() {
                 None => break,
                 Some(Ok(command)) => {
@@ -90,30 +114,90 @@ impl Bridge {
                 Some(Err(error)) => {
                     self.stats.malformed += 1;
                     self.stats.last_malformed = Some(error);
-                    if !self.channel.push_malformed(error) {
-                        self.stats.notices_dropped += 1;
-                    }
+                    let answered = self.channel.push_malformed(error);
+                    debug_assert!(answered || self.channel.fault().is_some(), "room checked");
                 }
             }
             moved += 1;
         }
+        self.check_fault();
         moved
     }
 
+    fn push_pending_cancel(&mut self) {
+        if !self.pending_cancel {
+            return;
+        }
+        let all = Command::MassCancel {
+            scope: MassCancelScope::Strategy,
+        };
+        if self.handle.commands.push(all).is_ok() {
+            self.pending_cancel = false;
+            self.stats.cancels_on_loss += 1;
+        }
+    }
+
+    /// A peer index the channel refused: the channel is broken for the rest of this run.
+    fn check_fault(&mut self) {
+        let Some(fault) = self.channel.fault() else {
+            return;
+        };
+        if self.stats.broken > 0 {
+            return;
+        }
+        self.stats.broken += 1;
+        self.stats.fault = Some(fault);
+        self.channel.publish_fault(fault);
+        self.pending_cancel |= self.cancel_on_loss;
+        // Once per channel per run: a cold path.
+        eprintln!(
+            "keel: strategy {}: channel {} broken: {fault}; no more commands are read from \
+             it{}",
+            self.channel.strategy().0,
+            self.channel.path().display(),
+            if self.cancel_on_loss {
+                ", its open orders are canceled"
+            } else {
+                ""
+            }
+        );
+        self.push_pending_cancel();
+    }
+
     /// Dispatcher → shared memory. Events wait in the in-process ring while the strategy's
-    /// ring is full (the dispatcher then holds back that strategy's commands).
+    /// ring is full (the dispatcher then holds back that strategy's commands). A broken
+    /// channel's events are discarded (counted) so that the dispatcher never waits on it.
     pub(super) fn pump_events(&mut self) -> u32 {
+        if self.stats.broken > 0 {
+            return self.discard_events();
+        }
         let mut moved = 0;
-        let mut room = self.channel.event_room();
+        let mut room = self
+            .channel
+            .event_room()
+            .min(u64::from(EVENTS_PER_PASS_MAX));
         while room > 0 {
             let Ok(event) = self.handle.events.pop() else {
                 break;
             };
-            let pushed = self.channel.push_event(&event);
-            debug_assert!(pushed, "room was checked");
+            if !self.channel.push_event(&event) {
+                // The strategy's event head went bad between the room check and the push.
+                self.stats.events_discarded += 1;
+                break;
+            }
             room -= 1;
             moved += 1;
             self.stats.events += 1;
+        }
+        self.check_fault();
+        moved
+    }
+
+    fn discard_events(&mut self) -> u32 {
+        let mut moved = 0;
+        while moved < EVENTS_PER_PASS_MAX && self.handle.events.pop().is_ok() {
+            moved += 1;
+            self.stats.events_discarded += 1;
         }
         moved
     }
