@@ -98,6 +98,11 @@ impl Bridge {
         if self.stats.broken > 0 {
             return 0;
         }
+        // The tail is checked every pass, even when no record can be taken (the dispatcher's
+        // ring or the event ring full): a bad index is declared at once, not when the strategy
+        // next reads its events.
+        let _ = self.channel.commands_pending();
+        self.check_fault();
         let mut moved = 0;
         // Room for the answer first: a malformed record is answered at once, never dropped.
         while moved < COMMANDS_PER_PASS_MAX
