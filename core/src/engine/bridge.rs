@@ -218,3 +218,138 @@ impl Bridge {
         self.stats
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatch::{strategy_channel, StrategyPort};
+    use crate::ipc::{IpcEvent, RecordError};
+    use crate::order::{ClientOrderId, Event, EventKind};
+
+    const STRATEGY: StrategyId = StrategyId(1);
+
+    fn rig(
+        dir: &std::path::Path,
+        command_capacity: u32,
+        event_capacity: u32,
+    ) -> (Bridge, Channel, StrategyPort) {
+        let path = dir.join("strategy-1");
+        let engine =
+            Channel::create_or_attach(&path, STRATEGY, command_capacity, event_capacity).unwrap();
+        let strategy = Channel::open(&path).unwrap();
+        let (handle, port) = strategy_channel(4_096, 4_096);
+        let bridge = Bridge::new(engine, handle, &IpcConfig::default(), 0);
+        (bridge, strategy, port)
+    }
+
+    fn cancel(seq: u64) -> Command {
+        Command::Cancel {
+            id: ClientOrderId::new(STRATEGY, seq).unwrap(),
+        }
+    }
+
+    // Goal: one pass takes at most COMMANDS_PER_PASS_MAX records, however many the strategy
+    // published, so one strategy never holds the loop; the rest follow in the next passes.
+    #[test]
+    fn a_pass_takes_a_bounded_number_of_commands() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut bridge, strategy, mut port) = rig(dir.path(), 1_024, 1_024);
+        for seq in 1..=1_000 {
+            assert!(strategy.push_command(&cancel(seq)));
+        }
+        assert_eq!(bridge.pump_commands(1), COMMANDS_PER_PASS_MAX);
+        let mut passes = 1;
+        while bridge.pump_commands(1 + passes) > 0 {
+            passes += 1;
+        }
+        assert_eq!(passes, 1_000_u64.div_ceil(u64::from(COMMANDS_PER_PASS_MAX)));
+        for seq in 1..=1_000 {
+            assert_eq!(port.commands.pop(), Ok(cancel(seq)));
+        }
+        assert_eq!(bridge.stats.commands, 1_000);
+    }
+
+    // Goal: every malformed record gets its answer, even when the event ring is nearly full:
+    // a record is taken only when there is room for its answer, never answered by a drop.
+    #[test]
+    fn malformed_records_are_each_answered_even_with_a_small_event_ring() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut bridge, strategy, _port) = rig(dir.path(), 16, 2);
+        let mut bad = crate::ipc::encode_command(&cancel(1));
+        bad[4] = 99; // a kind the layout does not define
+        for _ in 0..10 {
+            assert!(strategy.push_command_record(&bad));
+        }
+        assert_eq!(
+            bridge.pump_commands(1),
+            2,
+            "as many as the event ring has room for"
+        );
+        assert_eq!(
+            bridge.pump_commands(2),
+            0,
+            "the ring is full: nothing is taken"
+        );
+        let mut answers = Vec::new();
+        for now in 3..100 {
+            while let Some(e) = strategy.pop_event() {
+                answers.push(e.unwrap());
+            }
+            if answers.len() == 10 {
+                break;
+            }
+            bridge.pump_commands(now);
+        }
+        let positions: Vec<u64> = answers
+            .iter()
+            .map(|a| match a {
+                IpcEvent::Malformed(RecordError::Field { position, .. }) => *position,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            positions,
+            (0..10).collect::<Vec<_>>(),
+            "each once, in order"
+        );
+        assert_eq!(bridge.stats.malformed, 10);
+    }
+
+    // Goal: a broken channel (here: the tail jumps past the ring) is declared in the header,
+    // counted once, its strategy's orders mass-canceled as on loss, and its events discarded
+    // so the dispatcher never waits on it; nothing more is read from it.
+    #[test]
+    fn a_broken_channel_is_handled_as_strategy_loss() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut bridge, strategy, mut port) = rig(dir.path(), 16, 16);
+        assert!(strategy.push_command(&cancel(1)));
+        assert_eq!(bridge.pump_commands(1), 1);
+        assert_eq!(port.commands.pop(), Ok(cancel(1)));
+        strategy.store_word(crate::ipc::offset::COMMAND_TAIL, u64::MAX);
+        assert_eq!(bridge.pump_commands(2), 0);
+        assert_eq!(bridge.stats.broken, 1);
+        assert_eq!(bridge.stats.cancels_on_loss, 1);
+        assert_eq!(
+            port.commands.pop(),
+            Ok(Command::MassCancel {
+                scope: MassCancelScope::Strategy
+            })
+        );
+        assert_eq!(strategy.published_fault(), bridge.stats.fault);
+        for i in 0..3 {
+            port.events
+                .push(Event {
+                    id: ClientOrderId::new(STRATEGY, 1).unwrap(),
+                    kind: EventKind::Canceled,
+                    at_ns: i,
+                })
+                .unwrap();
+        }
+        assert_eq!(bridge.pump_events(), 3);
+        assert_eq!(bridge.stats.events_discarded, 3);
+        assert_eq!(strategy.pop_event(), None);
+        assert_eq!(bridge.pump_commands(3), 0);
+        assert_eq!(bridge.stats.broken, 1, "counted once");
+        assert!(port.commands.pop().is_err(), "nothing more read");
+    }
+}

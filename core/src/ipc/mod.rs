@@ -849,6 +849,20 @@ impl Channel {
     }
 }
 
+#[cfg(test)]
+impl Channel {
+    /// Tests: publishes a command record as given (sealed at its position), whatever its
+    /// fields say.
+    pub(crate) fn push_command_record(&self, record: &[u8; RECORD_LEN]) -> bool {
+        self.push(self.commands, record)
+    }
+
+    /// Tests: stores a value into a header word, as a hostile peer would.
+    pub(crate) fn store_word(&self, at: usize, value: u64) {
+        self.word(at).store(value, Ordering::Release);
+    }
+}
+
 impl Drop for Channel {
     /// An engine that lets go of its channel (a clean stop, a start that failed after the
     /// attach, a loop that panicked) says so: the header never keeps its `Running`.
