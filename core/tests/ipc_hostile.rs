@@ -31,6 +31,10 @@ use keel::order::{
 use keel::runtime::IdlePolicy;
 use keel::venue::server::{VenueConfig, VenueServer};
 
+mod common;
+
+use common::peers::{Proc, KEEL};
+
 const CAPACITY: u64 = 64;
 
 /// The simulated venue in a thread of this process; publishes its open-order count.
@@ -78,7 +82,11 @@ impl VenueThread {
 }
 
 fn config(venue: &str, strategies: u16, ipc: &Path) -> EngineConfig {
-    EngineConfig::from_toml(&format!(
+    EngineConfig::from_toml(&config_text(venue, strategies, ipc)).unwrap()
+}
+
+fn config_text(venue: &str, strategies: u16, ipc: &Path) -> String {
+    format!(
         "symbols = [\"AAPL\", \"MSFT\", \"AMZN\", \"NVDA\"]\n\
          [dispatcher]\nstrategies = {strategies}\n\
          [engine]\ntopology = \"inline\"\nidle = \"backoff\"\n\
@@ -87,8 +95,7 @@ fn config(venue: &str, strategies: u16, ipc: &Path) -> EngineConfig {
          [[venue]]\nname = \"sim\"\naddress = \"{venue}\"\nusername = \"keel\"\n\
          password = \"keel\"\nbackoff_base_ns = 20_000_000\nbackoff_cap_ns = 200_000_000\n",
         ipc.display()
-    ))
-    .unwrap()
+    )
 }
 
 fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
@@ -952,4 +959,91 @@ fn a_restarted_engine_shows_its_own_state_not_a_dead_ones() {
     stop_within(third, Duration::from_secs(10));
     assert!(!strategy.venue_synced(0), "a stopped engine clears SYNCED");
     venue.finish();
+}
+
+/// `keel run` on a configuration for `venue` (strategy 0 over shared memory in `ipc`).
+fn keel_run(dir: &Path, name: &str, venue: &str, ipc: &Path) -> Proc {
+    let config = dir.join(format!("{name}.toml"));
+    let journal = format!("[journal]\ndir = \"{}\"\n", dir.join("journal").display());
+    std::fs::write(&config, config_text(venue, 1, ipc) + &journal).unwrap();
+    Proc(
+        std::process::Command::new(KEEL)
+            .args([
+                "run",
+                "--config",
+                config.to_str().unwrap(),
+                "--status-s",
+                "0",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+// Goal: the issue's scenario with real processes: `keel run` SYNCED, then kill -9, then a
+// restart that cannot connect: the header must not say SYNCED at any moment of the restart,
+// shows the new engine's pid and epoch, and the Python client calls the killed engine's header
+// stale and the new one's live. Method: `keel run` processes, the simulated venue in a thread,
+// a closed port as the unreachable venue.
+#[test]
+fn after_kill_dash_nine_a_restart_that_cannot_connect_never_says_synced() {
+    let venue = VenueThread::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ipc = dir.path().join("ipc");
+    let path = ipc.join("strategy-0");
+    let mut first = keel_run(dir.path(), "first", &venue.addr.to_string(), &ipc);
+    let mut strategy = None;
+    wait_until("the channel", Duration::from_secs(15), || {
+        strategy = Channel::open(&path).ok();
+        strategy.is_some()
+    });
+    let strategy = strategy.unwrap();
+    wait_until("running and SYNCED", Duration::from_secs(15), || {
+        strategy.beat_strategy();
+        strategy.engine_state() == EngineState::Running && strategy.venue_synced(0)
+    });
+    let epoch = strategy.engine_epoch();
+    first.0.kill().unwrap(); // SIGKILL
+    first.0.wait().unwrap();
+    assert_eq!(
+        strategy.engine_state(),
+        EngineState::Running,
+        "what a kill leaves"
+    );
+    assert!(strategy.venue_synced(0), "what a kill leaves");
+    assert!(
+        !python_says_live(&path, 1.0),
+        "a killed engine's header is stale"
+    );
+
+    let unreachable = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let second = keel_run(dir.path(), "second", &unreachable.to_string(), &ipc);
+    let mut samples = 0u64;
+    wait_until(
+        "the restarted engine's epoch",
+        Duration::from_secs(15),
+        || {
+            samples += 1;
+            strategy.engine_epoch() > epoch
+        },
+    );
+    // From here on the header is the new engine's: never SYNCED without its venue.
+    assert_eq!(strategy.engine_pid(), u64::from(second.0.id()));
+    let beat = strategy.engine_heartbeat();
+    wait_until("the new engine's passes", Duration::from_secs(15), || {
+        assert!(!strategy.venue_synced(0), "SYNCED without a venue");
+        strategy.engine_heartbeat().wrapping_sub(beat) > 200
+    });
+    assert_eq!(strategy.engine_state(), EngineState::Running);
+    assert!(
+        python_says_live(&path, 5.0),
+        "the new engine's header is live"
+    );
+    drop(second);
+    venue.finish();
+    assert!(samples > 0);
 }
