@@ -520,31 +520,48 @@ impl Channel {
             tail: offset::EVENT_TAIL,
             head: offset::EVENT_HEAD,
         };
+        // Indices a protocol-abiding pair could not have left: a strategy refuses the file;
+        // an engine (which replaces such a file before it attaches, see `create_or_attach`,
+        // but may meet one written in between) attaches with the fault latched, so the bridge
+        // declares the channel broken on its first pass instead of failing the engine's start.
         let cursor = |ring: Ring, own_is_tail: bool| {
             let (tail, head) = (word(ring.tail), word(ring.head));
-            if head > tail || tail - head > ring.capacity || tail > INDEX_MAX {
-                return Err(bad(format!(
-                    "{} ring: head {head}, tail {tail}, capacity {}",
-                    if ring.kind == RingKind::Commands {
-                        "command"
-                    } else {
-                        "event"
-                    },
-                    ring.capacity
-                )));
-            }
             let (own, peer) = if own_is_tail {
                 (tail, head)
             } else {
                 (head, tail)
             };
-            Ok(Cursor {
+            let cursor = Cursor {
                 own: Cell::new(own),
                 peer: Cell::new(peer),
-            })
+            };
+            if head <= tail && tail - head <= ring.capacity && tail <= INDEX_MAX {
+                return Ok((cursor, None));
+            }
+            if role == Role::Strategy {
+                let name = match ring.kind {
+                    RingKind::Commands => "command",
+                    RingKind::Events => "event",
+                };
+                return Err(bad(format!(
+                    "{name} ring: head {head}, tail {tail}, capacity {}",
+                    ring.capacity
+                )));
+            }
+            let limit = if own_is_tail {
+                own
+            } else {
+                own.saturating_add(ring.capacity).min(INDEX_MAX)
+            };
+            let fault = ChannelFault::Beyond {
+                ring: ring.kind,
+                found: peer,
+                limit,
+            };
+            Ok((cursor, Some(fault)))
         };
-        let command_cursor = cursor(commands, role == Role::Strategy)?;
-        let event_cursor = cursor(events, role == Role::Engine)?;
+        let (command_cursor, command_fault) = cursor(commands, role == Role::Strategy)?;
+        let (event_cursor, event_fault) = cursor(events, role == Role::Engine)?;
         Ok(Self {
             base,
             map,
@@ -554,7 +571,7 @@ impl Channel {
             events,
             command_cursor,
             event_cursor,
-            fault: Cell::new(None),
+            fault: Cell::new(command_fault.or(event_fault)),
             strategy,
         })
     }

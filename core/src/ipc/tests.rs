@@ -357,6 +357,15 @@ fn inconsistent_or_broken_files_are_replaced() {
         e.contains("command ring: head 0, tail 100, capacity 8"),
         "{e}"
     );
+    // An engine meeting such a file (written after its check) attaches broken, not failed.
+    let attached = Channel::open_as(&path, Role::Engine).unwrap();
+    assert_eq!(
+        attached.fault(),
+        Some(beyond(RingKind::Commands, 100, 8)),
+        "latched at attach"
+    );
+    assert_eq!(attached.pop_command(), None);
+    std::mem::forget(attached); // not an engine that attached for real: leave the header
     let engine = Channel::create_or_attach(&path, StrategyId(3), 8, 8).unwrap();
     assert_eq!(engine.engine_epoch(), 1, "a new file");
     assert_eq!(engine.commands_pending(), 0);
