@@ -8,13 +8,14 @@ accepted, cancels them all, waits for each cancel, and prints one JSON line with
     python3 examples/python/keel_strategy.py /dev/shm/keel/strategy-0 --orders 20
 
 Exit status: 0 if every order was accepted and then canceled, 1 otherwise, 2 on a bad channel.
-Copy it: the `Channel` class is the whole protocol (about a hundred lines).
+Copy it: the `Channel` class is the whole protocol (about 150 lines).
 """
 
 import argparse
 import json
 import mmap
 import os
+import platform
 import struct
 import sys
 import time
@@ -65,8 +66,8 @@ class Channel:
     """
 
     def __init__(self, path):
-        if sys.byteorder != "little":
-            raise ChannelError("this client needs a little-endian host (x86-64)")
+        if sys.byteorder != "little" or platform.machine().lower() not in ("x86_64", "amd64"):
+            raise ChannelError(f"this client needs x86-64 (its store order), not {platform.machine()}")
         self.fd = os.open(path, os.O_RDWR)
         size = os.fstat(self.fd).st_size
         if size < HEADER_LEN:
