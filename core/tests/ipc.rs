@@ -14,13 +14,13 @@ use keel::order::{Command, StrategyId};
 const PRODUCER: &str = r#"
 import os, struct, sys, time
 sys.path.insert(0, sys.argv[1])
-from keel_strategy import Channel, RECORD_LEN, OFF_CMD_TAIL, OFF_CMD_HEAD
+from keel_strategy import Channel, RECORD_LEN, OFF_CMD_TAIL
 import zlib
 
 class SlowChannel(Channel):
     # Writes each record in two halves with a pause between, so that a kill lands mid-write.
     def _push(self, record):
-        tail, head = self._u64(OFF_CMD_TAIL), self._u64(OFF_CMD_HEAD)
+        tail, head = self.cmd_tail, self._cmd_head()
         if tail - head >= self.cmd_cap:
             return False
         body = bytearray(record)
@@ -31,6 +31,7 @@ class SlowChannel(Channel):
         self.beat()
         time.sleep(0.0005)
         self.m[at + 32:at + RECORD_LEN] = bytes(body[32:])
+        self.cmd_tail = tail + 1
         self._set_u64(OFF_CMD_TAIL, tail + 1)
         return True
 
@@ -116,4 +117,79 @@ fn producer_killed_mid_write_is_detected_and_the_ring_survives() {
         assert_eq!(engine.commands_pending(), 0);
     }
     assert!(expected > 30, "the producers wrote records: {expected}");
+}
+
+const STORER: &str = r#"
+import sys
+sys.path.insert(0, sys.argv[1])
+from keel_strategy import Channel, OFF_STRATEGY_HEARTBEAT
+ch = Channel(sys.argv[2])
+tag, n = int(sys.argv[3]), int(sys.argv[4])
+print("ready", flush=True)
+store = ch._set_u64  # the client's only way to write a shared word
+for i in range(1, n + 1):
+    store(OFF_STRATEGY_HEARTBEAT, tag | i)
+"#;
+
+// Goal: the shipped Python client writes a shared word with one store: a reader in another
+// process sampling the word while the client stores 2,000,000 ascending values never sees one
+// that is not a whole stored value (a torn store shows as a drop, e.g. to 0). Method: every
+// value carries a tag in its top bytes, and values only ascend.
+#[test]
+fn python_client_stores_each_index_in_one_store() {
+    const TAG: u64 = 0xa5a5 << 48;
+    const STORES: u64 = 2_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("strategy-1");
+    let engine = Channel::create_or_attach(&path, StrategyId(1), 64, 64).unwrap();
+    let mut child = Process::new("python3")
+        .arg("-c")
+        .arg(STORER)
+        .arg(examples())
+        .arg(&path)
+        .arg(TAG.to_string())
+        .arg(STORES.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = [0u8; 6];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut ready).unwrap();
+    assert_eq!(&ready, b"ready\n");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut last, mut reads, mut changes, mut torn) = (0u64, 0u64, 0u64, Vec::new());
+    loop {
+        let exited = child.try_wait().unwrap().is_some();
+        for _ in 0..10_000 {
+            let v = engine.strategy_heartbeat();
+            reads += 1;
+            if v == last {
+                continue;
+            }
+            if v & !((1 << 48) - 1) != TAG || v < last {
+                if torn.len() < 5 {
+                    torn.push((last, v));
+                }
+            } else {
+                changes += 1;
+                last = v;
+            }
+        }
+        if exited {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Python storer did not finish"
+        );
+    }
+    assert!(child.wait().unwrap().success());
+    assert!(
+        torn.is_empty(),
+        "torn values seen (last whole value, value read): {torn:x?}"
+    );
+    assert_eq!(last, TAG | STORES, "the last store was seen");
+    assert!(
+        changes > 1_000,
+        "the reader sampled while the client stored: {changes} changes in {reads} reads"
+    );
 }

@@ -8,13 +8,14 @@ accepted, cancels them all, waits for each cancel, and prints one JSON line with
     python3 examples/python/keel_strategy.py /dev/shm/keel/strategy-0 --orders 20
 
 Exit status: 0 if every order was accepted and then canceled, 1 otherwise, 2 on a bad channel.
-Copy it: the `Channel` class is the whole protocol (about a hundred lines).
+Copy it: the `Channel` class is the whole protocol (about 150 lines).
 """
 
 import argparse
 import json
 import mmap
 import os
+import platform
 import struct
 import sys
 import time
@@ -28,7 +29,7 @@ HEADER_LEN = 4096
 # Header offsets (docs/ipc.md).
 OFF_VERSION, OFF_RECORD_LEN, OFF_CMD_CAP, OFF_EVT_CAP, OFF_STRATEGY = 8, 12, 16, 20, 24
 OFF_ENGINE_HEARTBEAT, OFF_ENGINE_EPOCH, OFF_ENGINE_STATE = 64, 72, 80
-OFF_ID_FLOOR, OFF_VENUES_SYNCED = 88, 96
+OFF_ID_FLOOR, OFF_VENUES_SYNCED, OFF_ENGINE_PID, OFF_CHANNEL_FAULT = 88, 96, 104, 112
 OFF_STRATEGY_HEARTBEAT, OFF_STRATEGY_PID = 128, 136
 OFF_CMD_TAIL, OFF_CMD_HEAD, OFF_EVT_TAIL, OFF_EVT_HEAD = 192, 256, 320, 384
 
@@ -48,14 +49,31 @@ class ChannelError(Exception):
 
 
 class Channel:
-    """One strategy's channel: publish commands, read events, beat."""
+    """One strategy's channel: publish commands, read events, beat.
+
+    Every shared 8-byte word (indices, heartbeats, header words) is read and written through
+    `self.words`, a memoryview of the mapping cast to 'Q': CPython reads or writes one item of
+    such a view with a single fixed-size 8-byte copy, i.e. one aligned load or store on
+    x86-64 -- never torn. (`struct.pack_into` is not: it zeroes the bytes, then writes them,
+    and a concurrent reader sees the word drop to 0; `struct.unpack_from('<Q')` assembles the
+    value byte by byte.) x86-64 keeps stores in program order, which makes the tail store a
+    release; this client therefore supports little-endian x86-64 only (use C or Rust
+    elsewhere: docs/ipc.md).
+
+    The channel never trusts the engine's indices: an event tail that goes back or runs more
+    than the ring's capacity ahead, or a command head that goes back or passes the tail,
+    raises ChannelError and the channel is unusable (`self.fault`).
+    """
 
     def __init__(self, path):
+        if sys.byteorder != "little" or platform.machine().lower() not in ("x86_64", "amd64"):
+            raise ChannelError(f"this client needs x86-64 (its store order), not {platform.machine()}")
         self.fd = os.open(path, os.O_RDWR)
         size = os.fstat(self.fd).st_size
         if size < HEADER_LEN:
             raise ChannelError(f"{path}: length {size} is shorter than the header")
         self.m = mmap.mmap(self.fd, size)
+        self.words = memoryview(self.m).cast("Q")  # mmap is page-aligned: word i at 8*i
         if self.m[0:8] != MAGIC:
             raise ChannelError(f"{path}: magic {self.m[0:8]!r}")
         version, record_len, self.cmd_cap, self.evt_cap = struct.unpack_from("<IIII", self.m, OFF_VERSION)
@@ -66,21 +84,59 @@ class Channel:
         (self.strategy,) = struct.unpack_from("<H", self.m, OFF_STRATEGY)
         self.cmd_base = HEADER_LEN
         self.evt_base = HEADER_LEN + self.cmd_cap * RECORD_LEN
-        struct.pack_into("<Q", self.m, OFF_STRATEGY_PID, os.getpid())
+        self.fault = None
+        # Our own indices live here (never read back from the file, where anyone could change
+        # them); the engine's are checked against the last value seen.
+        self.cmd_tail, self.cmd_head_seen = self._u64(OFF_CMD_TAIL), self._u64(OFF_CMD_HEAD)
+        self.evt_head, self.evt_tail_seen = self._u64(OFF_EVT_HEAD), self._u64(OFF_EVT_TAIL)
+        if not (self.cmd_head_seen <= self.cmd_tail <= self.cmd_head_seen + self.cmd_cap):
+            raise ChannelError(f"{path}: command head {self.cmd_head_seen}, tail {self.cmd_tail}")
+        if not (self.evt_head <= self.evt_tail_seen <= self.evt_head + self.evt_cap):
+            raise ChannelError(f"{path}: event head {self.evt_head}, tail {self.evt_tail_seen}")
+        self._set_u64(OFF_STRATEGY_PID, os.getpid())
+        self._engine_beat, self._engine_beat_changed = None, None
 
     def _u64(self, off):
-        return struct.unpack_from("<Q", self.m, off)[0]
+        return self.words[off >> 3]  # one aligned 8-byte load
 
     def _set_u64(self, off, value):
-        # An aligned 8-byte store: one instruction on x86-64 and arm64 (never torn).
-        struct.pack_into("<Q", self.m, off, value)
+        self.words[off >> 3] = value  # one aligned 8-byte store (never torn)
+
+    def _broken(self, what):
+        self.fault = what
+        raise ChannelError(what)
 
     # Header ---------------------------------------------------------------------------
     def engine_running(self):
         return self._u64(OFF_ENGINE_STATE) == ENGINE_RUNNING
 
+    def engine_live(self, stale_after_s=1.0):
+        """Whether the header is a live engine's, not one a dead engine left behind.
+
+        Live means: state running, the engine process (pid in the header) exists, and its
+        heartbeat has moved within `stale_after_s` of our own clock. Call it repeatedly (e.g.
+        from the strategy loop): the first calls answer False until a beat is seen move. An
+        engine killed by signal leaves "running" and its SYNCED bits in the header; only this
+        rule tells them apart. Trust venue_synced() and id_floor() only while it holds.
+        """
+        now = time.monotonic()
+        beat = self._u64(OFF_ENGINE_HEARTBEAT)
+        if beat != self._engine_beat:
+            if self._engine_beat is not None:
+                self._engine_beat_changed = now
+            self._engine_beat = beat
+        if self._u64(OFF_ENGINE_STATE) != ENGINE_RUNNING or self.channel_fault():
+            return False
+        if not pid_alive(self._u64(OFF_ENGINE_PID)):
+            return False
+        return self._engine_beat_changed is not None and now - self._engine_beat_changed < stale_after_s
+
     def engine_epoch(self):
         return self._u64(OFF_ENGINE_EPOCH)
+
+    def channel_fault(self):
+        """The fault code the engine declared on this file (0: none; docs/ipc.md)."""
+        return self._u64(OFF_CHANNEL_FAULT)
 
     def venue_synced(self, venue):
         return bool(self._u64(OFF_VENUES_SYNCED) & (1 << venue))
@@ -92,15 +148,25 @@ class Channel:
         self._set_u64(OFF_STRATEGY_HEARTBEAT, self._u64(OFF_STRATEGY_HEARTBEAT) + 1)
 
     # Commands -------------------------------------------------------------------------
+    def _cmd_head(self):
+        head = self._u64(OFF_CMD_HEAD)
+        if head < self.cmd_head_seen or head > self.cmd_tail:
+            self._broken(f"command head {head}: last {self.cmd_head_seen}, tail {self.cmd_tail}")
+        self.cmd_head_seen = head
+        return head
+
     def _push(self, record):
-        tail, head = self._u64(OFF_CMD_TAIL), self._u64(OFF_CMD_HEAD)
+        if self.fault:
+            raise ChannelError(self.fault)
+        tail, head = self.cmd_tail, self._cmd_head()
         if tail - head >= self.cmd_cap:
             return False
         body = bytearray(record)
-        struct.pack_into("<Q", body, 8, tail)  # the record's ring position
+        struct.pack_into("<Q", body, 8, tail)  # the record's ring position (private bytes)
         struct.pack_into("<I", body, 0, zlib.crc32(bytes(body[4:])))
         at = self.cmd_base + (tail % self.cmd_cap) * RECORD_LEN
         self.m[at:at + RECORD_LEN] = bytes(body)
+        self.cmd_tail = tail + 1
         self._set_u64(OFF_CMD_TAIL, tail + 1)  # publish only after the whole record
         return True
 
@@ -123,12 +189,18 @@ class Channel:
 
     # Events ---------------------------------------------------------------------------
     def poll_event(self):
-        """The next event as a dict, or None. A bad record raises ChannelError."""
-        head, tail = self._u64(OFF_EVT_HEAD), self._u64(OFF_EVT_TAIL)
+        """The next event as a dict, or None. A bad record or index raises ChannelError."""
+        if self.fault:
+            raise ChannelError(self.fault)
+        head, tail = self.evt_head, self._u64(OFF_EVT_TAIL)
+        if tail < self.evt_tail_seen or tail - head > self.evt_cap:
+            self._broken(f"event tail {tail}: last {self.evt_tail_seen}, head {head}")
+        self.evt_tail_seen = tail
         if head == tail:
             return None
         at = self.evt_base + (head % self.evt_cap) * RECORD_LEN
         r = bytes(self.m[at:at + RECORD_LEN])
+        self.evt_head = head + 1
         self._set_u64(OFF_EVT_HEAD, head + 1)
         (crc,) = struct.unpack_from("<I", r, 0)
         if crc != zlib.crc32(r[4:]):
@@ -140,6 +212,19 @@ class Channel:
         order_id, other, qty, leaves, price, at_ns = struct.unpack_from("<QQIIqQ", r, 16)
         return {"kind": kind, "id": order_id, "reason": r[5], "qty": qty, "leaves": leaves,
                 "price": price, "other": other, "at_ns": at_ns}
+
+
+def pid_alive(pid):
+    """Whether process `pid` exists (signal 0 checks without sending anything)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by another user
+    return True
 
 
 def wait_for(channel, what, timeout_s):
@@ -165,8 +250,10 @@ def main():
     except (OSError, ChannelError) as e:
         print(f"keel_strategy: {e}", file=sys.stderr)
         return 2
-    if not wait_for(ch, lambda: ch.engine_running() and ch.venue_synced(args.venue), args.timeout_s):
-        print("keel_strategy: engine not running or venue not SYNCED", file=sys.stderr)
+    # A header alone may be a dead engine's: wait for a live engine (heartbeat moving, pid
+    # alive) that says the venue is SYNCED.
+    if not wait_for(ch, lambda: ch.engine_live() and ch.venue_synced(args.venue), args.timeout_s):
+        print("keel_strategy: no live engine, or venue not SYNCED", file=sys.stderr)
         return 1
     # Ids above everything the engine has seen from this strategy (the floor survives restarts).
     next_seq = ch.id_floor() + 1

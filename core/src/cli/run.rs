@@ -179,9 +179,16 @@ fn print_report(report: &EngineReport, venues: &[String]) {
     for (strategy, b) in &report.bridges {
         let _ = writeln!(
             out,
-            "strategy {}: {} commands, {} events, {} malformed, attached {}, lost {}, mass \
-             cancels on loss {}",
-            strategy.0, b.commands, b.events, b.malformed, b.attached, b.lost, b.cancels_on_loss
+            "strategy {}: {} commands, {} events, {} malformed, attached {}, lost {}, broken {}, \
+             mass cancels on loss {}",
+            strategy.0,
+            b.commands,
+            b.events,
+            b.malformed,
+            b.attached,
+            b.lost,
+            b.broken,
+            b.cancels_on_loss
         );
     }
     for (i, f) in report.feeds.iter().enumerate() {

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use bridge::Bridge;
-pub use bridge::BridgeStats;
+pub use bridge::{BridgeStats, COMMANDS_PER_PASS_MAX, EVENTS_PER_PASS_MAX};
 
 use crate::clock::{Clock, TscClock};
 use crate::config::EngineConfig;
@@ -320,6 +320,21 @@ impl EngineBuilder {
             id_floor: vec![0; usize::from(strategies)],
             ..Restored::default()
         };
+        // Channels before the journal: from this moment their headers say "starting, nothing
+        // SYNCED" with this engine's pid, never a dead engine's state (a start that fails from
+        // here on leaves them "stopped": see `Channel`'s drop).
+        let mut channels = Vec::new();
+        if let Some(ipc) = &config.ipc {
+            for s in self.in_process..strategies {
+                channels.push(crate::ipc::Channel::create_or_attach(
+                    &ipc.channel_path(StrategyId(s)),
+                    StrategyId(s),
+                    ipc.command_capacity,
+                    ipc.event_capacity,
+                )?);
+            }
+        }
+        let mut channels = channels.into_iter();
         let mut first_journal_index = 0;
         if let Some(jc) = &config.journal {
             let mut recovery = Recovery::default();
@@ -354,12 +369,8 @@ impl EngineBuilder {
             let strategy = StrategyId(i as u16);
             match &config.ipc {
                 Some(ipc) if i >= usize::from(self.in_process) => {
-                    let channel = crate::ipc::Channel::create_or_attach(
-                        &ipc.channel_path(strategy),
-                        strategy,
-                        ipc.command_capacity,
-                        ipc.event_capacity,
-                    )?;
+                    let channel = channels.next().expect("one channel per strategy served");
+                    debug_assert_eq!(channel.strategy(), strategy);
                     channel.set_id_floor(restored.id_floor[i]);
                     bridges.push(Bridge::new(channel, handle, ipc, clock.now_ns()));
                     in_process.push(None);

@@ -113,6 +113,16 @@ fn commands_and_events_round_trip_through_the_ring() {
     }
 }
 
+/// Publishes `r` as it is (no seal) at the strategy's next command position.
+fn publish_raw(strategy: &Channel, r: &[u8; RECORD_LEN]) {
+    let tail = strategy.command_cursor.own.get();
+    strategy.write_record(strategy.commands, tail, r);
+    strategy.command_cursor.own.set(tail + 1);
+    strategy
+        .word(offset::COMMAND_TAIL)
+        .store(tail + 1, Ordering::Release);
+}
+
 // Goal: a record published torn (bytes changed after sealing) or in the wrong place is
 // refused with the position and the values, and the records after it still flow.
 #[test]
@@ -123,12 +133,9 @@ fn torn_or_misplaced_records_are_refused_and_skipped() {
     assert!(strategy.push_command(&Command::Cancel { id: id(2) }));
     // Corrupt the first record's payload, as a producer killed mid-write that published
     // anyway would leave it.
-    let slot = strategy.slot(strategy.commands, 0);
-    // SAFETY: test-only write into a slot of the mapping, nothing else reads it concurrently.
-    #[allow(unsafe_code)]
-    unsafe {
-        *slot.add(20) ^= 0xff;
-    }
+    let mut torn = strategy.read_record(strategy.commands, 0);
+    torn[20] ^= 0xff;
+    strategy.write_record(strategy.commands, 0, &torn);
     assert!(matches!(
         engine.pop_command(),
         Some(Err(RecordError::Checksum { position: 0, .. }))
@@ -145,15 +152,7 @@ fn torn_or_misplaced_records_are_refused_and_skipped() {
         engine.pop_command(),
         Some(Ok(Command::Cancel { id: id(3) }))
     );
-    let slot = strategy.slot(strategy.commands, 3);
-    // SAFETY: as above.
-    #[allow(unsafe_code)]
-    unsafe {
-        std::ptr::copy_nonoverlapping(r.as_ptr(), slot, RECORD_LEN);
-    }
-    strategy
-        .word(offset::COMMAND_TAIL)
-        .store(4, Ordering::Release);
+    publish_raw(&strategy, &r);
     assert_eq!(
         engine.pop_command(),
         Some(Err(RecordError::Position {
@@ -173,6 +172,214 @@ fn torn_or_misplaced_records_are_refused_and_skipped() {
             value: 200
         }))
     );
+    assert_eq!(engine.fault(), None, "bad records do not break the channel");
+}
+
+// Goal: a command tail that drops (a torn store reads as 0), goes back, or jumps more than a
+// ring ahead (to u64::MAX, to capacity + 1) is refused: the engine reads no slot it names,
+// the fault is latched with the values, and nothing more is read from the channel.
+#[test]
+fn a_bad_command_tail_breaks_the_channel_and_nothing_is_read() {
+    type Case = (&'static str, fn(u64) -> u64, fn(u64, u64) -> ChannelFault);
+    let cases: [Case; 5] = [
+        (
+            "torn to zero",
+            |_| 0,
+            |last, found| back(RingKind::Commands, last, found),
+        ),
+        (
+            "one back",
+            |t| t - 1,
+            |last, found| back(RingKind::Commands, last, found),
+        ),
+        (
+            "u64::MAX",
+            |_| u64::MAX,
+            |head, found| beyond(RingKind::Commands, found, head + 8),
+        ),
+        (
+            "capacity + 1 ahead",
+            |t| t + 9,
+            |head, found| beyond(RingKind::Commands, found, head + 8),
+        ),
+        (
+            "2^63",
+            |_| 1 << 63,
+            |head, found| beyond(RingKind::Commands, found, head + 8),
+        ),
+    ];
+    for (what, bad_tail, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, strategy) = channel(dir.path());
+        for seq in 1..=5 {
+            assert!(strategy.push_command(&Command::Cancel { id: id(seq) }));
+        }
+        for seq in 1..=5 {
+            assert_eq!(
+                engine.pop_command(),
+                Some(Ok(Command::Cancel { id: id(seq) }))
+            );
+        }
+        let found = bad_tail(5);
+        strategy
+            .word(offset::COMMAND_TAIL)
+            .store(found, Ordering::Release);
+        assert_eq!(engine.pop_command(), None, "{what}");
+        assert_eq!(engine.fault(), Some(expected(5, found)), "{what}");
+        // Latched: a tail put right again is not followed either.
+        strategy
+            .word(offset::COMMAND_TAIL)
+            .store(6, Ordering::Release);
+        assert_eq!(engine.pop_command(), None, "{what}");
+        assert_eq!(engine.commands_pending(), 0, "{what}");
+        assert_eq!(engine.event_room(), 0, "{what}");
+        assert!(!engine.push_event(&event(1)), "{what}");
+        engine.publish_fault(engine.fault().unwrap());
+        assert_eq!(strategy.published_fault(), engine.fault(), "{what}");
+    }
+}
+
+fn back(ring: RingKind, last: u64, found: u64) -> ChannelFault {
+    ChannelFault::Backwards { ring, last, found }
+}
+
+fn beyond(ring: RingKind, found: u64, limit: u64) -> ChannelFault {
+    ChannelFault::Beyond { ring, found, limit }
+}
+
+fn event(seq: u64) -> Event {
+    Event {
+        id: id(seq),
+        kind: EventKind::Accepted,
+        at_ns: seq,
+    }
+}
+
+// Goal: an event head (written by the strategy) that goes back or past the event tail breaks
+// the channel on the engine side; an event tail past capacity breaks it on the strategy side.
+#[test]
+fn a_bad_event_index_breaks_the_channel_on_either_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, strategy) = channel(dir.path());
+    for seq in 1..=3 {
+        assert!(engine.push_event(&event(seq)));
+    }
+    assert!(strategy.pop_event().is_some());
+    assert!(strategy.pop_event().is_some());
+    assert_eq!(engine.event_room(), 7);
+    strategy
+        .word(offset::EVENT_HEAD)
+        .store(4, Ordering::Release);
+    assert!(!engine.push_event(&event(4)));
+    assert_eq!(
+        engine.fault(),
+        Some(beyond(RingKind::Events, 4, 3)),
+        "a head past the tail"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, strategy) = channel(dir.path());
+    assert!(engine.push_event(&event(1)));
+    assert!(strategy.pop_event().is_some());
+    assert_eq!(engine.event_room(), 8);
+    strategy
+        .word(offset::EVENT_HEAD)
+        .store(0, Ordering::Release);
+    assert_eq!(engine.event_room(), 0);
+    assert_eq!(engine.fault(), Some(back(RingKind::Events, 1, 0)));
+
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, strategy) = channel(dir.path());
+    engine.word(offset::EVENT_TAIL).store(9, Ordering::Release);
+    assert_eq!(strategy.pop_event(), None);
+    assert_eq!(strategy.fault(), Some(beyond(RingKind::Events, 9, 8)));
+    assert!(
+        !strategy.push_command(&Command::Cancel { id: id(1) }),
+        "a broken channel publishes nothing"
+    );
+}
+
+// Goal: fault codes crossing the process boundary are pinned, and round-trip the header.
+#[test]
+fn fault_codes_are_pinned() {
+    let faults = [
+        (back(RingKind::Commands, 5, 0), 1),
+        (beyond(RingKind::Commands, 99, 13), 2),
+        (back(RingKind::Events, 7, 6), 3),
+        (beyond(RingKind::Events, u64::MAX, 2), 4),
+    ];
+    for (fault, code) in faults {
+        assert_eq!(fault.code(), code);
+        let (found, limit) = fault.values();
+        assert_eq!(ChannelFault::from_header(code, found, limit), Some(fault));
+    }
+    assert_eq!(ChannelFault::from_header(0, 1, 2), None);
+    assert_eq!(ChannelFault::from_header(5, 1, 2), None);
+}
+
+// Goal: an engine attaching to a file a dead engine left "running, venue 0 SYNCED" shows its
+// own truth before anything else (starting, nothing SYNCED, its pid, a new epoch), and an
+// engine that lets go of the file leaves it "stopped".
+#[test]
+fn attach_resets_a_dead_engines_state_and_drop_says_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s3");
+    let (engine, strategy) = channel(dir.path());
+    engine.set_engine_state(EngineState::Running);
+    engine.set_venues_synced(0b1);
+    engine.word(offset::ENGINE_PID).store(1, Ordering::Release);
+    std::mem::forget(engine); // killed: no drop, the header keeps "running, SYNCED"
+    assert_eq!(strategy.engine_state(), EngineState::Running);
+    let engine = Channel::create_or_attach(&path, StrategyId(3), 8, 8).unwrap();
+    assert_eq!(strategy.engine_state(), EngineState::Starting);
+    assert!(!strategy.venue_synced(0));
+    assert_eq!(strategy.engine_pid(), u64::from(std::process::id()));
+    assert_eq!(strategy.engine_epoch(), 2);
+    assert_eq!(strategy.published_fault(), None);
+    drop(engine);
+    assert_eq!(strategy.engine_state(), EngineState::Stopped);
+}
+
+// Goal: a file whose indices are inconsistent, or that an engine declared broken, is refused
+// by `open` (with the values) and replaced by a new file at the next engine start; the old
+// mapping is left as it was.
+#[test]
+fn inconsistent_or_broken_files_are_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s3");
+    let (engine, strategy) = channel(dir.path());
+    strategy
+        .word(offset::COMMAND_TAIL)
+        .store(100, Ordering::Release);
+    drop(engine);
+    let e = Channel::open(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("command ring: head 0, tail 100, capacity 8"),
+        "{e}"
+    );
+    // An engine meeting such a file (written after its check) attaches broken, not failed.
+    let attached = Channel::open_as(&path, Role::Engine).unwrap();
+    assert_eq!(
+        attached.fault(),
+        Some(beyond(RingKind::Commands, 100, 8)),
+        "latched at attach"
+    );
+    assert_eq!(attached.pop_command(), None);
+    std::mem::forget(attached); // not an engine that attached for real: leave the header
+    let engine = Channel::create_or_attach(&path, StrategyId(3), 8, 8).unwrap();
+    assert_eq!(engine.engine_epoch(), 1, "a new file");
+    assert_eq!(engine.commands_pending(), 0);
+    assert_eq!(
+        strategy.engine_epoch(),
+        1,
+        "the old mapping keeps its old header"
+    );
+
+    engine.publish_fault(back(RingKind::Commands, 3, 0));
+    drop(engine);
+    let engine = Channel::create_or_attach(&path, StrategyId(3), 8, 8).unwrap();
+    assert_eq!(engine.engine_epoch(), 1, "a broken file is replaced");
+    assert_eq!(engine.published_fault(), None);
 }
 
 // Goal: a restarted engine re-attaches to the same file (the strategy's mapping stays valid,
@@ -220,4 +427,30 @@ fn peer_monitor_sees_a_heartbeat_stop() {
     assert_eq!(m.observe(161, 6), Liveness::Died);
     assert_eq!(m.observe(500, 6), Liveness::Unchanged);
     assert_eq!(m.observe(501, 7), Liveness::CameAlive);
+}
+
+proptest::proptest! {
+    // Goal: any 64 bytes at any position, sealed or not, decode to a value or a typed refusal,
+    // never a panic; a sealed command record that decodes re-encodes to the same bytes' meaning
+    // (decoding is a function of the fields, not of leftovers).
+    #[test]
+    fn arbitrary_records_never_panic_the_decoders(
+        bytes in proptest::array::uniform32(proptest::prelude::any::<u8>()),
+        more in proptest::array::uniform32(proptest::prelude::any::<u8>()),
+        position in proptest::prelude::any::<u64>(),
+        seal_it in proptest::prelude::any::<bool>(),
+    ) {
+        let mut r = [0u8; RECORD_LEN];
+        r[..32].copy_from_slice(&bytes);
+        r[32..].copy_from_slice(&more);
+        if seal_it {
+            codec::seal(&mut r, position);
+        }
+        let _ = decode_event(position, &r);
+        if let Ok(c) = decode_command(position, &r) {
+            let mut again = encode_command(&c);
+            codec::seal(&mut again, position);
+            proptest::prop_assert_eq!(decode_command(position, &again), Ok(c));
+        }
+    }
 }
