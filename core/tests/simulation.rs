@@ -2,13 +2,17 @@
 //! venue (matching and sessions), over a simulated network in simulated time — no sockets, no
 //! threads — under randomised faults (swarm testing: each seed draws its own fault mix):
 //! connection cuts, venue restarts, stalls, reject bursts, refused connects, changing delays,
-//! duplicate replays, jumps of the venue's wall clock. (On TCP a lost or reordered message is a
-//! cut connection; the simulated network models it so.)
+//! duplicate replays, jumps of the venue's wall clock — and a hostile venue: fills for orders
+//! never sent, fills beyond an order's quantity, fills after an order closed, and login
+//! answers that skip reports (sequence gaps). (On TCP a lost or reordered message is a cut
+//! connection; the simulated network models it so.)
 //! After every step the invariants are checked (no double fill, no event after a terminal one,
 //! no order id reaching the venue twice, no report contradicting the order table, never more
 //! messages written to the venue in a rate window than the limiter allows); after the faults
 //! stop, the link must reach SYNCED with nothing unreconciled and keel's open orders must equal
-//! the venue's.
+//! the venue's. Against a hostile venue, every lie must be caught as a contradiction, no new
+//! order may be written while the link is not trusted, and once an operator has settled the
+//! contradictions (modelled by `clear_contradictions`) the same end state must be reached.
 //!
 //! `KEEL_SIM_SEEDS=N` runs N seeds (default 200 here; scripts/test runs 1,000); a failure
 //! prints its seed and `KEEL_SIM_SEED=<seed> cargo test -p keel --test simulation -- one_seed`
@@ -63,6 +67,8 @@ struct Swarm {
     /// Drawn from a separate generator so that switching clock jumps off leaves every other
     /// fault exactly where it was (see `wall_clock_jumps_change_nothing`).
     clock_jump_permille: u64,
+    /// A lying venue (its own generator too): injected reports and skipped sequence numbers.
+    hostile_permille: u64,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -75,6 +81,12 @@ struct Tally {
     delay_changes: u64,
     duplicate_replays: u64,
     clock_jumps: u64,
+    /// Reports the venue made up (unknown order, overfill, after close).
+    lies: u64,
+    /// Login answers that skipped reports.
+    gaps: u64,
+    /// Contradictions keel caught.
+    contradictions: u64,
     checks: u64,
     orders: u64,
 }
@@ -100,6 +112,8 @@ struct Sim {
     events: Vec<NetEvent>,
     /// Generator of the wall-clock jumps, apart from `rng`.
     wall_rng: SplitMix64,
+    /// Generator of the hostile venue's lies, apart from `rng`.
+    hostile_rng: SplitMix64,
     /// (time, requests written to the wire in that step) over the last rate window.
     wire_sent: std::collections::VecDeque<(u64, u64)>,
     wire_sent_total: u64,
@@ -178,10 +192,21 @@ impl Sim {
             delay_change_permille: pick(5),
             duplicate_permille: pick(2),
             clock_jump_permille: 0,
+            hostile_permille: 0,
         };
         let mut wall_rng = SplitMix64::new(seed ^ 0xC10C_C10C);
         let swarm = Swarm {
             clock_jump_permille: wall_rng.below_inclusive(3),
+            ..swarm
+        };
+        // About one seed in three meets a hostile venue.
+        let mut hostile_rng = SplitMix64::new(seed ^ 0xBAD_7E1E);
+        let hostile_permille = match hostile_rng.below_inclusive(2) {
+            0 => 1 + hostile_rng.below_inclusive(3),
+            _ => 0,
+        };
+        let swarm = Swarm {
+            hostile_permille,
             ..swarm
         };
         Self {
@@ -202,6 +227,7 @@ impl Sim {
             refuse_until: 0,
             events: Vec::new(),
             wall_rng,
+            hostile_rng,
             wire_sent: std::collections::VecDeque::new(),
             wire_sent_total: 0,
         }
@@ -275,6 +301,61 @@ impl Sim {
         }
     }
 
+    /// The venue lies: a report it never made, or a login answer that skips reports.
+    fn lie(&mut self) {
+        use keel::proto::ouch::Outbound;
+        let h = &mut self.hostile_rng;
+        if self.swarm.hostile_permille == 0 || h.below_inclusive(999) >= self.swarm.hostile_permille
+        {
+            return;
+        }
+        let kind = h.below_inclusive(3);
+        let pick = h.next_u64();
+        let exchange = self.venue.exchange_mut();
+        let fill = |user_ref: u32, qty: u32| Outbound::Executed {
+            timestamp: 0,
+            user_ref,
+            qty,
+            price: Price::from_units(100, 0).0,
+            liquidity_flag: b'A',
+            match_number: u64::MAX,
+            appendages: &[],
+        };
+        let account_ref = |o: &keel::venue::exchange::VenueOrder| match o.owner {
+            keel::venue::exchange::Owner::Account { user_ref, .. } => Some(user_ref),
+            keel::venue::exchange::Owner::Synthetic => None,
+        };
+        let chosen = |open: bool| -> Option<(u32, u32)> {
+            let orders: Vec<_> = exchange
+                .account_orders()
+                .filter(|o| (o.open_qty > 0) == open)
+                .filter_map(|o| Some((account_ref(o)?, o.fields.qty)))
+                .collect();
+            (!orders.is_empty()).then(|| orders[(pick % orders.len() as u64) as usize])
+        };
+        let lie = match kind {
+            // A fill for an order keel never sent.
+            0 => Some(fill(u32::MAX - (pick % 1_000) as u32, 1)),
+            // A fill beyond an open order's whole quantity.
+            1 => chosen(true).map(|(user_ref, qty)| fill(user_ref, qty + 1)),
+            // A fill for an order the venue itself closed.
+            2 => chosen(false).map(|(user_ref, _)| fill(user_ref, 1)),
+            _ => {
+                // The next login skips 1 to 4 reports: a sequence gap.
+                exchange.login_gap_once = 1 + pick % 4;
+                self.world.borrow_mut().cut_all();
+                return;
+            }
+        };
+        if let Some(msg) = lie {
+            let exchange = self.venue.exchange_mut();
+            if exchange.stats().accepted > 0 {
+                exchange.inject(0, &msg);
+                self.tally.lies += 1;
+            }
+        }
+    }
+
     fn trade(&mut self) {
         if self.rng.below_inclusive(9) < 3 && self.orders.values().filter(|o| !o.2).count() < 40 {
             self.next_seq += 1;
@@ -343,6 +424,19 @@ impl Sim {
     }
 
     fn step(&mut self) {
+        let entered = self.link.stats().orders_entered;
+        self.step_loop();
+        // No new order leaves on a link that is not trusted (read-only, reconciling, down).
+        if self.link.state() != LinkState::Synced && self.link.stats().orders_entered != entered {
+            let msg = format!(
+                "a new order was written while the link was {:?}",
+                self.link.state()
+            );
+            self.fail(&msg);
+        }
+    }
+
+    fn step_loop(&mut self) {
         self.now += STEP_NS;
         self.venue.step(self.now, 0).unwrap();
         self.events.clear();
@@ -459,6 +553,7 @@ impl Sim {
                 self.link.start(0, &mut self.net);
             }
             self.inject_faults();
+            self.lie();
             self.trade();
             self.step();
         }
@@ -473,7 +568,30 @@ impl Sim {
         let deadline = self.now + LIVENESS_BOUND_NS;
         while self.now < deadline {
             self.step();
+            // Contradictions stay until an operator settles them: the link is not trusted
+            // before. The operator settles each one reported (a lie sent during the faults
+            // may arrive after they stop, on a later connection).
+            let sticky = self
+                .link
+                .client()
+                .stats()
+                .last_reconciliation
+                .contradictions
+                > 0;
+            if sticky && self.link.state() == LinkState::ReadOnly {
+                self.link.clear_contradictions(self.now);
+            }
             if self.settled() {
+                self.tally.contradictions = self.link.client().stats().contradictions;
+                self.tally.gaps = self.venue.exchange().login_gaps_made;
+                if self.tally.lies + self.tally.gaps > 0 && self.tally.contradictions == 0 {
+                    let msg = format!(
+                        "the venue lied and keel caught no contradiction: {:?} {:?}",
+                        self.tally,
+                        self.link.client().stats()
+                    );
+                    self.fail(&msg);
+                }
                 return self.tally;
             }
         }
@@ -495,9 +613,11 @@ impl Sim {
             })
             .collect();
         let msg = format!(
-            "not settled {} ms after the faults stopped: link {:?}, unknown orders {:?}, open keel {:?} venue {:?}",
+            "not settled {} ms after the faults stopped: link {:?} (session {:?}, dispatcher {:?}), unknown orders {:?}, open keel {:?} venue {:?}",
             LIVENESS_BOUND_NS / MS,
             self.link.state(),
+            self.link.client().stats(),
+            self.dispatcher.stats(),
             unknown,
             self.keel_open(),
             self.venue_open()
@@ -566,12 +686,15 @@ fn run_seeds(first: u64, count: u64) {
         total.delay_changes += t.delay_changes;
         total.duplicate_replays += t.duplicate_replays;
         total.clock_jumps += t.clock_jumps;
+        total.lies += t.lies;
+        total.gaps += t.gaps;
+        total.contradictions += t.contradictions;
         total.checks += t.checks;
         total.orders += t.orders;
     }
     println!(
-        "simulation: {count} seeds, {} orders; faults: {} cuts, {} venue restarts, {} stalls, {} reject bursts, {} refused-connect spells, {} delay changes, {} duplicate replays, {} wall-clock jumps; {} invariant checks, 0 violated",
-        total.orders, total.cuts, total.restarts, total.stalls, total.reject_bursts, total.refusals, total.delay_changes, total.duplicate_replays, total.clock_jumps, total.checks
+        "simulation: {count} seeds, {} orders; faults: {} cuts, {} venue restarts, {} stalls, {} reject bursts, {} refused-connect spells, {} delay changes, {} duplicate replays, {} wall-clock jumps; hostile venue: {} made-up reports, {} sequence gaps, {} contradictions caught; {} invariant checks, 0 violated",
+        total.orders, total.cuts, total.restarts, total.stalls, total.reject_bursts, total.refusals, total.delay_changes, total.duplicate_replays, total.clock_jumps, total.lies, total.gaps, total.contradictions, total.checks
     );
 }
 
@@ -648,6 +771,7 @@ impl Sim {
             delay_change_permille: 0,
             duplicate_permille: 0,
             clock_jump_permille: 0,
+            hostile_permille: 0,
         };
         sim.link.start(0, &mut sim.net);
         sim

@@ -1156,9 +1156,12 @@ impl Dispatcher {
             .is_some_and(|o| !o.state.is_terminal() && o.sent_ns != 0);
         if open {
             // Every open state may time out into Unknown; the risk gate follows in `apply`.
-            let _ = self.apply(id, OrderEvent::Timeout, 0);
+            if self.apply(id, OrderEvent::Timeout, 0).is_ok() {
+                self.emit_for(id, EventKind::Unknown, at_ns);
+            }
         }
-        self.emit_for(id, EventKind::Unknown, at_ns);
+        // A closed order gets no event after its terminal one (its lifecycle is over for the
+        // strategy); the read-only link and the counters tell the operator.
     }
 
     /// The link refused to write a new order or replace (read-only link, full session map):

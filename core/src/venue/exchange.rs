@@ -325,6 +325,8 @@ pub struct Exchange {
     /// Hostile fault: the next login's answer skips this many messages past what was asked
     /// (never past the end of the stream): the client never sees them — a sequence gap.
     pub login_gap_once: u64,
+    /// Login answers that really skipped messages (the gap fault found something to skip).
+    pub login_gaps_made: u64,
     /// The venue's wall clock minus the monotonic clock it is driven by. Message timestamps
     /// are wall-clock; a fault can make the wall clock jump (backwards too). keel reads no
     /// venue timestamp for timing, so a jump must change nothing it decides.
@@ -360,6 +362,7 @@ impl Exchange {
             next_is_final: false,
             replay_from_start_once: false,
             login_gap_once: 0,
+            login_gaps_made: 0,
             config,
         }
     }
@@ -405,7 +408,9 @@ impl Exchange {
             next
         } else {
             let gap = std::mem::take(&mut self.login_gap_once);
-            requested.saturating_add(gap).min(next)
+            let start = requested.saturating_add(gap).min(next);
+            self.login_gaps_made += u64::from(start > requested.min(next));
+            start
         };
         Ok((account, start))
     }
