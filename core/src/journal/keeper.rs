@@ -47,6 +47,9 @@ struct State {
     spare: Spare,
     /// Highest journal file number the appender has finished with.
     completed_through: u64,
+    /// The last failed preparation (file, errno), until one succeeds: what a rollover reports
+    /// while a retry is under way.
+    failure: Option<(u64, i32)>,
     retired: Vec<MmapMut>,
     stop: bool,
 }
@@ -95,6 +98,7 @@ impl Keeper {
             state: Mutex::new(State {
                 spare: Spare::Wanted(start.current + 1),
                 completed_through: start.current - 1,
+                failure: None,
                 retired: Vec::with_capacity(RETIRED_MAX),
                 stop: false,
             }),
@@ -128,6 +132,9 @@ impl Keeper {
                 }
                 other => {
                     state.spare = other;
+                    if let Some((file_no, errno)) = state.failure {
+                        return Err(Unavailable::Reserve { file_no, errno });
+                    }
                     if *waited {
                         return Err(Unavailable::NotReady { file_no: n });
                     }
@@ -207,6 +214,7 @@ fn run(shared: &Shared, start: KeeperStart) {
         compactor.write();
     }
     let mut retired = Vec::with_capacity(RETIRED_MAX);
+    let mut pause_before_retry = false;
     let mut state = shared.lock();
     loop {
         // Unmap what the appender left, outside the lock.
@@ -223,6 +231,17 @@ fn run(shared: &Shared, start: KeeperStart) {
             state = shared.lock();
             continue;
         }
+        if matches!(state.spare, Spare::Failed(..)) && pause_before_retry && !state.stop {
+            // Wait before retrying a failed preparation (the disk is full: space comes back
+            // when an operator frees it), leaving `Failed` visible to the appender meanwhile.
+            pause_before_retry = false;
+            state = shared
+                .work
+                .wait_timeout(state, RETRY_EVERY)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            continue;
+        }
         let want = match state.spare {
             Spare::Wanted(n) | Spare::Failed(n, _) if !state.stop => Some(n),
             _ => None,
@@ -231,18 +250,21 @@ fn run(shared: &Shared, start: KeeperStart) {
             let retry = matches!(state.spare, Spare::Failed(..));
             state.spare = Spare::Preparing;
             drop(state);
-            if retry {
-                std::thread::sleep(RETRY_EVERY);
-            }
             let made = files::create_journal(&dir, n, file_bytes);
             state = shared.lock();
             state.spare = match made {
-                Ok(map) => Spare::Ready(n, map),
+                Ok(map) => {
+                    state.failure = None;
+                    Spare::Ready(n, map)
+                }
                 Err(e) => {
                     if !retry {
                         eprintln!("keel: journal: next file not reserved ({e}); retrying");
                     }
-                    Spare::Failed(n, io_errno(&e))
+                    let errno = io_errno(&e);
+                    state.failure = Some((n, errno));
+                    pause_before_retry = true;
+                    Spare::Failed(n, errno)
                 }
             };
             shared.ready.notify_all();
