@@ -542,3 +542,172 @@ fn a_damaged_checkpoint_falls_back_to_the_previous_one() {
     assert_eq!(fallback.files, 2, "{fallback:?}");
     assert_eq!(recovery_of(&seen), recovery_of(&records(53)));
 }
+
+// ----- the engine on a full disk ------------------------------------------------------------
+
+/// The simulated venue in a thread of this process (stepped until dropped).
+struct VenueThread {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    addr: std::net::SocketAddr,
+}
+
+impl VenueThread {
+    fn start() -> Self {
+        use keel::clock::{Clock, TscClock};
+        use keel::venue::server::{VenueConfig, VenueServer};
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The io_uring ring belongs to the thread that submits to it: build it there.
+        let thread = std::thread::spawn(move || {
+            let mut venue = VenueServer::new(VenueConfig::default()).unwrap();
+            tx.send(venue.local_addr()).unwrap();
+            let clock = TscClock::new();
+            while !flag.load(Ordering::Relaxed) {
+                venue.step(clock.now_ns(), 1_000_000).unwrap();
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+            addr: rx.recv().unwrap(),
+        }
+    }
+}
+
+impl Drop for VenueThread {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Sends one command and waits (bounded) for its answer.
+fn answer(
+    strategy: &mut keel::dispatch::StrategyHandle,
+    command: keel::order::Command,
+    id: ClientOrderId,
+) -> keel::order::EventKind {
+    strategy.commands.push(command).unwrap();
+    for _ in 0..5_000 {
+        while let Ok(e) = strategy.events.pop() {
+            if e.id == id {
+                return e.kind;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    panic!("no answer for {id}");
+}
+
+/// Fills the file system under `dir` to the last byte with a file; returns its path.
+fn fill_disk(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    let path = dir.join("ballast");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let chunk = vec![7u8; 4096];
+    while file.write_all(&chunk).is_ok() {}
+    while file.write_all(&chunk[..1]).is_ok() {}
+    path
+}
+
+// Goal: the engine with its journal on a file system that fills refuses new orders
+// `JournalUnavailable` (no signal, no crash) while cancels still flow and are answered; when
+// space comes back new orders are accepted again without a restart, and the journal left
+// behind opens. Method: the real engine against the in-process venue, the journal on a small
+// tmpfs filled by a ballast file after start, 4 KiB journal files.
+#[test]
+fn the_engine_on_a_full_disk_refuses_new_orders_and_cancels_flow() {
+    use keel::config::EngineConfig;
+    use keel::engine::EngineBuilder;
+    use keel::order::{Command, EventKind, RefusalReason};
+    use keel::runtime::IdlePolicy;
+    let Some(fs) = Tmpfs::mount(512) else {
+        return;
+    };
+    let venue = VenueThread::start();
+    let journal_dir = fs.path().join("journal");
+    let text = format!(
+        "symbols = [\"AAPL\", \"MSFT\"]\n[dispatcher]\nstrategies = 1\n\
+         [engine]\ntopology = \"inline\"\nidle = \"backoff\"\n\
+         [journal]\ndir = \"{}\"\nfile_bytes = 4096\n\
+         [[venue]]\nname = \"sim\"\naddress = \"{}\"\nusername = \"keel\"\npassword = \"keel\"\n",
+        journal_dir.display(),
+        venue.addr
+    );
+    let mut engine = EngineBuilder::new(EngineConfig::from_toml(&text).unwrap())
+        .idle(IdlePolicy::TEST)
+        .start()
+        .unwrap();
+    let mut strategy = engine.take_strategy(StrategyId(0)).unwrap();
+    for _ in 0..5_000 {
+        if engine.venue_synced(0) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert!(engine.venue_synced(0), "venue link never SYNCED");
+    // Let the keeper prepare its spare file, then fill the disk.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let ballast = fill_disk(fs.path());
+    let new = |seq: u64| {
+        let mut o = order(seq);
+        o.id = ClientOrderId::new(StrategyId(0), seq).unwrap();
+        o.venue = VenueId(0);
+        o.symbol = SymbolId((seq % 2) as u16);
+        // Resting far from the venue's flow: nothing fills it.
+        o.side = Side::Buy;
+        o.price = Price::from_units(50, 0);
+        o
+    };
+    let (mut accepted, mut refused) = (Vec::new(), 0);
+    for seq in 1..=200 {
+        let o = new(seq);
+        match answer(&mut strategy, Command::New(o), o.id) {
+            EventKind::Accepted => accepted.push(o.id),
+            EventKind::Refused {
+                reason: RefusalReason::JournalUnavailable,
+            } => refused += 1,
+            other => panic!("order {seq}: {other:?}"),
+        }
+    }
+    assert!(refused > 0, "the full disk never refused an order");
+    assert!(!accepted.is_empty());
+    // Cancels still flow (their close cannot be journaled, and that is counted).
+    for &id in &accepted {
+        assert_eq!(
+            answer(&mut strategy, Command::Cancel { id }, id),
+            EventKind::Canceled
+        );
+    }
+    // Space comes back: new orders trade again without a restart.
+    std::fs::remove_file(&ballast).unwrap();
+    let mut traded = false;
+    for seq in 201..=1_200 {
+        let o = new(seq);
+        if answer(&mut strategy, Command::New(o), o.id) == EventKind::Accepted {
+            traded = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(traded, "new orders still refused after space came back");
+    let report = engine.stop().unwrap();
+    assert!(
+        report.dispatch.journal_errors >= refused,
+        "{:?}",
+        report.dispatch
+    );
+    // The journal left behind opens (the cancels it missed leave orders open in it: a restart
+    // reconciles them with the venue, never resends).
+    let cfg = JournalConfig {
+        dir: journal_dir,
+        file_bytes: 4096,
+    };
+    let (_, seen, _) = reopen(&cfg).unwrap();
+    assert!(recovery_of(&seen).open.len() <= accepted.len() + 1);
+}
