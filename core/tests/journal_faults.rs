@@ -523,6 +523,68 @@ fn restart_reads_only_the_last_checkpoint_and_the_newest_file() {
     assert_eq!(again.records, report.records);
 }
 
+/// Pages of `path` resident in the page cache.
+fn resident_pages(path: &Path) -> usize {
+    let file = std::fs::File::open(path).unwrap();
+    // SAFETY: a read-only mapping of a file nothing writes while the test holds it.
+    let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+    let page = 4096;
+    let mut vec = vec![0u8; map.len().div_ceil(page)];
+    // SAFETY: `map` is a live mapping of `map.len()` bytes at a page-aligned address, and
+    // `vec` has one byte per page of it, as mincore requires.
+    let rc = unsafe {
+        libc::mincore(
+            map.as_ptr() as *mut libc::c_void,
+            map.len(),
+            vec.as_mut_ptr(),
+        )
+    };
+    assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+    vec.iter().filter(|&&b| b & 1 == 1).count()
+}
+
+/// Writes `path`'s dirty pages and drops its pages from the page cache.
+fn evict(path: &Path) {
+    let file = std::fs::File::open(path).unwrap();
+    file.sync_all().unwrap();
+    // SAFETY: the descriptor is open and owned by `file` for the call.
+    let rc = unsafe {
+        libc::posix_fadvise(
+            std::os::unix::io::AsRawFd::as_raw_fd(&file),
+            0,
+            0,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+    assert_eq!(rc, 0);
+}
+
+// Goal: opening touches what it must, not the empty rest of the current file: a 64 MiB file
+// holding 100 records, its pages dropped from the page cache, is opened with fewer than 256
+// of its 16,384 pages brought in (the records, a bounded look past them, read-around). Method:
+// mincore on a disk file system (a tmpfs's pages are always resident).
+#[test]
+fn opening_does_not_read_the_empty_rest_of_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = JournalConfig {
+        dir: dir.path().to_path_buf(),
+        file_bytes: 64 << 20,
+    };
+    let path = written(&cfg, 100);
+    evict(&path);
+    let before = resident_pages(&path);
+    if before > 64 {
+        eprintln!("SKIPPED: the page cache kept {before} pages of {path:?} after eviction");
+        return;
+    }
+    let (journal, seen, _) = reopen(&cfg).unwrap();
+    assert_eq!(seen.len(), 100);
+    let after = resident_pages(&path);
+    eprintln!("{before} pages resident before open, {after} after");
+    assert!(after < 256, "{after} of 16384 pages resident after open");
+    drop(journal);
+}
+
 // Goal: a damaged newest checkpoint is not trusted: opening falls back to the one before it
 // (kept for this) and replays the files after it, with the same result.
 #[test]

@@ -188,7 +188,12 @@ pub(super) fn open_newest(path: &Path, len: u64) -> Result<MmapMut, JournalError
     let have = file.metadata().map_err(io(path))?.len();
     let whole = have.div_ceil(RECORD_LEN as u64) * RECORD_LEN as u64;
     reserve(&file, whole.max(len)).map_err(|errno| errno_error(path, errno))?;
-    map_mut(path, &file, false)
+    let map = map_mut(path, &file, false)?;
+    // No read-around: the scan brings in the pages it reads, not megabytes of the empty rest
+    // (a device's read-ahead can be 8 MiB); later appends fault one page at a time instead of
+    // one large window at once. (Files the keeper prepares are populated up front.)
+    map.advise(memmap2::Advice::Random).map_err(io(path))?;
+    Ok(map)
 }
 
 /// Maps a completed journal file read-only, refusing a length that is not whole records.
@@ -429,23 +434,23 @@ pub(super) fn read_checkpoint(
     n: u64,
 ) -> Result<(Vec<JournalRecord>, u64), JournalError> {
     let path = checkpoint_path(dir, n);
-    let bytes = std::fs::read(&path).map_err(io(&path))?;
-    if bytes.len() < RECORD_LEN {
-        return Err(JournalError::BadHeader {
-            path,
-            what: format!("length {}", bytes.len()),
-        });
-    }
-    let (next_index, count) = check_common(&path, &bytes[..RECORD_LEN], CHECKPOINT_MAGIC, n)?;
+    let file = File::open(&path).map_err(io(&path))?;
+    let len = file.metadata().map_err(io(&path))?.len();
+    let mut head = [0u8; RECORD_LEN];
+    file.read_exact_at(&mut head, 0).map_err(io(&path))?;
+    let (next_index, count) = check_common(&path, &head, CHECKPOINT_MAGIC, n)?;
+    // The header's count is checked against the file's length before anything is read.
     let expected_len = count
         .checked_add(1)
         .and_then(|c| c.checked_mul(RECORD_LEN as u64));
-    if expected_len != Some(bytes.len() as u64) {
+    if expected_len != Some(len) {
         return Err(JournalError::BadHeader {
             path,
-            what: format!("{count} records in {} bytes", bytes.len()),
+            what: format!("{count} records in {len} bytes"),
         });
     }
+    let mut bytes = vec![0u8; len as usize];
+    file.read_exact_at(&mut bytes, 0).map_err(io(&path))?;
     let mut records = Vec::with_capacity(count as usize);
     for (i, slot) in bytes[RECORD_LEN..].chunks_exact(RECORD_LEN).enumerate() {
         let offset = ((i + 1) * RECORD_LEN) as u64;

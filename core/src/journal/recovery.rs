@@ -78,7 +78,7 @@ impl Recovery {
                 id, qty, venue_seq, ..
             } => match self.open.get_mut(&id) {
                 Some(o) => {
-                    o.filled += qty;
+                    o.filled = o.filled.saturating_add(qty);
                     o.accepted = true;
                     let (venue, done) = (o.order.venue, o.filled >= o.order.qty);
                     if done {
@@ -113,6 +113,11 @@ impl Recovery {
         self.see_id(order.id);
         let next = self.next_wire_ref.entry(order.venue).or_insert(1);
         *next = (*next).max(wire_ref.saturating_add(1));
+        if filled >= order.qty && filled > 0 {
+            // Fully executed: closed, whatever the record says about it being open.
+            self.open.remove(&order.id);
+            return;
+        }
         let open = RecoveredOrder {
             order,
             wire_ref,
@@ -169,7 +174,7 @@ impl Recovery {
 
     fn see_id(&mut self, id: ClientOrderId) {
         let next = self.next_sequence.entry(id.strategy()).or_default();
-        *next = (*next).max(id.sequence() + 1);
+        *next = (*next).max(id.sequence().saturating_add(1));
     }
 
     /// The strategy's id allocator after a restart: it resumes above every id the journal
