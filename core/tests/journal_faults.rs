@@ -586,7 +586,8 @@ fn opening_does_not_read_the_empty_rest_of_a_file() {
 }
 
 // Goal: a damaged newest checkpoint is not trusted: opening falls back to the one before it
-// (kept for this) and replays the files after it, with the same result.
+// (kept for this) and replays the files after it, with the same result; with no readable
+// checkpoint and the first file gone, opening is refused.
 #[test]
 fn a_damaged_checkpoint_falls_back_to_the_previous_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -603,6 +604,22 @@ fn a_damaged_checkpoint_falls_back_to_the_previous_one() {
     assert_eq!(fallback.checkpoint, report.checkpoint - 1, "{fallback:?}");
     assert_eq!(fallback.files, 2, "{fallback:?}");
     assert_eq!(recovery_of(&seen), recovery_of(&records(53)));
+
+    // Every checkpoint damaged and the first journal file gone: refused, never a fresh start
+    // (that would issue ids and wire references again).
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "kjc") {
+            let file = OpenOptions::new().write(true).open(&path).unwrap();
+            file.write_all_at(&[0xCD], 3).unwrap();
+        }
+    }
+    std::fs::remove_file(dir.path().join("journal-00000001.kj")).unwrap();
+    let err = reopen(&cfg).unwrap_err();
+    assert!(
+        matches!(&err, JournalError::BadHeader { what, .. } if what.contains("no checkpoint")),
+        "{err}"
+    );
 }
 
 // ----- the engine on a full disk ------------------------------------------------------------

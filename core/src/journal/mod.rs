@@ -255,6 +255,20 @@ impl Journal {
             .into_iter()
             .filter(|&n| n >= first)
             .collect();
+        match checkpoint {
+            Some(c) => drop_stale_checkpoints(&dir, &listing.checkpoints, c),
+            // Checkpoints exist and none can be read: only a journal from file 1 can rebuild
+            // the state. Starting empty would reuse ids and wire references.
+            None if !listing.checkpoints.is_empty() && to_read.first() != Some(&1) => {
+                return Err(JournalError::BadHeader {
+                    path: files::checkpoint_path(&dir, listing.checkpoints[0]),
+                    what: "no checkpoint is readable and journal file 1 is gone: the state \
+                           cannot be rebuilt"
+                        .into(),
+                });
+            }
+            None => {}
+        }
         for (i, &n) in to_read.iter().enumerate() {
             let expected = first + i as u64;
             if n != expected {
@@ -394,14 +408,18 @@ fn tidy(dir: &Path, report: &mut OpenReport) -> Result<files::Listing, JournalEr
         report.files_removed += 1;
         listing.journals.pop();
     }
-    // Checkpoints older than the newest two are never read.
-    let keep_from = listing.checkpoints.len().saturating_sub(2);
-    for &c in &listing.checkpoints[..keep_from] {
-        let path = files::checkpoint_path(dir, c);
-        std::fs::remove_file(&path).map_err(files::io(&path))?;
-    }
-    listing.checkpoints.drain(..keep_from);
     Ok(listing)
+}
+
+/// Removes the checkpoints older than the one before `used` (they are never read again;
+/// the one before is kept as the fallback should `used` be damaged later).
+fn drop_stale_checkpoints(dir: &Path, checkpoints: &[u64], used: u64) {
+    let Some(i) = checkpoints.iter().position(|&c| c == used) else {
+        return;
+    };
+    for &c in &checkpoints[..i.saturating_sub(1)] {
+        let _ = std::fs::remove_file(files::checkpoint_path(dir, c));
+    }
 }
 
 /// Replays the newest readable checkpoint; returns its number and the index after it (1 and
