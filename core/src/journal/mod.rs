@@ -250,34 +250,7 @@ impl Journal {
                 state.apply(r);
             });
         let first = checkpoint.map_or(1, |c| c + 1);
-        let to_read: Vec<u64> = listing
-            .journals
-            .into_iter()
-            .filter(|&n| n >= first)
-            .collect();
-        match checkpoint {
-            Some(c) => drop_stale_checkpoints(&dir, &listing.checkpoints, c),
-            // Checkpoints exist and none can be read: only a journal from file 1 can rebuild
-            // the state. Starting empty would reuse ids and wire references.
-            None if !listing.checkpoints.is_empty() && to_read.first() != Some(&1) => {
-                return Err(JournalError::BadHeader {
-                    path: files::checkpoint_path(&dir, listing.checkpoints[0]),
-                    what: "no checkpoint is readable and journal file 1 is gone: the state \
-                           cannot be rebuilt"
-                        .into(),
-                });
-            }
-            None => {}
-        }
-        for (i, &n) in to_read.iter().enumerate() {
-            let expected = first + i as u64;
-            if n != expected {
-                return Err(JournalError::BadHeader {
-                    path: files::journal_path(&dir, expected),
-                    what: format!("file {expected} is missing"),
-                });
-            }
-        }
+        let to_read = files_after(&dir, &listing, checkpoint)?;
         let (newest, completed) = match to_read.split_last() {
             Some((&newest, completed)) => (newest, completed),
             None => (first, &[][..]),
@@ -302,19 +275,18 @@ impl Journal {
             state_next_index: next_index,
             checkpoint,
         };
-        let path = files::journal_path(&dir, newest);
         let (map, offset) = if to_read.is_empty() {
             (files::create_journal(&dir, newest, size)?, RECORD_LEN)
         } else {
-            let mut map = files::open_newest(&path, size)?;
-            check_first(&path, &map, newest, next_index)?;
-            let end = files::scan(&path, &map, true, &mut next_index, &mut report, &mut replay)?;
-            report.files += 1;
-            // Clear a torn tail so that a later crash cannot revive its bytes. Only the torn
-            // bytes: the rest of the file is reserved and reads as zeros.
-            map[end.offset..end.offset + end.torn_bytes].fill(0);
-            report.torn_tail_bytes = end.torn_bytes as u64;
-            (map, end.offset)
+            let path = files::journal_path(&dir, newest);
+            open_current(
+                &path,
+                newest,
+                size,
+                &mut next_index,
+                &mut report,
+                &mut replay,
+            )?
         };
         let journal = Self {
             dir,
@@ -409,6 +381,66 @@ fn tidy(dir: &Path, report: &mut OpenReport) -> Result<files::Listing, JournalEr
         listing.journals.pop();
     }
     Ok(listing)
+}
+
+/// The journal files to replay after `checkpoint` (from file 1 without one), checked
+/// contiguous; refuses when checkpoints exist, none is readable and file 1 is gone.
+fn files_after(
+    dir: &Path,
+    listing: &files::Listing,
+    checkpoint: Option<u64>,
+) -> Result<Vec<u64>, JournalError> {
+    let first = checkpoint.map_or(1, |c| c + 1);
+    let to_read: Vec<u64> = listing
+        .journals
+        .iter()
+        .copied()
+        .filter(|&n| n >= first)
+        .collect();
+    match checkpoint {
+        Some(c) => drop_stale_checkpoints(dir, &listing.checkpoints, c),
+        // Only a journal from file 1 can rebuild the state: starting empty would issue ids
+        // and wire references again.
+        None if !listing.checkpoints.is_empty() && to_read.first() != Some(&1) => {
+            return Err(JournalError::BadHeader {
+                path: files::checkpoint_path(dir, listing.checkpoints[0]),
+                what: "no checkpoint is readable and journal file 1 is gone: the state cannot \
+                       be rebuilt"
+                    .into(),
+            });
+        }
+        None => {}
+    }
+    for (i, &n) in to_read.iter().enumerate() {
+        let expected = first + i as u64;
+        if n != expected {
+            return Err(JournalError::BadHeader {
+                path: files::journal_path(dir, expected),
+                what: format!("file {expected} is missing"),
+            });
+        }
+    }
+    Ok(to_read)
+}
+
+/// Opens the newest file for appending: replays its good records and clears a torn tail
+/// (only the torn bytes: the rest of the file is reserved and reads as zeros), so that a later
+/// crash cannot revive them. Returns the mapping and the offset to append at.
+fn open_current(
+    path: &Path,
+    n: u64,
+    size: u64,
+    next_index: &mut u64,
+    report: &mut OpenReport,
+    replay: &mut impl FnMut(&JournalRecord),
+) -> Result<(MmapMut, usize), JournalError> {
+    let mut map = files::open_newest(path, size)?;
+    check_first(path, &map, n, *next_index)?;
+    let end = files::scan(path, &map, true, next_index, report, replay)?;
+    report.files += 1;
+    map[end.offset..end.offset + end.torn_bytes].fill(0);
+    report.torn_tail_bytes = end.torn_bytes as u64;
+    Ok((map, end.offset))
 }
 
 /// Removes the checkpoints older than the one before `used` (they are never read again;
