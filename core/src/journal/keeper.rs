@@ -208,11 +208,7 @@ fn run(shared: &Shared, start: KeeperStart) {
         newest_checkpoint: checkpoint,
         broken: false,
     };
-    // The state handed over may be newer than the newest checkpoint (opening replayed files
-    // after it): record it, so the next start reads less.
-    if state_through > 0 && checkpoint.is_none_or(|c| c < state_through) {
-        compactor.write();
-    }
+    compactor.catch_up();
     let mut retired = Vec::with_capacity(RETIRED_MAX);
     let mut pause_before_retry = false;
     let mut state = shared.lock();
@@ -222,12 +218,7 @@ fn run(shared: &Shared, start: KeeperStart) {
         retired.append(&mut state.retired);
         if !retired.is_empty() {
             drop(state);
-            for map in retired.drain(..) {
-                // Completed files reach the disk here, off the decision path.
-                if let Err(e) = map.flush() {
-                    eprintln!("keel: journal: sync of a completed file: {e}");
-                }
-            }
+            release(&mut retired);
             state = shared.lock();
             continue;
         }
@@ -252,21 +243,8 @@ fn run(shared: &Shared, start: KeeperStart) {
             drop(state);
             let made = files::create_journal(&dir, n, file_bytes);
             state = shared.lock();
-            state.spare = match made {
-                Ok(map) => {
-                    state.failure = None;
-                    Spare::Ready(n, map)
-                }
-                Err(e) => {
-                    if !retry {
-                        eprintln!("keel: journal: next file not reserved ({e}); retrying");
-                    }
-                    let errno = io_errno(&e);
-                    state.failure = Some((n, errno));
-                    pause_before_retry = true;
-                    Spare::Failed(n, errno)
-                }
-            };
+            pause_before_retry = made.is_err();
+            state.spare = spare_from(&mut state, n, made, retry);
             shared.ready.notify_all();
             continue;
         }
@@ -293,6 +271,39 @@ fn run(shared: &Shared, start: KeeperStart) {
     }
 }
 
+/// Syncs and unmaps completed files: they reach the disk here, off the decision path.
+fn release(retired: &mut Vec<MmapMut>) {
+    for map in retired.drain(..) {
+        if let Err(e) = map.flush() {
+            eprintln!("keel: journal: sync of a completed file: {e}");
+        }
+    }
+}
+
+/// The spare slot after preparing file `n`; a failure is remembered (and said once, not at
+/// every retry).
+fn spare_from(
+    state: &mut State,
+    n: u64,
+    made: Result<MmapMut, JournalError>,
+    retry: bool,
+) -> Spare {
+    match made {
+        Ok(map) => {
+            state.failure = None;
+            Spare::Ready(n, map)
+        }
+        Err(e) => {
+            if !retry {
+                eprintln!("keel: journal: next file not reserved ({e}); retrying");
+            }
+            let errno = io_errno(&e);
+            state.failure = Some((n, errno));
+            Spare::Failed(n, errno)
+        }
+    }
+}
+
 fn io_errno(e: &JournalError) -> i32 {
     match e {
         JournalError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
@@ -301,6 +312,14 @@ fn io_errno(e: &JournalError) -> i32 {
 }
 
 impl Compactor {
+    /// The state handed over may be newer than the newest checkpoint (opening replayed files
+    /// after it): record it, so the next start reads less.
+    fn catch_up(&mut self) {
+        if self.through > 0 && self.newest_checkpoint.is_none_or(|c| c < self.through) {
+            self.write();
+        }
+    }
+
     /// Folds completed file `n` into the state and writes checkpoint `n`.
     fn compact(&mut self, n: u64) {
         let path = files::journal_path(&self.dir, n);
