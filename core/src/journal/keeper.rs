@@ -21,8 +21,11 @@ use super::{JournalError, OpenReport, Recovery, Unavailable};
 /// Retired mappings the appender can hand over without allocating; beyond this it unmaps
 /// them itself.
 const RETIRED_MAX: usize = 8;
-/// How long a rollover waits for a spare file that is being prepared, once per rollover.
-const ROLL_WAIT: Duration = Duration::from_secs(1);
+/// How long a rollover waits for a spare file that is being prepared, once per rollover: up
+/// to `ROLL_WAIT_SLICES` waits of `ROLL_WAIT_SLICE` (1 s; a spurious wake-up costs a slice, not
+/// the whole wait).
+const ROLL_WAIT_SLICE: Duration = Duration::from_millis(10);
+const ROLL_WAIT_SLICES: u32 = 100;
 /// How often a failed preparation (a full disk) is retried.
 const RETRY_EVERY: Duration = Duration::from_millis(100);
 /// How long the keeper sleeps when it has nothing to do (it is woken for work).
@@ -36,8 +39,8 @@ enum Spare {
     Preparing,
     /// File `n` is ready.
     Ready(u64, MmapMut),
-    /// Preparing file `n` failed with this errno; retried every `RETRY_EVERY`.
-    Failed(u64, i32),
+    /// Preparing file `n` failed (`State::failure` says how); retried every `RETRY_EVERY`.
+    Failed(u64),
     /// Taken by the appender; the next one is asked for at the swap.
     Taken,
 }
@@ -117,37 +120,32 @@ impl Keeper {
         })
     }
 
-    /// Takes the prepared file `n`. Waits (once per rollover, `*waited` remembers) for a
-    /// preparation under way; refuses at once when preparing failed.
+    /// Takes the prepared file `n`. Waits (a bounded time, once per rollover: `*waited`
+    /// remembers) for a preparation under way; refuses at once when preparing failed.
     pub fn take_spare(&self, n: u64, waited: &mut bool) -> Result<MmapMut, Unavailable> {
         let mut state = self.shared.lock();
+        let mut slices = if *waited { 0 } else { ROLL_WAIT_SLICES };
+        *waited = true;
         loop {
             match std::mem::replace(&mut state.spare, Spare::Taken) {
                 Spare::Ready(m, map) if m == n => return Ok(map),
-                Spare::Failed(m, errno) => {
-                    state.spare = Spare::Failed(m, errno);
-                    // Retries happen in the keeper; this rollover does not wait for them.
-                    *waited = true;
-                    return Err(Unavailable::Reserve { file_no: m, errno });
-                }
-                other => {
-                    state.spare = other;
-                    if let Some((file_no, errno)) = state.failure {
-                        return Err(Unavailable::Reserve { file_no, errno });
-                    }
-                    if *waited {
-                        return Err(Unavailable::NotReady { file_no: n });
-                    }
-                    *waited = true;
-                    self.shared.work.notify_one();
-                    state = self
-                        .shared
-                        .ready
-                        .wait_timeout(state, ROLL_WAIT)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
-                }
+                other => state.spare = other,
             }
+            // Retries happen in the keeper; a rollover does not wait for them.
+            if let Some((file_no, errno)) = state.failure {
+                return Err(Unavailable::Reserve { file_no, errno });
+            }
+            if slices == 0 {
+                return Err(Unavailable::NotReady { file_no: n });
+            }
+            slices -= 1;
+            self.shared.work.notify_one();
+            state = self
+                .shared
+                .ready
+                .wait_timeout(state, ROLL_WAIT_SLICE)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
     }
 
@@ -222,7 +220,7 @@ fn run(shared: &Shared, start: KeeperStart) {
             state = shared.lock();
             continue;
         }
-        if matches!(state.spare, Spare::Failed(..)) && pause_before_retry && !state.stop {
+        if matches!(state.spare, Spare::Failed(_)) && pause_before_retry && !state.stop {
             // Wait before retrying a failed preparation (the disk is full: space comes back
             // when an operator frees it), leaving `Failed` visible to the appender meanwhile.
             pause_before_retry = false;
@@ -234,11 +232,11 @@ fn run(shared: &Shared, start: KeeperStart) {
             continue;
         }
         let want = match state.spare {
-            Spare::Wanted(n) | Spare::Failed(n, _) if !state.stop => Some(n),
+            Spare::Wanted(n) | Spare::Failed(n) if !state.stop => Some(n),
             _ => None,
         };
         if let Some(n) = want {
-            let retry = matches!(state.spare, Spare::Failed(..));
+            let retry = matches!(state.spare, Spare::Failed(_));
             state.spare = Spare::Preparing;
             drop(state);
             let made = files::create_journal(&dir, n, file_bytes);
@@ -299,7 +297,7 @@ fn spare_from(
             }
             let errno = io_errno(&e);
             state.failure = Some((n, errno));
-            Spare::Failed(n, errno)
+            Spare::Failed(n)
         }
     }
 }
