@@ -88,6 +88,10 @@ struct Tmpfs {
 
 impl Tmpfs {
     fn mount(size_kib: u64) -> Option<Self> {
+        Self::try_mount(size_kib, true)
+    }
+
+    fn try_mount(size_kib: u64, say_why: bool) -> Option<Self> {
         let dir = tempfile::tempdir().unwrap();
         let size = format!("size={size_kib}k");
         let out = Command::new("mount")
@@ -97,14 +101,18 @@ impl Tmpfs {
         match out {
             Ok(o) if o.status.success() => Some(Self { dir }),
             Ok(o) => {
-                eprintln!(
-                    "SKIPPED: cannot mount a tmpfs (needs root): {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
+                if say_why {
+                    eprintln!(
+                        "SKIPPED: cannot mount a tmpfs (needs root): {}",
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    );
+                }
                 None
             }
             Err(e) => {
-                eprintln!("SKIPPED: cannot run mount: {e}");
+                if say_why {
+                    eprintln!("SKIPPED: cannot run mount: {e}");
+                }
                 None
             }
         }
@@ -127,7 +135,7 @@ impl Drop for Tmpfs {
 /// A roomy tmpfs for tests that create many files (fsync costs nothing there), or `None`
 /// (then the system's temporary directory is used).
 fn scratch() -> Option<Tmpfs> {
-    Tmpfs::mount(256 << 10)
+    Tmpfs::try_mount(256 << 10, false)
 }
 
 fn tempdir_on(fs: &Option<Tmpfs>) -> tempfile::TempDir {
