@@ -35,7 +35,7 @@ const IDLE: Duration = Duration::from_secs(1);
 enum Spare {
     /// File `n` should be prepared.
     Wanted(u64),
-    /// The keeper is preparing file `n`.
+    /// The keeper is preparing the file asked for.
     Preparing,
     /// File `n` is ready.
     Ready(u64, MmapMut),
