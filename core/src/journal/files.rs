@@ -240,14 +240,11 @@ pub(super) fn shape(path: &Path, n: u64) -> Result<Shape, JournalError> {
             k => got += k,
         }
     }
-    let body_empty = head[RECORD_LEN..].iter().all(|&b| b == 0);
     if got < RECORD_LEN {
-        return Ok(if body_empty {
-            Shape::Partial
-        } else {
-            Shape::Data
-        });
+        // Not even a whole header, so no record after it.
+        return Ok(Shape::Partial);
     }
+    let body_empty = head[RECORD_LEN..].iter().all(|&b| b == 0);
     match check_journal_header(path, &head[..RECORD_LEN], n) {
         Ok(_) if body_empty => Ok(Shape::Empty),
         Ok(_) => Ok(Shape::Data),
