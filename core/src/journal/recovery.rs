@@ -1,5 +1,6 @@
 //! What a restarted engine rebuilds from its journal: every order not known closed, the
 //! ClientOrderId high-water marks, and each venue session's last applied sequence number.
+//! [`Recovery::snapshot`] writes that state back as records: a checkpoint.
 
 use std::collections::BTreeMap;
 
@@ -28,7 +29,7 @@ impl RecoveredOrder {
 }
 
 /// The state rebuilt by replaying a journal; feed it every record in order.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recovery {
     /// Orders not closed, by id.
     pub open: BTreeMap<ClientOrderId, RecoveredOrder>,
@@ -50,18 +51,20 @@ impl Recovery {
     pub fn apply(&mut self, record: &JournalRecord) {
         match *record {
             JournalRecord::Intent { order, wire_ref } => {
-                self.see_id(order.id);
-                let next = self.next_wire_ref.entry(order.venue).or_insert(1);
-                *next = (*next).max(wire_ref.saturating_add(1));
-                self.open.insert(
-                    order.id,
-                    RecoveredOrder {
-                        order,
-                        wire_ref,
-                        accepted: false,
-                        filled: 0,
-                    },
-                );
+                self.see_open(order, wire_ref, false, 0);
+            }
+            JournalRecord::OpenOrder {
+                order,
+                wire_ref,
+                accepted,
+                filled,
+            } => self.see_open(order, wire_ref, accepted, filled),
+            JournalRecord::WireRefFloor {
+                venue,
+                next_wire_ref,
+            } => {
+                let next = self.next_wire_ref.entry(venue).or_insert(1);
+                *next = (*next).max(next_wire_ref);
             }
             JournalRecord::Accepted { id, venue_seq } => match self.open.get_mut(&id) {
                 Some(o) => {
@@ -75,7 +78,7 @@ impl Recovery {
                 id, qty, venue_seq, ..
             } => match self.open.get_mut(&id) {
                 Some(o) => {
-                    o.filled += qty;
+                    o.filled = o.filled.saturating_add(qty);
                     o.accepted = true;
                     let (venue, done) = (o.order.venue, o.filled >= o.order.qty);
                     if done {
@@ -101,9 +104,65 @@ impl Recovery {
                 high_water_mark,
             } => {
                 let next = self.next_sequence.entry(strategy).or_default();
-                *next = (*next).max(high_water_mark + 1);
+                *next = (*next).max(high_water_mark.saturating_add(1));
             }
         }
+    }
+
+    fn see_open(&mut self, order: NewOrder, wire_ref: u32, accepted: bool, filled: Qty) {
+        self.see_id(order.id);
+        let next = self.next_wire_ref.entry(order.venue).or_insert(1);
+        *next = (*next).max(wire_ref.saturating_add(1));
+        if filled >= order.qty && filled > 0 {
+            // Fully executed: closed, whatever the record says about it being open.
+            self.open.remove(&order.id);
+            return;
+        }
+        let open = RecoveredOrder {
+            order,
+            wire_ref,
+            accepted,
+            filled,
+        };
+        self.open.insert(order.id, open);
+    }
+
+    /// This state as records (a checkpoint): replayed into an empty `Recovery` they rebuild
+    /// it, `orphans` aside (a count of this replay's oddities, not state).
+    pub fn snapshot(&self) -> Vec<JournalRecord> {
+        let mut records = Vec::with_capacity(
+            self.next_wire_ref.len()
+                + self.next_sequence.len()
+                + self.applied_through.len()
+                + self.open.len(),
+        );
+        for (&venue, &next_wire_ref) in &self.next_wire_ref {
+            records.push(JournalRecord::WireRefFloor {
+                venue,
+                next_wire_ref,
+            });
+        }
+        for (&strategy, &next) in &self.next_sequence {
+            records.push(JournalRecord::IdHighWater {
+                strategy,
+                high_water_mark: next.saturating_sub(1),
+            });
+        }
+        for (&venue, &applied_through) in &self.applied_through {
+            records.push(JournalRecord::SessionSeq {
+                venue,
+                applied_through,
+            });
+        }
+        for o in self.open.values() {
+            records.push(JournalRecord::OpenOrder {
+                order: o.order,
+                wire_ref: o.wire_ref,
+                accepted: o.accepted,
+                filled: o.filled,
+            });
+        }
+        records
     }
 
     fn saw_seq(&mut self, venue: VenueId, seq: u64) {
@@ -115,7 +174,7 @@ impl Recovery {
 
     fn see_id(&mut self, id: ClientOrderId) {
         let next = self.next_sequence.entry(id.strategy()).or_default();
-        *next = (*next).max(id.sequence() + 1);
+        *next = (*next).max(id.sequence().saturating_add(1));
     }
 
     /// The strategy's id allocator after a restart: it resumes above every id the journal
