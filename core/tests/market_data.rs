@@ -192,6 +192,20 @@ impl ServerThread {
         *self.shared.lock().unwrap()
     }
 
+    /// The counters once `ready` holds (the thread publishes them after each pass, so a
+    /// count read right after a network exchange may not include it yet); panics after 10 s.
+    fn stats_when(&self, ready: impl Fn(&Snapshot) -> bool) -> Snapshot {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = self.stats();
+            if ready(&s) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "counters never got there: {s:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     fn finish(mut self) -> (BookView, u64) {
         self.running.store(false, Ordering::Relaxed);
         self.thread.take().unwrap().join().unwrap()
@@ -791,7 +805,8 @@ fn silent_connections_are_closed_and_bad_handshakes_refused() {
     let (md, _) = ws::request(&addr.to_string(), "/md", [1; 16]);
     assert!(refusal(&md.replace("Version: 13", "Version: 8")).starts_with("HTTP/1.1 426"));
     assert!(refusal("GET /md HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 400"));
-    let stats = server.stats().0;
+    // The server thread publishes its counters after the pass that answered: wait for them.
+    let stats = server.stats_when(|s| s.0.handshakes_refused >= 3).0;
     let _ = server.finish();
     assert_eq!(stats.handshakes_refused, 3, "{stats:?}");
 }
