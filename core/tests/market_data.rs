@@ -60,11 +60,14 @@ fn websockets_client_keeps_the_venue_book() {
     eprintln!("websockets client: {stdout}");
 }
 
-// Goal: WebSocket conformance — the Autobahn cases of groups 1 to 7 (framing, ping/pong,
-// reserved bits, opcodes, fragmentation, UTF-8, close) through `kosoku` against keel's echo
-// endpoint; none fails.
+// Goal: WebSocket conformance — every Autobahn group through `kosoku` against keel's echo
+// endpoint with the venue's default settings: groups 1 to 7, 9 and 10 (framing, ping/pong,
+// reserved bits, opcodes, fragmentation, UTF-8, close, limits and performance, misc) pass;
+// groups 12 and 13 (permessage-deflate, which keel does not implement) are declined cleanly:
+// reported unimplemented with a clean close, never failed. Pings go only to idle connections,
+// so none lands inside a case.
 #[test]
-fn autobahn_groups_1_to_7_pass() {
+fn autobahn_all_groups_pass_or_are_declined_cleanly() {
     let Some(python) = python() else { return };
     let kosoku = std::path::Path::new(&python).with_file_name("kosoku");
     let (_venue, _control, md) = md_venue(0);
@@ -83,7 +86,7 @@ fn autobahn_groups_1_to_7_pass() {
         "-o",
     ])
     .arg(reports.path());
-    for group in 1..=7 {
+    for group in [1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13] {
         cmd.args(["-i", &format!("{group}.*")]);
     }
     let out = cmd.output().unwrap();
@@ -97,14 +100,24 @@ fn autobahn_groups_1_to_7_pass() {
             .unwrap();
     let cases = index.as_object().unwrap().values().next().unwrap();
     let mut by_behaviour: BTreeMap<String, u32> = BTreeMap::new();
-    for (_, case) in cases.as_object().unwrap() {
-        *by_behaviour
-            .entry(case["behavior"].as_str().unwrap().to_string())
-            .or_default() += 1;
+    for (id, case) in cases.as_object().unwrap() {
+        let behaviour = case["behavior"].as_str().unwrap();
+        *by_behaviour.entry(behaviour.to_string()).or_default() += 1;
+        let deflate = id.starts_with("12.") || id.starts_with("13.");
+        match (deflate, behaviour) {
+            (false, "OK" | "NON-STRICT" | "INFORMATIONAL") => {}
+            (true, "UNIMPLEMENTED") => {
+                assert_eq!(
+                    case["behaviorClose"], "OK",
+                    "{id} not declined cleanly: {text}"
+                )
+            }
+            _ => panic!("case {id}: {behaviour}: {text}"),
+        }
     }
-    eprintln!("autobahn groups 1-7: {by_behaviour:?}");
+    eprintln!("autobahn: {by_behaviour:?}");
     let total: u32 = by_behaviour.values().sum();
-    assert!(total >= 240, "{total} cases ran: {text}");
+    assert!(total >= 500, "{total} cases ran: {text}");
     assert_eq!(by_behaviour.get("FAILED"), None, "{text}");
 }
 
