@@ -574,6 +574,32 @@ fn slow_consumers_cannot_hurt_the_server_or_the_fast() {
     );
 }
 
+// Goal: a trades subscriber that stops reading for good is not held forever: its 4001 close
+// frame waits behind what it has not read for `close_flush_timeout_ns`, then the socket is
+// closed, the undelivered close frame counted and the slot freed.
+#[test]
+fn a_reader_stalled_for_good_is_closed_and_counted() {
+    let server = ServerThread::start(
+        MdConfig {
+            queue_max: 64,
+            send_buffer_bytes: 16 * 1024,
+            close_flush_timeout_ns: 1_000_000_000,
+            silent_intervals_max: 1_000,
+            ..MdConfig::default()
+        },
+        10,
+    );
+    let mut stalled = Client::connect(server.addr, "/md");
+    stalled.send(r#"{"op":"subscribe","channel":"trades","symbol":"AAPL"}"#);
+    let stats = server
+        .stats_when(|s| s.0.close_frames_unsent >= 1 && s.2 == 0)
+        .0;
+    let _ = server.finish();
+    assert_eq!(stats.slow_consumers_dropped, 1, "{stats:?}");
+    assert_eq!(stats.close_frames_unsent, 1, "{stats:?}");
+    drop(stalled);
+}
+
 /// Drives a feed handler on the test's thread: one transport poll (up to 1 ms), its events, its
 /// timers.
 struct FeedDriver {

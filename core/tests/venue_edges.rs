@@ -211,6 +211,38 @@ fn an_overlong_control_line_is_answered_and_closed_and_frees_its_slot() {
     assert_eq!(c.cmd("status"), "ok status");
 }
 
+// Goal (issue 10: order entry and control share one pool of slots; a slot must be freed
+// whenever its peer leaves): control has a small pool of its own (8): a ninth control
+// connection is closed unanswered, and once one of the eight leaves a new one is served.
+#[test]
+fn control_has_its_own_pool_and_a_leaving_peer_frees_its_slot() {
+    let v = venue(&["--flow-rate", "0"]);
+    let mut held: Vec<ControlConn> = (0..8).map(|_| ControlConn::connect(&v.control)).collect();
+    for c in &mut held {
+        assert_eq!(c.cmd("status"), "ok status");
+    }
+    let mut ninth = TcpStream::connect(&v.control).unwrap();
+    ninth
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let _ = ninth.write_all(b"status\n");
+    let mut reply = Vec::new();
+    let _ = ninth.read_to_end(&mut reply);
+    assert!(reply.is_empty(), "{:?}", String::from_utf8_lossy(&reply));
+    drop(held.pop());
+    wait_until("a freed control slot", Duration::from_secs(10), || {
+        let mut s = TcpStream::connect(&v.control).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s.write_all(b"status\n");
+        let mut line = String::new();
+        let _ = BufReader::new(s).read_line(&mut line);
+        line.trim_end() == "ok status"
+    });
+    for c in &mut held {
+        assert_eq!(c.cmd("status"), "ok status", "the others still served");
+    }
+}
+
 // ----- order entry --------------------------------------------------------------------------
 
 /// A blocking SoupBinTCP client.
