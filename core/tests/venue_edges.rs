@@ -665,13 +665,14 @@ fn a_trades_subscriber_stalled_for_10_s_still_gets_its_4001() {
 // talking — and does ping one that falls silent.
 #[test]
 fn pings_go_only_to_idle_connections() {
-    let v = venue(&["--flow-rate", "0", "--md-ping-s", "1"]);
+    let v = venue(&["--flow-rate", "0", "--md-ping-s", "2"]);
     let mut c = Ws::connect(&v.md, "/echo", None);
     c.stream
         .set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
-    // Busy for 3.5 ping intervals: an echo every 150 ms, each answered.
-    let busy_until = Instant::now() + Duration::from_millis(3_500);
+    // Busy for 2.5 ping intervals: an echo every 100 ms, each answered (the old global timer
+    // pinged every connection every interval, busy or not).
+    let busy_until = Instant::now() + Duration::from_millis(5_000);
     let mut echoes = 0;
     while Instant::now() < busy_until {
         c.send(Opcode::Text, b"tick");
@@ -688,7 +689,7 @@ fn pings_go_only_to_idle_connections() {
                 None => {}
             }
         }
-        std::thread::sleep(Duration::from_millis(150));
+        std::thread::sleep(Duration::from_millis(100));
     }
     // Silent: a ping comes within about one interval.
     let deadline = Instant::now() + Duration::from_secs(5);

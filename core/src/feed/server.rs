@@ -19,9 +19,11 @@
 //! sequence number, and deltas at or below it are not sent. Snapshots are cached per symbol
 //! and sequence number, so a thousand clients reconnecting at once cost one serialization per
 //! symbol. Each connection has its own ping timer: the server pings a connection only when it
-//! has heard nothing from it for `ping_interval_ns` and has nothing left to send it (never in
-//! the middle of traffic); a connection silent for `silent_intervals_max` intervals is closed
-//! (code 4002) and its subscriptions and queue freed. An opening handshake must be complete
+//! has heard nothing from it for `ping_interval_ns` and is not echoing a message to it (never
+//! in the middle of the client's traffic; a client that only reads gets its pings behind the
+//! data, so the silence rule never closes a healthy reader); a connection silent for
+//! `silent_intervals_max` intervals is closed (code 4002) and its subscriptions and queue
+//! freed. An opening handshake must be complete
 //! within `handshake_timeout_ns` (else 408) and [`ws::HANDSHAKE_MAX`] bytes (else 400).
 //!
 //! Closing: the close frame is queued behind what the connection already has, and the socket
@@ -1244,8 +1246,8 @@ impl MdServer {
     }
 
     /// Each connection's timers: the handshake deadline, silence, and a ping to a connection
-    /// idle for a ping interval (nothing heard from it, nothing left to send it, no ping
-    /// within the interval).
+    /// idle for a ping interval (nothing heard from it, no echo under way, no ping within the
+    /// interval).
     fn ping_and_expire(&mut self, now_ns: u64) {
         let interval_ns = self.config.ping_interval_ns;
         let silent_ns = interval_ns.saturating_mul(u64::from(self.config.silent_intervals_max));
@@ -1272,9 +1274,7 @@ impl MdServer {
                     self.stats.silent_dropped += 1;
                     self.fail(now_ns, id, close_code::SILENT, "no answer to pings");
                 }
-                Phase::Market | Phase::Echo
-                    if idle && !c.echo_busy() && self.reactor.send_pending(id) == 0 =>
-                {
+                Phase::Market | Phase::Echo if idle && !c.echo_busy() => {
                     let mut ping = [0u8; 2];
                     let n = ws::encode_frame(&mut ping, true, Opcode::Ping, &[], None);
                     if self.reactor.send(id, &ping[..n]).is_ok() {
