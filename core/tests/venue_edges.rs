@@ -704,3 +704,31 @@ fn pings_go_only_to_idle_connections() {
         }
     }
 }
+
+// Goal: the memory clients can make the echo endpoint hold is bounded: each `/echo` connection
+// may hold two 16 MiB messages, so at most 16 of them are open at once; the 17th upgrade is
+// answered 503, and a closed one frees its place.
+#[test]
+fn echo_connections_are_bounded() {
+    let v = venue(&["--flow-rate", "0"]);
+    let mut open: Vec<Ws> = (0..16).map(|_| Ws::connect(&v.md, "/echo", None)).collect();
+    let addr = v.md.trim_start_matches("ws://").trim_end_matches("/md");
+    let refused = || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let (request, _) = ws::request(addr, "/echo", [9; 16]);
+        s.write_all(request.as_bytes()).unwrap();
+        let mut line = String::new();
+        let _ = BufReader::new(s).read_line(&mut line);
+        line
+    };
+    assert!(refused().starts_with("HTTP/1.1 503"));
+    for c in &mut open {
+        c.send(Opcode::Text, b"still served");
+        assert_eq!(c.next().map(|m| m.1), Some(b"still served".to_vec()));
+    }
+    drop(open.pop());
+    wait_until("a freed echo place", Duration::from_secs(10), || {
+        refused().starts_with("HTTP/1.1 101")
+    });
+}

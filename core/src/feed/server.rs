@@ -62,6 +62,9 @@ pub struct MdConfig {
     pub max_message: usize,
     /// Largest message on the `/echo` endpoint.
     pub echo_max_message: usize,
+    /// `/echo` connections at once (each may hold two messages of `echo_max_message`: the one
+    /// being read and the one being echoed); further upgrades to `/echo` get 503.
+    pub echo_conns_max: u32,
     /// Subscriptions per connection.
     pub subscriptions_max: usize,
     /// Snapshot requests per connection per second (a burst of this many, refilled per second).
@@ -98,6 +101,7 @@ impl Default for MdConfig {
             socket_send_buffer_bytes: 64 * 1024,
             max_message: 4 * 1024,
             echo_max_message: 16 * 1024 * 1024,
+            echo_conns_max: 16,
             subscriptions_max: 64,
             snapshots_per_sec: 10,
             ping_interval_ns: 5_000_000_000,
@@ -694,6 +698,15 @@ impl MdServer {
         self.reactor.flush()
     }
 
+    /// Open `/echo` connections.
+    fn echo_conns(&self) -> usize {
+        self.conns
+            .iter()
+            .flatten()
+            .filter(|c| c.phase == Phase::Echo)
+            .count()
+    }
+
     fn live(&mut self, conn: ConnId) -> Option<&mut Conn> {
         self.conns[conn.slot() as usize]
             .as_mut()
@@ -749,6 +762,17 @@ impl MdServer {
                 self.reactor.consume(conn, used);
                 let (phase, max) = match req.path.as_str() {
                     "/" | "/md" => (Phase::Market, self.config.max_message),
+                    "/echo" if self.echo_conns() >= self.config.echo_conns_max as usize => {
+                        // Each echo connection may hold 2 x echo_max_message: their number is
+                        // what bounds the memory clients can make the server hold.
+                        self.stats.handshakes_refused += 1;
+                        let _ = self.reactor.send(
+                            conn,
+                            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n",
+                        );
+                        self.close_after_flush(conn, now_ns);
+                        return;
+                    }
                     "/echo" => (Phase::Echo, self.config.echo_max_message),
                     _ => {
                         self.stats.handshakes_refused += 1;
