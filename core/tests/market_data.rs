@@ -60,11 +60,14 @@ fn websockets_client_keeps_the_venue_book() {
     eprintln!("websockets client: {stdout}");
 }
 
-// Goal: WebSocket conformance — the Autobahn cases of groups 1 to 7 (framing, ping/pong,
-// reserved bits, opcodes, fragmentation, UTF-8, close) through `kosoku` against keel's echo
-// endpoint; none fails.
+// Goal: WebSocket conformance — every Autobahn group through `kosoku` against keel's echo
+// endpoint with the venue's default settings: groups 1 to 7, 9 and 10 (framing, ping/pong,
+// reserved bits, opcodes, fragmentation, UTF-8, close, limits and performance, misc) pass;
+// groups 12 and 13 (permessage-deflate, which keel does not implement) are declined cleanly:
+// reported unimplemented with a clean close, never failed. Pings go only to idle connections,
+// so none lands inside a case.
 #[test]
-fn autobahn_groups_1_to_7_pass() {
+fn autobahn_all_groups_pass_or_are_declined_cleanly() {
     let Some(python) = python() else { return };
     let kosoku = std::path::Path::new(&python).with_file_name("kosoku");
     let (_venue, _control, md) = md_venue(0);
@@ -83,7 +86,7 @@ fn autobahn_groups_1_to_7_pass() {
         "-o",
     ])
     .arg(reports.path());
-    for group in 1..=7 {
+    for group in [1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 13] {
         cmd.args(["-i", &format!("{group}.*")]);
     }
     let out = cmd.output().unwrap();
@@ -97,14 +100,24 @@ fn autobahn_groups_1_to_7_pass() {
             .unwrap();
     let cases = index.as_object().unwrap().values().next().unwrap();
     let mut by_behaviour: BTreeMap<String, u32> = BTreeMap::new();
-    for (_, case) in cases.as_object().unwrap() {
-        *by_behaviour
-            .entry(case["behavior"].as_str().unwrap().to_string())
-            .or_default() += 1;
+    for (id, case) in cases.as_object().unwrap() {
+        let behaviour = case["behavior"].as_str().unwrap();
+        *by_behaviour.entry(behaviour.to_string()).or_default() += 1;
+        let deflate = id.starts_with("12.") || id.starts_with("13.");
+        match (deflate, behaviour) {
+            (false, "OK" | "NON-STRICT" | "INFORMATIONAL") => {}
+            (true, "UNIMPLEMENTED") => {
+                assert_eq!(
+                    case["behaviorClose"], "OK",
+                    "{id} not declined cleanly: {text}"
+                )
+            }
+            _ => panic!("case {id}: {behaviour}: {text}"),
+        }
     }
-    eprintln!("autobahn groups 1-7: {by_behaviour:?}");
+    eprintln!("autobahn: {by_behaviour:?}");
     let total: u32 = by_behaviour.values().sum();
-    assert!(total >= 240, "{total} cases ran: {text}");
+    assert!(total >= 500, "{total} cases ran: {text}");
     assert_eq!(by_behaviour.get("FAILED"), None, "{text}");
 }
 
@@ -190,6 +203,20 @@ impl ServerThread {
 
     fn stats(&self) -> Snapshot {
         *self.shared.lock().unwrap()
+    }
+
+    /// The counters once `ready` holds (the thread publishes them after each pass, so a
+    /// count read right after a network exchange may not include it yet); panics after 10 s.
+    fn stats_when(&self, ready: impl Fn(&Snapshot) -> bool) -> Snapshot {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = self.stats();
+            if ready(&s) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "counters never got there: {s:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     fn finish(mut self) -> (BookView, u64) {
@@ -547,6 +574,32 @@ fn slow_consumers_cannot_hurt_the_server_or_the_fast() {
     );
 }
 
+// Goal: a trades subscriber that stops reading for good is not held forever: its 4001 close
+// frame waits behind what it has not read for `close_flush_timeout_ns`, then the socket is
+// closed, the undelivered close frame counted and the slot freed.
+#[test]
+fn a_reader_stalled_for_good_is_closed_and_counted() {
+    let server = ServerThread::start(
+        MdConfig {
+            queue_max: 64,
+            send_buffer_bytes: 16 * 1024,
+            close_flush_timeout_ns: 1_000_000_000,
+            silent_intervals_max: 1_000,
+            ..MdConfig::default()
+        },
+        10,
+    );
+    let mut stalled = Client::connect(server.addr, "/md");
+    stalled.send(r#"{"op":"subscribe","channel":"trades","symbol":"AAPL"}"#);
+    let stats = server
+        .stats_when(|s| s.0.close_frames_unsent >= 1 && s.2 == 0)
+        .0;
+    let _ = server.finish();
+    assert_eq!(stats.slow_consumers_dropped, 1, "{stats:?}");
+    assert_eq!(stats.close_frames_unsent, 1, "{stats:?}");
+    drop(stalled);
+}
+
 /// Drives a feed handler on the test's thread: one transport poll (up to 1 ms), its events, its
 /// timers.
 struct FeedDriver {
@@ -791,7 +844,8 @@ fn silent_connections_are_closed_and_bad_handshakes_refused() {
     let (md, _) = ws::request(&addr.to_string(), "/md", [1; 16]);
     assert!(refusal(&md.replace("Version: 13", "Version: 8")).starts_with("HTTP/1.1 426"));
     assert!(refusal("GET /md HTTP/1.1\r\nHost: x\r\n\r\n").starts_with("HTTP/1.1 400"));
-    let stats = server.stats().0;
+    // The server thread publishes its counters after the pass that answered: wait for them.
+    let stats = server.stats_when(|s| s.0.handshakes_refused >= 3).0;
     let _ = server.finish();
     assert_eq!(stats.handshakes_refused, 3, "{stats:?}");
 }

@@ -503,7 +503,7 @@ fn control_port_changes_faults_while_running() {
     assert_eq!(
         text,
         "ok latency 5 2\nerror unknown command 'bogus'\nok accept-limit 3\nok clock-jump -3600\n\
-         error clock-jump: seconds 'soon' is not a whole number\n"
+         error clock-jump: seconds 'soon' is not a whole number in -315360000..=315360000\n"
     );
     assert_eq!(
         venue.exchange().wall_offset_ns,

@@ -9,8 +9,16 @@ use crate::clock::{Clock, TscClock};
 use crate::net::WaitMode;
 use crate::proto::ouch::Dialect;
 use crate::venue::exchange::ExchangeConfig;
-use crate::venue::flow::FlowConfig;
-use crate::venue::server::{Faults, VenueConfig, VenueServer};
+use crate::venue::flow::{FlowConfig, EVENTS_PER_SEC_MAX};
+use crate::venue::server::{Faults, VenueConfig, VenueServer, FAULT_DELAY_MAX_MS};
+
+/// Order-entry slots of `keel venue` (the default of [`VenueConfig::sessions_max`]).
+const SESSIONS_MAX: u32 = 256;
+
+/// Range of every fault delay flag, milliseconds.
+fn delay_ms() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(0..=FAULT_DELAY_MAX_MS)
+}
 
 /// Wire layout.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -24,7 +32,9 @@ enum DialectArg {
 /// Settings of `keel venue`. Every fault knob can also be changed while running: connect to
 /// the control port and send one command per line (`latency MS [JITTER_MS]`,
 /// `delay-reports MS`, `accept-limit N`, `refuse on|off`, `stall MS`, `drop`, `restart`,
-/// `reject-burst N`, `status`); each line is answered `ok ...` or `error ...`.
+/// `reject-burst N`, `flow N`, `status`); each line is answered `ok ...` or `error ...` (a
+/// number out of its range is refused with the range). Every number below is range-checked
+/// too: a value out of range is refused at start with the allowed range.
 #[derive(Debug, Args)]
 pub struct VenueArgs {
     /// Order-entry address (SoupBinTCP/OUCH).
@@ -50,29 +60,29 @@ pub struct VenueArgs {
     #[arg(long, default_value_t = 0)]
     rate_limit: u32,
     /// Window of the server-side rate limit, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     rate_window_ms: u64,
     /// Synthetic market events per second (makers and takers; 0: none).
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(0..=EVENTS_PER_SEC_MAX as i64))]
     flow_rate: u32,
     /// Seed of the synthetic flow and of the latency jitter.
     #[arg(long, default_value_t = 7)]
     seed: u64,
     /// Fault: added delay before the venue acts on each client message (ack/fill latency).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = delay_ms())]
     latency_ms: u64,
     /// Fault: uniform random extra delay on top of --latency-ms.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = delay_ms())]
     jitter_ms: u64,
     /// Fault: hold every outbound report this long before sending it (delayed reports).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = delay_ms())]
     delay_reports_ms: u64,
     /// Fault: hold each order's final report (its last fill or its cancel) this long; the
     /// stream is sequenced, so later reports wait behind it.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = delay_ms())]
     delay_final_ms: u64,
     /// Fault: most sessions connected at once; extra connects are closed (0: no limit).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=i64::from(SESSIONS_MAX)))]
     accept_limit: u32,
     /// Fault: close every new connection at once.
     #[arg(long)]
@@ -84,7 +94,7 @@ pub struct VenueArgs {
     #[arg(long)]
     busy_poll: bool,
     /// Stop after this many seconds (0: run until killed).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=u64::MAX / 1_000_000_000))]
     duration_s: u64,
     /// WebSocket market-data address: `ws://ADDR/md` serves book, trades and ticker channels
     /// (docs/market-data.md), `ws://ADDR/echo` echoes.
@@ -94,14 +104,14 @@ pub struct VenueArgs {
     #[arg(long)]
     no_market_data: bool,
     /// Market-data connections at most.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::net::uring::CONNS_MAX)))]
     md_connections: u32,
     /// Messages queued per market-data connection before its book conflates (snapshot later)
     /// or, for trades, it is disconnected (close code 4001).
-    #[arg(long, default_value_t = 1024)]
-    md_queue: usize,
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    md_queue: u32,
     /// Seconds between pings to market-data clients (silent for 3 intervals: closed, 4002).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     md_ping_s: u64,
 }
 
@@ -151,8 +161,8 @@ pub fn run(args: VenueArgs) -> ExitCode {
         market_data: (!args.no_market_data).then(|| crate::feed::server::MdConfig {
             listen: args.md_listen,
             conns_max: args.md_connections,
-            queue_max: args.md_queue,
-            ping_interval_ns: args.md_ping_s.max(1) * 1_000_000_000,
+            queue_max: args.md_queue as usize,
+            ping_interval_ns: args.md_ping_s * 1_000_000_000,
             ..crate::feed::server::MdConfig::default()
         }),
         ..VenueConfig::default()

@@ -18,8 +18,19 @@
 //! queues a snapshot ahead of them; the snapshot is taken when it is sent, carries its
 //! sequence number, and deltas at or below it are not sent. Snapshots are cached per symbol
 //! and sequence number, so a thousand clients reconnecting at once cost one serialization per
-//! symbol. The server pings every `ping_interval_ns`; a connection silent for
-//! `silent_intervals_max` intervals is closed (code 4002) and its subscriptions and queue freed.
+//! symbol. Each connection has its own ping timer: the server pings a connection only when it
+//! has heard nothing from it for `ping_interval_ns` and is not echoing a message to it (never
+//! in the middle of the client's traffic; a client that only reads gets its pings behind the
+//! data, so the silence rule never closes a healthy reader); a connection silent for
+//! `silent_intervals_max` intervals is closed (code 4002) and its subscriptions and queue
+//! freed. An opening handshake must be complete
+//! within `handshake_timeout_ns` (else 408) and [`ws::HANDSHAKE_MAX`] bytes (else 400).
+//!
+//! Closing: the close frame is queued behind what the connection already has, and the socket
+//! stays open until the frame is written — for up to `close_flush_timeout_ns`, so a reader that
+//! stalled for seconds still learns why it was dropped; past that the socket is closed and
+//! `close_frames_unsent` counts it. Once written, the server waits for the peer's answering
+//! close for at most [`CLOSE_DRAIN_NS`].
 //! The path `/echo` is a plain echo endpoint (for conformance testing).
 
 use std::collections::{BTreeMap, VecDeque};
@@ -51,6 +62,9 @@ pub struct MdConfig {
     pub max_message: usize,
     /// Largest message on the `/echo` endpoint.
     pub echo_max_message: usize,
+    /// `/echo` connections at once (each may hold two messages of `echo_max_message`: the one
+    /// being read and the one being echoed); further upgrades to `/echo` get 503.
+    pub echo_conns_max: u32,
     /// Subscriptions per connection.
     pub subscriptions_max: usize,
     /// Snapshot requests per connection per second (a burst of this many, refilled per second).
@@ -59,6 +73,11 @@ pub struct MdConfig {
     pub ping_interval_ns: u64,
     /// Close a connection silent for this many ping intervals.
     pub silent_intervals_max: u32,
+    /// An opening handshake must be complete within this long of the connect.
+    pub handshake_timeout_ns: u64,
+    /// How long a closing connection may take to have its close frame written (behind what
+    /// was queued before it) before the socket is closed anyway.
+    pub close_flush_timeout_ns: u64,
     /// Bytes of the shared event log.
     pub log_bytes: usize,
     /// Events the shared log indexes (a power of two).
@@ -82,10 +101,13 @@ impl Default for MdConfig {
             socket_send_buffer_bytes: 64 * 1024,
             max_message: 4 * 1024,
             echo_max_message: 16 * 1024 * 1024,
+            echo_conns_max: 16,
             subscriptions_max: 64,
             snapshots_per_sec: 10,
             ping_interval_ns: 5_000_000_000,
             silent_intervals_max: 3,
+            handshake_timeout_ns: 10_000_000_000,
+            close_flush_timeout_ns: 30_000_000_000,
             log_bytes: 16 << 20,
             log_events: 1 << 18,
             wait: WaitMode::Blocking,
@@ -114,8 +136,12 @@ pub struct MdFaults {
 pub struct MdStats {
     /// Connections upgraded to WebSocket.
     pub upgraded: u64,
-    /// Handshakes refused (bad request, wrong version, unknown path).
+    /// Handshakes refused (bad request, wrong version, unknown path, too long, too slow).
     pub handshakes_refused: u64,
+    /// Of those, handshakes not complete within `handshake_timeout_ns` (answered 408).
+    pub handshakes_timed_out: u64,
+    /// Pings sent (each to a connection idle for a ping interval).
+    pub pings_sent: u64,
     /// Connections closed for a protocol violation.
     pub protocol_errors: u64,
     /// Requests refused with an `error` message.
@@ -136,14 +162,22 @@ pub struct MdStats {
     pub silent_dropped: u64,
     /// Connections closed, any reason.
     pub closed: u64,
+    /// Connections closed before their close frame could be written (the peer read nothing
+    /// for `close_flush_timeout_ns`).
+    pub close_frames_unsent: u64,
 }
 
 /// Send-buffer bytes kept free so that a close frame always fits (a dropped slow consumer is
 /// told why).
 const CLOSE_RESERVE: usize = 136;
 
-/// How long a closing connection may take to drain before its socket is closed anyway.
-const CLOSE_DRAIN_NS: u64 = 5_000_000_000;
+/// How long the server waits for the peer's answering close once its own close frame is
+/// written, before it closes the socket.
+pub const CLOSE_DRAIN_NS: u64 = 5_000_000_000;
+
+/// The per-connection timers (pings, silence, handshake deadline) are checked at least this
+/// often, and at most once per pass.
+const TIMER_SCAN_NS: u64 = 10_000_000;
 
 /// A book as levels, best first, at a sequence number.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -262,12 +296,14 @@ enum Phase {
     Market,
     Echo,
     /// Close frame queued: close the socket once it is written and, if the server started
-    /// the closing handshake (`await_peer`), once the peer answered it — or at the deadline.
-    /// (Closing a socket the peer still writes to would reset it and lose what it had yet to
-    /// read, the close frame included.)
+    /// the closing handshake (`await_peer`), once the peer answered it. Until `written`, the
+    /// deadline is the flush deadline (the frame still waits behind what the peer has not
+    /// read); after, the deadline for the peer's answer. (Closing a socket with bytes still
+    /// queued would lose them, the close frame included.)
     Closing {
         deadline_ns: u64,
         await_peer: bool,
+        written: bool,
     },
 }
 
@@ -285,6 +321,10 @@ struct Conn {
     /// Per symbol: deltas at or below this sequence are covered by a snapshot sent.
     book_floor: Vec<u64>,
     last_heard_ns: u64,
+    /// When the connection was accepted (the handshake deadline counts from here).
+    opened_ns: u64,
+    /// When the server last pinged it (0: never).
+    last_ping_ns: u64,
     snapshot_tokens: u32,
     tokens_at_ns: u64,
     errors: u32,
@@ -633,6 +673,8 @@ impl MdServer {
                         ticker_pending: Vec::with_capacity(self.symbols.len()),
                         book_floor: vec![0; self.symbols.len()],
                         last_heard_ns: now_ns,
+                        opened_ns: now_ns,
+                        last_ping_ns: 0,
                         snapshot_tokens: self.config.snapshots_per_sec,
                         tokens_at_ns: now_ns,
                         errors: 0,
@@ -650,10 +692,19 @@ impl MdServer {
             self.pump(now_ns, slot);
         }
         if now_ns >= self.next_ping_ns {
-            self.next_ping_ns = now_ns + self.config.ping_interval_ns;
+            self.next_ping_ns = now_ns + (self.config.ping_interval_ns / 4).min(TIMER_SCAN_NS);
             self.ping_and_expire(now_ns);
         }
         self.reactor.flush()
+    }
+
+    /// Open `/echo` connections.
+    fn echo_conns(&self) -> usize {
+        self.conns
+            .iter()
+            .flatten()
+            .filter(|c| c.phase == Phase::Echo)
+            .count()
     }
 
     fn live(&mut self, conn: ConnId) -> Option<&mut Conn> {
@@ -711,6 +762,17 @@ impl MdServer {
                 self.reactor.consume(conn, used);
                 let (phase, max) = match req.path.as_str() {
                     "/" | "/md" => (Phase::Market, self.config.max_message),
+                    "/echo" if self.echo_conns() >= self.config.echo_conns_max as usize => {
+                        // Each echo connection may hold 2 x echo_max_message: their number is
+                        // what bounds the memory clients can make the server hold.
+                        self.stats.handshakes_refused += 1;
+                        let _ = self.reactor.send(
+                            conn,
+                            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n",
+                        );
+                        self.close_after_flush(conn, now_ns);
+                        return;
+                    }
                     "/echo" => (Phase::Echo, self.config.echo_max_message),
                     _ => {
                         self.stats.handshakes_refused += 1;
@@ -1037,9 +1099,29 @@ impl MdServer {
             Phase::Closing {
                 deadline_ns,
                 await_peer,
+                written,
             } => {
-                if (!await_peer && self.reactor.send_pending(id) == 0) || now_ns >= deadline_ns {
-                    self.reactor.close(id);
+                let flushed = self.reactor.send_pending(id) == 0;
+                match (written, flushed, await_peer) {
+                    (_, true, false) => self.reactor.close(id),
+                    (false, true, true) => {
+                        // The close frame is out: now wait (a bounded time) for the answer.
+                        if let Some(c) = self.conns[slot].as_mut() {
+                            c.phase = Phase::Closing {
+                                deadline_ns: now_ns + CLOSE_DRAIN_NS,
+                                await_peer,
+                                written: true,
+                            };
+                        }
+                    }
+                    (false, false, _) if now_ns >= deadline_ns => {
+                        // The peer read nothing for the whole flush time: it never gets the
+                        // close frame; counted.
+                        self.stats.close_frames_unsent += 1;
+                        self.reactor.close(id);
+                    }
+                    (true, _, true) if now_ns >= deadline_ns => self.reactor.close(id),
+                    _ => {}
                 }
                 return;
             }
@@ -1187,32 +1269,53 @@ impl MdServer {
         }
     }
 
+    /// Each connection's timers: the handshake deadline, silence, and a ping to a connection
+    /// idle for a ping interval (nothing heard from it, no echo under way, no ping within the
+    /// interval).
     fn ping_and_expire(&mut self, now_ns: u64) {
-        let silent_ns = self.config.ping_interval_ns * u64::from(self.config.silent_intervals_max);
+        let interval_ns = self.config.ping_interval_ns;
+        let silent_ns = interval_ns.saturating_mul(u64::from(self.config.silent_intervals_max));
         for slot in 0..self.conns.len() {
             let Some(c) = self.conns[slot].as_ref() else {
                 continue;
             };
             let id = c.id;
-            if matches!(c.phase, Phase::Closing { .. }) {
-                continue;
-            }
-            if now_ns.saturating_sub(c.last_heard_ns) > silent_ns {
-                self.stats.silent_dropped += 1;
-                self.fail(now_ns, id, close_code::SILENT, "no answer to pings");
-                continue;
-            }
-            if matches!(c.phase, Phase::Market | Phase::Echo) {
-                let mut ping = [0u8; 2];
-                let n = ws::encode_frame(&mut ping, true, Opcode::Ping, &[], None);
-                // A full buffer means the peer is not reading; the silence rule decides.
-                let _ = self.reactor.send(id, &ping[..n]);
+            let idle = now_ns.saturating_sub(c.last_heard_ns.max(c.last_ping_ns)) >= interval_ns;
+            match c.phase {
+                Phase::Closing { .. } => {}
+                Phase::Handshake
+                    if now_ns.saturating_sub(c.opened_ns) > self.config.handshake_timeout_ns =>
+                {
+                    self.stats.handshakes_refused += 1;
+                    self.stats.handshakes_timed_out += 1;
+                    let _ = self.reactor.send(
+                        id,
+                        b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+                    );
+                    self.close_after_flush(id, now_ns);
+                }
+                _ if now_ns.saturating_sub(c.last_heard_ns) > silent_ns => {
+                    self.stats.silent_dropped += 1;
+                    self.fail(now_ns, id, close_code::SILENT, "no answer to pings");
+                }
+                Phase::Market | Phase::Echo if idle && !c.echo_busy() => {
+                    let mut ping = [0u8; 2];
+                    let n = ws::encode_frame(&mut ping, true, Opcode::Ping, &[], None);
+                    if self.reactor.send(id, &ping[..n]).is_ok() {
+                        self.stats.pings_sent += 1;
+                        if let Some(c) = self.conns[slot].as_mut() {
+                            c.last_ping_ns = now_ns;
+                        }
+                    }
+                }
+                Phase::Handshake | Phase::Market | Phase::Echo => {}
             }
         }
     }
 
-    /// Starts the closing handshake with `code`: the close frame goes out, and the socket is
-    /// closed once the peer answers (or after [`CLOSE_DRAIN_NS`]). After a protocol error the
+    /// Starts the closing handshake with `code`: the close frame goes out (within
+    /// `close_flush_timeout_ns`), and the socket is closed once the peer answers (or
+    /// [`CLOSE_DRAIN_NS`] after the frame was written). After a protocol error the
     /// peer's bytes cannot be trusted to frame an answer: the socket closes once the frame is
     /// written.
     fn fail(&mut self, now_ns: u64, conn: ConnId, code: u16, reason: &str) {
@@ -1235,13 +1338,15 @@ impl MdServer {
 
     fn start_closing(&mut self, conn: ConnId, now_ns: u64, await_peer: bool) {
         let slot = conn.slot();
+        let close_flush_ns = self.config.close_flush_timeout_ns;
         let was_open = self.live(conn).is_some();
         if was_open {
             self.unsubscribe_all(slot);
             if let Some(c) = self.live(conn) {
                 c.phase = Phase::Closing {
-                    deadline_ns: now_ns + CLOSE_DRAIN_NS,
+                    deadline_ns: now_ns.saturating_add(close_flush_ns),
                     await_peer,
+                    written: false,
                 };
                 c.queue.clear();
                 c.stale.clear();

@@ -30,6 +30,10 @@ pub trait Transport {
     ) -> Result<(), NetError>;
     /// Hands queued work to the network now.
     fn flush(&mut self) -> Result<(), NetError>;
+    /// Bytes queued for `conn` and not yet written (a transport that writes at once: 0).
+    fn send_pending(&self, _conn: ConnId) -> u32 {
+        0
+    }
 }
 
 impl Transport for Reactor {
@@ -58,6 +62,9 @@ impl Transport for Reactor {
     }
     fn flush(&mut self) -> Result<(), NetError> {
         Reactor::flush(self)
+    }
+    fn send_pending(&self, conn: ConnId) -> u32 {
+        Reactor::send_pending(self, conn)
     }
 }
 

@@ -335,7 +335,14 @@ impl Decoder {
                 }
                 _ => {}
             }
-            let total = self.message.len() as u64 + len;
+            // The limit is per message: a new message starts from zero, whatever the
+            // previous one (still in `message` until cleared below) held.
+            let so_far = if opcode == Opcode::Continuation {
+                self.message.len() as u64
+            } else {
+                0
+            };
+            let total = so_far.saturating_add(len);
             if total > self.max_message as u64 {
                 return Err(WsError::TooBig {
                     len: total,
@@ -548,6 +555,10 @@ fn http_head(bytes: &[u8]) -> Result<Option<(&str, usize)>, HandshakeError> {
         }
         return Ok(None);
     };
+    if end > HANDSHAKE_MAX {
+        // The whole head arrived in one read, but it is over the limit all the same.
+        return Err(HandshakeError::TooLong(HANDSHAKE_MAX));
+    }
     let text = std::str::from_utf8(&bytes[..end])
         .map_err(|_| HandshakeError::Bad("head is not UTF-8".into()))?;
     Ok(Some((text, end)))

@@ -5,7 +5,15 @@
 //! One thread runs everything: [`VenueServer::step`] polls the reactor, feeds decoded messages
 //! to the exchange (after any injected latency), runs the synthetic flow, and writes each
 //! logged-in session's sequenced stream from where that session stands. A malformed packet or
-//! message closes its connection with a counted reason; it never reaches the exchange.
+//! message closes its connection with a counted reason (told to the client in a Debug packet,
+//! or a Login Rejected for bad credentials); it never reaches the exchange.
+//!
+//! Bounds at the edge: order entry and control have separate pools of slots
+//! (`sessions_max`, `controls_max`); a session that has not logged in within
+//! `login_timeout_ns` is closed, whatever it sends meanwhile; a control line is at most
+//! [`CONTROL_LINE_MAX`] bytes and every number in a command is range-checked; a connection the
+//! server closes keeps its slot until what was queued for it is written (at most
+//! [`CLOSE_LINGER_NS`]), so its last answer is not lost.
 
 use std::collections::VecDeque;
 
@@ -13,7 +21,7 @@ use crate::hash::FxHashMap;
 use std::net::SocketAddr;
 
 use super::exchange::{Exchange, ExchangeConfig};
-use super::flow::{Flow, FlowConfig};
+use super::flow::{Flow, FlowConfig, EVENTS_PER_SEC_MAX};
 use crate::net::{
     ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, Transport, WaitMode,
 };
@@ -23,6 +31,29 @@ use crate::proto::soupbin::{
 };
 use crate::proto::DecodeError;
 use crate::rng::{Rng64, SplitMix64};
+
+/// The longest injected delay (latency, jitter, delayed reports, stall), milliseconds: a minute
+/// is far beyond any timeout a client would keep waiting through; a day-long value would leave
+/// every later message queued behind the first.
+pub const FAULT_DELAY_MAX_MS: u64 = 60_000;
+
+/// The widest wall-clock jump the control port takes, seconds either way (ten years).
+pub const CLOCK_JUMP_MAX_S: u64 = 315_360_000;
+
+/// The longest control line, bytes (newline excluded): a longer one is answered with an error
+/// and its connection closed.
+pub const CONTROL_LINE_MAX: usize = 4_096;
+
+/// Control lines handled per connection per pass (the rest wait for the next pass).
+pub const CONTROL_LINES_PER_PASS: u32 = 64;
+
+/// Client messages held back by the latency fault at most; beyond it the venue stops reading
+/// from its sessions until some are released (back-pressure through TCP).
+pub const DELAYED_MAX: usize = 65_536;
+
+/// How long a connection the server closes may take to have its last replies written before
+/// its socket is closed anyway.
+pub const CLOSE_LINGER_NS: u64 = 2_000_000_000;
 
 /// Fault knobs, all changeable while running (see [`VenueServer::apply_control`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -69,8 +100,16 @@ pub struct VenueConfig {
     pub client_timeout_ns: u64,
     /// Largest SoupBinTCP packet accepted from a client.
     pub max_packet_len: u16,
-    /// Connection slots.
+    /// Order-entry connection slots (logged in or not).
     pub sessions_max: u32,
+    /// Control connection slots, a pool of their own: no number of order-entry connections
+    /// can lock the operator out.
+    pub controls_max: u32,
+    /// Close an order-entry connection that has not logged in within this long (heartbeats
+    /// do not count).
+    pub login_timeout_ns: u64,
+    /// Close a control connection that sent no line for this long.
+    pub control_idle_timeout_ns: u64,
     /// How the reactor waits.
     pub wait: WaitMode,
     /// With `BusyPoll`: read every session without blocking on every pass (see
@@ -93,6 +132,9 @@ impl Default for VenueConfig {
             client_timeout_ns: 15_000_000_000,
             max_packet_len: 1024,
             sessions_max: 256,
+            controls_max: 8,
+            login_timeout_ns: 5_000_000_000,
+            control_idle_timeout_ns: 300_000_000_000,
             wait: WaitMode::Blocking,
             spin_reads: false,
             market_data: None,
@@ -113,6 +155,10 @@ pub enum DropReason {
     Timeout,
     /// Over the accept limit, or connects refused.
     AcceptLimit,
+    /// Every order-entry slot (`sessions_max`) taken.
+    SessionsFull,
+    /// Not logged in within `login_timeout_ns`.
+    LoginTimeout,
     /// Fault injection: drop or restart.
     Injected,
     /// The client logged out.
@@ -130,14 +176,40 @@ pub struct VenueStats {
     pub sequenced_sent: u64,
     /// Client messages handed to the exchange.
     pub messages_in: u64,
+    /// Control connections refused because every control slot was taken.
+    pub controls_refused: u64,
+    /// Control commands answered with an error.
+    pub control_errors: u64,
+    /// Control connections closed for a line over [`CONTROL_LINE_MAX`].
+    pub control_lines_too_long: u64,
+    /// Control connections closed for idleness.
+    pub control_idle_closed: u64,
+    /// Closing connections whose last replies were still unwritten at [`CLOSE_LINGER_NS`].
+    pub close_linger_expired: u64,
 }
 
 #[derive(Debug)]
 struct Session {
     account: Option<u32>,
+    opened_ns: u64,
     next_seq: u64,
     last_rx_ns: u64,
     last_tx_ns: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Control {
+    conn: ConnId,
+    last_line_ns: u64,
+}
+
+/// A connection the server closes once its queued replies are written (or at `deadline_ns`).
+#[derive(Debug, Clone, Copy)]
+struct Closing {
+    conn: ConnId,
+    deadline_ns: u64,
+    /// Counted against the control pool (else the order-entry pool).
+    control: bool,
 }
 
 #[derive(Debug)]
@@ -162,10 +234,13 @@ pub struct VenueServer<T: Transport = Reactor> {
     local: SocketAddr,
     control_local: Option<SocketAddr>,
     sessions: FxHashMap<ConnId, Session>,
-    controls: Vec<ConnId>,
+    controls: Vec<Control>,
+    closing: Vec<Closing>,
     /// Connections held by the saturating-gateway fault until `held_until_ns`.
     held: Vec<ConnId>,
     held_until_ns: u64,
+    /// The time of the pass under way.
+    now_ns: u64,
     /// When each stream message was produced, per account, for delayed reports.
     produced_ns: FxHashMap<u32, Vec<u64>>,
     delayed: VecDeque<Delayed>,
@@ -185,8 +260,9 @@ pub struct VenueServer<T: Transport = Reactor> {
 impl VenueServer {
     /// Binds the listeners and builds the exchange.
     pub fn new(config: VenueConfig) -> Result<Self, NetError> {
+        // Both pools, plus room for connections accepted only to be refused at once.
         let mut reactor = Reactor::new(ReactorConfig {
-            conns_max: config.sessions_max + 8,
+            conns_max: config.sessions_max + config.controls_max + 16,
             wait: config.wait,
             recv_buffer_bytes: 64 * 1024,
             send_buffer_bytes: 256 * 1024,
@@ -230,9 +306,11 @@ impl<T: Transport> VenueServer<T> {
             local,
             control_local: None,
             sessions: FxHashMap::default(),
-            controls: Vec::new(),
+            controls: Vec::with_capacity(config.controls_max as usize),
+            closing: Vec::with_capacity((config.sessions_max + config.controls_max) as usize),
             held: Vec::new(),
             held_until_ns: 0,
+            now_ns: 0,
             produced_ns: FxHashMap::default(),
             delayed: VecDeque::new(),
             rng: SplitMix64::new(config.flow.seed ^ 0x5eed),
@@ -345,6 +423,7 @@ impl<T: Transport> VenueServer<T> {
         let mut events = std::mem::take(&mut self.events);
         events.clear();
         self.reactor.poll(now_ns, timeout_ns, &mut events)?;
+        self.now_ns = now_ns;
         for event in &events {
             self.on_event(now_ns, *event);
         }
@@ -363,6 +442,7 @@ impl<T: Transport> VenueServer<T> {
         self.flow.run_until(now_ns, &mut self.exchange);
         self.write_streams(now_ns);
         self.expire_sessions(now_ns);
+        self.finish_closing(now_ns);
         self.feed_market_data(now_ns)?;
         // Answers leave in this pass, not at the next poll.
         self.reactor.flush()
@@ -371,13 +451,29 @@ impl<T: Transport> VenueServer<T> {
     fn on_event(&mut self, now_ns: u64, event: NetEvent) {
         match event {
             NetEvent::Accepted { listener, conn } if Some(listener) == self.control => {
-                self.controls.push(conn)
+                let closing = self.closing.iter().filter(|c| c.control).count();
+                if self.controls.len() + closing >= self.config.controls_max as usize {
+                    self.stats.controls_refused += 1;
+                    self.reactor.close(conn);
+                    return;
+                }
+                self.controls.push(Control {
+                    conn,
+                    last_line_ns: now_ns,
+                });
             }
             NetEvent::Accepted { listener, conn } if listener == self.order_entry => {
                 let f = self.config.faults;
                 let over = f.accept_limit > 0 && self.sessions.len() as u32 >= f.accept_limit;
                 if f.refuse_connects || over {
                     self.count_drop(DropReason::AcceptLimit);
+                    self.reactor.close(conn);
+                    return;
+                }
+                let closing = self.closing.iter().filter(|c| !c.control).count();
+                let taken = self.sessions.len() + self.held.len() + closing;
+                if taken >= self.config.sessions_max as usize {
+                    self.count_drop(DropReason::SessionsFull);
                     self.reactor.close(conn);
                     return;
                 }
@@ -393,8 +489,9 @@ impl<T: Transport> VenueServer<T> {
             NetEvent::Accepted { conn, .. } => self.reactor.close(conn),
             NetEvent::Closed { conn, .. } => {
                 self.sessions.remove(&conn);
-                self.controls.retain(|c| *c != conn);
+                self.controls.retain(|c| c.conn != conn);
                 self.held.retain(|c| *c != conn);
+                self.closing.retain(|c| c.conn != conn);
             }
             NetEvent::Readable { .. }
             | NetEvent::Connected { .. }
@@ -426,6 +523,7 @@ impl<T: Transport> VenueServer<T> {
     fn open_session(&mut self, now_ns: u64, conn: ConnId) {
         let session = Session {
             account: None,
+            opened_ns: now_ns,
             next_seq: 1,
             last_rx_ns: now_ns,
             last_tx_ns: now_ns,
@@ -436,6 +534,9 @@ impl<T: Transport> VenueServer<T> {
     /// Decodes every whole packet a session has sent.
     fn read_session(&mut self, now_ns: u64, conn: ConnId) {
         loop {
+            if self.delayed.len() >= DELAYED_MAX {
+                return; // the rest waits in the receive buffer until some are released
+            }
             let buf = self.reactor.received(conn);
             let f = match frame(buf, self.config.max_packet_len) {
                 Ok(Some(f)) => f,
@@ -512,6 +613,8 @@ impl<T: Transport> VenueServer<T> {
                 self.stats.logins += 1;
                 Ok(())
             }
+            // The Login Rejected ('J', 'A' not authorized or 'S' session not available) goes
+            // out before the close: `drop_session` lingers until it is written.
             Err(reason) => {
                 self.send_packet(conn, &ServerPacket::LoginRejected(reason));
                 Err(DropReason::LoginRejected)
@@ -628,7 +731,7 @@ impl<T: Transport> VenueServer<T> {
         let mut idle = std::mem::take(&mut self.idle_scratch);
         idle.clear();
         for (conn, s) in &self.sessions {
-            if now_ns.saturating_sub(s.last_rx_ns) > self.config.client_timeout_ns {
+            if self.expiry(now_ns, s).is_some() {
                 expired.push(*conn);
             } else if s.account.is_some()
                 && now_ns.saturating_sub(s.last_tx_ns) >= self.config.heartbeat_interval_ns
@@ -637,7 +740,13 @@ impl<T: Transport> VenueServer<T> {
             }
         }
         for &conn in &expired {
-            self.drop_session(conn, DropReason::Timeout);
+            let reason = self
+                .sessions
+                .get(&conn)
+                .and_then(|s| self.expiry(now_ns, s));
+            if let Some(reason) = reason {
+                self.drop_session(conn, reason);
+            }
         }
         for &conn in &idle {
             self.send_packet(conn, &ServerPacket::Heartbeat);
@@ -650,6 +759,19 @@ impl<T: Transport> VenueServer<T> {
         self.idle_scratch = idle;
     }
 
+    /// Why a session is over its time, if it is: no login by the login deadline (heartbeats
+    /// keep `last_rx_ns` fresh, never this), or silent past the client timeout.
+    fn expiry(&self, now_ns: u64, s: &Session) -> Option<DropReason> {
+        if s.account.is_none() && now_ns.saturating_sub(s.opened_ns) > self.config.login_timeout_ns
+        {
+            Some(DropReason::LoginTimeout)
+        } else if now_ns.saturating_sub(s.last_rx_ns) > self.config.client_timeout_ns {
+            Some(DropReason::Timeout)
+        } else {
+            None
+        }
+    }
+
     fn send_packet(&mut self, conn: ConnId, packet: &ServerPacket<'_>) {
         let n = encode_server(&mut self.scratch, packet).expect("scratch fits");
         // A full buffer means the client is not reading; the heartbeat or reply is dropped and
@@ -657,14 +779,67 @@ impl<T: Transport> VenueServer<T> {
         let _ = self.reactor.send(conn, &self.scratch[..n]);
     }
 
+    /// Closes a session for `reason`: tells the client why in a Debug packet (a Login
+    /// Rejected was already queued for bad credentials), then lingers until what was queued is
+    /// written. An injected drop is abrupt, as the fault it stands for.
     fn drop_session(&mut self, conn: ConnId, reason: DropReason) {
-        if let DropReason::Malformed(e) = reason {
-            let text = format!("closing: {e}");
+        let why = match reason {
+            DropReason::Malformed(e) => Some(format!("closing: {e}")),
+            DropReason::ProtocolViolation => {
+                Some("closing: message before login, or a second login".to_string())
+            }
+            DropReason::Timeout => Some(format!(
+                "closing: silent for more than {} ms",
+                self.config.client_timeout_ns / 1_000_000
+            )),
+            DropReason::LoginTimeout => Some(format!(
+                "closing: no login within {} ms",
+                self.config.login_timeout_ns / 1_000_000
+            )),
+            DropReason::LoginRejected
+            | DropReason::Logout
+            | DropReason::Injected
+            | DropReason::AcceptLimit
+            | DropReason::SessionsFull => None,
+        };
+        if let Some(text) = why {
             self.send_packet(conn, &ServerPacket::Debug(text.as_bytes()));
         }
         self.count_drop(reason);
         self.sessions.remove(&conn);
-        self.reactor.close(conn);
+        if reason == DropReason::Injected {
+            self.reactor.close(conn);
+        } else {
+            self.close_after_flush(conn, false);
+        }
+    }
+
+    /// Closes `conn` once what is queued for it is written (or after [`CLOSE_LINGER_NS`]);
+    /// it is not read meanwhile.
+    fn close_after_flush(&mut self, conn: ConnId, control: bool) {
+        self.closing.push(Closing {
+            conn,
+            deadline_ns: self.now_ns.saturating_add(CLOSE_LINGER_NS),
+            control,
+        });
+    }
+
+    /// Closes the lingering connections whose replies are written or whose time is up.
+    fn finish_closing(&mut self, now_ns: u64) {
+        let mut i = 0;
+        while i < self.closing.len() {
+            let c = self.closing[i];
+            let written = self.reactor.send_pending(c.conn) == 0;
+            if written || now_ns >= c.deadline_ns {
+                if !written {
+                    self.stats.close_linger_expired += 1;
+                }
+                self.reactor.close(c.conn);
+                self.closing.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
     }
 
     fn count_drop(&mut self, reason: DropReason) {
@@ -679,92 +854,190 @@ impl<T: Transport> VenueServer<T> {
         }
     }
 
+    /// Answers every whole control line (at most [`CONTROL_LINES_PER_PASS`] per connection per
+    /// pass); a line over [`CONTROL_LINE_MAX`] is answered with an error and its connection
+    /// closed, and so is a connection idle past `control_idle_timeout_ns`.
     fn read_controls(&mut self, now_ns: u64) {
-        for conn in self.controls.clone() {
-            loop {
-                let buf = self.reactor.received(conn);
-                let Some(end) = buf.iter().position(|&b| b == b'\n') else {
-                    break;
-                };
-                let line = String::from_utf8_lossy(&buf[..end]).trim().to_string();
-                self.reactor.consume(conn, end + 1);
-                let reply = match self.apply_control(now_ns, &line) {
-                    Ok(extra) if extra.is_empty() => format!("ok {line}\n"),
-                    Ok(extra) => format!("ok {line} {extra}\n"),
-                    Err(e) => format!("error {e}\n"),
-                };
-                let _ = self.reactor.send(conn, reply.as_bytes());
+        let mut i = 0;
+        while i < self.controls.len() {
+            let Control { conn, last_line_ns } = self.controls[i];
+            let over = match self.read_control(now_ns, conn) {
+                ControlRead::Lines(0) => {
+                    let idle_ns = now_ns.saturating_sub(last_line_ns);
+                    (idle_ns > self.config.control_idle_timeout_ns).then(|| {
+                        self.stats.control_idle_closed += 1;
+                        format!(
+                            "error idle for more than {} s: closing\n",
+                            self.config.control_idle_timeout_ns / 1_000_000_000
+                        )
+                    })
+                }
+                ControlRead::Lines(_) => {
+                    self.controls[i].last_line_ns = now_ns;
+                    None
+                }
+                ControlRead::TooLong(len) => {
+                    self.stats.control_lines_too_long += 1;
+                    self.stats.control_errors += 1;
+                    Some(format!(
+                        "error line of {len} bytes or more is over the limit of {CONTROL_LINE_MAX} bytes: closing\n"
+                    ))
+                }
+            };
+            match over {
+                Some(reply) => {
+                    let _ = self.reactor.send(conn, reply.as_bytes());
+                    self.controls.swap_remove(i);
+                    self.close_after_flush(conn, true);
+                }
+                None => i += 1,
             }
         }
     }
 
-    /// Applies one control command. Commands (times in milliseconds):
-    /// `latency MS [JITTER_MS]`, `delay-reports MS`, `delay-final MS`, `accept-limit N`,
-    /// `refuse on|off`,
-    /// `stall MS`, `drop`, `restart`, `reject-burst N`, `replay-all` (the next login is replayed
-    /// from sequence 1: duplicates), `clock-jump SECONDS` (signed: the wall clock behind the
-    /// message timestamps jumps), `saturate N MS` | `saturate off` (more than N connects in a
-    /// window of MS all fail), `status`.
+    fn read_control(&mut self, now_ns: u64, conn: ConnId) -> ControlRead {
+        let mut lines = 0;
+        while lines < CONTROL_LINES_PER_PASS {
+            let buf = self.reactor.received(conn);
+            let window = &buf[..buf.len().min(CONTROL_LINE_MAX + 1)];
+            let Some(end) = window.iter().position(|&b| b == b'\n') else {
+                if buf.len() > CONTROL_LINE_MAX {
+                    return ControlRead::TooLong(buf.len());
+                }
+                break;
+            };
+            let line = String::from_utf8_lossy(&buf[..end]).trim().to_string();
+            self.reactor.consume(conn, end + 1);
+            lines += 1;
+            let reply = match self.apply_control(now_ns, &line) {
+                Ok(extra) if extra.is_empty() => format!("ok {line}\n"),
+                Ok(extra) => format!("ok {line} {extra}\n"),
+                Err(e) => {
+                    self.stats.control_errors += 1;
+                    format!("error {e}\n")
+                }
+            };
+            let _ = self.reactor.send(conn, reply.as_bytes());
+        }
+        ControlRead::Lines(lines)
+    }
+
+    /// Applies one control command. Commands (times in milliseconds, every number checked
+    /// against its range, printed in the error):
+    /// `latency MS [JITTER_MS]`, `delay-reports MS`, `delay-final MS`, `stall MS` (each
+    /// 0..=[`FAULT_DELAY_MAX_MS`]), `accept-limit N` (0..=sessions_max), `refuse on|off`,
+    /// `drop`, `restart`, `reject-burst N` (a u32), `flow N` (events per second,
+    /// 0..=[`EVENTS_PER_SEC_MAX`]), `replay-all` (the next login is replayed from sequence 1:
+    /// duplicates), `clock-jump SECONDS` (signed, at most [`CLOCK_JUMP_MAX_S`] either way: the
+    /// wall clock behind the message timestamps jumps), `saturate N MS` | `saturate off` (more
+    /// than N connects, 1..=65535, in a window of MS, 1..=[`FAULT_DELAY_MAX_MS`], all fail),
+    /// `status`.
+    ///
+    /// Changing the latency, and `restart`, re-time the messages already held back: none
+    /// waits longer than the latency now set (plus its jitter), so one message due far in the
+    /// future can never hold order entry up after the fault is lifted.
     ///
     /// Two commands read state instead of changing it: `open-orders` answers the ClOrdIDs of
     /// every account order open at the venue (`N id id ...`), `stats` the exchange counters
     /// (`accepted=.. rejected=.. canceled=.. matches=.. duplicate_ids=..`).
     pub fn apply_control(&mut self, now_ns: u64, line: &str) -> Result<String, String> {
         const MS: u64 = 1_000_000;
-        let mut words = line.split_whitespace();
-        let cmd = words.next().unwrap_or("");
-        let mut num = |name: &str| -> Result<u64, String> {
-            let w = words
-                .next()
-                .ok_or_else(|| format!("{cmd}: missing {name}"))?;
-            w.parse::<u64>()
-                .map_err(|_| format!("{cmd}: {name} '{w}' is not a whole number"))
-        };
+        let mut args = line.split_whitespace();
+        let cmd = args.next().unwrap_or("");
+        let mut args = ControlArgs { cmd, args };
+        let delay_max = FAULT_DELAY_MAX_MS;
+        let sessions_max = u64::from(self.config.sessions_max);
         let f = &mut self.config.faults;
         match cmd {
             "latency" => {
-                f.latency_ns = num("milliseconds")? * MS;
-                f.jitter_ns = num("jitter").unwrap_or(0) * MS;
+                let latency = args.num("milliseconds", 0, delay_max)?;
+                let jitter = args.optional("jitter", 0, delay_max)?.unwrap_or(0);
+                args.end()?;
+                f.latency_ns = latency * MS;
+                f.jitter_ns = jitter * MS;
+                self.retime_delayed(now_ns);
             }
-            "delay-reports" => f.report_delay_ns = num("milliseconds")? * MS,
-            "delay-final" => f.final_report_delay_ns = num("milliseconds")? * MS,
-            "accept-limit" => f.accept_limit = num("sessions")? as u32,
-            "refuse" => match words.next() {
-                Some("on") => f.refuse_connects = true,
-                Some("off") => f.refuse_connects = false,
-                other => return Err(format!("refuse: expected on|off, got {other:?}")),
-            },
-            "stall" => f.stalled_until_ns = now_ns + num("milliseconds")? * MS,
-            "reject-burst" => self.exchange.reject_burst_remaining = num("orders")? as u32,
-            "replay-all" => self.exchange.replay_from_start_once = true,
+            "delay-reports" => {
+                f.report_delay_ns = args.num("milliseconds", 0, delay_max)? * MS;
+                args.end()?;
+            }
+            "delay-final" => {
+                f.final_report_delay_ns = args.num("milliseconds", 0, delay_max)? * MS;
+                args.end()?;
+            }
+            "accept-limit" => {
+                f.accept_limit = args.num("sessions", 0, sessions_max)? as u32;
+                args.end()?;
+            }
+            "refuse" => {
+                match args.args.next() {
+                    Some("on") => f.refuse_connects = true,
+                    Some("off") => f.refuse_connects = false,
+                    other => return Err(format!("refuse: expected on|off, got {other:?}")),
+                }
+                args.end()?;
+            }
+            "stall" => {
+                let ms = args.num("milliseconds", 0, delay_max)?;
+                args.end()?;
+                f.stalled_until_ns = now_ns + ms * MS;
+            }
+            "reject-burst" => {
+                let n = args.num("orders", 0, u64::from(u32::MAX))? as u32;
+                args.end()?;
+                self.exchange.reject_burst_remaining = n;
+            }
+            "replay-all" => {
+                args.end()?;
+                self.exchange.replay_from_start_once = true;
+            }
             "saturate" => {
                 // `saturate N MS` or `saturate off`.
                 if line.split_whitespace().nth(1) == Some("off") {
+                    args.args.next();
+                    args.end()?;
                     f.saturate_attempts_max = 0;
                 } else {
-                    f.saturate_attempts_max = num("attempts")? as u32;
-                    f.saturate_window_ns = num("milliseconds")? * MS;
+                    let attempts = args.num("attempts", 1, 65_535)? as u32;
+                    let window_ms = args.num("milliseconds", 1, delay_max)?;
+                    args.end()?;
+                    f.saturate_attempts_max = attempts;
+                    f.saturate_window_ns = window_ms * MS;
                 }
             }
             "clock-jump" => {
                 // Seconds, signed: the venue's wall clock jumps; its monotonic clock does not.
-                let w = words.next().unwrap_or("");
-                let secs: i64 = w
-                    .parse()
-                    .map_err(|_| format!("clock-jump: seconds '{w}' is not a whole number"))?;
-                let delta = secs.saturating_mul(1_000_000_000);
+                let w = args.args.next().unwrap_or("");
+                let max = CLOCK_JUMP_MAX_S as i64;
+                let secs = w
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|s| (-max..=max).contains(s))
+                    .ok_or_else(|| {
+                        format!("clock-jump: seconds '{w}' is not a whole number in -{max}..={max}")
+                    })?;
+                args.end()?;
+                let delta = secs * 1_000_000_000;
                 let offset = &mut self.exchange.wall_offset_ns;
                 *offset = offset.wrapping_add(delta as u64);
             }
             "flow" => {
-                let rate = num("events per second")?;
-                self.flow.set_rate(
-                    u32::try_from(rate).map_err(|_| format!("flow: rate {rate} too large"))?,
-                );
+                let rate = args.num("events per second", 0, u64::from(EVENTS_PER_SEC_MAX))?;
+                args.end()?;
+                self.flow.set_rate(rate).map_err(|e| format!("flow: {e}"))?;
             }
-            "drop" | "restart" => self.drop_all(),
-            "status" => {}
+            "drop" => {
+                args.end()?;
+                self.drop_all();
+            }
+            "restart" => {
+                args.end()?;
+                self.drop_all();
+                self.retime_delayed(now_ns);
+            }
+            "status" => args.end()?,
             "open-orders" => {
+                args.end()?;
                 let ids: Vec<String> = self
                     .exchange
                     .open_account_orders()
@@ -779,6 +1052,7 @@ impl<T: Transport> VenueServer<T> {
                     .to_string());
             }
             "stats" => {
+                args.end()?;
                 let s = self.exchange.stats();
                 return Ok(format!(
                     "accepted={} rejected={} canceled={} matches={} duplicate_ids={}",
@@ -788,5 +1062,66 @@ impl<T: Transport> VenueServer<T> {
             other => return Err(format!("unknown command '{other}'")),
         }
         Ok(String::new())
+    }
+
+    /// No held-back message waits past the latency now set: one due far in the future (under
+    /// an earlier, longer latency) would otherwise hold every later one behind it. Due times
+    /// stay in arrival order (capping a non-decreasing sequence keeps it non-decreasing).
+    fn retime_delayed(&mut self, now_ns: u64) {
+        let f = self.config.faults;
+        let latest_ns = now_ns + f.latency_ns + f.jitter_ns;
+        for d in &mut self.delayed {
+            d.due_ns = d.due_ns.min(latest_ns);
+        }
+    }
+}
+
+/// What one pass over a control connection found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ControlRead {
+    /// This many lines answered.
+    Lines(u32),
+    /// A line of at least this many bytes with no end within [`CONTROL_LINE_MAX`].
+    TooLong(usize),
+}
+
+/// The arguments of one control command, read in order, each checked against its range.
+struct ControlArgs<'a, I: Iterator<Item = &'a str>> {
+    cmd: &'a str,
+    args: I,
+}
+
+impl<'a, I: Iterator<Item = &'a str>> ControlArgs<'a, I> {
+    /// The next argument: a whole number in `min..=max`.
+    fn num(&mut self, name: &str, min: u64, max: u64) -> Result<u64, String> {
+        let cmd = self.cmd;
+        self.optional(name, min, max)?
+            .ok_or_else(|| format!("{cmd}: missing {name} ({min}..={max})"))
+    }
+
+    /// The next argument if there is one: a whole number in `min..=max`.
+    fn optional(&mut self, name: &str, min: u64, max: u64) -> Result<Option<u64>, String> {
+        let Some(w) = self.args.next() else {
+            return Ok(None);
+        };
+        match w.parse::<u64>() {
+            Ok(v) if (min..=max).contains(&v) => Ok(Some(v)),
+            Ok(_) => Err(format!(
+                "{}: {name} {w} is out of range {min}..={max}",
+                self.cmd
+            )),
+            Err(_) => Err(format!(
+                "{}: {name} '{w}' is not a whole number in {min}..={max}",
+                self.cmd
+            )),
+        }
+    }
+
+    /// No argument is left.
+    fn end(&mut self) -> Result<(), String> {
+        match self.args.next() {
+            None => Ok(()),
+            Some(w) => Err(format!("{}: unexpected argument '{w}'", self.cmd)),
+        }
     }
 }

@@ -202,3 +202,63 @@ proptest::proptest! {
         let _ = parse_request(&bytes);
     }
 }
+
+// Goal: the size limit is per message: many messages each just under the limit all pass (the
+// previous message's length once counted against the next, refusing two 3 KiB requests under
+// a 4 KiB limit with 1009), while a fragmented one that grows past the limit is refused.
+#[test]
+fn the_size_limit_is_per_message() {
+    let limit = 4_096;
+    let mut d = Decoder::new(Role::Server, limit);
+    let mut wire = Vec::new();
+    let mut buf = vec![0u8; 8_192];
+    for i in 0..5u8 {
+        let text = vec![b'a' + i; 3_072];
+        let n = encode_frame(&mut buf, true, Opcode::Text, &text, Some([1, 2, 3, 4]));
+        wire.extend_from_slice(&buf[..n]);
+    }
+    let n = encode_frame(
+        &mut buf,
+        true,
+        Opcode::Binary,
+        &[9; 4_096],
+        Some([4, 3, 2, 1]),
+    );
+    wire.extend_from_slice(&buf[..n]);
+    let got = all(&mut d, &wire).unwrap();
+    assert_eq!(
+        got.len(),
+        6,
+        "{:?}",
+        got.iter().map(String::len).collect::<Vec<_>>()
+    );
+    assert_eq!(got[4].len(), 3_072);
+    assert_eq!(got[5], "binary:4096");
+    // Fragments add up within one message: 3 KiB + 2 KiB is over the limit.
+    let mut wire = Vec::new();
+    let n = encode_frame(
+        &mut buf,
+        false,
+        Opcode::Text,
+        &[b'x'; 3_072],
+        Some([1, 1, 1, 1]),
+    );
+    wire.extend_from_slice(&buf[..n]);
+    let n = encode_frame(
+        &mut buf,
+        true,
+        Opcode::Continuation,
+        &[b'y'; 2_048],
+        Some([1, 1, 1, 1]),
+    );
+    wire.extend_from_slice(&buf[..n]);
+    let err = all(&mut d, &wire).unwrap_err();
+    assert_eq!(
+        err,
+        WsError::TooBig {
+            len: 5_120,
+            limit: 4_096
+        }
+    );
+    assert_eq!(err.close_code(), close_code::TOO_BIG);
+}
