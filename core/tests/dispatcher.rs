@@ -941,3 +941,228 @@ fn the_journal_follows_the_order_table() {
         keel::dispatch::RestoreError::Duplicate(resting)
     );
 }
+
+// Goal: a read-only link takes cancels, never new orders or replaces. Method: the link
+// reports ReadOnly; a new order and a replace are refused `LinkReadOnly` at once, a cancel of
+// a live order is released; only `Trading` lets new orders leave again.
+#[test]
+fn read_only_link_refuses_new_orders_and_passes_cancels() {
+    let mut rig = Rig::new(roomy_config());
+    let live = rig.live_order(0, 0, 10);
+    rig.events(0);
+    let read_only = OutcomeKind::LinkState {
+        mode: LinkMode::ReadOnly,
+    };
+    rig.outcome(0, read_only);
+    rig.settle();
+    assert_eq!(rig.dispatcher.link_mode(0), LinkMode::ReadOnly);
+    let refused = rig.new_order(0, 1, 1);
+    let new_id = rig.id(0);
+    let replace = Replace {
+        id: live,
+        new_id,
+        price: Price::from_units(11, 0),
+        qty: 10,
+    };
+    rig.send(0, Command::Replace(replace));
+    rig.settle(); // the replace is refused and the original stands again
+    rig.send(0, Command::Cancel { id: live });
+    rig.settle();
+    let reason = RefusalReason::LinkReadOnly;
+    let kinds = rig.kinds(0);
+    assert!(
+        kinds.contains(&(refused, EventKind::Refused { reason })),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.contains(&(new_id, EventKind::Refused { reason })),
+        "{kinds:?}"
+    );
+    let sent = rig.requests(0);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].kind, RequestKind::Cancel { id: live });
+    rig.outcome(
+        0,
+        OutcomeKind::LinkState {
+            mode: LinkMode::Trading,
+        },
+    );
+    rig.settle();
+    rig.new_order(0, 1, 1);
+    rig.settle();
+    assert!(matches!(rig.requests(0)[..], [r] if matches!(r.kind, RequestKind::New(_))));
+}
+
+// Goal: a session contradiction makes the order Unknown (its strategy is told), the link
+// read-only, and the counters name it; a report the table itself refuses asks the link to
+// reconcile, and a `Trading` report crossing that request does not restore trust.
+#[test]
+fn contradictions_make_the_link_read_only_and_ask_for_reconciliation() {
+    use keel::order::Contradiction;
+    let mut rig = Rig::new(roomy_config());
+    let live = rig.live_order(0, 0, 10);
+    rig.events(0);
+    let what = Contradiction::Overfill;
+    rig.outcome(0, OutcomeKind::Contradiction { id: live, what });
+    rig.settle();
+    assert_eq!(rig.state(live), OrderState::Unknown);
+    assert_eq!(rig.kinds(0), vec![(live, EventKind::Unknown)]);
+    assert_eq!(rig.dispatcher.link_mode(0), LinkMode::ReadOnly);
+    assert_eq!(rig.dispatcher.stats().last_contradiction, Some(what));
+    // Trusted again after a clean reconciliation; then a report the table refuses.
+    rig.outcome(
+        0,
+        OutcomeKind::LinkState {
+            mode: LinkMode::Trading,
+        },
+    );
+    let other = rig.live_order(0, 1, 10);
+    rig.outcome(
+        0,
+        OutcomeKind::Fill {
+            id: other,
+            qty: 10,
+            price: Price::from_units(10, 0),
+        },
+    );
+    rig.outcome(0, OutcomeKind::Accepted { id: other }); // after it filled: cannot be true
+    rig.settle();
+    assert_eq!(rig.dispatcher.link_mode(0), LinkMode::ReadOnly);
+    assert_eq!(
+        rig.dispatcher.stats().last_contradiction,
+        Some(Contradiction::TableRefused)
+    );
+    let sent = rig.requests(0);
+    assert!(
+        sent.iter()
+            .any(|r| r.kind == RequestKind::Reconcile { id: other }),
+        "{sent:?}"
+    );
+    let trading = OutcomeKind::LinkState {
+        mode: LinkMode::Trading,
+    };
+    rig.outcome(0, trading); // crossed the request: predates it
+    rig.settle();
+    assert_eq!(rig.dispatcher.link_mode(0), LinkMode::ReadOnly);
+    rig.outcome(
+        0,
+        OutcomeKind::LinkState {
+            mode: LinkMode::ReadOnly,
+        },
+    ); // the link's answer to the request
+    rig.outcome(0, trading); // then a clean reconciliation
+    rig.settle();
+    assert_eq!(rig.dispatcher.link_mode(0), LinkMode::Trading);
+}
+
+// Goal: every command gets an answer: a cancel that waited behind the rate limit while its
+// order filled is answered `CancelRejected { TooLateToCancel }`, not dropped.
+#[test]
+fn a_cancel_that_waited_while_its_order_filled_is_answered() {
+    let mut config = roomy_config();
+    config.limiter = limiter(1, 1);
+    let mut rig = Rig::new(config);
+    let live = rig.live_order(0, 0, 10);
+    rig.events(0);
+    rig.send(0, Command::Cancel { id: live });
+    rig.settle();
+    assert!(
+        rig.requests(0).is_empty(),
+        "the budget is spent: the cancel waits"
+    );
+    rig.outcome(
+        0,
+        OutcomeKind::Fill {
+            id: live,
+            qty: 10,
+            price: Price::from_units(10, 0),
+        },
+    );
+    rig.settle();
+    rig.advance(2 * SEC);
+    rig.settle();
+    let reason = CancelRejectReason::TooLateToCancel;
+    let kinds = rig.kinds(0);
+    assert_eq!(
+        kinds.iter().filter(|(id, _)| *id == live).count(),
+        2,
+        "the fill and the cancel's answer: {kinds:?}"
+    );
+    assert!(kinds.contains(&(live, EventKind::CancelRejected { reason })));
+    assert!(
+        rig.requests(0).is_empty(),
+        "nothing sent for a closed order"
+    );
+    assert_eq!(rig.dispatcher.stats().moot_cancels, 1);
+}
+
+// Goal: ids are never reused, even after their order left a small table. Method: a table of
+// 2 slots churns through 10 orders; the first id is sent again and refused `DuplicateId`.
+#[test]
+fn ids_are_refused_after_their_orders_are_evicted() {
+    let mut config = roomy_config();
+    config.orders_max = 2;
+    let mut rig = Rig::new(config);
+    let first = rig.live_order(0, 0, 1);
+    rig.outcome(0, OutcomeKind::Canceled { id: first });
+    rig.settle();
+    rig.events(0);
+    for _ in 0..10 {
+        let id = rig.live_order(0, 0, 1);
+        rig.outcome(0, OutcomeKind::Canceled { id });
+        rig.settle();
+        rig.events(0);
+    }
+    assert!(rig.dispatcher.table().get(first).is_none(), "evicted");
+    rig.events(0);
+    let mut again = rig.order(0, 0, 1);
+    again.id = first;
+    rig.send(0, Command::New(again));
+    rig.settle();
+    let reason = RefusalReason::DuplicateId;
+    assert_eq!(rig.kinds(0), vec![(first, EventKind::Refused { reason })]);
+    assert!(
+        rig.requests(0).is_empty(),
+        "the id never reaches the venue twice"
+    );
+}
+
+// Goal: bad prices never leave: zero, negative and collar-breaking prices are refused
+// `RiskPrice`; a fill sets the collar's reference.
+#[test]
+fn bad_prices_are_refused_before_they_leave() {
+    let mut rig = Rig::new(roomy_config());
+    let mut refused = Vec::new();
+    for price in [0, -1, i64::MIN] {
+        let mut order = rig.order(0, 0, 1);
+        order.price = Price(price);
+        rig.send(0, Command::New(order));
+        refused.push(order.id);
+    }
+    rig.settle();
+    let mut kinds = rig.kinds(0);
+    let live = rig.live_order(0, 0, 1);
+    rig.outcome(
+        0,
+        OutcomeKind::Fill {
+            id: live,
+            qty: 1,
+            price: Price::from_units(10, 0),
+        },
+    );
+    rig.settle();
+    let mut fat = rig.order(0, 0, 1);
+    fat.price = Price::from_units(100, 0); // 10x the last fill, collar 10%
+    rig.send(0, Command::New(fat));
+    refused.push(fat.id);
+    rig.settle();
+    let reason = RefusalReason::RiskPrice;
+    kinds.extend(rig.kinds(0));
+    for id in refused {
+        assert!(
+            kinds.contains(&(id, EventKind::Refused { reason })),
+            "{id}: {kinds:?}"
+        );
+    }
+    assert!(rig.requests(0).is_empty());
+}

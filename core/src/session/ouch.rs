@@ -1074,6 +1074,229 @@ pub fn reject_reason(code: u16) -> RejectReason {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::ouch::encode_outbound;
+    use crate::proto::soupbin::encode_server;
+
+    fn client(orders_max: u32) -> OuchClient {
+        let config = ClientConfig {
+            username: "j".into(),
+            password: "keel".into(),
+            dialect: Dialect::SPEC,
+            orders_max,
+            symbols: vec![soupbin::alpha("AAPL")],
+            reconcile: ReconcileMode::default(),
+            ack_timeout_ns: 1_000,
+        };
+        OuchClient::new(config, VenueId(0))
+    }
+
+    fn id(n: u64) -> ClientOrderId {
+        ClientOrderId::new(crate::order::StrategyId(0), n).unwrap()
+    }
+
+    /// Sends new order `n` (UserRefNum `n`, quantity 10).
+    fn enter(c: &mut OuchClient, n: u32) -> Result<usize, RequestError> {
+        let order = NewOrder {
+            id: id(u64::from(n)),
+            venue: VenueId(0),
+            symbol: crate::order::SymbolId(0),
+            side: Side::Buy,
+            price: Price(100),
+            qty: 10,
+            tif: TimeInForce::Day,
+        };
+        let request = VenueRequest {
+            venue: VenueId(0),
+            sent_ns: 1,
+            wire_ref: n,
+            kind: RequestKind::New(order),
+        };
+        c.encode_request(&request, &mut [0u8; 256])
+    }
+
+    /// Feeds one server packet; returns what the session made of it and the outcomes.
+    fn feed(
+        c: &mut OuchClient,
+        packet: &ServerPacket<'_>,
+    ) -> (Result<SessionNews, DecodeError>, Vec<OutcomeKind>) {
+        let mut out = [0u8; 512];
+        let n = encode_server(&mut out, packet).unwrap();
+        let mut got = Vec::new();
+        let news = c.on_packet(10, out[2], &out[3..n], &mut |o| got.push(o.kind));
+        (news, got)
+    }
+
+    fn sequenced(c: &mut OuchClient, msg: &Outbound<'_>) -> (SessionNews, Vec<OutcomeKind>) {
+        let mut m = [0u8; 256];
+        let n = encode_outbound(&mut m, msg, Dialect::SPEC).unwrap();
+        let (news, got) = feed(c, &ServerPacket::Sequenced(&m[..n]));
+        (news.unwrap(), got)
+    }
+
+    fn executed(user_ref: u32, qty: u32) -> Outbound<'static> {
+        Outbound::Executed {
+            timestamp: 0,
+            user_ref,
+            qty,
+            price: 100,
+            liquidity_flag: b'A',
+            match_number: 1,
+            appendages: &[],
+        }
+    }
+
+    fn login(c: &mut OuchClient, sequence: u64) -> Result<SessionNews, DecodeError> {
+        let packet = ServerPacket::LoginAccepted {
+            session: [b' '; 10],
+            sequence,
+        };
+        feed(c, &packet).0
+    }
+
+    // Goal: executions that cannot be true are caught, never applied: beyond the order's
+    // quantity, after it filled, for an order never sent; each sticks until cleared.
+    #[test]
+    fn impossible_executions_are_contradictions() {
+        let mut c = client(8);
+        login(&mut c, 1).unwrap();
+        enter(&mut c, 1).unwrap();
+        enter(&mut c, 2).unwrap();
+        let (news, got) = sequenced(&mut c, &executed(1, 11));
+        assert_eq!(news, SessionNews::Contradicted(Contradiction::Overfill));
+        let what = Contradiction::Overfill;
+        assert_eq!(got, vec![OutcomeKind::Contradiction { id: id(1), what }]);
+        // Order 2 fills completely, then "fills" again.
+        let (_, got) = sequenced(&mut c, &executed(2, 10));
+        assert!(matches!(got[..], [OutcomeKind::Fill { qty: 10, .. }]));
+        let (news, _) = sequenced(&mut c, &executed(2, 1));
+        assert_eq!(news, SessionNews::Contradicted(Contradiction::AfterClose));
+        // A fill for UserRefNum 99, never sent: no order to name, the session says so.
+        let (news, got) = sequenced(&mut c, &executed(99, 1));
+        assert_eq!(news, SessionNews::Contradicted(Contradiction::UnknownOrder));
+        assert!(got.is_empty());
+        assert_eq!(c.stats().contradictions, 3);
+        assert_eq!(
+            c.contradictions_open(),
+            3,
+            "two flagged orders, one orphan report"
+        );
+        // An operator settles them: the still-open order is queried afresh (Timeout).
+        let mut requeried = Vec::new();
+        assert_eq!(
+            c.clear_contradictions(20, &mut |o| requeried.push(o.kind)),
+            3
+        );
+        assert_eq!(requeried, vec![OutcomeKind::Timeout { id: id(1) }]);
+        assert_eq!(c.contradictions_open(), 0);
+    }
+
+    // Goal: a login answer past what was asked is a gap (reports were lost): reconciliation
+    // then queries orders the venue does not list instead of declaring them never received;
+    // 0 and jumps past any plausible day are refused, so the stream cannot wedge.
+    #[test]
+    fn login_sequences_gap_and_impossible() {
+        let mut c = client(8);
+        c.resume_after(41);
+        for bad in [0, u64::MAX, 42 + SEQUENCE_JUMP_MAX + 1] {
+            assert!(
+                matches!(login(&mut c, bad), Err(DecodeError::BadField { .. })),
+                "{bad}"
+            );
+        }
+        assert_eq!(c.next_seq(), 42, "nothing of a refused answer adopted");
+        assert_eq!(
+            login(&mut c, 45),
+            Ok(SessionNews::LoggedIn { next_seq: 45 })
+        );
+        assert_eq!(
+            c.stats().last_contradiction,
+            Some(Contradiction::SequenceGap)
+        );
+        c.restore_order(
+            &NewOrder {
+                id: id(7),
+                venue: VenueId(0),
+                symbol: crate::order::SymbolId(0),
+                side: Side::Buy,
+                price: Price(100),
+                qty: 10,
+                tif: TimeInForce::Day,
+            },
+            7,
+            0,
+            true,
+        )
+        .unwrap();
+        let mut q = [0u8; 64];
+        c.encode_reconcile_query(&mut q).unwrap();
+        let end = Outbound::ReconcileEnd {
+            timestamp: 0,
+            token: 1,
+            open_orders: 0,
+            positions: 0,
+            as_of_sequence: 44,
+        };
+        let (news, got) = sequenced(&mut c, &end);
+        let SessionNews::Reconciled(r) = news else {
+            panic!("{news:?}")
+        };
+        assert_eq!((r.in_doubt, r.not_received, r.unresolved()), (1, 0, 1));
+        assert_eq!(
+            got,
+            vec![OutcomeKind::Timeout { id: id(7) }],
+            "queried, not dead"
+        );
+        // The status answer says it filled in the skipped reports: the fill is recovered.
+        let status = crate::proto::ouch::OrderStatus {
+            timestamp: 0,
+            user_ref: 7,
+            state: b'D',
+            side: b'B',
+            symbol: soupbin::alpha("AAPL"),
+            price: 100,
+            open_qty: 0,
+            executed_qty: 10,
+            cl_ord_id: cl_ord_id(id(7)),
+        };
+        let (_, got) = sequenced(&mut c, &Outbound::OrderStatus(status));
+        assert!(
+            matches!(got[..], [OutcomeKind::Fill { qty: 10, .. }]),
+            "{got:?}"
+        );
+        c.encode_reconcile_query(&mut q).unwrap();
+        let end = Outbound::ReconcileEnd {
+            timestamp: 0,
+            token: 2,
+            open_orders: 0,
+            positions: 0,
+            as_of_sequence: 45,
+        };
+        let (news, _) = sequenced(&mut c, &end);
+        assert!(matches!(news, SessionNews::Reconciled(r) if r.unresolved() == 0));
+    }
+
+    // Goal: the session map never grows past `orders_max`: the order closed longest ago is
+    // forgotten first, in O(1); a map full of open orders refuses the next one.
+    #[test]
+    fn session_map_forgets_oldest_closed_and_refuses_when_full() {
+        let mut c = client(4);
+        login(&mut c, 1).unwrap();
+        for n in 1..=4 {
+            enter(&mut c, n).unwrap();
+        }
+        assert_eq!(
+            enter(&mut c, 5),
+            Err(RequestError::SessionFull { orders_max: 4 })
+        );
+        sequenced(&mut c, &executed(3, 10)); // 3 closes first
+        sequenced(&mut c, &executed(1, 10)); // then 1
+        enter(&mut c, 6).unwrap();
+        assert_eq!((c.user_ref(id(3)), c.user_ref(id(1))), (None, Some(1)));
+        enter(&mut c, 7).unwrap();
+        assert_eq!(c.user_ref(id(1)), None, "then the next-oldest closed");
+        assert_eq!(c.stats().forgotten, 2);
+        assert_eq!(c.stats().session_full, 1);
+    }
 
     // Goal: a client restored from the journal's sequence logs in asking for the next one.
     #[test]
