@@ -763,7 +763,7 @@ fn read_venue(mut s: Section<'_>) -> Result<VenueLinkConfig> {
         return Err(FileConfigError::OutOfRange {
             key: s.key("max_packet_len"),
             value: link.max_packet_len.to_string(),
-            allowed: "256 to 65533 (the 64 KiB receive buffer less the length field)",
+            allowed: "256 to 65534 (the 64 KiB receive buffer less the length field)",
         });
     }
     if orders_max > 1 << 30 {

@@ -243,3 +243,70 @@ fn feed_tables_are_checked() {
         FileConfigError::UnknownKey("feed[0].channel".into())
     );
 }
+
+// Goal: nothing that would be cut on the wire or abort at start gets past the configuration:
+// a username wider than SoupBinTCP's 6 characters (two accounts "trader01" and "trader02"
+// would log in as one), a packet limit past the receive buffer, and sizes whose start-up
+// memory exceeds the ceiling — refused with the key, the value and the figure.
+#[test]
+fn values_that_would_be_cut_or_abort_are_refused() {
+    let venue = |username: &str, extra: &str| {
+        EngineConfig::from_toml(&format!(
+            "symbols = [\"AAPL\"]\n[[venue]]\nname = \"v\"\naddress = \"127.0.0.1:1\"\n\
+             username = \"{username}\"\npassword = \"keel\"\n{extra}"
+        ))
+    };
+    for (name, ok) in [
+        ("trader", true),
+        ("trader01", false),
+        ("", false),
+        ("a b", false),
+    ] {
+        let got = venue(name, "");
+        match got {
+            Ok(_) => assert!(ok, "{name:?} accepted"),
+            Err(FileConfigError::OutOfRange { key, value, .. }) => {
+                assert!(!ok, "{name:?} refused");
+                assert_eq!(
+                    (key.as_str(), value),
+                    ("venue[0].username", format!("\"{name}\""))
+                );
+            }
+            Err(other) => panic!("{name:?}: {other}"),
+        }
+    }
+    for (len, ok) in [(255, false), (256, true), (65_534, true), (65_535, false)] {
+        let got = venue("keel", &format!("max_packet_len = {len}"));
+        assert_eq!(got.is_ok(), ok, "max_packet_len {len}: {got:?}");
+    }
+    assert!(matches!(
+        venue("keel", "orders_max = 4294967295"),
+        Err(FileConfigError::OutOfRange { key, .. }) if key == "venue[0].orders_max"
+    ));
+    let need = EngineConfig::from_toml(&format!(
+        "symbols = [\"AAPL\"]\n[engine]\nmemory_max_bytes = 1_000_000_000\n\
+         [dispatcher]\norders_max = 1073741824\n{}",
+        MINIMAL.replace("symbols = [\"AAPL\", \"MSFT\"]", "")
+    ));
+    match need {
+        Err(FileConfigError::MemoryNeed {
+            need_bytes,
+            limit_bytes,
+            largest_key,
+            ..
+        }) => {
+            assert_eq!(limit_bytes, 1_000_000_000);
+            assert_eq!(largest_key, "dispatcher.orders_max");
+            assert!(
+                need_bytes > 50 << 30,
+                "2^30 slots need tens of GB: {need_bytes}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The default configuration fits a small ceiling.
+    let fits = EngineConfig::from_toml(&format!(
+        "{MINIMAL}\n[engine]\nmemory_max_bytes = 1_000_000_000\n"
+    ));
+    assert!(fits.is_ok(), "{fits:?}");
+}

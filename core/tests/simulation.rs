@@ -1003,3 +1003,64 @@ fn the_incident_in_simulation() {
     );
     assert!(sim.dispatcher.stats().sent_query >= 1);
 }
+
+// Goal: a link that cannot be trusted asks for reconciliation again paced by backoff, never
+// in a loop (it used to resend its query about 2,800 times a second, outside the limiter),
+// while cancels still flow and no new order leaves. Method: the venue reports a fill for an
+// order keel never sent (a contradiction only a person can settle); 5 simulated seconds.
+#[test]
+fn an_untrusted_link_reconciles_paced_and_keeps_cancelling() {
+    use keel::proto::ouch::Outbound;
+    let mut sim = Sim::quiet(11);
+    sim.synced("first SYNCED");
+    let resting = sim.place_accepted(10);
+    let lie = Outbound::Executed {
+        timestamp: 0,
+        user_ref: u32::MAX,
+        qty: 1,
+        price: Price::from_units(99, 0).0,
+        liquidity_flag: b'A',
+        match_number: 1,
+        appendages: &[],
+    };
+    sim.venue.exchange_mut().inject(0, &lie);
+    sim.run_until(1_000 * MS, "read-only", |s| {
+        s.link.state() == LinkState::ReadOnly
+    });
+    let queries = sim.link.stats().reconcile_queries;
+    let refused = sim.place(1);
+    let _ = sim.strategy.commands.push(Command::Cancel { id: resting });
+    let start = sim.now;
+    while sim.now - start < 5_000 * MS {
+        sim.step();
+    }
+    assert_eq!(
+        sim.link.state(),
+        LinkState::ReadOnly,
+        "sticky until a person settles it"
+    );
+    let asked = sim.link.stats().reconcile_queries - queries;
+    // Backoff from 10 ms doubling to 160 ms, equal jitter: at most ~5,000 / 80 + 5 queries.
+    assert!(
+        (5..=80).contains(&asked),
+        "{asked} reconciliation queries in 5 s"
+    );
+    assert_eq!(
+        sim.history[&refused],
+        vec![EventKind::Refused {
+            reason: keel::order::RefusalReason::LinkReadOnly
+        }]
+    );
+    assert!(
+        sim.history[&resting].contains(&EventKind::Canceled),
+        "cancels flow"
+    );
+    assert_eq!(
+        sim.venue.exchange().stats().accepted,
+        1,
+        "no new order left"
+    );
+    // Settled by a person: trusted again at the next clean reconciliation.
+    sim.link.clear_contradictions(sim.now);
+    sim.synced("SYNCED once settled");
+}

@@ -59,6 +59,8 @@ pub struct LinkStats {
     pub requests_sent: u64,
     /// New orders and replaces written (each puts an order in the market).
     pub orders_entered: u64,
+    /// Reconciliation queries written (at login, and paced retries while read-only).
+    pub reconcile_queries: u64,
     /// Requests handed back unsent because the link was not SYNCED (see `NotSent`).
     pub returned_unsent: u64,
     /// Times the venue was declared dead for silence.
@@ -291,6 +293,7 @@ impl VenueLink {
                     .client
                     .encode_reconcile_query(&mut self.scratch)
                     .expect("fits");
+                self.stats.reconcile_queries += 1;
                 self.send(now_ns, reactor, n);
             }
             Action::Close => {
