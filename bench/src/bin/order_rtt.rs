@@ -46,6 +46,10 @@ const URING_ECHO: u8 = 3;
 const REQUEST_BYTES: usize = 50;
 const REPLY_BYTES: usize = 67;
 
+/// Orders each client tracks: every order of the run rests in the venue's book, so the
+/// session must keep all of them (a smaller map refuses new orders `SessionFull`).
+static ORDERS_MAX: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(4_096);
+
 fn client(name: &str) -> OuchClient {
     let symbols = vec![alpha("AAPL"), alpha("MSFT"), alpha("AMZN"), alpha("NVDA")];
     OuchClient::new(
@@ -53,7 +57,7 @@ fn client(name: &str) -> OuchClient {
             username: name.into(),
             password: "keel".into(),
             dialect: Dialect::SPEC,
-            orders_max: 4_096,
+            orders_max: ORDERS_MAX.load(Ordering::Relaxed),
             symbols,
             reconcile: Default::default(),
             ack_timeout_ns: 2_000_000_000,
@@ -488,6 +492,8 @@ fn main() {
     };
     let rounds = 5;
     let per_round = total / rounds;
+    let orders = u32::try_from(total + 1_000).expect("round trips fit u32");
+    ORDERS_MAX.store(orders.next_power_of_two(), Ordering::Relaxed);
     let mode = Arc::new(AtomicU8::new(VENUE));
     let echo = TcpListener::bind("127.0.0.1:0").unwrap();
     let echo_addr = echo.local_addr().unwrap();

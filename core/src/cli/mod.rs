@@ -156,6 +156,14 @@ fn config_check(file: &std::path::Path) -> ExitCode {
                 }
             }
             let _ = writeln!(out, "engine: {:?}", config.loops);
+            let need = config.memory_need();
+            let _ = writeln!(
+                out,
+                "memory at start: {} MiB (largest part: {} at {} MiB)",
+                need.total_bytes >> 20,
+                need.largest_key,
+                need.largest_bytes >> 20
+            );
             match &config.ipc {
                 Some(ipc) => {
                     let _ = writeln!(out, "ipc: {ipc:?}");
