@@ -309,8 +309,8 @@ impl EngineConfig {
     }
 
     /// What the engine allocates at start for this configuration, largest parts named: the
-    /// order table, each venue session's order map, the rings and shared-memory channels.
-    /// (Journal files are reserved on disk, not counted here.)
+    /// order table, each venue session's order map, the rings and shared-memory channels, and
+    /// the journal's current and next file (mapped and populated, so appends never fault).
     pub fn memory_need(&self) -> MemoryNeed {
         let d = &self.dispatcher;
         let mut need = MemoryNeed::default();
@@ -332,6 +332,9 @@ impl EngineConfig {
         );
         let venue_rings = ring(self.loops.venue_ring, 2 * 64);
         need.add("engine.venue_ring", venue_rings * self.venues.len() as u64);
+        if let Some(journal) = &self.journal {
+            need.add("journal.file_bytes", journal.file_bytes.saturating_mul(2));
+        }
         if let Some(ipc) = &self.ipc {
             let channel = ring(ipc.command_capacity + ipc.event_capacity, 64) + 4_096;
             need.add("ipc capacities", channel * u64::from(d.strategies));
