@@ -269,30 +269,74 @@ fn shared_memory_channel_allocates_nothing() {
     );
 }
 
-// Goal: the engine's market-data path allocates nothing either: after warm-up, tens of
-// thousands of deltas and trades arrive over a real WebSocket (io_uring, loopback), are parsed,
-// applied to bounded books and handed to a subscriber — zero allocations on this thread. (The
-// server runs in its own thread and is not counted.)
+// Goal: the engine's market-data path allocates nothing, and neither does losing the connection
+// and rebuilding it. Method: after warm-up, tens of thousands of deltas and trades arrive over a
+// real WebSocket (io_uring, loopback), are parsed, applied to bounded books and handed to a
+// subscriber; inside the same armed window the server is made to close the connection
+// (shutdown, close 1001) `CLOSES` times, to stall until the handler gives up on it (silence)
+// once, and to drop a delta (a sequence gap) `GAPS` times. Each drill is waited for until the
+// handler has seen it and recovered (reconnect, handshake, resubscribe, snapshots; or gap,
+// snapshot request, snapshot), and the counts are checked: zero allocations on this thread.
+// (The server runs in its own thread and is not counted.)
 #[test]
 fn market_data_path_allocates_nothing() {
     use keel::clock::{Clock, TscClock};
-    use keel::feed::handler::{FeedConfig, FeedHandler};
+    use keel::feed::handler::{FeedConfig, FeedHandler, FeedStats};
     use keel::feed::msg::BookSide;
-    use keel::feed::server::{MdConfig, MdServer};
+    use keel::feed::server::{MdConfig, MdFaults, MdServer};
     use keel::net::{Reactor, ReactorConfig};
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     use std::sync::Arc;
 
-    let running = Arc::new(AtomicBool::new(true));
-    let flag = running.clone();
+    const CLOSES: u32 = 3;
+    const GAPS: u32 = 3;
+    /// How long a drill may take before the test fails (a bound on waiting, not a timing).
+    const DRILL_DEADLINE_NS: u64 = 60_000_000_000;
+
+    /// What the test asks of the server thread (atomics: asking must not allocate).
+    #[derive(Default)]
+    struct Drills {
+        stop: AtomicBool,
+        /// Close every connection until this many closes were done.
+        closes: AtomicU32,
+        /// Drop one delta until this many were dropped.
+        gaps: AtomicU32,
+        /// Neither read, write nor publish.
+        stalled: AtomicBool,
+    }
+
+    let drills = Arc::new(Drills::default());
+    let server_drills = drills.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     let server = std::thread::spawn(move || {
+        let drills = server_drills;
         let mut md = MdServer::new(MdConfig::default()).unwrap();
         tx.send(md.local_addr()).unwrap();
         let clock = TscClock::new();
-        let mut n = 0u64;
-        while flag.load(Ordering::Relaxed) {
+        let (mut n, mut closes, mut gaps) = (0u64, 0u32, 0u32);
+        while !drills.stop.load(Ordering::Relaxed) {
+            if drills.stalled.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                continue;
+            }
             let now = clock.now_ns();
+            let want = drills.closes.load(Ordering::Relaxed);
+            if closes < want {
+                closes = want;
+                md.shutdown(now);
+            }
+            let want = drills.gaps.load(Ordering::Relaxed);
+            if gaps < want {
+                gaps = want;
+                // One delta of symbol 0 nobody hears of (a bid far below the asks: no cross).
+                md.set_faults(MdFaults {
+                    drop_every: 1,
+                    ..MdFaults::default()
+                });
+                let qty = md.level_qty(0, BookSide::Bid, 900) % 9 + 1;
+                md.update_level(0, BookSide::Bid, 900, qty);
+                md.set_faults(MdFaults::default());
+            }
             for _ in 0..20 {
                 n += 1;
                 let symbol = (n % 4) as u16;
@@ -308,44 +352,116 @@ fn market_data_path_allocates_nothing() {
             md.step(now, 0).unwrap();
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
+        md.stats()
     });
     let addr = rx.recv().unwrap();
-    let mut reactor = Reactor::new(ReactorConfig::default()).unwrap();
+
+    struct FeedRig {
+        reactor: Reactor,
+        handler: FeedHandler,
+        strategy: keel::feed::fanout::Subscriber,
+        events: Vec<keel::net::NetEvent>,
+        clock: TscClock,
+    }
+    impl FeedRig {
+        /// Runs the feed loop until `done` holds (bounded: fails after `DRILL_DEADLINE_NS`).
+        fn run_until(&mut self, what: &str, done: impl Fn(&FeedHandler) -> bool) {
+            let deadline_ns = self.clock.now_ns() + DRILL_DEADLINE_NS;
+            while !done(&self.handler) {
+                let now = self.clock.now_ns();
+                assert!(now < deadline_ns, "{what}: {:?}", self.handler.stats());
+                self.events.clear();
+                self.reactor.poll(now, 1_000_000, &mut self.events).unwrap();
+                for e in &self.events {
+                    self.handler.on_event(now, &mut self.reactor, e);
+                }
+                self.handler.step(now, &mut self.reactor);
+                while self.strategy.next_book().is_some() {}
+                while self.strategy.next_trade().is_some() {}
+            }
+        }
+    }
+
     let mut handler = FeedHandler::new(FeedConfig {
         addr,
+        // A stalled server is given up on after 1 s (the drill below).
+        silent_ns: 1_000_000_000,
         ..FeedConfig::default()
     });
-    let mut strategy = handler.subscribe(65_536);
-    let clock = TscClock::new();
-    let mut events = Vec::with_capacity(1_024);
-    let mut run_until = |handler: &mut FeedHandler, reactor: &mut Reactor, deltas: u64| {
-        while handler.stats().deltas < deltas {
-            let now = clock.now_ns();
-            events.clear();
-            reactor.poll(now, 1_000_000, &mut events).unwrap();
-            for e in &events {
-                handler.on_event(now, reactor, e);
-            }
-            handler.step(now, reactor);
-            while strategy.next_book().is_some() {}
-            while strategy.next_trade().is_some() {}
-        }
+    let strategy = handler.subscribe(65_536);
+    let mut rig = FeedRig {
+        reactor: Reactor::new(ReactorConfig::default()).unwrap(),
+        handler,
+        strategy,
+        events: Vec::with_capacity(1_024),
+        clock: TscClock::new(),
     };
-    handler.start(clock.now_ns(), &mut reactor);
-    run_until(&mut handler, &mut reactor, 5_000); // warm-up: connect, snapshots, buffers
-    assert!(handler.synced());
+    let now = rig.clock.now_ns();
+    rig.handler.start(now, &mut rig.reactor);
+    // Warm-up: connect, snapshots, buffers.
+    rig.run_until("warm-up", |h| h.synced() && h.stats().deltas >= 5_000);
+    let base = rig.handler.stats();
+
     ALLOCATIONS.with(|n| n.set(0));
     ARMED.with(|a| a.set(true));
-    run_until(&mut handler, &mut reactor, 45_000);
+    rig.run_until("steady flow", |h| h.stats().deltas >= base.deltas + 10_000);
+    // Recovered: connected, every book resynchronised, and deltas flowing again.
+    let recovered = |h: &FeedHandler, before: &FeedStats| {
+        h.synced() && h.stats().deltas >= before.deltas + 2_000
+    };
+    for i in 1..=CLOSES {
+        let before = rig.handler.stats();
+        drills.closes.store(i, Ordering::Relaxed);
+        rig.run_until("server close", |h| {
+            h.stats().disconnects > before.disconnects && recovered(h, &before)
+        });
+    }
+    let before = rig.handler.stats();
+    drills.stalled.store(true, Ordering::Relaxed);
+    rig.run_until("stalled server", |h| {
+        h.stats().disconnects > before.disconnects
+    });
+    drills.stalled.store(false, Ordering::Relaxed);
+    rig.run_until("after the stall", |h| recovered(h, &before));
+    for i in 1..=GAPS {
+        let before = rig.handler.stats();
+        drills.gaps.store(i, Ordering::Relaxed);
+        rig.run_until("gap", |h| {
+            let s = h.stats();
+            s.gaps > before.gaps && s.snapshots > before.snapshots && recovered(h, &before)
+        });
+    }
     ARMED.with(|a| a.set(false));
-    running.store(false, Ordering::Relaxed);
-    server.join().unwrap();
-    let stats = handler.stats();
-    assert_eq!(stats.gaps + stats.crossed + stats.malformed, 0, "{stats:?}");
+    drills.stop.store(true, Ordering::Relaxed);
+    let server_stats = server.join().unwrap();
+
+    let stats = rig.handler.stats();
+    let allocations = ALLOCATIONS.with(Cell::get);
+    // Every drill happened and was seen; otherwise zero would prove nothing.
+    let disconnects = stats.disconnects - base.disconnects;
+    assert!(disconnects > u64::from(CLOSES), "{stats:?}");
+    assert!(
+        stats.connects - base.connects > u64::from(CLOSES),
+        "{stats:?}"
+    );
+    assert!(
+        server_stats.upgraded > u64::from(CLOSES) + 1,
+        "{server_stats:?}"
+    );
+    let books = 4 * (u64::from(CLOSES) + 1) + u64::from(GAPS);
+    assert!(stats.snapshots - base.snapshots >= books, "{stats:?}");
+    assert!(stats.gaps - base.gaps >= u64::from(GAPS), "{stats:?}");
+    assert!(stats.resyncs - base.resyncs >= u64::from(GAPS), "{stats:?}");
+    assert!(stats.deltas - base.deltas >= 20_000, "{stats:?}");
     assert!(stats.trades > 5_000, "{stats:?}");
+    assert_eq!(stats.crossed + stats.malformed, 0, "{stats:?}");
     assert_eq!(
-        ALLOCATIONS.with(Cell::get),
+        stats.protocol_errors + stats.handshakes_refused,
         0,
+        "{stats:?}"
+    );
+    assert_eq!(
+        allocations, 0,
         "allocations on the market-data path: {stats:?}"
     );
 }
