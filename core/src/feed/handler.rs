@@ -813,3 +813,210 @@ impl FeedHandler {
         let _ = t.send(conn, &frame[..n]);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(fin: bool, op: Opcode, payload: &[u8]) -> Vec<u8> {
+        let mut out = vec![0; ws::header_len(payload.len(), false) + payload.len()];
+        let n = ws::encode_frame(&mut out, fin, op, payload, None);
+        out.truncate(n);
+        out
+    }
+
+    fn handler() -> FeedHandler {
+        FeedHandler::new(FeedConfig {
+            max_message: 1_024,
+            ..FeedConfig::default()
+        })
+    }
+
+    /// Puts bytes in the inbox as if received.
+    fn receive(h: &mut FeedHandler, bytes: &[u8]) {
+        h.inbox.extend_from_slice(bytes);
+    }
+
+    // Goal: the upgrade request the handler writes is one the server side accepts, and the
+    // accept key it expects is the server's; method: the ws module's parser and response.
+    #[test]
+    fn upgrade_request_and_answer_agree_with_the_server_side() {
+        let mut out = Vec::with_capacity(512);
+        let addr: SocketAddr = "127.0.0.1:15002".parse().unwrap();
+        let accept = write_upgrade(&mut out, addr, "/md", [9; 16]);
+        let (request, used) = ws::parse_request(&out).unwrap().unwrap();
+        assert_eq!(used, out.len());
+        assert_eq!(request.path, "/md");
+        assert_eq!(accept, ws::accept_key(&request.key).as_bytes());
+        assert!(std::str::from_utf8(&out)
+            .unwrap()
+            .contains("Host: 127.0.0.1:15002\r\n"));
+        let answer = ws::response(&request.key);
+        assert_eq!(
+            check_upgrade(answer.as_bytes(), &accept),
+            Ok(Some(answer.len()))
+        );
+        // Header names in any case; the head alone is consumed, not the frame behind it.
+        let upper = answer.replace("Sec-WebSocket-Accept", "SEC-WEBSOCKET-ACCEPT") + "\u{81}";
+        assert_eq!(
+            check_upgrade(upper.as_bytes(), &accept),
+            Ok(Some(answer.len()))
+        );
+        assert_eq!(
+            check_upgrade(&answer.as_bytes()[..answer.len() - 1], &accept),
+            Ok(None)
+        );
+    }
+
+    // Goal: every bad answer is refused with its reason, never accepted or waited on forever.
+    #[test]
+    fn bad_upgrade_answers_are_refused() {
+        let mut out = Vec::with_capacity(512);
+        let accept = write_upgrade(&mut out, "127.0.0.1:1".parse().unwrap(), "/", [1; 16]);
+        let other = ws::response("dGhlIHNhbXBsZSBub25jZQ==");
+        assert_eq!(
+            check_upgrade(other.as_bytes(), &accept),
+            Err(UpgradeRefused::Accept)
+        );
+        let head = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(
+            check_upgrade(head.as_bytes(), &accept),
+            Err(UpgradeRefused::Status)
+        );
+        let endless = vec![b'x'; ws::HANDSHAKE_MAX];
+        assert_eq!(
+            check_upgrade(&endless, &accept),
+            Err(UpgradeRefused::TooLong)
+        );
+        assert_eq!(check_upgrade(&endless[1..], &accept), Ok(None));
+        let mut bad = b"HTTP/1.1 101 \xff\r\n\r\n".to_vec();
+        assert_eq!(check_upgrade(&bad, &accept), Err(UpgradeRefused::NotUtf8));
+        bad.clear();
+        assert_eq!(check_upgrade(&bad, &accept), Ok(None));
+    }
+
+    // Goal: a frame's length is read from every header form, and not before it is complete.
+    #[test]
+    fn frame_lengths_from_every_header_form() {
+        assert_eq!(frame_len(&[]), None);
+        assert_eq!(frame_len(&[0x81]), None);
+        assert_eq!(frame_len(&[0x81, 5]), Some(7));
+        assert_eq!(frame_len(&[0x81, 0x85]), Some(11), "masked");
+        assert_eq!(frame_len(&[0x81, 126, 1]), None);
+        assert_eq!(frame_len(&[0x81, 126, 1, 0]), Some(4 + 256));
+        assert_eq!(frame_len(&[0x81, 127, 0, 0, 0, 0, 0, 1, 0]), None);
+        assert_eq!(
+            frame_len(&[0x81, 127, 0, 0, 0, 0, 0, 1, 0, 0]),
+            Some(10 + 65_536)
+        );
+        assert_eq!(
+            frame_len(&[0x81, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]),
+            Some(u64::MAX)
+        );
+        let f = frame(true, Opcode::Text, &[b'a'; 300]);
+        assert_eq!(frame_len(&f), Some(f.len() as u64));
+    }
+
+    // Goal: a connection lost in the middle of a frame, or of a fragmented message, leaves
+    // nothing behind for the next one, and the decoder is reused (not rebuilt); method: the
+    // handler's inbox and decoder, fed by hand.
+    #[test]
+    fn a_lost_connection_leaves_no_partial_frame_or_message() {
+        let mut h = handler();
+        let whole = frame(true, Opcode::Text, br#"{"type":"ping"}"#);
+        // Half a frame: nothing reaches the decoder.
+        receive(&mut h, &whole[..5]);
+        assert_eq!(h.decode_frame(), Ok(None));
+        h.reset_decoder();
+        assert!(h.inbox.is_empty());
+        // The first fragment of a message, then the connection is lost.
+        receive(&mut h, &frame(false, Opcode::Text, b"{\"type\":"));
+        assert_eq!(h.decode_frame(), Ok(Some(None)));
+        h.reset_decoder();
+        let capacity = h.inbox.capacity();
+        receive(&mut h, &whole);
+        assert_eq!(h.decode_frame(), Ok(Some(Some(Opcode::Text))));
+        assert_eq!(h.out, br#"{"type":"ping"}"#);
+        assert_eq!(h.decode_frame(), Ok(None));
+        assert_eq!(h.inbox.capacity(), capacity);
+        assert!(!h.decoder_poisoned);
+        // A fragment that ends inside a UTF-8 sequence, then the connection is lost.
+        h.reset_decoder();
+        receive(
+            &mut h,
+            &frame(false, Opcode::Text, "é".as_bytes().split_at(1).0),
+        );
+        assert_eq!(h.decode_frame(), Ok(Some(None)));
+        h.reset_decoder();
+        receive(&mut h, &whole);
+        assert_eq!(h.decode_frame(), Ok(Some(Some(Opcode::Text))));
+    }
+
+    // Goal: a decoding error (here invalid UTF-8 inside a frame) is reported, and the next
+    // connection starts with a working decoder.
+    #[test]
+    fn a_decoder_error_rebuilds_the_decoder_for_the_next_connection() {
+        let mut h = handler();
+        receive(&mut h, &frame(true, Opcode::Text, b"ab\xffcd"));
+        assert_eq!(h.decode_frame(), Err(ws::WsError::InvalidUtf8));
+        assert!(h.decoder_poisoned);
+        h.reset_decoder();
+        assert!(!h.decoder_poisoned);
+        receive(&mut h, &frame(true, Opcode::Text, b"{}"));
+        assert_eq!(h.decode_frame(), Ok(Some(Some(Opcode::Text))));
+        // A frame longer than any message: refused at its header, without waiting for it.
+        h.reset_decoder();
+        receive(&mut h, &[0x81, 127, 0, 0, 0, 0, 0, 0x10, 0, 0]);
+        assert!(matches!(h.decode_frame(), Err(ws::WsError::TooBig { .. })));
+        // A masked frame from a server.
+        h.reset_decoder();
+        receive(&mut h, &[0x81, 0x81, 1, 2, 3, 4, b'x']);
+        assert!(matches!(
+            h.decode_frame(),
+            Err(ws::WsError::Protocol { .. })
+        ));
+    }
+
+    fn parse<'a>(
+        text: &'a str,
+        bids: &mut Vec<(i64, u64)>,
+        asks: &mut Vec<(i64, u64)>,
+    ) -> Option<Msg<'a>> {
+        let mut json = serde_json::Deserializer::from_str(text);
+        let m = MsgSeed { bids, asks }.deserialize(&mut json).ok()?;
+        json.end().ok()?;
+        Some(m)
+    }
+
+    // Goal: messages parse into borrowed fields and kept level buffers; levels past a
+    // buffer's capacity are dropped (so the book refuses the snapshot), bad input is refused.
+    #[test]
+    fn messages_parse_into_kept_buffers() {
+        let (mut bids, mut asks) = (Vec::with_capacity(3), Vec::with_capacity(3));
+        let text = r#"{"type":"snapshot","symbol":"AAPL","seq":7,"extra":[[1,[2]]],
+            "bids":[[10,1],[9,2],[8,3],[7,4]],"asks":[[11,5]]}"#;
+        let m = parse(text, &mut bids, &mut asks).unwrap();
+        assert_eq!((m.kind, m.symbol, m.seq), ("snapshot", "AAPL", 7));
+        assert_eq!(bids, [(10, 1), (9, 2), (8, 3)]);
+        assert_eq!(asks, [(11, 5)]);
+        assert_eq!(bids.capacity(), 3);
+        let text = r#"{"type":"book","symbol":"MSFT","seq":8,"side":"bid","price":-5,"qty":2}"#;
+        let m = parse(text, &mut bids, &mut asks).unwrap();
+        assert_eq!((m.side, m.price, m.qty), ("bid", -5, 2));
+        assert!(
+            bids.is_empty() && asks.is_empty(),
+            "a message clears the levels"
+        );
+        for bad in [
+            r#"{"symbol":"AAPL"}"#,
+            r#"{"type":"book","qty":-1}"#,
+            r#"{"type":"book","bids":[[1]]}"#,
+            r#"{"type":"book","bids":[[1,2,3]]}"#,
+            r#"{"type":"b\u006fok"}"#,
+            r#"{"type":"book"} x"#,
+            r#"[]"#,
+        ] {
+            assert!(parse(bad, &mut bids, &mut asks).is_none(), "{bad}");
+        }
+    }
+}
