@@ -868,6 +868,34 @@ mod tests {
         );
     }
 
+    // Goal: the buffers sized at construction hold the longest upgrade request (an IPv6 host
+    // with a scope, the longest port) and the longest symbol's request: no growth later.
+    #[test]
+    fn request_buffers_are_sized_for_the_longest_request() {
+        let long = "X".repeat(200);
+        let mut h = FeedHandler::new(FeedConfig {
+            addr: "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff%4294967295]:65535"
+                .parse()
+                .unwrap(),
+            symbols: vec!["A".into(), long.clone()],
+            ..FeedConfig::default()
+        });
+        let (request, wire) = (h.request.capacity(), h.wire.capacity());
+        write_upgrade(&mut h.request, h.config.addr, "/md", [3; 16]);
+        let text = std::str::from_utf8(&h.request).unwrap().to_owned();
+        assert!(text.contains("ffff%4294967295]:65535\r\n"), "{text}");
+        assert_eq!(h.request.capacity(), request);
+        // A real reactor; whether the connection is open yet does not matter here.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut t = crate::net::Reactor::new(crate::net::ReactorConfig::default()).unwrap();
+        let conn = t.connect(listener.local_addr().unwrap()).unwrap();
+        h.send_request(&mut t, conn, "subscribe", Some("trades"), 1);
+        assert!(std::str::from_utf8(&h.request)
+            .unwrap()
+            .ends_with(&format!("\"{long}\"}}")));
+        assert_eq!((h.request.capacity(), h.wire.capacity()), (request, wire));
+    }
+
     // Goal: every bad answer is refused with its reason, never accepted or waited on forever.
     #[test]
     fn bad_upgrade_answers_are_refused() {
