@@ -283,30 +283,108 @@ fn shared_memory_channel_allocates_nothing() {
     );
 }
 
-// Goal: the engine's market-data path allocates nothing either: after warm-up, tens of
-// thousands of deltas and trades arrive over a real WebSocket (io_uring, loopback), are parsed,
-// applied to bounded books and handed to a subscriber — zero allocations on this thread. (The
-// server runs in its own thread and is not counted.)
+use keel::clock::{Clock, TscClock};
+use keel::feed::fanout::Subscriber;
+use keel::feed::handler::FeedHandler;
+use keel::net::{NetEvent, Reactor};
+
+/// How long a market-data drill may take before the test fails (a bound on waiting, not a
+/// timing).
+const DRILL_DEADLINE_NS: u64 = 60_000_000_000;
+
+/// A feed handler driven by a real reactor, with a subscriber drained as it goes.
+struct FeedRig {
+    reactor: Reactor,
+    handler: FeedHandler,
+    strategy: Subscriber,
+    events: Vec<NetEvent>,
+    clock: TscClock,
+}
+
+impl FeedRig {
+    /// Runs the feed loop until `done` holds (bounded: fails after `DRILL_DEADLINE_NS`).
+    fn run_until(&mut self, what: &str, done: impl Fn(&FeedHandler) -> bool) {
+        let deadline_ns = self.clock.now_ns() + DRILL_DEADLINE_NS;
+        while !done(&self.handler) {
+            let now = self.clock.now_ns();
+            assert!(now < deadline_ns, "{what}: {:?}", self.handler.stats());
+            self.events.clear();
+            self.reactor.poll(now, 1_000_000, &mut self.events).unwrap();
+            for e in &self.events {
+                self.handler.on_event(now, &mut self.reactor, e);
+            }
+            self.handler.step(now, &mut self.reactor);
+            while self.strategy.next_book().is_some() {}
+            while self.strategy.next_trade().is_some() {}
+        }
+    }
+}
+
+// Goal: the engine's market-data path allocates nothing, and neither does losing the connection
+// and rebuilding it. Method: after warm-up, tens of thousands of deltas and trades arrive over a
+// real WebSocket (io_uring, loopback), are parsed, applied to bounded books and handed to a
+// subscriber; inside the same armed window the server is made to close the connection
+// (shutdown, close 1001) `CLOSES` times, to stall until the handler gives up on it (silence)
+// once, and to drop a delta (a sequence gap) `GAPS` times. Each drill is waited for until the
+// handler has seen it and recovered (reconnect, handshake, resubscribe, snapshots; or gap,
+// snapshot request, snapshot), and the counts are checked: zero allocations on this thread.
+// (The server runs in its own thread and is not counted.)
 #[test]
 fn market_data_path_allocates_nothing() {
-    use keel::clock::{Clock, TscClock};
-    use keel::feed::handler::{FeedConfig, FeedHandler};
+    use keel::feed::handler::{FeedConfig, FeedStats};
     use keel::feed::msg::BookSide;
-    use keel::feed::server::{MdConfig, MdServer};
-    use keel::net::{Reactor, ReactorConfig};
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use keel::feed::server::{MdConfig, MdFaults, MdServer};
+    use keel::net::ReactorConfig;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     use std::sync::Arc;
 
-    let running = Arc::new(AtomicBool::new(true));
-    let flag = running.clone();
+    const CLOSES: u32 = 3;
+    const GAPS: u32 = 3;
+
+    /// What the test asks of the server thread (atomics: asking must not allocate).
+    #[derive(Default)]
+    struct Drills {
+        stop: AtomicBool,
+        /// Close every connection until this many closes were done.
+        closes: AtomicU32,
+        /// Drop one delta until this many were dropped.
+        gaps: AtomicU32,
+        /// Neither read, write nor publish.
+        stalled: AtomicBool,
+    }
+
+    let drills = Arc::new(Drills::default());
+    let server_drills = drills.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     let server = std::thread::spawn(move || {
+        let drills = server_drills;
         let mut md = MdServer::new(MdConfig::default()).unwrap();
         tx.send(md.local_addr()).unwrap();
         let clock = TscClock::new();
-        let mut n = 0u64;
-        while flag.load(Ordering::Relaxed) {
+        let (mut n, mut closes, mut gaps) = (0u64, 0u32, 0u32);
+        while !drills.stop.load(Ordering::Relaxed) {
+            if drills.stalled.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                continue;
+            }
             let now = clock.now_ns();
+            let want = drills.closes.load(Ordering::Relaxed);
+            if closes < want {
+                closes = want;
+                md.shutdown(now);
+            }
+            let want = drills.gaps.load(Ordering::Relaxed);
+            if gaps < want {
+                gaps = want;
+                // One delta of symbol 0 nobody hears of (a bid far below the asks: no cross).
+                md.set_faults(MdFaults {
+                    drop_every: 1,
+                    ..MdFaults::default()
+                });
+                let qty = md.level_qty(0, BookSide::Bid, 900) % 9 + 1;
+                md.update_level(0, BookSide::Bid, 900, qty);
+                md.set_faults(MdFaults::default());
+            }
             for _ in 0..20 {
                 n += 1;
                 let symbol = (n % 4) as u16;
@@ -322,44 +400,251 @@ fn market_data_path_allocates_nothing() {
             md.step(now, 0).unwrap();
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
+        md.stats()
     });
     let addr = rx.recv().unwrap();
-    let mut reactor = Reactor::new(ReactorConfig::default()).unwrap();
+
     let mut handler = FeedHandler::new(FeedConfig {
         addr,
+        // A stalled server is given up on after 1 s (the drill below).
+        silent_ns: 1_000_000_000,
         ..FeedConfig::default()
     });
-    let mut strategy = handler.subscribe(65_536);
-    let clock = TscClock::new();
-    let mut events = Vec::with_capacity(1_024);
-    let mut run_until = |handler: &mut FeedHandler, reactor: &mut Reactor, deltas: u64| {
-        while handler.stats().deltas < deltas {
-            let now = clock.now_ns();
-            events.clear();
-            reactor.poll(now, 1_000_000, &mut events).unwrap();
-            for e in &events {
-                handler.on_event(now, reactor, e);
-            }
-            handler.step(now, reactor);
-            while strategy.next_book().is_some() {}
-            while strategy.next_trade().is_some() {}
-        }
+    let strategy = handler.subscribe(65_536);
+    let mut rig = FeedRig {
+        reactor: Reactor::new(ReactorConfig::default()).unwrap(),
+        handler,
+        strategy,
+        events: Vec::with_capacity(1_024),
+        clock: TscClock::new(),
     };
-    handler.start(clock.now_ns(), &mut reactor);
-    run_until(&mut handler, &mut reactor, 5_000); // warm-up: connect, snapshots, buffers
-    assert!(handler.synced());
+    let now = rig.clock.now_ns();
+    rig.handler.start(now, &mut rig.reactor);
+    // Warm-up: connect, snapshots, buffers.
+    rig.run_until("warm-up", |h| h.synced() && h.stats().deltas >= 5_000);
+    let base = rig.handler.stats();
+
     ALLOCATIONS.with(|n| n.set(0));
     ARMED.with(|a| a.set(true));
-    run_until(&mut handler, &mut reactor, 45_000);
+    rig.run_until("steady flow", |h| h.stats().deltas >= base.deltas + 10_000);
+    // Recovered: connected, every book resynchronised, and deltas flowing again.
+    let recovered = |h: &FeedHandler, before: &FeedStats| {
+        h.synced() && h.stats().deltas >= before.deltas + 2_000
+    };
+    for i in 1..=CLOSES {
+        let before = rig.handler.stats();
+        drills.closes.store(i, Ordering::Relaxed);
+        rig.run_until("server close", |h| {
+            h.stats().disconnects > before.disconnects && recovered(h, &before)
+        });
+    }
+    let before = rig.handler.stats();
+    drills.stalled.store(true, Ordering::Relaxed);
+    rig.run_until("stalled server", |h| {
+        h.stats().disconnects > before.disconnects
+    });
+    drills.stalled.store(false, Ordering::Relaxed);
+    rig.run_until("after the stall", |h| recovered(h, &before));
+    // A gap is seen at the symbol's next delta; if the connection is lost before (a slow
+    // consumer cut under load, say), the new connection's snapshot covers it: ask again.
+    let mut gaps_asked = 0;
+    for _ in 0..GAPS {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            assert!(attempts <= 20, "no gap seen: {:?}", rig.handler.stats());
+            let before = rig.handler.stats();
+            gaps_asked += 1;
+            drills.gaps.store(gaps_asked, Ordering::Relaxed);
+            rig.run_until("gap", |h| {
+                let s = h.stats();
+                let seen = s.gaps > before.gaps && s.snapshots > before.snapshots;
+                (seen || s.disconnects > before.disconnects) && recovered(h, &before)
+            });
+            if rig.handler.stats().gaps > before.gaps {
+                break;
+            }
+        }
+    }
     ARMED.with(|a| a.set(false));
-    running.store(false, Ordering::Relaxed);
-    server.join().unwrap();
-    let stats = handler.stats();
-    assert_eq!(stats.gaps + stats.crossed + stats.malformed, 0, "{stats:?}");
+    drills.stop.store(true, Ordering::Relaxed);
+    let server_stats = server.join().unwrap();
+
+    let stats = rig.handler.stats();
+    let allocations = ALLOCATIONS.with(Cell::get);
+    // Every drill happened and was seen; otherwise zero would prove nothing.
+    let disconnects = stats.disconnects - base.disconnects;
+    assert!(disconnects > u64::from(CLOSES), "{stats:?}");
+    assert!(
+        stats.connects - base.connects > u64::from(CLOSES),
+        "{stats:?}"
+    );
+    assert!(
+        server_stats.upgraded > u64::from(CLOSES) + 1,
+        "{server_stats:?}"
+    );
+    let books = 4 * (u64::from(CLOSES) + 1) + u64::from(GAPS);
+    assert!(stats.snapshots - base.snapshots >= books, "{stats:?}");
+    assert!(stats.gaps - base.gaps >= u64::from(GAPS), "{stats:?}");
+    assert!(stats.resyncs - base.resyncs >= u64::from(GAPS), "{stats:?}");
+    assert!(stats.deltas - base.deltas >= 20_000, "{stats:?}");
     assert!(stats.trades > 5_000, "{stats:?}");
+    assert_eq!(stats.crossed + stats.malformed, 0, "{stats:?}");
+    assert_eq!(
+        stats.protocol_errors + stats.handshakes_refused,
+        0,
+        "{stats:?}"
+    );
+    assert_eq!(
+        allocations, 0,
+        "allocations on the market-data path: {stats:?}"
+    );
+}
+
+// Goal: a connection cut in the middle of a frame or of a fragmented message (no close frame:
+// the socket just ends) costs no allocation either, and leaves nothing behind for the next
+// connection. Method: a hand-written server on a plain TCP socket answers the upgrade, sends
+// a snapshot per symbol, deltas and trades, then half a frame, a first fragment, or a header
+// announcing more than follows, and ends the stream; the handler reconnects `CUTS` times in the
+// armed window and must resynchronise every time without a protocol error or a malformed
+// message. (The server thread is not counted.)
+#[test]
+fn connections_cut_mid_frame_allocate_nothing() {
+    use keel::feed::handler::FeedConfig;
+    use keel::guard::backoff::BackoffConfig;
+    use keel::net::ReactorConfig;
+    use keel::proto::ws::{self, Opcode};
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    const CUTS: u64 = 6;
+    const SYMBOLS: [&str; 4] = ["AAPL", "MSFT", "AMZN", "NVDA"];
+
+    fn text(out: &mut Vec<u8>, fin: bool, op: Opcode, json: &str) {
+        let at = out.len();
+        out.resize(at + ws::header_len(json.len(), false) + json.len(), 0);
+        let n = ws::encode_frame(&mut out[at..], fin, op, json.as_bytes(), None);
+        out.truncate(at + n);
+    }
+
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let server_stop = stop.clone();
+    let server = std::thread::spawn(move || {
+        for k in 0..=CUTS {
+            let (mut s, _) = listener.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let mut head = Vec::new();
+            let key = loop {
+                let mut chunk = [0u8; 1024];
+                let n = s.read(&mut chunk).unwrap();
+                assert!(n > 0, "client left during the handshake");
+                head.extend_from_slice(&chunk[..n]);
+                if let Some((request, _)) = ws::parse_request(&head).unwrap() {
+                    break request.key;
+                }
+            };
+            let mut out = ws::response(&key).into_bytes();
+            for (i, symbol) in SYMBOLS.iter().enumerate() {
+                let qty = i + 1;
+                let snapshot = format!(
+                    r#"{{"type":"snapshot","symbol":"{symbol}","seq":10,"bids":[[100,{qty}],[99,2]],"asks":[[101,3]]}}"#
+                );
+                text(&mut out, true, Opcode::Text, &snapshot);
+                for seq in 11..60u64 {
+                    let delta = format!(
+                        r#"{{"type":"book","symbol":"{symbol}","seq":{seq},"side":"bid","price":98,"qty":{seq}}}"#
+                    );
+                    text(&mut out, true, Opcode::Text, &delta);
+                }
+                let trade = format!(
+                    r#"{{"type":"trade","symbol":"{symbol}","seq":{k},"price":100,"qty":1,"aggressor":"buy"}}"#
+                );
+                text(&mut out, true, Opcode::Text, &trade);
+            }
+            if k == CUTS {
+                // The last connection stays up until the test is done.
+                s.write_all(&out).unwrap();
+                while !server_stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                return;
+            }
+            let last =
+                r#"{"type":"book","symbol":"AAPL","seq":60,"side":"ask","price":102,"qty":1}"#;
+            match k % 3 {
+                0 => {
+                    // Half a frame.
+                    let at = out.len();
+                    text(&mut out, true, Opcode::Text, last);
+                    out.truncate(at + (out.len() - at) / 2);
+                }
+                // A first fragment whose message never ends.
+                1 => text(&mut out, false, Opcode::Text, &last[..20]),
+                // A header announcing 1,000 bytes, and 10 of them.
+                _ => out.extend_from_slice(&[
+                    0x81, 126, 0x03, 0xE8, b'{', b'"', 0, 0, 0, 0, 0, 0, 0, 0,
+                ]),
+            }
+            s.write_all(&out).unwrap();
+            s.shutdown(Shutdown::Write).unwrap();
+            // Read what the handler sends until it closes (so nothing unread resets the socket).
+            let mut sink = [0u8; 4096];
+            while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+        }
+    });
+
+    let mut handler = FeedHandler::new(FeedConfig {
+        addr,
+        backoff: BackoffConfig {
+            base_ns: 10_000_000,
+            cap_ns: 20_000_000,
+            ..BackoffConfig::default()
+        },
+        ..FeedConfig::default()
+    });
+    let strategy = handler.subscribe(1_024);
+    let mut rig = FeedRig {
+        reactor: Reactor::new(ReactorConfig::default()).unwrap(),
+        handler,
+        strategy,
+        events: Vec::with_capacity(1_024),
+        clock: TscClock::new(),
+    };
+    let now = rig.clock.now_ns();
+    rig.handler.start(now, &mut rig.reactor);
+    rig.run_until("first snapshots", |h| h.stats().snapshots >= 4);
+    let base = rig.handler.stats();
+
+    ALLOCATIONS.with(|n| n.set(0));
+    ARMED.with(|a| a.set(true));
+    rig.run_until("every cut and the last connection", |h| {
+        h.stats().disconnects >= base.disconnects + CUTS
+            && h.synced()
+            && h.stats().deltas >= 49 * 4 * (CUTS + 1)
+    });
+    ARMED.with(|a| a.set(false));
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+
+    let stats = rig.handler.stats();
+    assert_eq!(stats.connects, CUTS + 1, "{stats:?}");
+    assert_eq!(stats.disconnects, CUTS, "{stats:?}");
+    assert_eq!(stats.snapshots, 4 * (CUTS + 1), "{stats:?}");
+    assert_eq!(stats.deltas, 49 * 4 * (CUTS + 1), "{stats:?}");
+    assert_eq!(stats.trades, 4 * (CUTS + 1), "{stats:?}");
+    assert_eq!(
+        stats.gaps + stats.crossed + stats.malformed + stats.protocol_errors,
+        0,
+        "{stats:?}"
+    );
     assert_eq!(
         ALLOCATIONS.with(Cell::get),
         0,
-        "allocations on the market-data path: {stats:?}"
+        "allocations on cut connections: {stats:?}"
     );
 }

@@ -9,10 +9,21 @@
 //! checked for gaps too. A lost connection, a close from the server, a protocol error or a
 //! server silent for `silent_ns` closes the connection and reconnects with exponential backoff
 //! and equal jitter; every book is dropped and resubscribed.
+//!
+//! Nothing on that path allocates after [`FeedHandler::new`]: the upgrade request and its
+//! expected answer are written into buffers kept for them, frames reach the WebSocket decoder
+//! whole (so a connection lost mid-frame leaves it between frames, and it is reused), and a
+//! snapshot's levels are parsed into buffers sized for the largest book. The one exception is a
+//! server that broke the WebSocket protocol: the decoder may be left inside the bad frame, so
+//! it is rebuilt (one allocation of `max_message`; the error is counted).
 
 use std::net::SocketAddr;
 
-use super::book::{Applied, Delta, LocalBook};
+use base64::Engine as _;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use sha1::{Digest, Sha1};
+
+use super::book::{Applied, Delta, LocalBook, LEVELS_MAX};
 use super::fanout::{self, Publisher, Subscriber, TradeTick};
 use super::msg::BookSide;
 use crate::guard::backoff::{Backoff, BackoffConfig};
@@ -97,6 +108,8 @@ pub struct FeedStats {
     pub server_errors: u64,
     /// WebSocket protocol errors (the connection was closed).
     pub protocol_errors: u64,
+    /// Upgrade answers refused (not 101, wrong accept key, head too long or not UTF-8).
+    pub handshakes_refused: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,31 +121,218 @@ enum State {
     Connecting(ConnId),
     Handshaking {
         conn: ConnId,
-        key: String,
+        /// The `Sec-WebSocket-Accept` value the answer must carry.
+        accept: [u8; ACCEPT_LEN],
     },
     Live(ConnId),
 }
 
-#[derive(serde::Deserialize)]
+/// Bytes of a base64 `Sec-WebSocket-Key` (16 random bytes).
+const KEY_LEN: usize = 24;
+/// Bytes of a base64 `Sec-WebSocket-Accept` (a SHA-1 digest).
+const ACCEPT_LEN: usize = 28;
+/// The GUID of RFC 6455 section 1.3, appended to the key before hashing.
+const WS_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+/// The longest frame header: 2 bytes, a 64-bit length and a mask.
+const FRAME_HEADER_MAX: usize = 14;
+/// An empty final continuation frame: ends a fragmented message a lost connection left in the
+/// decoder (with none in progress the decoder refuses it at the header and stays as it was).
+const END_FRAGMENTED: [u8; 2] = [0x80, 0x00];
+/// Bytes of a request without its symbol (`{"op":"subscribe","channel":"trades","symbol":""}`
+/// is 51), with room to spare.
+const REQUEST_FIXED_MAX: usize = 64;
+/// Bytes of the upgrade request without its path and host.
+const UPGRADE_FIXED_MAX: usize = 160;
+/// Bytes of a socket address as text (`[` IPv6 with scope `]:` port).
+const HOST_MAX: usize = 64;
+
+/// A server message, borrowed from its text. A snapshot's levels are not here: they are parsed
+/// into the handler's level buffers (see [`MsgSeed`]).
+#[derive(Debug, Default)]
 struct Msg<'a> {
-    #[serde(rename = "type", borrow)]
     kind: &'a str,
-    #[serde(default, borrow)]
     symbol: &'a str,
-    #[serde(default)]
     seq: u64,
-    #[serde(default, borrow)]
     side: &'a str,
-    #[serde(default)]
     price: i64,
-    #[serde(default)]
     qty: u64,
-    #[serde(default)]
-    bids: Vec<(i64, u64)>,
-    #[serde(default)]
-    asks: Vec<(i64, u64)>,
-    #[serde(default, borrow)]
     aggressor: &'a str,
+}
+
+/// Parses a [`Msg`] and writes `bids` and `asks` into buffers kept for them (capacity
+/// `levels_max + 1` each: one level more than a book holds is enough to refuse the snapshot
+/// as an overflow, the rest are read and dropped).
+struct MsgSeed<'b> {
+    bids: &'b mut Vec<(i64, u64)>,
+    asks: &'b mut Vec<(i64, u64)>,
+}
+
+impl<'de> DeserializeSeed<'de> for MsgSeed<'_> {
+    type Value = Msg<'de>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Msg<'de>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MsgSeed<'_> {
+    type Value = Msg<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a market-data message object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Msg<'de>, A::Error> {
+        let mut m = Msg::default();
+        let mut typed = false;
+        self.bids.clear();
+        self.asks.clear();
+        while let Some(key) = map.next_key::<&'de str>()? {
+            match key {
+                "type" => {
+                    m.kind = map.next_value()?;
+                    typed = true;
+                }
+                "symbol" => m.symbol = map.next_value()?,
+                "seq" => m.seq = map.next_value()?,
+                "side" => m.side = map.next_value()?,
+                "price" => m.price = map.next_value()?,
+                "qty" => m.qty = map.next_value()?,
+                "aggressor" => m.aggressor = map.next_value()?,
+                "bids" => map.next_value_seed(LevelsSeed(&mut *self.bids))?,
+                "asks" => map.next_value_seed(LevelsSeed(&mut *self.asks))?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        if !typed {
+            return Err(de::Error::missing_field("type"));
+        }
+        Ok(m)
+    }
+}
+
+/// `[[price, qty], ...]` into a buffer, keeping no more than its capacity.
+struct LevelsSeed<'b>(&'b mut Vec<(i64, u64)>);
+
+impl<'de> DeserializeSeed<'de> for LevelsSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for LevelsSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of [price, qty] levels")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        // Bounded by the message size (`max_message`); levels past the buffer's capacity are
+        // read and dropped (the book refuses the snapshot as an overflow anyway).
+        while let Some(level) = seq.next_element::<(i64, u64)>()? {
+            if self.0.len() < self.0.capacity() {
+                self.0.push(level);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why an upgrade answer was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UpgradeRefused {
+    /// No blank line within [`ws::HANDSHAKE_MAX`] bytes.
+    TooLong,
+    /// The head is not UTF-8.
+    NotUtf8,
+    /// The status is not `101`.
+    Status,
+    /// No `Sec-WebSocket-Accept` with the value expected.
+    Accept,
+}
+
+/// Writes the upgrade request for `path` on `host` with a 16-byte `nonce` into `out`; returns
+/// the `Sec-WebSocket-Accept` value the answer must carry. Allocates nothing when `out` has
+/// room (sized at construction).
+fn write_upgrade(out: &mut Vec<u8>, host: SocketAddr, path: &str, nonce: [u8; 16]) -> [u8; 28] {
+    use std::io::Write;
+    let mut key = [0u8; KEY_LEN];
+    let n = base64::engine::general_purpose::STANDARD
+        .encode_slice(nonce, &mut key)
+        .expect("16 bytes are 24 in base64");
+    assert_eq!(n, KEY_LEN);
+    out.clear();
+    let _ = write!(
+        out,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: "
+    );
+    out.extend_from_slice(&key);
+    out.extend_from_slice(b"\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    let mut sha = Sha1::new();
+    sha.update(key);
+    sha.update(WS_GUID);
+    let mut accept = [0u8; ACCEPT_LEN];
+    let n = base64::engine::general_purpose::STANDARD
+        .encode_slice(sha.finalize(), &mut accept)
+        .expect("20 bytes are 28 in base64");
+    assert_eq!(n, ACCEPT_LEN);
+    accept
+}
+
+/// Checks the server's answer to the upgrade: `Ok(None)` until its head has arrived, then the
+/// head's length. Allocates nothing.
+fn check_upgrade(bytes: &[u8], accept: &[u8; ACCEPT_LEN]) -> Result<Option<usize>, UpgradeRefused> {
+    let limit = bytes.len().min(ws::HANDSHAKE_MAX);
+    let Some(end) = bytes[..limit]
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|p| p + 4)
+    else {
+        if bytes.len() >= ws::HANDSHAKE_MAX {
+            return Err(UpgradeRefused::TooLong);
+        }
+        return Ok(None);
+    };
+    let head = std::str::from_utf8(&bytes[..end]).map_err(|_| UpgradeRefused::NotUtf8)?;
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap_or("");
+    if !status.starts_with("HTTP/1.1 101") {
+        return Err(UpgradeRefused::Status);
+    }
+    let accepted = lines.any(|line| {
+        line.split_once(':').is_some_and(|(name, value)| {
+            name.trim().eq_ignore_ascii_case("sec-websocket-accept")
+                && value.trim().as_bytes() == accept
+        })
+    });
+    if !accepted {
+        return Err(UpgradeRefused::Accept);
+    }
+    Ok(Some(end))
+}
+
+/// A frame's whole length (header and payload) from its first bytes; `None` until its header
+/// has arrived. Saturates: a length no buffer holds is refused by the decoder at the header.
+fn frame_len(b: &[u8]) -> Option<u64> {
+    let [_, b1, ..] = *b else {
+        return None;
+    };
+    let mask_len = if b1 & 0x80 != 0 { 4 } else { 0 };
+    let (len, at) = match b1 & 0x7F {
+        126 => (
+            u64::from(u16::from_be_bytes(b.get(2..4)?.try_into().ok()?)),
+            4,
+        ),
+        127 => (u64::from_be_bytes(b.get(2..10)?.try_into().ok()?), 10),
+        n => (u64::from(n), 2),
+    };
+    Some(len.saturating_add(at + mask_len))
 }
 
 /// The feed handler. See the module docs.
@@ -149,10 +349,21 @@ pub struct FeedHandler {
     rng: SplitMix64,
     publishers: Vec<Publisher>,
     last_heard_ns: u64,
+    /// Bytes taken from the transport, kept until a whole frame is here (`max_message` plus
+    /// the longest header): the decoder only ever sees whole frames.
     inbox: Vec<u8>,
+    /// Bytes of `inbox` already decoded.
+    inbox_at: usize,
+    /// The decoder failed and may be inside a frame: rebuild it before the next connection.
+    decoder_poisoned: bool,
     out: Vec<u8>,
-    /// Requests to the server are written here.
+    /// Requests to the server (and the upgrade request) are written here.
     request: Vec<u8>,
+    /// Frames to the server are encoded here.
+    wire: Vec<u8>,
+    /// A snapshot's levels, parsed (`LEVELS_MAX + 1` each).
+    bids: Vec<(i64, u64)>,
+    asks: Vec<(i64, u64)>,
     stats: FeedStats,
 }
 
@@ -160,6 +371,11 @@ impl FeedHandler {
     /// A handler; nothing happens until [`FeedHandler::start`].
     pub fn new(config: FeedConfig) -> Self {
         let n = config.symbols.len();
+        let symbol_max = config.symbols.iter().map(String::len).max().unwrap_or(0);
+        let request_max =
+            (REQUEST_FIXED_MAX + symbol_max).max(UPGRADE_FIXED_MAX + HOST_MAX + config.path.len());
+        // A request or a pong (at most 125 bytes), masked.
+        let wire_max = FRAME_HEADER_MAX + (REQUEST_FIXED_MAX + symbol_max).max(125);
         Self {
             books: (0..n).map(|_| LocalBook::new(config.pending_max)).collect(),
             resync_due_ns: vec![0; n],
@@ -170,9 +386,14 @@ impl FeedHandler {
             publishers: Vec::new(),
             state: State::Down { retry_at_ns: 0 },
             last_heard_ns: 0,
-            inbox: Vec::with_capacity(64 * 1024),
+            inbox: Vec::with_capacity(config.max_message + FRAME_HEADER_MAX),
+            inbox_at: 0,
+            decoder_poisoned: false,
             out: Vec::with_capacity(1024),
-            request: Vec::with_capacity(128),
+            request: Vec::with_capacity(request_max),
+            wire: Vec::with_capacity(wire_max),
+            bids: Vec::with_capacity(LEVELS_MAX + 1),
+            asks: Vec::with_capacity(LEVELS_MAX + 1),
             stats: FeedStats::default(),
             config,
         }
@@ -236,7 +457,7 @@ impl FeedHandler {
             b.reset();
         }
         self.last_trade.iter_mut().for_each(|s| *s = None);
-        self.decoder = Decoder::new(Role::Client, self.config.max_message);
+        self.reset_decoder();
         let wait = self
             .backoff
             .next_delay_ns(&mut self.rng)
@@ -244,6 +465,21 @@ impl FeedHandler {
         self.state = State::Down {
             retry_at_ns: now_ns + wait,
         };
+    }
+
+    /// Makes the decoder and the inbox ready for a new connection. Frames reach the decoder
+    /// whole, so it is between frames, at most inside a fragmented message, which an empty
+    /// final continuation ends (its result is of no interest). After a decoding error it may
+    /// be inside the bad frame: only then is it rebuilt (an allocation, on a server that broke
+    /// the protocol).
+    fn reset_decoder(&mut self) {
+        self.inbox.clear();
+        self.inbox_at = 0;
+        if std::mem::take(&mut self.decoder_poisoned) {
+            self.decoder = Decoder::new(Role::Client, self.config.max_message);
+        } else {
+            let _ = self.decoder.decode(&END_FRAGMENTED);
+        }
     }
 
     /// Handles one transport event.
@@ -256,12 +492,16 @@ impl FeedHandler {
                 let mut nonce = [0u8; 16];
                 nonce[..8].copy_from_slice(&self.rng.next_u64().to_le_bytes());
                 nonce[8..].copy_from_slice(&self.rng.next_u64().to_le_bytes());
-                let host = self.config.addr.to_string();
-                let (request, key) = ws::request(&host, &self.config.path, nonce);
-                if t.send(conn, request.as_bytes()).is_err() {
+                let accept = write_upgrade(
+                    &mut self.request,
+                    self.config.addr,
+                    &self.config.path,
+                    nonce,
+                );
+                if t.send(conn, &self.request).is_err() {
                     return self.down(now_ns, t);
                 }
-                self.state = State::Handshaking { conn, key };
+                self.state = State::Handshaking { conn, accept };
             }
             NetEvent::ConnectFailed { conn: c, .. } if c == conn => {
                 self.state = State::Down { retry_at_ns: 0 };
@@ -282,8 +522,8 @@ impl FeedHandler {
     }
 
     fn read(&mut self, now_ns: u64, t: &mut impl Transport, conn: ConnId) {
-        if let State::Handshaking { key, .. } = &self.state {
-            match ws::parse_response(t.received(conn), key) {
+        if let State::Handshaking { accept, .. } = &self.state {
+            match check_upgrade(t.received(conn), accept) {
                 Ok(None) => return,
                 Ok(Some(n)) => {
                     t.consume(conn, n);
@@ -291,43 +531,25 @@ impl FeedHandler {
                     self.backoff.reset();
                     self.subscribe_all(now_ns, t, conn);
                 }
-                Err(_) => return self.down(now_ns, t),
+                Err(_) => {
+                    self.stats.handshakes_refused += 1;
+                    return self.down(now_ns, t);
+                }
             }
         }
+        // Bounded per pass by what the transport holds (its receive buffer) and the inbox.
         loop {
-            self.inbox.clear();
-            self.inbox.extend_from_slice(t.received(conn));
-            if self.inbox.is_empty() {
-                return;
-            }
-            // Decode one message and copy it out of the decoder before acting on it.
-            let (used, what) = match self.decoder.decode(&self.inbox) {
+            self.take_received(t, conn);
+            let what = match self.decode_frame() {
                 Err(e) => {
                     self.stats.protocol_errors += 1;
                     self.send_close(t, conn, e.close_code());
                     return self.down(now_ns, t);
                 }
-                Ok((used, msg)) => {
-                    self.out.clear();
-                    let what = match msg {
-                        None => None,
-                        Some(WsMessage::Text(text)) => {
-                            self.out.extend_from_slice(text.as_bytes());
-                            Some(Opcode::Text)
-                        }
-                        Some(WsMessage::Ping(p)) => {
-                            self.out.extend_from_slice(p);
-                            Some(Opcode::Ping)
-                        }
-                        Some(WsMessage::Close { .. }) => Some(Opcode::Close),
-                        Some(WsMessage::Binary(_) | WsMessage::Pong(_)) => Some(Opcode::Pong),
-                    };
-                    (used, what)
-                }
+                Ok(None) => return,
+                Ok(Some(what)) => what,
             };
-            t.consume(conn, used);
             match what {
-                None if used == 0 => return,
                 None | Some(Opcode::Pong) => {}
                 Some(Opcode::Ping) => {
                     let payload = std::mem::take(&mut self.out);
@@ -347,6 +569,76 @@ impl FeedHandler {
         }
     }
 
+    /// Moves what the transport received into the inbox, as far as it has room; decoded
+    /// bytes are dropped from its front only when the room is needed.
+    fn take_received(&mut self, t: &mut impl Transport, conn: ConnId) {
+        if self.inbox_at == self.inbox.len() {
+            self.inbox.clear();
+            self.inbox_at = 0;
+        }
+        let received = t.received(conn);
+        if received.is_empty() {
+            return;
+        }
+        if self.inbox_at > 0 && self.inbox.capacity() - self.inbox.len() < received.len() {
+            self.inbox.copy_within(self.inbox_at.., 0);
+            self.inbox.truncate(self.inbox.len() - self.inbox_at);
+            self.inbox_at = 0;
+        }
+        let n = received.len().min(self.inbox.capacity() - self.inbox.len());
+        self.inbox.extend_from_slice(&received[..n]);
+        t.consume(conn, n);
+    }
+
+    /// Decodes the next whole frame in the inbox and copies what it completed into `out`:
+    /// `Ok(None)` when no whole frame is here yet, `Ok(Some(None))` for a frame that completes
+    /// nothing (a fragment), else the kind of message (`Pong` also stands for an ignored
+    /// binary message; `Ping` is answered, hence the outer match in `read`).
+    fn decode_frame(&mut self) -> Result<Option<Option<Opcode>>, ws::WsError> {
+        let pending = &self.inbox[self.inbox_at..];
+        let Some(len) = frame_len(pending) else {
+            return Ok(None);
+        };
+        let input = if len > self.inbox.capacity() as u64 {
+            // Longer than any legal frame: the decoder refuses its header.
+            pending
+        } else if (pending.len() as u64) < len {
+            return Ok(None);
+        } else {
+            &pending[..len as usize]
+        };
+        let (used, msg) = match self.decoder.decode(input) {
+            Ok(done) => done,
+            Err(e) => {
+                self.decoder_poisoned = true;
+                return Err(e);
+            }
+        };
+        if used == 0 {
+            // A whole frame always moves the decoder; one that does not is not a frame.
+            self.decoder_poisoned = true;
+            return Err(ws::WsError::Protocol {
+                what: "frame not consumed",
+                value: len,
+            });
+        }
+        self.inbox_at += used;
+        self.out.clear();
+        Ok(Some(match msg {
+            None => None,
+            Some(WsMessage::Text(text)) => {
+                self.out.extend_from_slice(text.as_bytes());
+                Some(Opcode::Text)
+            }
+            Some(WsMessage::Ping(p)) => {
+                self.out.extend_from_slice(p);
+                Some(Opcode::Ping)
+            }
+            Some(WsMessage::Close { .. }) => Some(Opcode::Close),
+            Some(WsMessage::Binary(_) | WsMessage::Pong(_)) => Some(Opcode::Pong),
+        }))
+    }
+
     fn subscribe_all(&mut self, now_ns: u64, t: &mut impl Transport, conn: ConnId) {
         for i in 0..self.config.symbols.len() {
             self.send_request(t, conn, "subscribe", Some("book"), i);
@@ -358,7 +650,15 @@ impl FeedHandler {
     }
 
     fn message(&mut self, now_ns: u64, t: &mut impl Transport, conn: ConnId, text: &[u8]) {
-        let Ok(m) = serde_json::from_slice::<Msg<'_>>(text) else {
+        let seed = MsgSeed {
+            bids: &mut self.bids,
+            asks: &mut self.asks,
+        };
+        let mut json = serde_json::Deserializer::from_slice(text);
+        let Ok(m) = seed
+            .deserialize(&mut json)
+            .and_then(|m| json.end().map(|()| m))
+        else {
             self.stats.malformed += 1;
             return;
         };
@@ -376,7 +676,8 @@ impl FeedHandler {
         let outcome = match m.kind {
             "snapshot" => {
                 self.stats.snapshots += 1;
-                self.books[sym].snapshot(m.seq, m.bids.iter().copied(), m.asks.iter().copied())
+                let (bids, asks) = (self.bids.iter().copied(), self.asks.iter().copied());
+                self.books[sym].snapshot(m.seq, bids, asks)
             }
             "book" => {
                 let side = match m.side {
@@ -476,12 +777,12 @@ impl FeedHandler {
 
     fn send_frame(&mut self, t: &mut impl Transport, conn: ConnId, op: Opcode, payload: &[u8]) {
         let mask = Some(self.mask());
-        let mut frame = [0u8; 256];
-        if payload.len() + 14 > frame.len() {
-            return;
-        }
-        let n = ws::encode_frame(&mut frame, true, op, payload, mask);
-        let _ = t.send(conn, &frame[..n]);
+        let mut wire = std::mem::take(&mut self.wire);
+        // Within the capacity sized at construction for the longest request and a pong.
+        wire.resize(ws::header_len(payload.len(), true) + payload.len(), 0);
+        let n = ws::encode_frame(&mut wire, true, op, payload, mask);
+        let _ = t.send(conn, &wire[..n]);
+        self.wire = wire;
     }
 
     /// Sends `{"op":op[,"channel":channel],"symbol":…}`, written into a buffer kept for it.
@@ -510,5 +811,240 @@ impl FeedHandler {
         let mut frame = [0u8; 140];
         let n = ws::encode_close(&mut frame, code, "", mask);
         let _ = t.send(conn, &frame[..n]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(fin: bool, op: Opcode, payload: &[u8]) -> Vec<u8> {
+        let mut out = vec![0; ws::header_len(payload.len(), false) + payload.len()];
+        let n = ws::encode_frame(&mut out, fin, op, payload, None);
+        out.truncate(n);
+        out
+    }
+
+    fn handler() -> FeedHandler {
+        FeedHandler::new(FeedConfig {
+            max_message: 1_024,
+            ..FeedConfig::default()
+        })
+    }
+
+    /// Puts bytes in the inbox as if received.
+    fn receive(h: &mut FeedHandler, bytes: &[u8]) {
+        h.inbox.extend_from_slice(bytes);
+    }
+
+    // Goal: the upgrade request the handler writes is one the server side accepts, and the
+    // accept key it expects is the server's; method: the ws module's parser and response.
+    #[test]
+    fn upgrade_request_and_answer_agree_with_the_server_side() {
+        let mut out = Vec::with_capacity(512);
+        let addr: SocketAddr = "127.0.0.1:15002".parse().unwrap();
+        let accept = write_upgrade(&mut out, addr, "/md", [9; 16]);
+        let (request, used) = ws::parse_request(&out).unwrap().unwrap();
+        assert_eq!(used, out.len());
+        assert_eq!(request.path, "/md");
+        assert_eq!(accept, ws::accept_key(&request.key).as_bytes());
+        assert!(std::str::from_utf8(&out)
+            .unwrap()
+            .contains("Host: 127.0.0.1:15002\r\n"));
+        let answer = ws::response(&request.key);
+        assert_eq!(
+            check_upgrade(answer.as_bytes(), &accept),
+            Ok(Some(answer.len()))
+        );
+        // Header names in any case; the head alone is consumed, not the frame behind it.
+        let upper = answer.replace("Sec-WebSocket-Accept", "SEC-WEBSOCKET-ACCEPT") + "\u{81}";
+        assert_eq!(
+            check_upgrade(upper.as_bytes(), &accept),
+            Ok(Some(answer.len()))
+        );
+        assert_eq!(
+            check_upgrade(&answer.as_bytes()[..answer.len() - 1], &accept),
+            Ok(None)
+        );
+    }
+
+    // Goal: the buffers sized at construction hold the longest upgrade request (an IPv6 host
+    // with a scope, the longest port) and the longest symbol's request: no growth later.
+    #[test]
+    fn request_buffers_are_sized_for_the_longest_request() {
+        let long = "X".repeat(200);
+        let mut h = FeedHandler::new(FeedConfig {
+            addr: "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff%4294967295]:65535"
+                .parse()
+                .unwrap(),
+            symbols: vec!["A".into(), long.clone()],
+            ..FeedConfig::default()
+        });
+        let (request, wire) = (h.request.capacity(), h.wire.capacity());
+        write_upgrade(&mut h.request, h.config.addr, "/md", [3; 16]);
+        let text = std::str::from_utf8(&h.request).unwrap().to_owned();
+        assert!(text.contains("ffff%4294967295]:65535\r\n"), "{text}");
+        assert_eq!(h.request.capacity(), request);
+        // A real reactor; whether the connection is open yet does not matter here.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut t = crate::net::Reactor::new(crate::net::ReactorConfig::default()).unwrap();
+        let conn = t.connect(listener.local_addr().unwrap()).unwrap();
+        h.send_request(&mut t, conn, "subscribe", Some("trades"), 1);
+        assert!(std::str::from_utf8(&h.request)
+            .unwrap()
+            .ends_with(&format!("\"{long}\"}}")));
+        assert_eq!((h.request.capacity(), h.wire.capacity()), (request, wire));
+    }
+
+    // Goal: every bad answer is refused with its reason, never accepted or waited on forever.
+    #[test]
+    fn bad_upgrade_answers_are_refused() {
+        let mut out = Vec::with_capacity(512);
+        let accept = write_upgrade(&mut out, "127.0.0.1:1".parse().unwrap(), "/", [1; 16]);
+        let other = ws::response("dGhlIHNhbXBsZSBub25jZQ==");
+        assert_eq!(
+            check_upgrade(other.as_bytes(), &accept),
+            Err(UpgradeRefused::Accept)
+        );
+        let head = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+        assert_eq!(
+            check_upgrade(head.as_bytes(), &accept),
+            Err(UpgradeRefused::Status)
+        );
+        let endless = vec![b'x'; ws::HANDSHAKE_MAX];
+        assert_eq!(
+            check_upgrade(&endless, &accept),
+            Err(UpgradeRefused::TooLong)
+        );
+        assert_eq!(check_upgrade(&endless[1..], &accept), Ok(None));
+        let mut bad = b"HTTP/1.1 101 \xff\r\n\r\n".to_vec();
+        assert_eq!(check_upgrade(&bad, &accept), Err(UpgradeRefused::NotUtf8));
+        bad.clear();
+        assert_eq!(check_upgrade(&bad, &accept), Ok(None));
+    }
+
+    // Goal: a frame's length is read from every header form, and not before it is complete.
+    #[test]
+    fn frame_lengths_from_every_header_form() {
+        assert_eq!(frame_len(&[]), None);
+        assert_eq!(frame_len(&[0x81]), None);
+        assert_eq!(frame_len(&[0x81, 5]), Some(7));
+        assert_eq!(frame_len(&[0x81, 0x85]), Some(11), "masked");
+        assert_eq!(frame_len(&[0x81, 126, 1]), None);
+        assert_eq!(frame_len(&[0x81, 126, 1, 0]), Some(4 + 256));
+        assert_eq!(frame_len(&[0x81, 127, 0, 0, 0, 0, 0, 1, 0]), None);
+        assert_eq!(
+            frame_len(&[0x81, 127, 0, 0, 0, 0, 0, 1, 0, 0]),
+            Some(10 + 65_536)
+        );
+        assert_eq!(
+            frame_len(&[0x81, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]),
+            Some(u64::MAX)
+        );
+        let f = frame(true, Opcode::Text, &[b'a'; 300]);
+        assert_eq!(frame_len(&f), Some(f.len() as u64));
+    }
+
+    // Goal: a connection lost in the middle of a frame, or of a fragmented message, leaves
+    // nothing behind for the next one, and the decoder is reused (not rebuilt); method: the
+    // handler's inbox and decoder, fed by hand.
+    #[test]
+    fn a_lost_connection_leaves_no_partial_frame_or_message() {
+        let mut h = handler();
+        let whole = frame(true, Opcode::Text, br#"{"type":"ping"}"#);
+        // Half a frame: nothing reaches the decoder.
+        receive(&mut h, &whole[..5]);
+        assert_eq!(h.decode_frame(), Ok(None));
+        h.reset_decoder();
+        assert!(h.inbox.is_empty());
+        // The first fragment of a message, then the connection is lost.
+        receive(&mut h, &frame(false, Opcode::Text, b"{\"type\":"));
+        assert_eq!(h.decode_frame(), Ok(Some(None)));
+        h.reset_decoder();
+        let capacity = h.inbox.capacity();
+        receive(&mut h, &whole);
+        assert_eq!(h.decode_frame(), Ok(Some(Some(Opcode::Text))));
+        assert_eq!(h.out, br#"{"type":"ping"}"#);
+        assert_eq!(h.decode_frame(), Ok(None));
+        assert_eq!(h.inbox.capacity(), capacity);
+        assert!(!h.decoder_poisoned);
+        // A fragment that ends inside a UTF-8 sequence, then the connection is lost.
+        h.reset_decoder();
+        receive(
+            &mut h,
+            &frame(false, Opcode::Text, "é".as_bytes().split_at(1).0),
+        );
+        assert_eq!(h.decode_frame(), Ok(Some(None)));
+        h.reset_decoder();
+        receive(&mut h, &whole);
+        assert_eq!(h.decode_frame(), Ok(Some(Some(Opcode::Text))));
+    }
+
+    // Goal: a decoding error (here invalid UTF-8 inside a frame) is reported, and the next
+    // connection starts with a working decoder.
+    #[test]
+    fn a_decoder_error_rebuilds_the_decoder_for_the_next_connection() {
+        let mut h = handler();
+        receive(&mut h, &frame(true, Opcode::Text, b"ab\xffcd"));
+        assert_eq!(h.decode_frame(), Err(ws::WsError::InvalidUtf8));
+        assert!(h.decoder_poisoned);
+        h.reset_decoder();
+        assert!(!h.decoder_poisoned);
+        receive(&mut h, &frame(true, Opcode::Text, b"{}"));
+        assert_eq!(h.decode_frame(), Ok(Some(Some(Opcode::Text))));
+        // A frame longer than any message: refused at its header, without waiting for it.
+        h.reset_decoder();
+        receive(&mut h, &[0x81, 127, 0, 0, 0, 0, 0, 0x10, 0, 0]);
+        assert!(matches!(h.decode_frame(), Err(ws::WsError::TooBig { .. })));
+        // A masked frame from a server.
+        h.reset_decoder();
+        receive(&mut h, &[0x81, 0x81, 1, 2, 3, 4, b'x']);
+        assert!(matches!(
+            h.decode_frame(),
+            Err(ws::WsError::Protocol { .. })
+        ));
+    }
+
+    fn parse<'a>(
+        text: &'a str,
+        bids: &mut Vec<(i64, u64)>,
+        asks: &mut Vec<(i64, u64)>,
+    ) -> Option<Msg<'a>> {
+        let mut json = serde_json::Deserializer::from_str(text);
+        let m = MsgSeed { bids, asks }.deserialize(&mut json).ok()?;
+        json.end().ok()?;
+        Some(m)
+    }
+
+    // Goal: messages parse into borrowed fields and kept level buffers; levels past a
+    // buffer's capacity are dropped (so the book refuses the snapshot), bad input is refused.
+    #[test]
+    fn messages_parse_into_kept_buffers() {
+        let (mut bids, mut asks) = (Vec::with_capacity(3), Vec::with_capacity(3));
+        let text = r#"{"type":"snapshot","symbol":"AAPL","seq":7,"extra":[[1,[2]]],
+            "bids":[[10,1],[9,2],[8,3],[7,4]],"asks":[[11,5]]}"#;
+        let m = parse(text, &mut bids, &mut asks).unwrap();
+        assert_eq!((m.kind, m.symbol, m.seq), ("snapshot", "AAPL", 7));
+        assert_eq!(bids, [(10, 1), (9, 2), (8, 3)]);
+        assert_eq!(asks, [(11, 5)]);
+        assert_eq!(bids.capacity(), 3);
+        let text = r#"{"type":"book","symbol":"MSFT","seq":8,"side":"bid","price":-5,"qty":2}"#;
+        let m = parse(text, &mut bids, &mut asks).unwrap();
+        assert_eq!((m.side, m.price, m.qty), ("bid", -5, 2));
+        assert!(
+            bids.is_empty() && asks.is_empty(),
+            "a message clears the levels"
+        );
+        for bad in [
+            r#"{"symbol":"AAPL"}"#,
+            r#"{"type":"book","qty":-1}"#,
+            r#"{"type":"book","bids":[[1]]}"#,
+            r#"{"type":"book","bids":[[1,2,3]]}"#,
+            r#"{"type":"b\u006fok"}"#,
+            r#"{"type":"book"} x"#,
+            r#"[]"#,
+        ] {
+            assert!(parse(bad, &mut bids, &mut asks).is_none(), "{bad}");
+        }
     }
 }
