@@ -135,9 +135,6 @@ const ACCEPT_LEN: usize = 28;
 const WS_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 /// The longest frame header: 2 bytes, a 64-bit length and a mask.
 const FRAME_HEADER_MAX: usize = 14;
-/// An empty final continuation frame: ends a fragmented message a lost connection left in the
-/// decoder (with none in progress the decoder refuses it at the header and stays as it was).
-const END_FRAGMENTED: [u8; 2] = [0x80, 0x00];
 /// Bytes of a request without its symbol (`{"op":"subscribe","channel":"trades","symbol":""}`
 /// is 51), with room to spare.
 const REQUEST_FIXED_MAX: usize = 64;
@@ -467,19 +464,14 @@ impl FeedHandler {
         };
     }
 
-    /// Makes the decoder and the inbox ready for a new connection. Frames reach the decoder
-    /// whole, so it is between frames, at most inside a fragmented message, which an empty
-    /// final continuation ends (its result is of no interest). After a decoding error it may
-    /// be inside the bad frame: only then is it rebuilt (an allocation, on a server that broke
-    /// the protocol).
+    /// Makes the decoder and the inbox ready for a new connection: whatever the last one left
+    /// (a fragmented message, a frame that failed to decode), the decoder starts afresh and
+    /// keeps its buffer — no allocation on any reconnect.
     fn reset_decoder(&mut self) {
         self.inbox.clear();
         self.inbox_at = 0;
-        if std::mem::take(&mut self.decoder_poisoned) {
-            self.decoder = Decoder::new(Role::Client, self.config.max_message);
-        } else {
-            let _ = self.decoder.decode(&END_FRAGMENTED);
-        }
+        self.decoder_poisoned = false;
+        self.decoder.reset();
     }
 
     /// Handles one transport event.
@@ -983,7 +975,7 @@ mod tests {
     // Goal: a decoding error (here invalid UTF-8 inside a frame) is reported, and the next
     // connection starts with a working decoder.
     #[test]
-    fn a_decoder_error_rebuilds_the_decoder_for_the_next_connection() {
+    fn a_decoder_error_is_reset_for_the_next_connection() {
         let mut h = handler();
         receive(&mut h, &frame(true, Opcode::Text, b"ab\xffcd"));
         assert_eq!(h.decode_frame(), Err(ws::WsError::InvalidUtf8));

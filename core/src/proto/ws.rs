@@ -173,6 +173,16 @@ pub fn valid_close_code(code: u16) -> bool {
 }
 
 impl Decoder {
+    /// Forgets everything of the current connection (a frame or message half read, a
+    /// failed frame) and keeps its buffer: ready for the next connection, no allocation.
+    pub fn reset(&mut self) {
+        self.state = State::Header;
+        self.message_opcode = None;
+        self.message.clear();
+        self.utf8_checked = 0;
+        self.control_len = 0;
+    }
+
     /// A decoder for `role` accepting messages up to `max_message` bytes (allocated now).
     pub fn new(role: Role, max_message: usize) -> Self {
         Self {

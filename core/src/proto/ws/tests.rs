@@ -262,3 +262,25 @@ fn the_size_limit_is_per_message() {
     );
     assert_eq!(err.close_code(), close_code::TOO_BIG);
 }
+
+// Goal: `reset` makes a decoder that stopped anywhere — inside a frame, inside a fragmented
+// message, after a failed frame — decode the next connection's frames as a new one would.
+#[test]
+fn reset_starts_afresh_wherever_the_decoder_stopped() {
+    let unfragmented = [0x81, 0x02, b'o', b'k'];
+    let stops: [&[u8]; 3] = [
+        &[0x81, 0x05, b'h', b'e'],       // inside a frame
+        &[0x01, 0x02, b'h', b'e'],       // a fragmented message's first part
+        &[0x81, 0x03, b'a', 0xff, b'c'], // a frame that fails (invalid UTF-8)
+    ];
+    for stop in stops {
+        let mut d = client();
+        let _ = all(&mut d, stop);
+        d.reset();
+        assert_eq!(
+            all(&mut d, &unfragmented),
+            Ok(vec!["ok".to_string()]),
+            "{stop:?}"
+        );
+    }
+}
