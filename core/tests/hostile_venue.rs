@@ -180,6 +180,13 @@ impl Drill {
         o.id
     }
 
+    /// Waits until the link is SYNCED, then places a resting buy (as [`Drill::resting`]).
+    fn resting_when_trading(&mut self, symbol: u16) -> ClientOrderId {
+        let what = format!("SYNCED again before an order on symbol {symbol}");
+        wait_until(&what, || self.engine.venue_synced(0));
+        self.resting(symbol)
+    }
+
     /// Cancels `id` and waits for `Canceled`.
     fn cancel(&mut self, id: ClientOrderId) {
         self.expect(Some(Command::Cancel { id }), id, "Canceled", |k| {
@@ -431,11 +438,16 @@ impl Participant {
 
     /// Enters a day order: `side` 3 of `symbol` at 100.
     fn enter(&mut self, user_ref: u32, side: u8, symbol: &[u8; 8]) {
+        self.enter_at(user_ref, side, symbol, Price::from_units(100, 0).0);
+    }
+
+    /// Enters a day order: `side` 3 of `symbol` at `price`.
+    fn enter_at(&mut self, user_ref: u32, side: u8, symbol: &[u8; 8], price: i64) {
         let order = OrderFields {
             side,
             qty: 3,
             symbol: *symbol,
-            price: Price::from_units(100, 0).0,
+            price,
             tif: b'0',
             display: b'Y',
             capacity: b'A',
@@ -608,4 +620,75 @@ fn hostile_commands_are_range_checked() {
     );
     assert_eq!(c.ok("gap 4294967295"), "ok gap 4294967295");
     assert_eq!(c.stats()["lies"], 0);
+}
+
+// Goal (issue 10, "A wedged link", its plausible cousin): a login answer past what was asked,
+// but within the jump keel accepts as a gap, from a venue that then streams from where it
+// really stands. keel must not keep counting the venue's messages from the announced number:
+// if it did, the next login would ask past the venue's end, the venue would answer its true
+// position, and keel would skip that many real reports as duplicates (fills lost, the
+// reconciliation answer never seen: reconnecting for ever).
+#[test]
+fn a_login_answer_that_shifts_the_numbering_does_not_wedge_the_link() {
+    let mut d = Drill::start(1024);
+    let a = d.resting(0);
+    d.control.ok("login-seq 1000");
+    d.control.ok("drop");
+    wait_until("the link to drop", || !d.engine.venue_synced(0));
+    // The lie is caught one way or another; what matters is what follows.
+    let b = d.resting_when_trading(1);
+    d.control.ok("drop");
+    wait_until("the link to drop", || !d.engine.venue_synced(0));
+    let c = d.resting_when_trading(2);
+    for id in [a, b, c] {
+        d.cancel(id);
+    }
+    let (report, mut control, _venue) = d.stop();
+    let link = &report.links[0];
+    // The login's jump, then the reconciliation answer's numbering: both named.
+    assert!(link.client.contradictions >= 2, "{:?}", link.client);
+    assert_eq!(
+        link.client.last_contradiction,
+        Some(Contradiction::SequenceGap)
+    );
+    assert_eq!(link.client.duplicates_skipped, 0, "{:?}", link.client);
+    assert!(report.open_orders.is_empty(), "{:?}", report.open_orders);
+    assert_eq!(control.stats()["duplicate_ids"], 0);
+}
+
+// Goal (issue 10 Build 2, "and in the simulated venue"): `keel venue --price-band-pct 10`
+// rejects, with the invalid-price code, orders priced 0, negative, at the largest price, above
+// `--price-max`, or more than 10% from the reference (the flow's 100.0000 before any trade),
+// and accepts one inside; nothing rejected reaches the book.
+#[test]
+fn keel_venue_price_collar_rejects_absurd_prices() {
+    let v = venue(&[
+        "--flow-rate",
+        "0",
+        "--price-band-pct",
+        "10",
+        "--price-max",
+        "2000000",
+    ]);
+    let mut c = Control::connect(&v.control);
+    let mut p = Participant::login(&v.entry, "collar");
+    let prices = [
+        Price::from_units(100, 0).0,
+        0,
+        -1,
+        i64::MAX,
+        Price::from_units(200, 1).0, // above --price-max (200.0000)
+        Price::from_units(89, 9_999).0,
+        Price::from_units(110, 1).0,
+        Price::from_units(90, 0).0, // the band's edge: inside
+    ];
+    for (i, price) in prices.iter().enumerate() {
+        p.enter_at(i as u32 + 1, b'B', b"AAPL    ", *price);
+    }
+    wait_until("every order answered", || {
+        let s = c.stats();
+        s["accepted"] + s["rejected"] == prices.len() as u64
+    });
+    let s = c.stats();
+    assert_eq!((s["accepted"], s["price_rejects"], s["matches"]), (2, 6, 0));
 }

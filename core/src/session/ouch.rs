@@ -652,13 +652,21 @@ impl OuchClient {
             self.stats.last_reconciliation = result;
             return SessionNews::Reconciled(result);
         }
-        if let Outbound::ReconcileEnd { token, .. } = *msg {
+        if let Outbound::ReconcileEnd {
+            token,
+            open_orders,
+            positions,
+            as_of_sequence,
+            ..
+        } = *msg
+        {
             if token != self.reconcile_token {
                 // A stale answer (from before a reconnect) replayed: discard it and the open
                 // orders listed with it.
                 self.venue_open.clear();
                 return SessionNews::Nothing;
             }
+            self.adopt_venue_numbering(seq, as_of_sequence, open_orders, positions);
             let result = self.reconcile(emit);
             self.stats.reconciliations += 1;
             self.stats.last_reconciliation = result;
@@ -697,6 +705,31 @@ impl OuchClient {
             }
         }
         result
+    }
+
+    /// The current reconciliation answer says where it sits in the venue's own numbering: its
+    /// items follow `as_of_sequence` back to back, so its end is message
+    /// `as_of_sequence + open_orders + positions + 1`. If keel counted it as `seq` instead, a
+    /// login answer announced another position than the one the venue streams from (issue 10,
+    /// found by core/tests/hostile_venue.rs, `login-seq 1000`): keel would carry the shift, its
+    /// next login would ask past the venue's end, and the venue's true position would make keel
+    /// skip that many real reports as duplicates — fills lost, the reconciliation answer never
+    /// seen, the link reconnecting for ever. The venue's numbering is adopted (a jump beyond
+    /// [`SEQUENCE_JUMP_MAX`] either way is not: the answer is then as implausible as the login)
+    /// and the shift is a `SequenceGap`: reports may have been skipped, so this reconciliation
+    /// holds the orders the venue does not list in doubt and queries them.
+    fn adopt_venue_numbering(&mut self, seq: u64, as_of: u64, open_orders: u32, positions: u32) {
+        let items = u64::from(open_orders) + u64::from(positions);
+        let Some(venue_seq) = as_of.checked_add(items + 1) else {
+            return;
+        };
+        if venue_seq == seq || venue_seq.abs_diff(seq) > SEQUENCE_JUMP_MAX {
+            return;
+        }
+        self.note_contradiction(Contradiction::SequenceGap);
+        self.gap_open = true;
+        self.applied_through = venue_seq;
+        self.next_seq = venue_seq.saturating_add(1);
     }
 
     fn note_contradiction(&mut self, what: Contradiction) {
