@@ -158,16 +158,21 @@ impl Drill {
             .iter()
             .find(|(i, k)| *i == id && want(k))
             .map(|(_, k)| *k);
-        let (strategy, events) = (&mut self.strategy, &mut self.events);
-        wait_until(what, || {
-            while let Ok(e) = strategy.events.pop() {
-                events.push((e.id, e.kind));
+        let deadline = Instant::now() + LIMIT;
+        while found.is_none() {
+            while let Ok(e) = self.strategy.events.pop() {
+                self.events.push((e.id, e.kind));
                 if e.id == id && want(&e.kind) && found.is_none() {
                     found = Some(e.kind);
                 }
             }
-            found.is_some()
-        });
+            assert!(
+                found.is_some() || Instant::now() < deadline,
+                "timed out waiting for {what} for {id:?}; its events: {:?}",
+                self.events_of(id)
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         found.unwrap()
     }
 
@@ -185,6 +190,27 @@ impl Drill {
         let what = format!("SYNCED again before an order on symbol {symbol}");
         wait_until(&what, || self.engine.venue_synced(0));
         self.resting(symbol)
+    }
+
+    /// Places resting buys on `symbol` until one is accepted (each refused `LinkReadOnly` while
+    /// the link is untrusted); returns the accepted one. Bounded by [`LIMIT`].
+    fn accepted_once_trading(&mut self, symbol: u16) -> ClientOrderId {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            assert!(Instant::now() < deadline, "never trading again");
+            wait_until("SYNCED", || self.engine.venue_synced(0));
+            let o = self.order(symbol, Side::Buy, TimeInForce::Day);
+            let answer = self.expect(Some(Command::New(o)), o.id, "an answer", |k| {
+                matches!(k, EventKind::Accepted | EventKind::Refused { .. })
+            });
+            match answer {
+                EventKind::Accepted => return o.id,
+                EventKind::Refused {
+                    reason: RefusalReason::LinkReadOnly,
+                } => std::thread::sleep(Duration::from_millis(5)),
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     /// Cancels `id` and waits for `Canceled`.
@@ -600,7 +626,8 @@ fn hostile_commands_are_range_checked() {
         ("gap 1 2", "error gap: unexpected argument '2'"),
         (
             "lie sometimes",
-            "error lie: expected unknown-fill|overfill|fill-after-close, got 'sometimes'",
+            "error lie: expected unknown-fill|overfill|fill-after-close|zero-fill, got \
+             'sometimes'",
         ),
         (
             "lie overfill",
@@ -691,4 +718,104 @@ fn keel_venue_price_collar_rejects_absurd_prices() {
     });
     let s = c.stats();
     assert_eq!((s["accepted"], s["price_rejects"], s["matches"]), (2, 6, 0));
+}
+
+// Goal (issue 10, "Panic", at the worst legal and illegal values): with `max_packet_len` at
+// its documented maximum (65,533), a Debug packet of exactly 65,533 bytes is taken in stride
+// and the link keeps trading; a packet announcing 65,535 is refused as oversize, and the link
+// reconnects and resyncs.
+#[test]
+fn packets_at_the_largest_maximum_are_read_or_refused_without_panic() {
+    let mut d = Drill::start(65_533);
+    let a = d.resting(0);
+    assert_eq!(
+        d.control.ok("debug-packet 65532"),
+        "ok debug-packet 65532 sessions=1"
+    );
+    let b = d.resting(1);
+    assert!(d.engine.venue_synced(0));
+    assert_eq!(
+        d.control.ok("oversize 65535"),
+        "ok oversize 65535 sessions=1"
+    );
+    wait_until("the link to drop", || !d.engine.venue_synced(0));
+    let c = d.resting_when_trading(2);
+    for id in [a, b, c] {
+        d.cancel(id);
+    }
+    let (report, _control, _venue) = d.stop();
+    let link = &report.links[0];
+    assert_eq!(
+        link.link.decode_errors, 1,
+        "{:?}",
+        link.link.last_decode_error
+    );
+    assert!(report.open_orders.is_empty(), "{:?}", report.open_orders);
+}
+
+// Goal (issue 10, "A wedged link", the other way): a login answer that announces an earlier
+// sequence than asked (a replay) while the venue streams from where keel really stands. keel
+// skips what it takes for duplicates but never moves past what it applied, so nothing is lost:
+// the link must come back to trading in bounded time (at worst after its reconciliation
+// timeout) and apply later reports.
+#[test]
+fn a_login_answer_that_announces_a_replay_it_does_not_send_does_not_wedge_the_link() {
+    let mut d = Drill::start(1024);
+    let a = d.resting(0);
+    let b = d.resting(1);
+    d.cancel(b);
+    d.control.ok("login-seq 1");
+    d.control.ok("drop");
+    wait_until("the link to drop", || !d.engine.venue_synced(0));
+    let c = d.resting_when_trading(2);
+    for id in [a, c] {
+        d.cancel(id);
+    }
+    let (report, _control, _venue) = d.stop();
+    let link = &report.links[0];
+    assert!(report.open_orders.is_empty(), "{:?}", report.open_orders);
+    assert_eq!(
+        link.link.decode_errors, 0,
+        "{:?}",
+        link.link.last_decode_error
+    );
+    assert!(
+        link.client.duplicates_skipped >= 1,
+        "the lie was told: {:?}",
+        link.client
+    );
+}
+
+// Goal (issue 10 Build 10, "extreme field values"): an execution of zero shares for an open
+// order is not applied: the order table refuses it (a contradiction the dispatcher counts), no
+// fill reaches the strategy, the link is reconciled before it trades again, and trading
+// resumes once the venue's view matches keel's.
+#[test]
+fn a_zero_share_fill_is_refused_and_reconciled() {
+    let mut d = Drill::start(1024);
+    let a = d.resting(0);
+    assert_eq!(d.control.ok("lie zero-fill"), "ok lie zero-fill 0:1");
+    // The refusal makes the dispatcher ask the link to reconcile (new orders are refused
+    // `LinkReadOnly` meanwhile); once settled, orders leave again.
+    let b = d.accepted_once_trading(1);
+    for id in [a, b] {
+        d.cancel(id);
+    }
+    assert!(
+        !d.events_of(a).iter().any(|k| matches!(
+            k,
+            EventKind::Filled { .. } | EventKind::PartiallyFilled { .. }
+        )),
+        "{:?}",
+        d.events_of(a)
+    );
+    let (report, mut control, _venue) = d.stop();
+    assert!(report.dispatch.contradictions >= 1, "{:?}", report.dispatch);
+    assert_eq!(
+        report.dispatch.last_contradiction,
+        Some(Contradiction::TableRefused)
+    );
+    assert!(report.dispatch.sent_reconcile >= 1, "{:?}", report.dispatch);
+    assert!(report.open_orders.is_empty(), "{:?}", report.open_orders);
+    assert_eq!(control.stats()["lies"], 1);
 }

@@ -315,6 +315,8 @@ pub enum Lie {
     Overfill,
     /// An execution of one share for the newest order the venue closed (filled, canceled).
     FillAfterClose,
+    /// An execution of zero shares for the newest open order (an extreme field value).
+    ZeroFill,
 }
 
 /// The UserRefNum an [`Lie::UnknownFill`] names: the last a client could ever use, so never
@@ -776,6 +778,9 @@ impl Exchange {
                 Lie::UnknownFill => Some((LIE_UNKNOWN_USER_REF, 1, 1_0000)),
                 Lie::Overfill => self.newest_account_order(account, true),
                 Lie::FillAfterClose => self.newest_account_order(account, false),
+                Lie::ZeroFill => self
+                    .newest_account_order(account, true)
+                    .map(|(user_ref, _, price)| (user_ref, 0, price)),
             };
             let Some((user_ref, qty, price)) = target else {
                 continue;

@@ -978,10 +978,11 @@ impl<T: Transport> VenueServer<T> {
     /// `status`.
     ///
     /// Hostile-venue commands (docs/operations.md, "A hostile venue"): `lie unknown-fill` |
-    /// `lie overfill` | `lie fill-after-close` (every account is sent an Order Executed that
-    /// contradicts what it sent and was told: for UserRefNum 4294967295, never entered; one
-    /// share beyond its newest open order's whole quantity; one share of its newest closed
-    /// order; answered with the `account:user_ref` pairs lied about), `gap N` (the next login
+    /// `lie overfill` | `lie fill-after-close` | `lie zero-fill` (every account is sent an Order
+    /// Executed that contradicts what it sent and was told: for UserRefNum 4294967295, never
+    /// entered; one share beyond its newest open order's whole quantity; one share of its newest
+    /// closed order; zero shares of its newest open order; answered with the `account:user_ref`
+    /// pairs lied about), `gap N` (the next login
     /// answer skips N reports, 0..=[`LOGIN_GAP_MAX`]), `login-seq S` (the next Login Accepted
     /// announces sequence S, any u64), `debug-packet N` (a Debug packet with N bytes of text,
     /// 0..=[`DEBUG_TEXT_MAX`], to every logged-in session), `oversize N` (a packet announcing
@@ -1096,9 +1097,11 @@ impl<T: Transport> VenueServer<T> {
                     "unknown-fill" => Lie::UnknownFill,
                     "overfill" => Lie::Overfill,
                     "fill-after-close" => Lie::FillAfterClose,
+                    "zero-fill" => Lie::ZeroFill,
                     other => {
                         return Err(format!(
-                            "lie: expected unknown-fill|overfill|fill-after-close, got '{other}'"
+                            "lie: expected unknown-fill|overfill|fill-after-close|zero-fill, \
+                             got '{other}'"
                         ))
                     }
                 };
