@@ -100,19 +100,16 @@ struct Drill {
     strategy: StrategyHandle,
     events: Vec<(ClientOrderId, EventKind)>,
     next_seq: u64,
+    /// The engine's configuration.
+    text: String,
 }
 
 impl Drill {
     fn start(max_packet_len: u16) -> Self {
         let venue = venue(&["--flow-rate", "0"]);
         let control = Control::connect(&venue.control);
-        let config = EngineConfig::from_toml(&config_text(&venue.entry, max_packet_len)).unwrap();
-        let mut engine = EngineBuilder::new(config)
-            .idle(IdlePolicy::TEST)
-            .start()
-            .unwrap();
-        let strategy = engine.take_strategy(StrategyId(0)).unwrap();
-        wait_until("SYNCED", || engine.venue_synced(0));
+        let text = config_text(&venue.entry, max_packet_len);
+        let (engine, strategy) = Self::engine(&text);
         Self {
             venue,
             control,
@@ -120,7 +117,31 @@ impl Drill {
             strategy,
             events: Vec::new(),
             next_seq: 0,
+            text,
         }
+    }
+
+    /// An engine started from `text`, SYNCED, and its strategy.
+    fn engine(text: &str) -> (RunningEngine, StrategyHandle) {
+        let config = EngineConfig::from_toml(text).unwrap();
+        let mut engine = EngineBuilder::new(config)
+            .idle(IdlePolicy::TEST)
+            .start()
+            .unwrap();
+        let strategy = engine.take_strategy(StrategyId(0)).unwrap();
+        wait_until("SYNCED", || engine.venue_synced(0));
+        (engine, strategy)
+    }
+
+    /// Stops the engine (cleanly) and starts a new one from the same configuration (and
+    /// journal), against the same venue; returns the first engine's report.
+    fn restart(&mut self) -> EngineReport {
+        let (engine, strategy) = Self::engine(&self.text);
+        let old = std::mem::replace(&mut self.engine, engine);
+        self.strategy = strategy;
+        self.events.clear();
+        assert!(!old.has_failed(), "an engine loop ended on its own");
+        old.stop().expect("the engine stops cleanly")
     }
 
     fn order(&mut self, symbol: u16, side: Side, tif: TimeInForce) -> NewOrder {
@@ -755,9 +776,9 @@ fn packets_at_the_largest_maximum_are_read_or_refused_without_panic() {
 
 // Goal (issue 10, "A wedged link", the other way): a login answer that announces an earlier
 // sequence than asked (a replay) while the venue streams from where keel really stands. keel
-// skips what it takes for duplicates but never moves past what it applied, so nothing is lost:
-// the link must come back to trading in bounded time (at worst after its reconciliation
-// timeout) and apply later reports.
+// takes the venue's new reports for duplicates; the answer to its reconciliation query, which
+// no replay can contain, shows the shift: keel adopts the venue's numbering, queries what is in
+// doubt, and trades again without waiting for its reconciliation timeout; nothing is lost.
 #[test]
 fn a_login_answer_that_announces_a_replay_it_does_not_send_does_not_wedge_the_link() {
     let mut d = Drill::start(1024);
@@ -783,6 +804,12 @@ fn a_login_answer_that_announces_a_replay_it_does_not_send_does_not_wedge_the_li
         link.client.duplicates_skipped >= 1,
         "the lie was told: {:?}",
         link.client
+    );
+    // Caught by the reconciliation answer's numbering, not left to the reconciliation timeout.
+    assert_eq!(link.session.reconcile_timeouts, 0, "{:?}", link.session);
+    assert_eq!(
+        link.client.last_contradiction,
+        Some(Contradiction::SequenceGap)
     );
 }
 
@@ -818,4 +845,35 @@ fn a_zero_share_fill_is_refused_and_reconciled() {
     assert!(report.dispatch.sent_reconcile >= 1, "{:?}", report.dispatch);
     assert!(report.open_orders.is_empty(), "{:?}", report.open_orders);
     assert_eq!(control.stats()["lies"], 1);
+}
+
+// Goal (issue 10, "A wedged link ... until a restart", and across one): the journal records
+// the sequence position of every report applied; after a login answer that shifted the count,
+// an engine restarted on that journal must resume where the venue really stands: it resyncs,
+// its open orders come back, and it trades. (Without the numbering fix the restarted engine
+// asked past the venue's end and never synced.)
+#[test]
+fn a_restart_after_a_shifted_numbering_resyncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Drill::start(1024);
+    d.text += &format!("[journal]\ndir = \"{}\"\n", dir.path().join("j").display());
+    // Again, now with the journal.
+    let report = d.restart();
+    assert!(report.open_orders.is_empty());
+    let a = d.resting(0);
+    d.control.ok("login-seq 1000");
+    d.control.ok("drop");
+    wait_until("the link to drop", || !d.engine.venue_synced(0));
+    let b = d.resting_when_trading(1);
+    let first = d.restart();
+    assert_eq!(first.open_orders.len(), 2, "{:?}", first.open_orders);
+    let c = d.resting_when_trading(2);
+    for id in [a, b, c] {
+        d.cancel(id);
+    }
+    let (report, mut control, _venue) = d.stop();
+    let link = &report.links[0];
+    assert_eq!(link.session.reconcile_timeouts, 0, "{:?}", link.session);
+    assert!(report.open_orders.is_empty(), "{:?}", report.open_orders);
+    assert_eq!(control.stats()["duplicate_ids"], 0);
 }

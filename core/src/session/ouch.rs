@@ -594,9 +594,12 @@ impl OuchClient {
                     value: seq,
                 })?;
                 self.stats.sequenced += 1;
-                if seq <= self.applied_through {
+                // A duplicate, applied before a reconnect — unless it is the answer to this
+                // session's reconciliation query numbered otherwise by the venue (see
+                // `venue_numbering`): then it is handled, and the venue's numbering adopted.
+                if seq <= self.applied_through && self.venue_numbering(seq, &msg).is_none() {
                     self.stats.duplicates_skipped += 1;
-                    return Ok(SessionNews::Nothing); // applied before a reconnect
+                    return Ok(SessionNews::Nothing);
                 }
                 self.applied_through = seq;
                 Ok(self.on_sequenced(now_ns, seq, &msg, emit))
@@ -652,21 +655,16 @@ impl OuchClient {
             self.stats.last_reconciliation = result;
             return SessionNews::Reconciled(result);
         }
-        if let Outbound::ReconcileEnd {
-            token,
-            open_orders,
-            positions,
-            as_of_sequence,
-            ..
-        } = *msg
-        {
+        if let Outbound::ReconcileEnd { token, .. } = *msg {
             if token != self.reconcile_token {
                 // A stale answer (from before a reconnect) replayed: discard it and the open
                 // orders listed with it.
                 self.venue_open.clear();
                 return SessionNews::Nothing;
             }
-            self.adopt_venue_numbering(seq, as_of_sequence, open_orders, positions);
+            if let Some(venue_seq) = self.venue_numbering(seq, msg) {
+                self.adopt_venue_numbering(venue_seq);
+            }
             let result = self.reconcile(emit);
             self.stats.reconciliations += 1;
             self.stats.last_reconciliation = result;
@@ -707,25 +705,41 @@ impl OuchClient {
         result
     }
 
-    /// The current reconciliation answer says where it sits in the venue's own numbering: its
-    /// items follow `as_of_sequence` back to back, so its end is message
-    /// `as_of_sequence + open_orders + positions + 1`. If keel counted it as `seq` instead, a
-    /// login answer announced another position than the one the venue streams from (issue 10,
-    /// found by core/tests/hostile_venue.rs, `login-seq 1000`): keel would carry the shift, its
-    /// next login would ask past the venue's end, and the venue's true position would make keel
-    /// skip that many real reports as duplicates — fills lost, the reconciliation answer never
-    /// seen, the link reconnecting for ever. The venue's numbering is adopted (a jump beyond
-    /// [`SEQUENCE_JUMP_MAX`] either way is not: the answer is then as implausible as the login)
-    /// and the shift is a `SequenceGap`: reports may have been skipped, so this reconciliation
-    /// holds the orders the venue does not list in doubt and queries them.
-    fn adopt_venue_numbering(&mut self, seq: u64, as_of: u64, open_orders: u32, positions: u32) {
-        let items = u64::from(open_orders) + u64::from(positions);
-        let Some(venue_seq) = as_of.checked_add(items + 1) else {
-            return;
+    /// The answer to this session's reconciliation query says where it sits in the venue's own
+    /// numbering: its items follow `as_of_sequence` back to back, so its end is message
+    /// `as_of_sequence + open_orders + positions + 1`. Returns that number when keel counted
+    /// the answer as another `seq` (by at most [`SEQUENCE_JUMP_MAX`]: farther, the answer is
+    /// as implausible as such a login answer, and left alone), else `None`.
+    ///
+    /// Why (issue 10, found by core/tests/hostile_venue.rs with `login-seq`): a login answer
+    /// that announces another position than the one the venue streams from shifts keel's count.
+    /// Counting ahead, keel's next login asks past the venue's end, the venue answers its true
+    /// position, and keel skips that many real reports as duplicates — fills lost, the
+    /// reconciliation answer never seen, the link reconnecting for ever (and an engine
+    /// restarted on the shifted position wedges the same way). Counting behind, keel skips the
+    /// venue's new reports as a replay until its reconciliation times out.
+    fn venue_numbering(&self, seq: u64, msg: &Outbound<'_>) -> Option<u64> {
+        let Outbound::ReconcileEnd {
+            token,
+            open_orders,
+            positions,
+            as_of_sequence,
+            ..
+        } = *msg
+        else {
+            return None;
         };
-        if venue_seq == seq || venue_seq.abs_diff(seq) > SEQUENCE_JUMP_MAX {
-            return;
-        }
+        let items = u64::from(open_orders) + u64::from(positions);
+        let venue_seq = as_of_sequence.checked_add(items + 1)?;
+        let shifted = venue_seq != seq && venue_seq.abs_diff(seq) <= SEQUENCE_JUMP_MAX;
+        (token == self.reconcile_token && shifted).then_some(venue_seq)
+    }
+
+    /// Adopts the venue's numbering (see [`OuchClient::venue_numbering`]): the shift is a
+    /// `SequenceGap` — reports may have been skipped, so this reconciliation holds the orders
+    /// the venue does not list in doubt and queries each, and the next login asks for what the
+    /// venue really has next.
+    fn adopt_venue_numbering(&mut self, venue_seq: u64) {
         self.note_contradiction(Contradiction::SequenceGap);
         self.gap_open = true;
         self.applied_through = venue_seq;
