@@ -374,6 +374,12 @@ fn a_fill_for_an_order_never_sent_makes_the_link_read_only() {
     );
     let (report, _) = assert_read_only_after(d, a, Contradiction::UnknownOrder);
     assert!(report.links[0].client.unknown_user_ref >= 1);
+    // The dispatcher's counter, the one to alarm on, names it too.
+    assert!(report.dispatch.contradictions >= 1, "{:?}", report.dispatch);
+    assert_eq!(
+        report.dispatch.last_contradiction,
+        Some(Contradiction::UnknownOrder)
+    );
 }
 
 // Goal (issue 10, "Silent desynchronization": an overfill left the order `Live 0/3` and the

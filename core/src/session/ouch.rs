@@ -677,9 +677,10 @@ impl OuchClient {
                 SessionNews::Nothing
             }
             Mapped::Contradiction(id, what) => {
-                if let Some(id) = id {
-                    emit(OutcomeKind::Contradiction { id, what });
-                }
+                // Also without an order (a report for one never sent): before issue 10's
+                // hostile-venue tests, that case reached only this session's counters, and the
+                // dispatcher's `contradictions` (the alarm) stayed 0.
+                emit(OutcomeKind::Contradiction { id, what });
                 SessionNews::Contradicted(what)
             }
             Mapped::Nothing => SessionNews::Nothing,
