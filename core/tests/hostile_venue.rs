@@ -414,6 +414,40 @@ fn an_overfill_makes_the_order_unknown_and_the_link_read_only() {
     );
 }
 
+// Goal (issue 10 Build 10, "extreme field values"): an execution through the order's limit (a
+// buy filled at ten times its price) is a contradiction like an overfill: not applied (no fill
+// reaches the strategy, and it never becomes the collar's reference), the order Unknown, the
+// link read-only, cancels flowing, no new order reaching the venue.
+#[test]
+fn a_fill_through_the_limit_makes_the_order_unknown_and_the_link_read_only() {
+    let mut d = Drill::start(1024);
+    let a = d.resting(0);
+    let b = d.resting(1);
+    assert_eq!(
+        d.control.ok("lie off-limit-fill"),
+        "ok lie off-limit-fill 0:2"
+    );
+    d.expect(
+        None,
+        b,
+        "Unknown for the order filled through its limit",
+        |k| matches!(k, EventKind::Unknown),
+    );
+    assert!(
+        !d.events_of(b).iter().any(|k| matches!(
+            k,
+            EventKind::Filled { .. } | EventKind::PartiallyFilled { .. }
+        )),
+        "{:?}",
+        d.events_of(b)
+    );
+    let (report, _) = assert_read_only_after(d, a, Contradiction::ExecutionPrice);
+    assert_eq!(
+        report.dispatch.last_contradiction,
+        Some(Contradiction::ExecutionPrice)
+    );
+}
+
 // Goal (issue 10, "Silent desynchronization": a second fill after the order was filled): the
 // extra fill is not applied (the filled order gets no further event), the link goes read-only
 // and names it, cancels flow, no new order reaches the venue.
@@ -653,8 +687,8 @@ fn hostile_commands_are_range_checked() {
         ("gap 1 2", "error gap: unexpected argument '2'"),
         (
             "lie sometimes",
-            "error lie: expected unknown-fill|overfill|fill-after-close|zero-fill, got \
-             'sometimes'",
+            "error lie: expected unknown-fill|overfill|fill-after-close|zero-fill|\
+             off-limit-fill, got 'sometimes'",
         ),
         (
             "lie overfill",

@@ -57,6 +57,7 @@ enum Command {
     ///   lie overfill             an execution 1 share beyond the newest open order's quantity
     ///   lie fill-after-close     an execution of 1 share for the newest closed order
     ///   lie zero-fill            an execution of 0 shares for the newest open order
+    ///   lie off-limit-fill       an execution of the newest open order through its limit
     ///   gap N                    the next login answer skips N reports (0..=4294967295)
     ///   login-seq S              the next login answer announces sequence S (any u64)
     ///   debug-packet N           a Debug packet with N bytes of text (0..=65534)

@@ -38,8 +38,9 @@ enum DialectArg {
 /// with the allowed range.
 ///
 /// A hostile venue, for drills against a client (control commands): `lie unknown-fill`,
-/// `lie overfill`, `lie fill-after-close`, `lie zero-fill` (a fill for an order never entered,
-/// beyond an open order's quantity, after its close, of zero shares), `gap N` (the next login answer skips N reports),
+/// `lie overfill`, `lie fill-after-close`, `lie zero-fill`, `lie off-limit-fill` (a fill for an
+/// order never entered, beyond an open order's quantity, after its close, of zero shares,
+/// through its limit price), `gap N` (the next login answer skips N reports),
 /// `login-seq S` (the next login answer announces sequence S), `debug-packet N` (a Debug
 /// packet with N bytes of text, N <= 65534), `oversize N` (a packet announcing length N).
 #[derive(Debug, Args)]

@@ -308,6 +308,9 @@ pub enum Contradiction {
     Overfill,
     /// An execution or acceptance for an order already closed (filled, canceled, rejected).
     AfterClose,
+    /// An execution at a price the order could not trade at: not positive, or through its
+    /// limit (a buy above it, a sell below it).
+    ExecutionPrice,
     /// The venue's stream skipped sequence numbers: reports may have been lost.
     SequenceGap,
     /// A sequence number no venue can legally send (0, or a jump past any plausible day).

@@ -65,6 +65,8 @@ struct SessionOrder {
     closed: bool,
     /// Immediate-or-cancel: its final report is awaited, not just its ack.
     ioc: bool,
+    /// A buy (else a sell): which side of `price` an execution may be at.
+    buy: bool,
     /// A cancel was sent and not yet answered.
     cancel_pending: bool,
     /// A request for this order is awaiting the venue's answer since this time.
@@ -296,6 +298,7 @@ impl OuchClient {
             accepted,
             closed: false,
             ioc: order.tif == TimeInForce::ImmediateOrCancel,
+            buy: order.side == Side::Buy,
             cancel_pending: false,
             awaiting_since_ns: None,
             contradicted: false,
@@ -410,7 +413,8 @@ impl OuchClient {
             RequestKind::New(order) => {
                 let user_ref = self.assign(request.wire_ref, order.id, order.qty, order.price.0)?;
                 self.update(user_ref, |o| {
-                    o.ioc = order.tif == TimeInForce::ImmediateOrCancel
+                    o.ioc = order.tif == TimeInForce::ImmediateOrCancel;
+                    o.buy = order.side == Side::Buy;
                 });
                 self.await_answer(user_ref, request.sent_ns);
                 let order = self.fields(&order)?;
@@ -459,7 +463,9 @@ impl OuchClient {
         let orig_user_ref = self
             .user_ref(r.id)
             .ok_or(RequestError::UnknownOrder(r.id))?;
+        let buy = self.by_user_ref.get(&orig_user_ref).is_some_and(|o| o.buy);
         let user_ref = self.assign(request.wire_ref, r.new_id, r.qty, r.price.0)?;
+        self.update(user_ref, |o| o.buy = buy);
         self.await_answer(user_ref, sent_ns);
         let replace = ReplaceOrder {
             orig_user_ref,
@@ -508,6 +514,7 @@ impl OuchClient {
             accepted: false,
             closed: false,
             ioc: false,
+            buy: false,
             cancel_pending: false,
             awaiting_since_ns: None,
             contradicted: false,
@@ -805,6 +812,34 @@ impl OuchClient {
         Err(Mapped::Contradiction(Some(id), what))
     }
 
+    /// An execution of a known, open order must be at a positive price no worse than its limit
+    /// (a venue may improve on it, never go through it). Otherwise the report is a
+    /// contradiction like an overfill: not applied, the order flagged and in doubt. Found by
+    /// core/tests/hostile_venue.rs (`lie off-limit-fill`): such a fill was applied, reached the
+    /// strategy, and became the pre-trade collar's reference price.
+    fn check_execution_price(&mut self, user_ref: u32, price: i64) -> Result<(), Mapped> {
+        let order = self
+            .by_user_ref
+            .get_mut(&user_ref)
+            .expect("check_report found it");
+        let through = if order.buy {
+            price > order.price
+        } else {
+            price < order.price
+        };
+        if price > 0 && !through {
+            return Ok(());
+        }
+        order.contradicted = true;
+        order.awaiting_since_ns = None;
+        let id = order.id;
+        self.note_contradiction(Contradiction::ExecutionPrice);
+        Err(Mapped::Contradiction(
+            Some(id),
+            Contradiction::ExecutionPrice,
+        ))
+    }
+
     fn map(&mut self, msg: &Outbound<'_>) -> Mapped {
         let kind = match *msg {
             Outbound::Accepted(a) => {
@@ -845,6 +880,9 @@ impl OuchClient {
                 ..
             } => {
                 if let Err(contradiction) = self.check_report(user_ref, qty) {
+                    return contradiction;
+                }
+                if let Err(contradiction) = self.check_execution_price(user_ref, price) {
                     return contradiction;
                 }
                 self.update(user_ref, |o| {

@@ -317,6 +317,9 @@ pub enum Lie {
     FillAfterClose,
     /// An execution of zero shares for the newest open order (an extreme field value).
     ZeroFill,
+    /// An execution of one share of the newest open order at ten times its limit for a buy, a
+    /// tenth of it for a sell: through the limit, a price it could never trade at.
+    OffLimitFill,
 }
 
 /// The UserRefNum an [`Lie::UnknownFill`] names: the last a client could ever use, so never
@@ -781,6 +784,7 @@ impl Exchange {
                 Lie::ZeroFill => self
                     .newest_account_order(account, true)
                     .map(|(user_ref, _, price)| (user_ref, 0, price)),
+                Lie::OffLimitFill => self.newest_off_limit(account),
             };
             let Some((user_ref, qty, price)) = target else {
                 continue;
@@ -816,6 +820,18 @@ impl Exchange {
             };
             ((o.open_qty > 0) == open).then_some((*user_ref, qty, o.fields.price))
         })
+    }
+
+    /// The account's newest open order as (UserRefNum, 1 share, a price through its limit).
+    fn newest_off_limit(&self, account: u32) -> Option<(u32, u32, i64)> {
+        let (user_ref, _, limit) = self.newest_account_order(account, true)?;
+        let buy = self.order_of(account, user_ref)?.fields.side == b'B';
+        let price = if buy {
+            limit.saturating_mul(10)
+        } else {
+            limit / 10
+        };
+        Some((user_ref, 1, price))
     }
 
     /// Every account order the venue knows (open and closed), in entry order.

@@ -981,8 +981,8 @@ impl<T: Transport> VenueServer<T> {
     /// `lie overfill` | `lie fill-after-close` | `lie zero-fill` (every account is sent an Order
     /// Executed that contradicts what it sent and was told: for UserRefNum 4294967295, never
     /// entered; one share beyond its newest open order's whole quantity; one share of its newest
-    /// closed order; zero shares of its newest open order; answered with the `account:user_ref`
-    /// pairs lied about), `gap N` (the next login
+    /// closed order; zero shares of its newest open order; `lie off-limit-fill`: one share of
+    /// it through its limit; answered with the `account:user_ref` pairs lied about), `gap N` (the next login
     /// answer skips N reports, 0..=[`LOGIN_GAP_MAX`]), `login-seq S` (the next Login Accepted
     /// announces sequence S, any u64), `debug-packet N` (a Debug packet with N bytes of text,
     /// 0..=[`DEBUG_TEXT_MAX`], to every logged-in session), `oversize N` (a packet announcing
@@ -1098,10 +1098,11 @@ impl<T: Transport> VenueServer<T> {
                     "overfill" => Lie::Overfill,
                     "fill-after-close" => Lie::FillAfterClose,
                     "zero-fill" => Lie::ZeroFill,
+                    "off-limit-fill" => Lie::OffLimitFill,
                     other => {
                         return Err(format!(
-                            "lie: expected unknown-fill|overfill|fill-after-close|zero-fill, \
-                             got '{other}'"
+                            "lie: expected unknown-fill|overfill|fill-after-close|zero-fill|\
+                             off-limit-fill, got '{other}'"
                         ))
                     }
                 };

@@ -547,8 +547,8 @@ fn price_collar_rejects_absurd_prices() {
 
 // Goal: each lie of the hostile venue reaches every account's stream as an Order Executed that
 // contradicts the account's orders (never entered; one share past the newest open order's
-// quantity; one share of the newest closed order), without touching the book; a lie with
-// nothing to lie about tells nothing.
+// quantity; one share of the newest closed order; zero shares; through the limit), without
+// touching the book; a lie with nothing to lie about tells nothing.
 #[test]
 fn lies_contradict_the_account_orders() {
     let mut ex = Exchange::new(ExchangeConfig::default());
@@ -571,15 +571,31 @@ fn lies_contradict_the_account_orders() {
     assert_eq!(ex.lie(3, Lie::UnknownFill), vec![(a, LIE_UNKNOWN_USER_REF)]);
     assert_eq!(ex.lie(3, Lie::Overfill), vec![(a, 2)]);
     assert_eq!(ex.lie(3, Lie::FillAfterClose), vec![(a, 1)]);
-    let fills: Vec<(u32, u32)> = stream(&ex, a)
+    assert_eq!(ex.lie(3, Lie::ZeroFill), vec![(a, 2)]);
+    assert_eq!(ex.lie(3, Lie::OffLimitFill), vec![(a, 2)]);
+    let fills: Vec<(u32, u32, i64)> = stream(&ex, a)
         .iter()
         .filter_map(|m| match m {
-            Outbound::Executed { user_ref, qty, .. } => Some((*user_ref, *qty)),
+            Outbound::Executed {
+                user_ref,
+                qty,
+                price,
+                ..
+            } => Some((*user_ref, *qty, *price)),
             _ => None,
         })
         .collect();
-    assert_eq!(fills, vec![(LIE_UNKNOWN_USER_REF, 1), (2, 6), (1, 1)]);
-    assert_eq!(ex.stats().lies, 3);
+    assert_eq!(
+        fills,
+        vec![
+            (LIE_UNKNOWN_USER_REF, 1, 1_0000),
+            (2, 6, 10_0000),
+            (1, 1, 10_0000),
+            (2, 0, 10_0000),
+            (2, 1, 100_0000) // a buy at 10.0000 filled at ten times its limit
+        ]
+    );
+    assert_eq!(ex.stats().lies, 5);
     assert_eq!(ex.stats().matches, 0, "the book is untouched");
     assert!(ex.order_of(a, 2).is_some_and(|o| o.open_qty == 5));
 }
