@@ -47,8 +47,23 @@ enum Command {
     ///   saturate N MS | off      gateway overload: more than N connects in an MS window all fail
     ///   flow N                   synthetic events per second (0 stops the flow)
     ///   open-orders              ClOrdIDs of every account order open at the venue
-    ///   stats                    accepted, rejected, canceled, matches, duplicate ids
+    ///   stats                    accepted, rejected, canceled, matches, duplicate ids,
+    ///                            price rejects, lies
     ///   status                   answer ok (liveness check)
+    ///
+    /// A hostile venue, for drills against a client (every logged-in client or account):
+    ///
+    ///   lie unknown-fill         an execution for UserRefNum 4294967295, never entered
+    ///   lie overfill             an execution 1 share beyond the newest open order's quantity
+    ///   lie fill-after-close     an execution of 1 share for the newest closed order
+    ///   lie zero-fill            an execution of 0 shares for the newest open order
+    ///   lie off-limit-fill       an execution of the newest open order through its limit
+    ///   gap N                    the next login answer skips N reports (0..=4294967295)
+    ///   login-seq S              the next login answer announces sequence S (any u64)
+    ///   debug-packet N           a Debug packet with N bytes of text (0..=65534)
+    ///   oversize N               a whole packet announcing length N (1..=65535)
+    ///
+    /// docs/operations.md ("The simulated venue at its edges") has every range.
     #[command(verbatim_doc_comment)]
     Venue(venue::VenueArgs),
     /// The main job: the simulated venue on loopback, the engine and a synthetic strategy in

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use crate::clock::{Clock, TscClock};
 use crate::net::WaitMode;
 use crate::proto::ouch::Dialect;
-use crate::venue::exchange::ExchangeConfig;
+use crate::venue::exchange::{ExchangeConfig, PRICE_BAND_PCT_MAX, PRICE_MAX_DEFAULT};
 use crate::venue::flow::{FlowConfig, EVENTS_PER_SEC_MAX};
 use crate::venue::server::{Faults, VenueConfig, VenueServer, FAULT_DELAY_MAX_MS};
 
@@ -32,9 +32,17 @@ enum DialectArg {
 /// Settings of `keel venue`. Every fault knob can also be changed while running: connect to
 /// the control port and send one command per line (`latency MS [JITTER_MS]`,
 /// `delay-reports MS`, `accept-limit N`, `refuse on|off`, `stall MS`, `drop`, `restart`,
-/// `reject-burst N`, `flow N`, `status`); each line is answered `ok ...` or `error ...` (a
-/// number out of its range is refused with the range). Every number below is range-checked
-/// too: a value out of range is refused at start with the allowed range.
+/// `reject-burst N`, `flow N`, `status`, and more: docs/operations.md lists them all); each
+/// line is answered `ok ...` or `error ...` (a number out of its range is refused with the
+/// range). Every number below is range-checked too: a value out of range is refused at start
+/// with the allowed range.
+///
+/// A hostile venue, for drills against a client (control commands): `lie unknown-fill`,
+/// `lie overfill`, `lie fill-after-close`, `lie zero-fill`, `lie off-limit-fill` (a fill for an
+/// order never entered, beyond an open order's quantity, after its close, of zero shares,
+/// through its limit price), `gap N` (the next login answer skips N reports),
+/// `login-seq S` (the next login answer announces sequence S), `debug-packet N` (a Debug
+/// packet with N bytes of text, N <= 65534), `oversize N` (a packet announcing length N).
 #[derive(Debug, Args)]
 pub struct VenueArgs {
     /// Order-entry address (SoupBinTCP/OUCH).
@@ -90,6 +98,15 @@ pub struct VenueArgs {
     /// Fault: reject the next N orders as a venue system problem (code 6).
     #[arg(long, default_value_t = 0)]
     reject_burst: u32,
+    /// Price collar, percent: an order priced more than this far from its symbol's reference
+    /// (the last trade; before the first, the flow's starting price 100.0000) is rejected with
+    /// code 2 (invalid price). 0: off (only prices <= 0 or above --price-max are rejected).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=i64::from(PRICE_BAND_PCT_MAX)))]
+    price_band_pct: u32,
+    /// Highest limit price accepted, in price units (4 decimals: 10000 is 1.0000); above it an
+    /// order is rejected with code 2 (invalid price).
+    #[arg(long, default_value_t = PRICE_MAX_DEFAULT, value_parser = clap::value_parser!(i64).range(1..))]
+    price_max: i64,
     /// Busy-poll the network (for a dedicated core); default is blocking waits.
     #[arg(long)]
     busy_poll: bool,
@@ -137,6 +154,10 @@ pub fn run(args: VenueArgs) -> ExitCode {
                 DialectArg::Spec => Dialect::SPEC,
                 DialectArg::OuchConnect => Dialect::OUCH_CONNECT,
             },
+            price_max: args.price_max,
+            price_band_pct: args.price_band_pct,
+            reference_price: (args.price_band_pct > 0)
+                .then_some(FlowConfig::default().reference_price),
             ..ExchangeConfig::default()
         },
         flow: FlowConfig {

@@ -1144,12 +1144,22 @@ impl Dispatcher {
     /// A report that cannot be true: the link is read-only until reconciliation settles it,
     /// the order is in doubt (`Unknown`: its strategy is told, its symbol takes no new order
     /// while the unknown gate is on), and the operator sees the counter. Never carried on.
-    fn on_contradiction(&mut self, v: usize, at_ns: u64, id: ClientOrderId, what: Contradiction) {
+    fn on_contradiction(
+        &mut self,
+        v: usize,
+        at_ns: u64,
+        id: Option<ClientOrderId>,
+        what: Contradiction,
+    ) {
         self.stats.contradictions += 1;
         self.stats.last_contradiction = Some(what);
         if self.venues[v].mode == LinkMode::Trading {
             self.venues[v].mode = LinkMode::ReadOnly;
         }
+        // No order (a report for one never sent): counted, the link read-only, nobody to tell.
+        let Some(id) = id else {
+            return;
+        };
         let open = self
             .table
             .get(id)

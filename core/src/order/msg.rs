@@ -274,11 +274,14 @@ pub enum OutcomeKind {
         reason: RefusalReason,
     },
     /// A venue report contradicted this session's view of an order (an execution beyond the
-    /// order's quantity, an execution after it closed): the order's state is in doubt and the
-    /// link is read-only until reconciliation settles it. Never counted and carried on.
+    /// order's quantity, an execution after it closed) or named an order this session never
+    /// sent: the order's state is in doubt and the link is read-only until reconciliation
+    /// settles it. Never counted and carried on.
     Contradiction {
-        /// The order concerned.
-        id: ClientOrderId,
+        /// The order concerned (`None`: a report for an order this session never sent — told to
+        /// the dispatcher all the same, so its `contradictions` counter, the one to alarm on,
+        /// sees someone else trading on the account).
+        id: Option<ClientOrderId>,
         /// What the venue reported.
         what: Contradiction,
     },
@@ -305,6 +308,9 @@ pub enum Contradiction {
     Overfill,
     /// An execution or acceptance for an order already closed (filled, canceled, rejected).
     AfterClose,
+    /// An execution at a price the order could not trade at: not positive, or through its
+    /// limit (a buy above it, a sell below it).
+    ExecutionPrice,
     /// The venue's stream skipped sequence numbers: reports may have been lost.
     SequenceGap,
     /// A sequence number no venue can legally send (0, or a jump past any plausible day).

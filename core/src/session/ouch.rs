@@ -65,6 +65,8 @@ struct SessionOrder {
     closed: bool,
     /// Immediate-or-cancel: its final report is awaited, not just its ack.
     ioc: bool,
+    /// A buy (else a sell): which side of `price` an execution may be at.
+    buy: bool,
     /// A cancel was sent and not yet answered.
     cancel_pending: bool,
     /// A request for this order is awaiting the venue's answer since this time.
@@ -296,6 +298,7 @@ impl OuchClient {
             accepted,
             closed: false,
             ioc: order.tif == TimeInForce::ImmediateOrCancel,
+            buy: order.side == Side::Buy,
             cancel_pending: false,
             awaiting_since_ns: None,
             contradicted: false,
@@ -410,7 +413,8 @@ impl OuchClient {
             RequestKind::New(order) => {
                 let user_ref = self.assign(request.wire_ref, order.id, order.qty, order.price.0)?;
                 self.update(user_ref, |o| {
-                    o.ioc = order.tif == TimeInForce::ImmediateOrCancel
+                    o.ioc = order.tif == TimeInForce::ImmediateOrCancel;
+                    o.buy = order.side == Side::Buy;
                 });
                 self.await_answer(user_ref, request.sent_ns);
                 let order = self.fields(&order)?;
@@ -459,7 +463,9 @@ impl OuchClient {
         let orig_user_ref = self
             .user_ref(r.id)
             .ok_or(RequestError::UnknownOrder(r.id))?;
+        let buy = self.by_user_ref.get(&orig_user_ref).is_some_and(|o| o.buy);
         let user_ref = self.assign(request.wire_ref, r.new_id, r.qty, r.price.0)?;
+        self.update(user_ref, |o| o.buy = buy);
         self.await_answer(user_ref, sent_ns);
         let replace = ReplaceOrder {
             orig_user_ref,
@@ -508,6 +514,7 @@ impl OuchClient {
             accepted: false,
             closed: false,
             ioc: false,
+            buy: false,
             cancel_pending: false,
             awaiting_since_ns: None,
             contradicted: false,
@@ -594,9 +601,12 @@ impl OuchClient {
                     value: seq,
                 })?;
                 self.stats.sequenced += 1;
-                if seq <= self.applied_through {
+                // A duplicate, applied before a reconnect — unless it is the answer to this
+                // session's reconciliation query numbered otherwise by the venue (see
+                // `venue_numbering`): then it is handled, and the venue's numbering adopted.
+                if seq <= self.applied_through && self.venue_numbering(seq, &msg).is_none() {
                     self.stats.duplicates_skipped += 1;
-                    return Ok(SessionNews::Nothing); // applied before a reconnect
+                    return Ok(SessionNews::Nothing);
                 }
                 self.applied_through = seq;
                 Ok(self.on_sequenced(now_ns, seq, &msg, emit))
@@ -659,6 +669,9 @@ impl OuchClient {
                 self.venue_open.clear();
                 return SessionNews::Nothing;
             }
+            if let Some(venue_seq) = self.venue_numbering(seq, msg) {
+                self.adopt_venue_numbering(venue_seq);
+            }
             let result = self.reconcile(emit);
             self.stats.reconciliations += 1;
             self.stats.last_reconciliation = result;
@@ -671,9 +684,10 @@ impl OuchClient {
                 SessionNews::Nothing
             }
             Mapped::Contradiction(id, what) => {
-                if let Some(id) = id {
-                    emit(OutcomeKind::Contradiction { id, what });
-                }
+                // Also without an order (a report for one never sent): before issue 10's
+                // hostile-venue tests, that case reached only this session's counters, and the
+                // dispatcher's `contradictions` (the alarm) stayed 0.
+                emit(OutcomeKind::Contradiction { id, what });
                 SessionNews::Contradicted(what)
             }
             Mapped::Nothing => SessionNews::Nothing,
@@ -697,6 +711,47 @@ impl OuchClient {
             }
         }
         result
+    }
+
+    /// The answer to this session's reconciliation query says where it sits in the venue's own
+    /// numbering: its items follow `as_of_sequence` back to back, so its end is message
+    /// `as_of_sequence + open_orders + positions + 1`. Returns that number when keel counted
+    /// the answer as another `seq` (by at most [`SEQUENCE_JUMP_MAX`]: farther, the answer is
+    /// as implausible as such a login answer, and left alone), else `None`.
+    ///
+    /// Why (issue 10, found by core/tests/hostile_venue.rs with `login-seq`): a login answer
+    /// that announces another position than the one the venue streams from shifts keel's count.
+    /// Counting ahead, keel's next login asks past the venue's end, the venue answers its true
+    /// position, and keel skips that many real reports as duplicates — fills lost, the
+    /// reconciliation answer never seen, the link reconnecting for ever (and an engine
+    /// restarted on the shifted position wedges the same way). Counting behind, keel skips the
+    /// venue's new reports as a replay until its reconciliation times out.
+    fn venue_numbering(&self, seq: u64, msg: &Outbound<'_>) -> Option<u64> {
+        let Outbound::ReconcileEnd {
+            token,
+            open_orders,
+            positions,
+            as_of_sequence,
+            ..
+        } = *msg
+        else {
+            return None;
+        };
+        let items = u64::from(open_orders) + u64::from(positions);
+        let venue_seq = as_of_sequence.checked_add(items + 1)?;
+        let shifted = venue_seq != seq && venue_seq.abs_diff(seq) <= SEQUENCE_JUMP_MAX;
+        (token == self.reconcile_token && shifted).then_some(venue_seq)
+    }
+
+    /// Adopts the venue's numbering (see [`OuchClient::venue_numbering`]): the shift is a
+    /// `SequenceGap` — reports may have been skipped, so this reconciliation holds the orders
+    /// the venue does not list in doubt and queries each, and the next login asks for what the
+    /// venue really has next.
+    fn adopt_venue_numbering(&mut self, venue_seq: u64) {
+        self.note_contradiction(Contradiction::SequenceGap);
+        self.gap_open = true;
+        self.applied_through = venue_seq;
+        self.next_seq = venue_seq.saturating_add(1);
     }
 
     fn note_contradiction(&mut self, what: Contradiction) {
@@ -757,6 +812,34 @@ impl OuchClient {
         Err(Mapped::Contradiction(Some(id), what))
     }
 
+    /// An execution of a known, open order must be at a positive price no worse than its limit
+    /// (a venue may improve on it, never go through it). Otherwise the report is a
+    /// contradiction like an overfill: not applied, the order flagged and in doubt. Found by
+    /// core/tests/hostile_venue.rs (`lie off-limit-fill`): such a fill was applied, reached the
+    /// strategy, and became the pre-trade collar's reference price.
+    fn check_execution_price(&mut self, user_ref: u32, price: i64) -> Result<(), Mapped> {
+        let order = self
+            .by_user_ref
+            .get_mut(&user_ref)
+            .expect("check_report found it");
+        let through = if order.buy {
+            price > order.price
+        } else {
+            price < order.price
+        };
+        if price > 0 && !through {
+            return Ok(());
+        }
+        order.contradicted = true;
+        order.awaiting_since_ns = None;
+        let id = order.id;
+        self.note_contradiction(Contradiction::ExecutionPrice);
+        Err(Mapped::Contradiction(
+            Some(id),
+            Contradiction::ExecutionPrice,
+        ))
+    }
+
     fn map(&mut self, msg: &Outbound<'_>) -> Mapped {
         let kind = match *msg {
             Outbound::Accepted(a) => {
@@ -797,6 +880,9 @@ impl OuchClient {
                 ..
             } => {
                 if let Err(contradiction) = self.check_report(user_ref, qty) {
+                    return contradiction;
+                }
+                if let Err(contradiction) = self.check_execution_price(user_ref, price) {
                     return contradiction;
                 }
                 self.update(user_ref, |o| {

@@ -24,7 +24,8 @@ use crate::proto::soupbin::LoginRejectReason;
 pub enum RejectCode {
     /// Quantity zero or above the venue maximum.
     InvalidQuantity = 1,
-    /// Price not positive.
+    /// Price not positive, above the venue's maximum, or outside its collar around the
+    /// symbol's reference price.
     InvalidPrice = 2,
     /// Symbol not listed.
     UnknownSymbol = 3,
@@ -79,7 +80,25 @@ pub struct ExchangeConfig {
     /// Orders the venue expects in a day: its order table is sized for them up front, so a
     /// busy day does not pause to grow it (it still grows past this).
     pub orders_expected: usize,
+    /// Highest limit price accepted (4 decimals); above it an order is rejected
+    /// `InvalidPrice`.
+    pub price_max: i64,
+    /// The price collar, percent: an order more than this far from its symbol's reference price
+    /// (the last trade, or `reference_price` before the first) is rejected `InvalidPrice`, so a
+    /// hostile order cannot make the venue print a trade at an absurd price to every
+    /// subscriber. 0: no collar (only positivity and `price_max`). At most
+    /// [`PRICE_BAND_PCT_MAX`].
+    pub price_band_pct: u32,
+    /// Every symbol's reference price before its first trade (`None`: the collar starts with
+    /// the first trade).
+    pub reference_price: Option<i64>,
 }
+
+/// The widest price collar, percent (100: anything from 0 to twice the reference).
+pub const PRICE_BAND_PCT_MAX: u32 = 100;
+
+/// The venue's default highest price, 1,000,000.0000 (the engine's default `price_max` too).
+pub const PRICE_MAX_DEFAULT: i64 = 1_000_000 * 10_000;
 
 impl Default for ExchangeConfig {
     fn default() -> Self {
@@ -94,6 +113,9 @@ impl Default for ExchangeConfig {
             dialect: Dialect::SPEC,
             session: *b"KEELSIM001",
             orders_expected: 65_536,
+            price_max: PRICE_MAX_DEFAULT,
+            price_band_pct: 0,
+            reference_price: None,
         }
     }
 }
@@ -283,6 +305,27 @@ pub struct Account {
     pub throttled: u64,
 }
 
+/// A lie the hostile venue can tell an account (see [`Exchange::lie`]): a report that
+/// contradicts what the account sent and was told. The book and the orders are not touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lie {
+    /// An execution for a UserRefNum the account never entered.
+    UnknownFill,
+    /// An execution of one share more than the newest open order's whole quantity.
+    Overfill,
+    /// An execution of one share for the newest order the venue closed (filled, canceled).
+    FillAfterClose,
+    /// An execution of zero shares for the newest open order (an extreme field value).
+    ZeroFill,
+    /// An execution of one share of the newest open order at ten times its limit for a buy, a
+    /// tenth of it for a sell: through the limit, a price it could never trade at.
+    OffLimitFill,
+}
+
+/// The UserRefNum an [`Lie::UnknownFill`] names: the last a client could ever use, so never
+/// one it entered today.
+pub const LIE_UNKNOWN_USER_REF: u32 = u32::MAX;
+
 /// Counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExchangeStats {
@@ -296,6 +339,10 @@ pub struct ExchangeStats {
     pub canceled: u64,
     /// Orders that reused a UserRefNum or ClOrdID: a client resending. Must stay zero for keel.
     pub duplicate_ids: u64,
+    /// Orders rejected `InvalidPrice` (not positive, above `price_max`, or outside the collar).
+    pub price_rejects: u64,
+    /// Lies told by the hostile-venue fault ([`Exchange::lie`]).
+    pub lies: u64,
 }
 
 /// The exchange core.
@@ -327,6 +374,10 @@ pub struct Exchange {
     pub login_gap_once: u64,
     /// Login answers that really skipped messages (the gap fault found something to skip).
     pub login_gaps_made: u64,
+    /// Each symbol's reference price for the collar: its last trade (or the configured start).
+    reference: Vec<Option<i64>>,
+    /// Match numbers of lies count down from here, never meeting the real ones.
+    next_lie_match: u64,
     /// The venue's wall clock minus the monotonic clock it is driven by. Message timestamps
     /// are wall-clock; a fault can make the wall clock jump (backwards too). keel reads no
     /// venue timestamp for timing, so a jump must change nothing it decides.
@@ -363,6 +414,8 @@ impl Exchange {
             replay_from_start_once: false,
             login_gap_once: 0,
             login_gaps_made: 0,
+            reference: vec![config.reference_price; config.symbols.len()],
+            next_lie_match: u64::MAX,
             config,
         }
     }
@@ -576,12 +629,39 @@ impl Exchange {
             return Err(RejectCode::InvalidQuantity);
         }
         if order.price <= 0 {
+            self.stats.price_rejects += 1;
             return Err(RejectCode::InvalidPrice);
         }
-        if self.symbols.find(&order.symbol).is_none() {
+        let Some(symbol) = self.symbols.find(&order.symbol) else {
             return Err(RejectCode::UnknownSymbol);
+        };
+        if !self.price_within_collar(symbol.0, order.price) {
+            self.stats.price_rejects += 1;
+            return Err(RejectCode::InvalidPrice);
         }
         Ok(())
+    }
+
+    /// Whether `price` is positive, at most `price_max`, and (collar on, reference known) at
+    /// most `price_band_pct` percent from the symbol's reference price.
+    fn price_within_collar(&self, symbol: u16, price: i64) -> bool {
+        if price <= 0 || price > self.config.price_max {
+            return false;
+        }
+        let band = self.config.price_band_pct;
+        match self.reference[usize::from(symbol)] {
+            Some(reference) if band > 0 => {
+                // i128: |price - reference| * 100 cannot overflow whatever the two are.
+                let off = (i128::from(price) - i128::from(reference)).abs() * 100;
+                off <= i128::from(reference) * i128::from(band)
+            }
+            _ => true,
+        }
+    }
+
+    /// A symbol's reference price for the collar (its last trade, or the configured start).
+    pub fn reference_price(&self, symbol: u16) -> Option<i64> {
+        self.reference[usize::from(symbol)]
     }
 
     /// Books a validated order (new or replacement), answers Accepted/Replaced, then fills.
@@ -691,6 +771,69 @@ impl Exchange {
         }
     }
 
+    /// Hostile-venue fault: tells every account the lie `lie` (see [`Lie`]), as a sequenced
+    /// Order Executed. Returns the accounts lied to with the UserRefNum named; an account with
+    /// no order the lie needs (no open order to overfill, none closed) is left alone.
+    pub fn lie(&mut self, now_ns: u64, lie: Lie) -> Vec<(u32, u32)> {
+        let mut told = Vec::new();
+        for account in 0..self.accounts.len() as u32 {
+            let target = match lie {
+                Lie::UnknownFill => Some((LIE_UNKNOWN_USER_REF, 1, 1_0000)),
+                Lie::Overfill => self.newest_account_order(account, true),
+                Lie::FillAfterClose => self.newest_account_order(account, false),
+                Lie::ZeroFill => self
+                    .newest_account_order(account, true)
+                    .map(|(user_ref, _, price)| (user_ref, 0, price)),
+                Lie::OffLimitFill => self.newest_off_limit(account),
+            };
+            let Some((user_ref, qty, price)) = target else {
+                continue;
+            };
+            let match_number = self.next_lie_match;
+            self.next_lie_match -= 1;
+            let msg = Outbound::Executed {
+                timestamp: now_ns.wrapping_add(self.wall_offset_ns),
+                user_ref,
+                qty,
+                price,
+                liquidity_flag: b'A',
+                match_number,
+                appendages: &[],
+            };
+            self.inject(account, &msg);
+            self.stats.lies += 1;
+            told.push((account, user_ref));
+        }
+        told
+    }
+
+    /// The account's newest open (or closed) order, as (UserRefNum, the lie's quantity, its
+    /// price): an overfill executes one share more than the whole order, a fill after close one.
+    fn newest_account_order(&self, account: u32, open: bool) -> Option<(u32, u32, i64)> {
+        let a = &self.accounts[account as usize];
+        a.user_refs.0.iter().rev().find_map(|(user_ref, r)| {
+            let o = self.orders.get(r)?;
+            let qty = if open {
+                o.fields.qty.checked_add(1)?
+            } else {
+                1
+            };
+            ((o.open_qty > 0) == open).then_some((*user_ref, qty, o.fields.price))
+        })
+    }
+
+    /// The account's newest open order as (UserRefNum, 1 share, a price through its limit).
+    fn newest_off_limit(&self, account: u32) -> Option<(u32, u32, i64)> {
+        let (user_ref, _, limit) = self.newest_account_order(account, true)?;
+        let buy = self.order_of(account, user_ref)?.fields.side == b'B';
+        let price = if buy {
+            limit.saturating_mul(10)
+        } else {
+            limit / 10
+        };
+        Some((user_ref, 1, price))
+    }
+
     /// Every account order the venue knows (open and closed), in entry order.
     pub fn account_orders(&self) -> impl Iterator<Item = &VenueOrder> {
         self.orders.accounts.iter()
@@ -733,6 +876,7 @@ impl Exchange {
         fills.clear();
         self.books[usize::from(symbol)].submit(order_ref, side, price, qty, rest, &mut fills);
         for fill in &fills {
+            self.reference[usize::from(symbol)] = Some(fill.price);
             self.trades.push(Trade {
                 symbol,
                 price: fill.price,

@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 use crate::hash::FxHashMap;
 use std::net::SocketAddr;
 
-use super::exchange::{Exchange, ExchangeConfig};
+use super::exchange::{Exchange, ExchangeConfig, Lie};
 use super::flow::{Flow, FlowConfig, EVENTS_PER_SEC_MAX};
 use crate::net::{
     ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, Transport, WaitMode,
@@ -54,6 +54,14 @@ pub const DELAYED_MAX: usize = 65_536;
 /// How long a connection the server closes may take to have its last replies written before
 /// its socket is closed anyway.
 pub const CLOSE_LINGER_NS: u64 = 2_000_000_000;
+
+/// The longest Debug packet text the `debug-packet` command sends, bytes: with its type byte
+/// it is the largest packet a SoupBinTCP length field can announce (65,535).
+pub const DEBUG_TEXT_MAX: u64 = 65_534;
+
+/// The widest login gap the `gap` command takes, reports (the venue never skips past the end
+/// of the stream anyway).
+pub const LOGIN_GAP_MAX: u64 = u32::MAX as u64;
 
 /// Fault knobs, all changeable while running (see [`VenueServer::apply_control`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -255,6 +263,9 @@ pub struct VenueServer<T: Transport = Reactor> {
     md: Option<crate::feed::server::MdServer>,
     md_trades: Vec<crate::venue::exchange::Trade>,
     md_levels: Vec<(u16, crate::feed::msg::BookSide, i64, u64)>,
+    /// Hostile fault: the next Login Accepted announces this sequence number whatever the
+    /// stream's position (the session is still written from its real position).
+    login_seq_once: Option<u64>,
 }
 
 impl VenueServer {
@@ -322,6 +333,7 @@ impl<T: Transport> VenueServer<T> {
             md: None,
             md_trades: Vec::with_capacity(1_024),
             md_levels: Vec::with_capacity(1_024),
+            login_seq_once: None,
             config,
         }
     }
@@ -599,11 +611,13 @@ impl<T: Transport> VenueServer<T> {
         ) {
             Ok((account, next_seq)) => {
                 let session = self.exchange.session();
+                // The hostile `login-seq` fault lies in the announcement only.
+                let announced = self.login_seq_once.take().unwrap_or(next_seq);
                 self.send_packet(
                     conn,
                     &ServerPacket::LoginAccepted {
                         session,
-                        sequence: next_seq,
+                        sequence: announced,
                     },
                 );
                 let s = self.sessions.get_mut(&conn).expect("session exists");
@@ -846,6 +860,36 @@ impl<T: Transport> VenueServer<T> {
         *self.stats.drops.entry(reason).or_default() += 1;
     }
 
+    /// Hostile fault: writes one packet announcing `announced_len` bytes (1..=65,535) to every
+    /// logged-in session: a Debug packet (`+`) whose text fills the rest. Legal SoupBinTCP; a
+    /// client whose packet maximum is below `announced_len` must refuse it as oversize.
+    /// Returns the sessions written to.
+    pub fn send_long_packet(&mut self, announced_len: u16) -> usize {
+        let len = usize::from(announced_len.max(1));
+        let mut packet = Vec::with_capacity(2 + len);
+        packet.extend_from_slice(&(len as u16).to_be_bytes());
+        packet.push(b'+');
+        packet.extend(
+            b"keel venue hostile debug packet "
+                .iter()
+                .cycle()
+                .take(len - 1),
+        );
+        let conns: Vec<ConnId> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.account.is_some())
+            .map(|(c, _)| *c)
+            .collect();
+        for &conn in &conns {
+            let _ = self.reactor.send(conn, &packet);
+            if let Some(s) = self.sessions.get_mut(&conn) {
+                s.last_tx_ns = self.now_ns;
+            }
+        }
+        conns.len()
+    }
+
     /// Drops every connection now (fault: disconnect). Books and streams are kept.
     pub fn drop_all(&mut self) {
         let conns: Vec<ConnId> = self.sessions.keys().copied().collect();
@@ -932,6 +976,17 @@ impl<T: Transport> VenueServer<T> {
     /// wall clock behind the message timestamps jumps), `saturate N MS` | `saturate off` (more
     /// than N connects, 1..=65535, in a window of MS, 1..=[`FAULT_DELAY_MAX_MS`], all fail),
     /// `status`.
+    ///
+    /// Hostile-venue commands (docs/operations.md, "A hostile venue"): `lie unknown-fill` |
+    /// `lie overfill` | `lie fill-after-close` | `lie zero-fill` (every account is sent an Order
+    /// Executed that contradicts what it sent and was told: for UserRefNum 4294967295, never
+    /// entered; one share beyond its newest open order's whole quantity; one share of its newest
+    /// closed order; zero shares of its newest open order; `lie off-limit-fill`: one share of
+    /// it through its limit; answered with the `account:user_ref` pairs lied about), `gap N` (the next login
+    /// answer skips N reports, 0..=[`LOGIN_GAP_MAX`]), `login-seq S` (the next Login Accepted
+    /// announces sequence S, any u64), `debug-packet N` (a Debug packet with N bytes of text,
+    /// 0..=[`DEBUG_TEXT_MAX`], to every logged-in session), `oversize N` (a packet announcing
+    /// length N, 1..=65535, whole, to every logged-in session).
     ///
     /// Changing the latency, and `restart`, re-time the messages already held back: none
     /// waits longer than the latency now set (plus its jitter), so one message due far in the
@@ -1036,6 +1091,51 @@ impl<T: Transport> VenueServer<T> {
                 self.retime_delayed(now_ns);
             }
             "status" => args.end()?,
+            "lie" => {
+                let word = args.args.next().unwrap_or("");
+                let lie = match word {
+                    "unknown-fill" => Lie::UnknownFill,
+                    "overfill" => Lie::Overfill,
+                    "fill-after-close" => Lie::FillAfterClose,
+                    "zero-fill" => Lie::ZeroFill,
+                    "off-limit-fill" => Lie::OffLimitFill,
+                    other => {
+                        return Err(format!(
+                            "lie: expected unknown-fill|overfill|fill-after-close|zero-fill|\
+                             off-limit-fill, got '{other}'"
+                        ))
+                    }
+                };
+                args.end()?;
+                let told = self.exchange.lie(now_ns, lie);
+                if told.is_empty() {
+                    return Err(format!("lie {word}: no account has an order to lie about"));
+                }
+                let told: Vec<String> = told.iter().map(|(a, u)| format!("{a}:{u}")).collect();
+                return Ok(told.join(" "));
+            }
+            "gap" => {
+                let reports = args.num("reports", 0, LOGIN_GAP_MAX)?;
+                args.end()?;
+                self.exchange.login_gap_once = reports;
+            }
+            "login-seq" => {
+                let sequence = args.num("sequence", 0, u64::MAX)?;
+                args.end()?;
+                self.login_seq_once = Some(sequence);
+            }
+            "debug-packet" => {
+                let text = args.num("bytes", 0, DEBUG_TEXT_MAX)?;
+                args.end()?;
+                let sessions = self.send_long_packet(text as u16 + 1);
+                return Ok(format!("sessions={sessions}"));
+            }
+            "oversize" => {
+                let len = args.num("length", 1, u64::from(u16::MAX))?;
+                args.end()?;
+                let sessions = self.send_long_packet(len as u16);
+                return Ok(format!("sessions={sessions}"));
+            }
             "open-orders" => {
                 args.end()?;
                 let ids: Vec<String> = self
@@ -1055,8 +1155,15 @@ impl<T: Transport> VenueServer<T> {
                 args.end()?;
                 let s = self.exchange.stats();
                 return Ok(format!(
-                    "accepted={} rejected={} canceled={} matches={} duplicate_ids={}",
-                    s.accepted, s.rejected, s.canceled, s.matches, s.duplicate_ids
+                    "accepted={} rejected={} canceled={} matches={} duplicate_ids={} \
+                     price_rejects={} lies={}",
+                    s.accepted,
+                    s.rejected,
+                    s.canceled,
+                    s.matches,
+                    s.duplicate_ids,
+                    s.price_rejects,
+                    s.lies
                 ));
             }
             other => return Err(format!("unknown command '{other}'")),

@@ -456,3 +456,146 @@ fn fill_and_cancel_races() {
     let finals: Vec<bool> = (1..=6).map(|seq| ex.account(a).is_final(seq)).collect();
     assert_eq!(finals, vec![false, false, true, false, true, false]);
 }
+
+/// The reject code of every Order Rejected in the stream, by UserRefNum (0: not a reject).
+fn rejects(ex: &Exchange, account: u32) -> Vec<(u32, u16)> {
+    stream(ex, account)
+        .iter()
+        .filter_map(|m| match m {
+            Outbound::Rejected {
+                user_ref, reason, ..
+            } => Some((*user_ref, *reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+// Goal: the venue's price collar (issue 10, Build 2): prices <= 0, above the maximum, or more
+// than the band from the symbol's reference (the configured start, then the last trade) are
+// rejected InvalidPrice, for new orders and replacements, at the worst values; the band
+// follows trades; with the band off only positivity and the maximum hold.
+#[test]
+fn price_collar_rejects_absurd_prices() {
+    let price_max = 1_000 * 10_000;
+    let mut ex = Exchange::new(ExchangeConfig {
+        price_band_pct: 10,
+        price_max,
+        reference_price: Some(100_0000),
+        ..ExchangeConfig::default()
+    });
+    let a = login(&mut ex, "alice");
+    let bad = [0, -1, i64::MIN, i64::MAX, price_max + 1, 89_9999, 110_0001];
+    for (i, price) in bad.iter().enumerate() {
+        enter(
+            &mut ex,
+            a,
+            i as u32 + 1,
+            fields(b'B', 1, *price, b'0', &format!("B{i}")),
+        );
+    }
+    let code = RejectCode::InvalidPrice as u16;
+    let want: Vec<(u32, u16)> = (1..=bad.len() as u32).map(|u| (u, code)).collect();
+    assert_eq!(rejects(&ex, a), want);
+    assert_eq!(ex.stats().price_rejects, bad.len() as u64);
+    assert_eq!(ex.stats().accepted, 0);
+    // The band's edges are inside.
+    enter(&mut ex, a, 20, fields(b'B', 1, 90_0000, b'0', "E1"));
+    enter(&mut ex, a, 21, fields(b'S', 1, 110_0000, b'0', "E2"));
+    assert_eq!(ex.stats().accepted, 2);
+    // A trade at 110 moves the reference: 120 is now inside, 90 outside.
+    ex.synthetic(2, 0, Side::Buy, 110_0000, 1, false);
+    assert_eq!(ex.reference_price(0), Some(110_0000));
+    enter(&mut ex, a, 22, fields(b'S', 1, 120_0000, b'0', "E3"));
+    enter(&mut ex, a, 23, fields(b'B', 1, 90_0000, b'0', "E4"));
+    assert_eq!(ex.stats().accepted, 3);
+    assert_eq!(rejects(&ex, a).last(), Some(&(23, code)));
+    // A replacement is held to the collar too, and a refused one leaves the order alone.
+    let replace = |user_ref, price| {
+        Inbound::ReplaceOrder(ReplaceOrder {
+            orig_user_ref: 22,
+            user_ref,
+            qty: 1,
+            price,
+            tif: b'0',
+            display: b'Y',
+            ise: b'N',
+            cl_ord_id: crate::proto::soupbin::alpha("R1"),
+            appendages: &[],
+        })
+    };
+    ex.handle(3, a, &replace(24, 1_000 * 10_000));
+    assert_eq!(rejects(&ex, a).last(), Some(&(24, code)));
+    assert!(ex.order_of(a, 22).is_some_and(|o| o.open_qty == 1));
+    // Other symbols keep their own reference.
+    let mut f = fields(b'B', 1, 95_0000, b'0', "M1");
+    f.symbol = *b"MSFT    ";
+    enter(&mut ex, a, 25, f);
+    assert_eq!(ex.stats().accepted, 4);
+
+    // Band off: only positivity and the maximum.
+    let mut ex = Exchange::new(ExchangeConfig {
+        price_max,
+        ..ExchangeConfig::default()
+    });
+    let a = login(&mut ex, "alice");
+    enter(&mut ex, a, 1, fields(b'B', 1, 1, b'0', "O1"));
+    enter(&mut ex, a, 2, fields(b'B', 1, price_max, b'0', "O2"));
+    enter(&mut ex, a, 3, fields(b'B', 1, price_max + 1, b'0', "O3"));
+    assert_eq!(ex.stats().accepted, 2);
+    assert_eq!(rejects(&ex, a), vec![(3, code)]);
+}
+
+// Goal: each lie of the hostile venue reaches every account's stream as an Order Executed that
+// contradicts the account's orders (never entered; one share past the newest open order's
+// quantity; one share of the newest closed order; zero shares; through the limit), without
+// touching the book; a lie with nothing to lie about tells nothing.
+#[test]
+fn lies_contradict_the_account_orders() {
+    let mut ex = Exchange::new(ExchangeConfig::default());
+    let a = login(&mut ex, "alice");
+    assert!(ex.lie(1, Lie::Overfill).is_empty(), "no open order yet");
+    assert!(
+        ex.lie(1, Lie::FillAfterClose).is_empty(),
+        "no closed order yet"
+    );
+    enter(&mut ex, a, 1, fields(b'B', 3, 10_0000, b'0', "A1"));
+    enter(&mut ex, a, 2, fields(b'B', 5, 10_0000, b'0', "A2"));
+    ex.handle(
+        2,
+        a,
+        &Inbound::CancelOrder {
+            user_ref: 1,
+            qty: 0,
+        },
+    );
+    assert_eq!(ex.lie(3, Lie::UnknownFill), vec![(a, LIE_UNKNOWN_USER_REF)]);
+    assert_eq!(ex.lie(3, Lie::Overfill), vec![(a, 2)]);
+    assert_eq!(ex.lie(3, Lie::FillAfterClose), vec![(a, 1)]);
+    assert_eq!(ex.lie(3, Lie::ZeroFill), vec![(a, 2)]);
+    assert_eq!(ex.lie(3, Lie::OffLimitFill), vec![(a, 2)]);
+    let fills: Vec<(u32, u32, i64)> = stream(&ex, a)
+        .iter()
+        .filter_map(|m| match m {
+            Outbound::Executed {
+                user_ref,
+                qty,
+                price,
+                ..
+            } => Some((*user_ref, *qty, *price)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        fills,
+        vec![
+            (LIE_UNKNOWN_USER_REF, 1, 1_0000),
+            (2, 6, 10_0000),
+            (1, 1, 10_0000),
+            (2, 0, 10_0000),
+            (2, 1, 100_0000) // a buy at 10.0000 filled at ten times its limit
+        ]
+    );
+    assert_eq!(ex.stats().lies, 5);
+    assert_eq!(ex.stats().matches, 0, "the book is untouched");
+    assert!(ex.order_of(a, 2).is_some_and(|o| o.open_qty == 5));
+}
