@@ -1003,7 +1003,13 @@ fn contradictions_make_the_link_read_only_and_ask_for_reconciliation() {
     let live = rig.live_order(0, 0, 10);
     rig.events(0);
     let what = Contradiction::Overfill;
-    rig.outcome(0, OutcomeKind::Contradiction { id: live, what });
+    rig.outcome(
+        0,
+        OutcomeKind::Contradiction {
+            id: Some(live),
+            what,
+        },
+    );
     rig.settle();
     assert_eq!(rig.state(live), OrderState::Unknown);
     assert_eq!(rig.kinds(0), vec![(live, EventKind::Unknown)]);

@@ -1250,7 +1250,13 @@ mod tests {
         let (news, got) = sequenced(&mut c, &executed(1, 11));
         assert_eq!(news, SessionNews::Contradicted(Contradiction::Overfill));
         let what = Contradiction::Overfill;
-        assert_eq!(got, vec![OutcomeKind::Contradiction { id: id(1), what }]);
+        assert_eq!(
+            got,
+            vec![OutcomeKind::Contradiction {
+                id: Some(id(1)),
+                what
+            }]
+        );
         // Order 2 fills completely, then "fills" again.
         let (_, got) = sequenced(&mut c, &executed(2, 10));
         assert!(matches!(got[..], [OutcomeKind::Fill { qty: 10, .. }]));
