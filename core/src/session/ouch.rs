@@ -1262,10 +1262,12 @@ mod tests {
         assert!(matches!(got[..], [OutcomeKind::Fill { qty: 10, .. }]));
         let (news, _) = sequenced(&mut c, &executed(2, 1));
         assert_eq!(news, SessionNews::Contradicted(Contradiction::AfterClose));
-        // A fill for UserRefNum 99, never sent: no order to name, the session says so.
+        // A fill for UserRefNum 99, never sent: no order to name; the dispatcher is told all
+        // the same (its counter is the one to alarm on).
         let (news, got) = sequenced(&mut c, &executed(99, 1));
-        assert_eq!(news, SessionNews::Contradicted(Contradiction::UnknownOrder));
-        assert!(got.is_empty());
+        let what = Contradiction::UnknownOrder;
+        assert_eq!(news, SessionNews::Contradicted(what));
+        assert_eq!(got, vec![OutcomeKind::Contradiction { id: None, what }]);
         assert_eq!(c.stats().contradictions, 3);
         assert_eq!(
             c.contradictions_open(),
