@@ -283,6 +283,13 @@ fn an_empty_control_frame_is_empty() {
     }
     assert_eq!(
         all(&mut server(), &wire).unwrap(),
-        ["ping:mid", "ping:", "pong:abc", "pong:", "ping:xy", "close:None:"]
+        [
+            "ping:mid",
+            "ping:",
+            "pong:abc",
+            "pong:",
+            "ping:xy",
+            "close:None:"
+        ]
     );
 }
