@@ -138,7 +138,8 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         2 => (any::<Index>(), 0u8..4, any::<bool>(), 0..INTERESTING.len())
             .prop_map(|(i, w, le, v)| Mutation::Word(i, w, le, v)),
         2 => (any::<Index>(), any::<Index>()).prop_map(|(i, t)| Mutation::Splice(i, t)),
-        1 => (any::<Index>(), any::<Index>(), 1u8..64).prop_map(|(a, b, n)| Mutation::Copy(a, b, n)),
+        1 => (any::<Index>(), any::<Index>(), 1u8..64)
+            .prop_map(|(a, b, n)| Mutation::Copy(a, b, n)),
     ]
 }
 
@@ -354,7 +355,7 @@ fn walk_soup(stream: &[u8], max_packet_len: u16) -> Result<(), TestCaseError> {
     let mut rest = stream;
     let mut out = vec![0u8; 70_000];
     while let Ok(Some(f)) = soupbin::frame(rest, max_packet_len) {
-        prop_assert!(f.len >= soupbin::LENGTH_PREFIX + 1 && f.len <= rest.len());
+        prop_assert!(f.len > soupbin::LENGTH_PREFIX && f.len <= rest.len());
         prop_assert_eq!(f.len, soupbin::LENGTH_PREFIX + 1 + f.payload.len());
         prop_assert!(f.len - soupbin::LENGTH_PREFIX <= usize::from(max_packet_len));
         if let Ok(p) = decode_server(f.packet_type, f.payload) {
@@ -433,7 +434,7 @@ fn soupbin_frame_and_packets() {
     );
 }
 
-// ----- OUCH ----------------------------------------------------------------------------------------
+// ----- OUCH --------------------------------------------------------------------------------------
 
 fn dialect() -> impl Strategy<Value = Dialect> {
     prop_oneof![Just(Dialect::SPEC), Just(Dialect::OUCH_CONNECT)]
@@ -778,7 +779,7 @@ fn ouch_inbound_and_outbound() {
     );
 }
 
-// ----- WebSocket frames ----------------------------------------------------------------------------
+// ----- WebSocket frames --------------------------------------------------------------------------
 
 /// A message as the peer means it.
 #[derive(Debug, Clone, PartialEq)]
@@ -961,7 +962,7 @@ fn websocket_frames() {
     );
 }
 
-// ----- WebSocket handshake -------------------------------------------------------------------------
+// ----- WebSocket handshake -----------------------------------------------------------------------
 
 const HTTP_TOKENS: &[&[u8]] = &[
     b"\r\n",
@@ -1503,7 +1504,8 @@ fn journal_record() -> impl Strategy<Value = JournalRecord> {
         3 => (seq.clone(), qty(), any::<u32>(), price()).prop_map(|(s, q, w, p)| {
             JournalRecord::Intent { order: journal_order(s, q, p), wire_ref: w }
         }),
-        1 => (id.clone(), any_u64()).prop_map(|(id, venue_seq)| JournalRecord::Accepted { id, venue_seq }),
+        1 => (id.clone(), any_u64())
+            .prop_map(|(id, venue_seq)| JournalRecord::Accepted { id, venue_seq }),
         2 => (id.clone(), qty(), price(), any_u64()).prop_map(|(id, qty, p, venue_seq)| {
             JournalRecord::Fill { id, qty, price: Price(p), venue_seq }
         }),
@@ -1516,8 +1518,9 @@ fn journal_record() -> impl Strategy<Value = JournalRecord> {
             strategy: StrategyId(s),
             high_water_mark: h
         }),
-        1 => (seq, qty(), any::<u32>(), any::<bool>(), qty()).prop_map(|(s, q, w, accepted, filled)| {
-            JournalRecord::OpenOrder { order: journal_order(s, q, 5), wire_ref: w, accepted, filled }
+        1 => (seq, qty(), any::<u32>(), any::<bool>(), qty()).prop_map(|(s, q, w, a, f)| {
+            let order = journal_order(s, q, 5);
+            JournalRecord::OpenOrder { order, wire_ref: w, accepted: a, filled: f }
         }),
         1 => (any::<u16>(), any::<u32>()).prop_map(|(v, w)| JournalRecord::WireRefFloor {
             venue: VenueId(v),
@@ -1696,7 +1699,8 @@ fn toml_edit() -> impl Strategy<Value = TomlEdit> {
     prop_oneof![
         4 => (any::<Index>(), 0usize..32).prop_map(|(i, v)| TomlEdit::Replace(i, v)),
         1 => any::<Index>().prop_map(TomlEdit::Remove),
-        1 => (any::<Index>(), any::<Index>(), 0usize..32).prop_map(|(i, k, v)| TomlEdit::Add(i, k, v)),
+        1 => (any::<Index>(), any::<Index>(), 0usize..32)
+            .prop_map(|(i, k, v)| TomlEdit::Add(i, k, v)),
         1 => any::<Index>().prop_map(TomlEdit::Duplicate),
     ]
 }
@@ -1852,6 +1856,20 @@ enum SessionStep {
     LinkDropped,
 }
 
+/// Outbound kinds (as `outbound` numbers them) that change an order: accepted, replaced,
+/// canceled, executed (twice the weight), account query answer, reconciliation end, status.
+const ORDER_REPORTS: [u8; 8] = [1, 2, 3, 5, 5, 13, 15, 16];
+
+/// A venue message seed, half the time one of the kinds that change an order.
+fn report_seed() -> impl Strategy<Value = OuchSeed> {
+    (ouch_seed(), proptest::option::of(0..ORDER_REPORTS.len())).prop_map(|(mut seed, focus)| {
+        if let Some(k) = focus {
+            seed.kind = ORDER_REPORTS[k];
+        }
+        seed
+    })
+}
+
 fn session_step() -> impl Strategy<Value = SessionStep> {
     let small_qty = prop_oneof![8 => 0u32..25, 1 => Just(u32::MAX)];
     prop_oneof![
@@ -1860,7 +1878,14 @@ fn session_step() -> impl Strategy<Value = SessionStep> {
         1 => any::<Index>().prop_map(SessionStep::Cancel),
         1 => (any::<Index>(), 1u32..20).prop_map(|(i, q)| SessionStep::Replace(i, q)),
         1 => any::<Index>().prop_map(SessionStep::Query),
-        10 => (ouch_seed(), any::<Index>(), any::<Index>(), small_qty, vec(mutation(), 0..3), any::<bool>())
+        10 => (
+            report_seed(),
+            any::<Index>(),
+            any::<Index>(),
+            small_qty,
+            vec(mutation(), 0..3),
+            any::<bool>()
+        )
             .prop_map(|(s, a, b, q, m, known)| SessionStep::Report(s, a, b, q, m, known)),
         1 => prop_oneof![any_u64(), 0u64..40].prop_map(SessionStep::Login),
         1 => (any::<u8>(), bytes(60)).prop_map(|(t, b)| SessionStep::Raw(t, b)),
