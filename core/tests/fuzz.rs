@@ -13,7 +13,7 @@
 //! or a typed error, never a panic or a loop that stops consuming. Where an encoder exists the
 //! unmutated input must also round-trip (decode(encode(x)) == x).
 //!
-//! `KEEL_FUZZ_CASES` sets the cases per target (default 256; the slower targets — journal files,
+//! `KEEL_FUZZ_CASES` sets the cases per target (default 512; the slower targets — journal files,
 //! the feed handler — run a fraction of it). A failure prints proptest's shrunk input.
 
 use std::collections::HashMap;
@@ -56,7 +56,7 @@ fn fuzz_cases() -> u32 {
     std::env::var("KEEL_FUZZ_CASES")
         .ok()
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(256)
+        .unwrap_or(512)
 }
 
 /// Runs `test` on `fuzz_cases() / divisor` inputs from `strategy`; a failure (a panic inside
