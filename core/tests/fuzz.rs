@@ -871,7 +871,8 @@ fn ws_decode(d: &mut Decoder, wire: &[u8], chunks: &[usize]) -> (Vec<WsMsg>, Opt
         let n = (*chunk.next().unwrap_or(&1)).clamp(1, wire.len() - at);
         pending.extend_from_slice(&wire[at..at + n]);
         at += n;
-        // Each pass either consumes or ends this read: bounded by the bytes held.
+        // Each pass consumes a byte or more, or ends this read: bounded by the bytes held.
+        let mut ended = false;
         for _ in 0..=pending.len() + 1 {
             match d.decode(&pending) {
                 Err(e) => return (got, Some(e)),
@@ -887,11 +888,16 @@ fn ws_decode(d: &mut Decoder, wire: &[u8], chunks: &[usize]) -> (Vec<WsMsg>, Opt
                     }
                     pending.drain(..used);
                     if done {
+                        ended = true;
                         break;
                     }
                 }
             }
         }
+        assert!(
+            ended,
+            "the decoder kept returning without consuming its input"
+        );
     }
     (got, None)
 }
@@ -1244,7 +1250,7 @@ fn market_data_feed_handler() {
     );
     fuzz(
         "market-data feed handler",
-        4,
+        1,
         input,
         |(seeds, edits, frame_level, random_tail, random)| {
             let mut wire = Vec::new();
