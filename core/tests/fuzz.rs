@@ -13,8 +13,9 @@
 //! or a typed error, never a panic or a loop that stops consuming. Where an encoder exists the
 //! unmutated input must also round-trip (decode(encode(x)) == x).
 //!
-//! `KEEL_FUZZ_CASES` sets the cases per target (default 512; the slower targets — journal files,
-//! the feed handler — run a fraction of it). A failure prints proptest's shrunk input.
+//! `KEEL_FUZZ_CASES` sets the cases per target (default 512; the slower targets run a fraction:
+//! journal files a quarter, the configuration and the session half). Every run draws new inputs;
+//! a failure prints proptest's shrunk input, which becomes a regular test with its fix.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
