@@ -690,7 +690,8 @@ impl FeedHandler {
             "trade" => {
                 self.stats.trades += 1;
                 if let Some(prev) = self.last_trade[sym] {
-                    if m.seq != prev + 1 {
+                    // The venue's number: u64::MAX followed by anything is a gap, not an overflow.
+                    if prev.checked_add(1) != Some(m.seq) {
                         self.stats.trade_gaps += 1;
                     }
                 }

@@ -332,6 +332,9 @@ impl Decoder {
             if len > 125 {
                 return Err(protocol("control frame longer than 125 bytes", len));
             }
+            // An empty payload completes without the copy that sets the length: without this
+            // an empty ping or close would carry the previous control frame's payload.
+            self.control_len = 0;
         } else {
             match (opcode, self.message_opcode) {
                 (Opcode::Continuation, None) => {

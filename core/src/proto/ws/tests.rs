@@ -284,3 +284,34 @@ fn reset_starts_afresh_wherever_the_decoder_stopped() {
         );
     }
 }
+
+// Goal: an empty control frame carries an empty payload, not the previous control frame's
+// (found by core/tests/fuzz.rs: a ping then an empty close was refused as "invalid close
+// code", the ping's bytes read as the code; an empty ping was answered with an old payload).
+#[test]
+fn an_empty_control_frame_is_empty() {
+    let mut wire = Vec::new();
+    let mut buf = [0u8; 64];
+    for (op, payload) in [
+        (Opcode::Ping, &b"mid"[..]),
+        (Opcode::Ping, &[][..]),
+        (Opcode::Pong, &b"abc"[..]),
+        (Opcode::Pong, &[][..]),
+        (Opcode::Ping, &b"xy"[..]),
+        (Opcode::Close, &[][..]),
+    ] {
+        let n = encode_frame(&mut buf, true, op, payload, Some([9, 8, 7, 6]));
+        wire.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(
+        all(&mut server(), &wire).unwrap(),
+        [
+            "ping:mid",
+            "ping:",
+            "pong:abc",
+            "pong:",
+            "ping:xy",
+            "close:None:"
+        ]
+    );
+}
