@@ -318,6 +318,11 @@ impl EngineConfig {
             "dispatcher.orders_max",
             crate::order::OrderTable::memory_bytes(d.orders_max, d.strategies),
         );
+        // Each venue's three lanes (entries of at most 64 bytes: an order and its stamps).
+        let lanes = u64::from(d.lane_cancel_capacity)
+            + u64::from(d.lane_replace_capacity)
+            + u64::from(d.lane_new_capacity);
+        need.add("dispatcher lanes", lanes * 64 * self.venues.len() as u64);
         for v in &self.venues {
             need.add(
                 "venue.orders_max",

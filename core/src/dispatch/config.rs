@@ -93,6 +93,10 @@ pub enum ConfigError {
     Limiter(#[from] LimiterConfigError),
 }
 
+/// Largest capacity of one lane (16,777,216 entries: a venue's lanes then take about 3 GB;
+/// `EngineConfig::memory_need` counts them).
+pub const LANE_CAPACITY_MAX: u32 = 1 << 24;
+
 impl DispatcherConfig {
     /// Checks every bound and every relation between bounds.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -115,20 +119,20 @@ impl DispatcherConfig {
             (
                 "lane_cancel_capacity",
                 c.lane_cancel_capacity.into(),
-                c.lane_cancel_capacity >= 1,
-                ">= 1",
+                (1..=LANE_CAPACITY_MAX).contains(&c.lane_cancel_capacity),
+                "1..=2^24",
             ),
             (
                 "lane_replace_capacity",
                 c.lane_replace_capacity.into(),
-                c.lane_replace_capacity >= 1,
-                ">= 1",
+                (1..=LANE_CAPACITY_MAX).contains(&c.lane_replace_capacity),
+                "1..=2^24",
             ),
             (
                 "lane_new_capacity",
                 c.lane_new_capacity.into(),
-                c.lane_new_capacity >= 2,
-                ">= 2",
+                (2..=LANE_CAPACITY_MAX).contains(&c.lane_new_capacity),
+                "2..=2^24",
             ),
             (
                 "lane_new_per_symbol_max",

@@ -112,15 +112,23 @@ pub enum LimiterConfigError {
         index: u32,
     },
     /// A message weight larger than what a bucket can ever hold for it.
-    #[error("rate limiter window {index}: weight {weight} exceeds usable burst {usable}")]
+    #[error(
+        "rate limiter window {index}: {key} = {weight} exceeds the usable burst {usable} \
+         (burst_weight, less the cancel reserve for all but cancels)"
+    )]
     WeightTooLarge {
         /// Which window.
         index: u32,
+        /// The weight's key (`weight_new`, `weight_cancel`, `weight_replace`, `weight_query`).
+        key: &'static str,
         /// The weight.
         weight: u32,
         /// What the bucket can hold for that message kind.
         usable: u32,
     },
+    /// The whole budget reserved for cancels: no new order could ever leave.
+    #[error("rate limiter: cancel_reserve_permille = {0} leaves no budget for new orders (allowed 0..=999)")]
+    ReserveAll(u32),
     /// A per-mille value above 1000.
     #[error("rate limiter: {name} = {value} is above 1000 ‰")]
     Permille {
@@ -296,6 +304,11 @@ fn validate(config: &LimiterConfig) -> Result<(), LimiterConfigError> {
             return Err(LimiterConfigError::Permille { name, value });
         }
     }
+    if config.cancel_reserve_permille == PERMILLE as u32 {
+        return Err(LimiterConfigError::ReserveAll(
+            config.cancel_reserve_permille,
+        ));
+    }
     if config.windows.iter().flatten().next().is_none() {
         return Err(LimiterConfigError::NoWindow);
     }
@@ -316,10 +329,16 @@ fn validate(config: &LimiterConfig) -> Result<(), LimiterConfigError> {
         }
         let reserve = u64::from(window.burst_weight) * u64::from(config.cancel_reserve_permille);
         let usable = window.burst_weight - reserve.div_ceil(PERMILLE) as u32;
-        for weight in [w.new, w.replace, w.query] {
+        let weights = [
+            ("weight_new", w.new),
+            ("weight_replace", w.replace),
+            ("weight_query", w.query),
+        ];
+        for (key, weight) in weights {
             if weight > usable {
                 return Err(LimiterConfigError::WeightTooLarge {
                     index,
+                    key,
                     weight,
                     usable,
                 });
@@ -329,6 +348,7 @@ fn validate(config: &LimiterConfig) -> Result<(), LimiterConfigError> {
             let usable = window.burst_weight;
             return Err(LimiterConfigError::WeightTooLarge {
                 index,
+                key: "weight_cancel",
                 weight: w.cancel,
                 usable,
             });
@@ -503,6 +523,7 @@ mod tests {
             RateLimiter::new(heavy, 0).unwrap_err(),
             LimiterConfigError::WeightTooLarge {
                 index: 0,
+                key: "weight_new",
                 weight: 11,
                 usable: 10
             }

@@ -21,9 +21,12 @@ impl ShedConfig {
             "need low < high <= 100"
         );
         let of = |pct: u32| (u64::from(capacity) * u64::from(pct) / 100) as u32;
+        let high_watermark = of(high_pct).max(1);
         Self {
-            high_watermark: of(high_pct).max(1),
-            low_watermark: of(low_pct),
+            high_watermark,
+            // On a small lane both percentages may round to one depth: hysteresis needs the
+            // low mark strictly below the high one (a lane of 2 at 80%/50% sheds at 1, stops at 0).
+            low_watermark: of(low_pct).min(high_watermark - 1),
         }
     }
 }

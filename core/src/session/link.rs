@@ -225,8 +225,10 @@ impl VenueLink {
         }) else {
             return;
         };
-        let silent_ns =
-            self.config.heartbeat_interval_ns * u64::from(self.config.silent_intervals_max);
+        let silent_ns = self
+            .config
+            .heartbeat_interval_ns
+            .saturating_mul(u64::from(self.config.silent_intervals_max));
         if now_ns.saturating_sub(self.last_rx_ns) > silent_ns {
             self.stats.heartbeat_timeouts += 1;
             return self.event(now_ns, reactor, SessionEvent::HeartbeatTimeout);
