@@ -176,6 +176,11 @@ struct Order {
     closed: bool,
     /// A cancel of this order was answered `CancelRejected { NotApplied }`.
     not_applied: bool,
+    /// The strategy was told the order is closed: a terminal event, or a cancel refused
+    /// `UnknownOrder` (the engine holds no open order of that id).
+    terminal: bool,
+    /// ... and only by that refusal: its closing event (canceled, filled) never came.
+    closed_silently: bool,
     /// The last 8 events, one byte each: engine epoch (low 4 bits) << 4 | `kind_code`.
     trace: u64,
 }
@@ -319,6 +324,28 @@ impl Book {
         };
         o.trace = o.trace << 8 | (epoch & 0xF) << 4 | kind_code(kind);
         let answer = answers(kind);
+        let closes = matches!(
+            kind,
+            EventKind::Filled { .. }
+                | EventKind::Canceled
+                | EventKind::Rejected { .. }
+                | EventKind::Shed
+                | EventKind::Throttled
+                | EventKind::BreakerOpen { .. }
+        ) || (matches!(kind, EventKind::Refused { .. }) && answer == Answers::New);
+        if closes {
+            o.terminal = true;
+        } else if !o.terminal
+            && matches!(
+                kind,
+                EventKind::Refused {
+                    reason: RefusalReason::UnknownOrder
+                }
+            )
+        {
+            o.terminal = true;
+            o.closed_silently = true;
+        }
         // A new order in doubt is resolved by its first answer after the kill.
         if o.new_in_doubt && answer != Answers::Nothing {
             o.new_in_doubt = false;
@@ -440,6 +467,27 @@ impl Book {
             .values()
             .map(|o| u64::from(o.cancels_in_doubt))
             .sum()
+    }
+
+    /// The orders the strategy believes open (no terminal event), by id.
+    fn believed_open(&self) -> BTreeSet<String> {
+        self.orders
+            .iter()
+            .filter(|(_, o)| !o.terminal)
+            .map(|(id, _)| id.to_string())
+            .collect()
+    }
+
+    /// Orders the strategy learnt were closed only from a cancel refused `UnknownOrder`.
+    fn closed_silently(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .orders
+            .iter()
+            .filter(|(_, o)| o.closed_silently)
+            .map(|(id, o)| format!("{id}: trace {:016x}", o.trace))
+            .collect();
+        ids.sort();
+        ids
     }
 
     fn unresolved(&self) -> usize {
@@ -878,6 +926,24 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
         b.not_applied_then_canceled.len(),
         &b.not_applied_then_canceled[..b.not_applied_then_canceled.len().min(10)]
     );
+    let believed = b.believed_open();
+    let silent = b.closed_silently();
+    eprintln!(
+        "soak: the strategy believes {} orders open; {} it learnt closed only from a cancel \
+         refused `unknown order` (no close event): {:?}",
+        believed.len(),
+        silent.len(),
+        &silent[..silent.len().min(10)]
+    );
+    for id in believed.symmetric_difference(&venue_open).take(10) {
+        eprintln!(
+            "soak: strategy and venue differ on {id}: {:016x}",
+            b.orders
+                .iter()
+                .find(|(i, _)| i.to_string() == *id)
+                .map_or(0, |(_, o)| o.trace)
+        );
+    }
     if std::env::var("KEEL_SOAK_STRICT").as_deref() == Ok("1") {
         assert!(b.not_applied_then_canceled.is_empty());
     }
@@ -901,6 +967,10 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
         "the venue saw more orders than the strategy sent: {stats}"
     );
     assert_eq!(keel_open, venue_open, "{report}");
+    assert_eq!(
+        believed, venue_open,
+        "the strategy's view of its open orders is not the venue's"
+    );
     let growth = rss_end.2.saturating_sub(rss_warm.2);
     assert!(
         growth <= HEAP_GROWTH_MAX_BYTES,
