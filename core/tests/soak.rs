@@ -640,9 +640,14 @@ impl Strategy {
     }
 }
 
-fn open_channel(path: &Path, epoch_above: u64) -> Channel {
+/// Waits for a running engine of a later epoch on `path`, beating the strategy heartbeat on
+/// the old mapping meanwhile (a new engine must not declare the strategy lost while it waits).
+fn open_channel(path: &Path, epoch_above: u64, old: Option<&Channel>) -> Channel {
     let mut channel = None;
     wait_until("the engine's channel", Duration::from_secs(30), || {
+        if let Some(old) = old {
+            old.beat_strategy();
+        }
         channel = Channel::open(path)
             .ok()
             .filter(|c| c.engine_epoch() > epoch_above && c.engine_state() == EngineState::Running);
@@ -748,7 +753,7 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
     let path = dir.path().join("ipc").join("strategy-0");
     let mut epoch_logs = vec![dir.path().join("run0.log")];
     let mut engine = engine_process(&config, &epoch_logs[0]);
-    let channel = open_channel(&path, 0);
+    let channel = open_channel(&path, 0, None);
     wait_until("SYNCED", Duration::from_secs(30), || {
         channel.beat_strategy();
         channel.venue_synced(0)
@@ -808,7 +813,7 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
             let log = dir.path().join(format!("run{next_kill}.log"));
             engine = engine_process(&config, &log);
             epoch_logs.push(log);
-            s.channel = open_channel(&path, epoch);
+            s.channel = open_channel(&path, epoch, Some(&s.channel));
             control(&venue.control, "latency 0");
             let before = s.book.in_doubt_new + s.book.in_doubt_cancel;
             s.recover();
