@@ -126,9 +126,17 @@ pub enum LimiterConfigError {
         /// What the bucket can hold for that message kind.
         usable: u32,
     },
-    /// The whole budget reserved for cancels: no new order could ever leave.
-    #[error("rate limiter: cancel_reserve_permille = {0} leaves no budget for new orders (allowed 0..=999)")]
-    ReserveAll(u32),
+    /// The cancel reserve leaves a window no budget for new orders: none could ever leave.
+    #[error(
+        "rate limiter window {index}: cancel_reserve_permille = {value} leaves none of its \
+         burst_weight for new orders"
+    )]
+    ReserveAll {
+        /// Which window.
+        index: u32,
+        /// The reserve.
+        value: u32,
+    },
     /// A per-mille value above 1000.
     #[error("rate limiter: {name} = {value} is above 1000 ‰")]
     Permille {
@@ -304,11 +312,6 @@ fn validate(config: &LimiterConfig) -> Result<(), LimiterConfigError> {
             return Err(LimiterConfigError::Permille { name, value });
         }
     }
-    if config.cancel_reserve_permille == PERMILLE as u32 {
-        return Err(LimiterConfigError::ReserveAll(
-            config.cancel_reserve_permille,
-        ));
-    }
     if config.windows.iter().flatten().next().is_none() {
         return Err(LimiterConfigError::NoWindow);
     }
@@ -329,6 +332,10 @@ fn validate(config: &LimiterConfig) -> Result<(), LimiterConfigError> {
         }
         let reserve = u64::from(window.burst_weight) * u64::from(config.cancel_reserve_permille);
         let usable = window.burst_weight - reserve.div_ceil(PERMILLE) as u32;
+        if usable == 0 {
+            let value = config.cancel_reserve_permille;
+            return Err(LimiterConfigError::ReserveAll { index, value });
+        }
         let weights = [
             ("weight_new", w.new),
             ("weight_replace", w.replace),
