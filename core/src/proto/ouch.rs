@@ -189,6 +189,47 @@ pub struct OrderStatus {
     pub cl_ord_id: ClOrdId,
 }
 
+/// The reject codes of keel's OUCH venue, carried in Order Rejected's Reason field (OUCH leaves
+/// the table to each venue; this is keel's, documented in docs/protocol.md). The session reads
+/// a venue's codes through this table, the simulated venue writes them: both depend on the
+/// protocol definition, neither on the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum RejectCode {
+    /// Quantity zero or above the venue maximum.
+    InvalidQuantity = 1,
+    /// Price not positive, above the venue's maximum, or outside its collar around the
+    /// symbol's reference price.
+    InvalidPrice = 2,
+    /// Symbol not listed.
+    UnknownSymbol = 3,
+    /// UserRefNum not above the last one, or ClOrdID already used today.
+    DuplicateId = 4,
+    /// Over the account's message rate limit.
+    Throttled = 5,
+    /// Rejected by fault injection ("venue system problem").
+    SystemUnavailable = 6,
+    /// The order to replace is not open.
+    UnknownOrder = 7,
+}
+
+impl RejectCode {
+    /// The code from its wire value.
+    pub fn from_wire(code: u16) -> Option<Self> {
+        [
+            Self::InvalidQuantity,
+            Self::InvalidPrice,
+            Self::UnknownSymbol,
+            Self::DuplicateId,
+            Self::Throttled,
+            Self::SystemUnavailable,
+            Self::UnknownOrder,
+        ]
+        .into_iter()
+        .find(|c| *c as u16 == code)
+    }
+}
+
 /// Messages the venue sends (carried in SoupBinTCP sequenced data).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outbound<'a> {

@@ -13,11 +13,10 @@ use crate::order::{
 };
 use crate::proto::ouch::{
     decode_outbound, encode_inbound, ClOrdId, Dialect, EnterOrder, Inbound, OrderFields, Outbound,
-    ReplaceOrder,
+    RejectCode, ReplaceOrder,
 };
 use crate::proto::soupbin::{self, decode_server, ClientPacket, LoginRequest, ServerPacket};
 use crate::proto::{DecodeError, EncodeError};
-use crate::venue::exchange::RejectCode;
 
 /// Login and layout settings.
 #[derive(Debug, Clone)]

@@ -18,43 +18,7 @@ use crate::proto::ouch::{
 };
 use crate::proto::soupbin::LoginRejectReason;
 
-/// keel venue reject codes carried in Order Rejected's Reason field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u16)]
-pub enum RejectCode {
-    /// Quantity zero or above the venue maximum.
-    InvalidQuantity = 1,
-    /// Price not positive, above the venue's maximum, or outside its collar around the
-    /// symbol's reference price.
-    InvalidPrice = 2,
-    /// Symbol not listed.
-    UnknownSymbol = 3,
-    /// UserRefNum not above the last one, or ClOrdID already used today.
-    DuplicateId = 4,
-    /// Over the account's message rate limit.
-    Throttled = 5,
-    /// Rejected by fault injection ("venue system problem").
-    SystemUnavailable = 6,
-    /// The order to replace is not open.
-    UnknownOrder = 7,
-}
-
-impl RejectCode {
-    /// The code from its wire value.
-    pub fn from_wire(code: u16) -> Option<Self> {
-        [
-            Self::InvalidQuantity,
-            Self::InvalidPrice,
-            Self::UnknownSymbol,
-            Self::DuplicateId,
-            Self::Throttled,
-            Self::SystemUnavailable,
-            Self::UnknownOrder,
-        ]
-        .into_iter()
-        .find(|c| *c as u16 == code)
-    }
-}
+pub use crate::proto::ouch::RejectCode;
 
 /// Exchange settings.
 #[derive(Debug, Clone)]
