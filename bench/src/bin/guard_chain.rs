@@ -16,7 +16,7 @@ use governor::{Quota, RateLimiter as Governor};
 use keel::clock::TscClock;
 use keel::guard::breaker::{Breaker, BreakerConfig};
 use keel::guard::bulkhead::{Bulkhead, BulkheadConfig};
-use keel::guard::chain::{GuardChain, VenueGuards};
+use keel::guard::chain::{GuardChain, Release, VenueGuards};
 use keel::guard::limiter::{LimiterConfig, RateLimiter, WindowLimit, WINDOWS_MAX};
 use keel::guard::risk::{Risk, RiskLimits};
 use keel::guard::shed::{ShedConfig, Shedder};
@@ -75,7 +75,7 @@ fn order(i: u64) -> NewOrder {
 #[inline(never)]
 fn keel_decision(chain: &mut GuardChain, now_ns: u64, order: &NewOrder) -> bool {
     let admitted = chain.admit(now_ns, order, 10, 0).is_ok();
-    let cleared = admitted && chain.clear_to_send(now_ns, 0, 1, true, false).is_ok();
+    let cleared = admitted && chain.clear_to_send(now_ns, 0, 1, Release::Call).is_ok();
     if admitted {
         chain.bulkhead.release(order.venue, order.symbol);
         chain.risk.release(order.symbol, order.side, order.qty);

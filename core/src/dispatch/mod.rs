@@ -23,7 +23,7 @@ pub use stats::{DispatchStats, REFUSAL_REASONS};
 
 use crate::guard::breaker::{Breaker, CallOutcome};
 use crate::guard::bulkhead::Bulkhead;
-use crate::guard::chain::{GuardChain, SendBlock, VenueGuards};
+use crate::guard::chain::{GuardChain, Release, SendBlock, VenueGuards};
 use crate::guard::limiter::RateLimiter;
 use crate::guard::risk::Risk;
 use crate::guard::shed::{ShedConfig, Shedder};
@@ -812,7 +812,10 @@ impl Dispatcher {
             return Step::Progress;
         }
         let weight = self.config.limiter.weights.query;
-        match self.guards.clear_to_send(now_ns, v, weight, false, true) {
+        match self
+            .guards
+            .clear_to_send(now_ns, v, weight, Release::Cancel)
+        {
             Ok(()) => {
                 self.venues[v].cancels.pop();
                 self.push_request(now_ns, v, 0, RequestKind::Query { id });
@@ -824,7 +827,10 @@ impl Dispatcher {
 
     fn send_cancel(&mut self, now_ns: u64, v: usize, id: ClientOrderId) -> Step {
         let weight = self.config.limiter.weights.cancel;
-        match self.guards.clear_to_send(now_ns, v, weight, false, true) {
+        match self
+            .guards
+            .clear_to_send(now_ns, v, weight, Release::Cancel)
+        {
             Ok(()) => {
                 self.venues[v].cancels.pop();
                 self.push_request(now_ns, v, 0, RequestKind::Cancel { id });
@@ -876,10 +882,12 @@ impl Dispatcher {
             self.abandon_replacement(now_ns, r.id, r.new_id, EventKind::Throttled);
             return Step::Progress;
         }
-        match self
-            .guards
-            .clear_to_send(now_ns, v, self.config.limiter.weights.replace, true, false)
-        {
+        match self.guards.clear_to_send(
+            now_ns,
+            v,
+            self.config.limiter.weights.replace,
+            Release::Call,
+        ) {
             Ok(()) => {
                 self.venues[v].replaces.pop();
                 // The replacement's intent is on record before the replace can leave.
@@ -934,7 +942,7 @@ impl Dispatcher {
         }
         match self
             .guards
-            .clear_to_send(now_ns, v, self.config.limiter.weights.new, true, false)
+            .clear_to_send(now_ns, v, self.config.limiter.weights.new, Release::Call)
         {
             Ok(()) => {
                 self.venues[v].news.pop();

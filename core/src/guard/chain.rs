@@ -85,16 +85,18 @@ impl GuardChain {
     }
 
     /// Release of a request at the head of its lane. New orders and replaces ask the breaker
-    /// (`is_call`); cancels never do. Rate budget is taken only if everything else agrees.
+    /// (`Release::Call`); cancels and queries never do, and may use the cancel reserve. Rate
+    /// budget is taken only if everything else agrees.
     #[inline]
     pub fn clear_to_send(
         &mut self,
         now_ns: u64,
         venue: usize,
         weight: u32,
-        is_call: bool,
-        is_cancel: bool,
+        release: Release,
     ) -> Result<(), SendBlock> {
+        let is_call = release == Release::Call;
+        let is_cancel = release == Release::Cancel;
         let guards = &mut self.venues[venue];
         if is_call {
             // Peek first: a call that then waits for budget must not burn a half-open probe.
@@ -109,4 +111,13 @@ impl GuardChain {
         }
         Ok(())
     }
+}
+
+/// What a request released from a lane is, as the guards see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// A new order or a replace: a breaker call, paid from the budget new orders share.
+    Call,
+    /// A cancel or a status query: never a breaker call; may draw on the cancel reserve.
+    Cancel,
 }
