@@ -3,7 +3,6 @@
 //! the wrong type, or a value out of range is refused with the key, the value and what is
 //! allowed — a misspelt key is never silently ignored.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use toml::{Table, Value};
@@ -18,47 +17,7 @@ use crate::runtime::IdlePolicy;
 use crate::session::link::LinkConfig;
 use crate::session::ouch::ReconcileMode;
 
-/// One venue link as configured.
-#[derive(Debug, Clone)]
-pub struct VenueLinkConfig {
-    /// Name used in logs and reports.
-    pub name: String,
-    /// Order-entry address.
-    pub address: SocketAddr,
-    /// SoupBinTCP username.
-    pub username: String,
-    /// SoupBinTCP password.
-    pub password: String,
-    /// Wire layout.
-    pub dialect: Dialect,
-    /// How reconciliation is done.
-    pub reconcile: ReconcileMode,
-    /// A request unanswered this long makes its order Unknown.
-    pub ack_timeout_ns: u64,
-    /// Orders whose UserRefNum mapping the session keeps.
-    pub orders_max: u32,
-    /// Session timing, backoff and limits.
-    pub link: LinkConfig,
-}
-
-/// The whole file.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// Symbols traded, in SymbolId order.
-    pub symbols: Vec<SymbolName>,
-    /// The dispatcher and its guard chain.
-    pub dispatcher: DispatcherConfig,
-    /// The order journal (`None`: no journal; refused by `keel run`).
-    pub journal: Option<JournalConfig>,
-    /// Venue links, in VenueId order.
-    pub venues: Vec<VenueLinkConfig>,
-    /// Loops, cores and idling (`[engine]`).
-    pub loops: LoopConfig,
-    /// Strategies over shared memory (`[ipc]`; `None`: in process only).
-    pub ipc: Option<IpcConfig>,
-    /// Market-data feeds (`[[feed]]`), each kept by a feed handler in the executor loop.
-    pub feeds: Vec<crate::feed::handler::FeedConfig>,
-}
+pub use crate::engine::{EngineConfig, VenueLinkConfig};
 
 /// Why a configuration file was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

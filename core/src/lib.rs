@@ -21,6 +21,7 @@ pub mod journal;
 pub mod net;
 pub mod order;
 pub mod proto;
+pub mod ring;
 pub mod rng;
 pub mod runtime;
 pub mod session;

@@ -12,13 +12,12 @@
 
 mod config;
 pub mod lanes;
-mod ports;
 mod stats;
 
-pub use config::{ConfigError, DispatcherConfig};
-pub use ports::{
+pub use crate::ring::{
     strategy_channel, venue_channel, StrategyHandle, StrategyPort, VenueHandle, VenuePort,
 };
+pub use config::{ConfigError, DispatcherConfig};
 pub use stats::{DispatchStats, REFUSAL_REASONS};
 
 use crate::guard::breaker::{Breaker, CallOutcome};
@@ -85,7 +84,7 @@ struct VenueLink {
     /// crosses it is taken as `ReadOnly` (it predates the contradiction).
     reconcile_pending: bool,
     /// Watchdog on the venue's executor loop, if one is attached.
-    watchdog: Option<crate::session::watchdog::Watchdog>,
+    watchdog: Option<crate::runtime::watchdog::Watchdog>,
     /// The watchdog says the executor loop is stalled: route nothing new to it.
     stalled: bool,
     /// Wire reference the next new order or replacement gets (ascending, journaled).
@@ -356,7 +355,7 @@ impl Dispatcher {
 
     /// Watches `venue`'s executor loop: while its heartbeat stops, new orders for it are
     /// refused with `ExecutorStalled` (cancels still queue for it).
-    pub fn attach_watchdog(&mut self, venue: u16, watchdog: crate::session::watchdog::Watchdog) {
+    pub fn attach_watchdog(&mut self, venue: u16, watchdog: crate::runtime::watchdog::Watchdog) {
         self.venues[usize::from(venue)].watchdog = Some(watchdog);
     }
 

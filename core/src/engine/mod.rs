@@ -30,18 +30,17 @@ use bridge::Bridge;
 pub use bridge::{BridgeStats, COMMANDS_PER_PASS_MAX, EVENTS_PER_PASS_MAX};
 
 use crate::clock::{Clock, TscClock};
-use crate::config::EngineConfig;
 use crate::dispatch::{
     strategy_channel, venue_channel, DispatchStats, Dispatcher, RestoreReport, StrategyHandle,
 };
 use crate::journal::{Journal, OpenReport, Recovery};
 use crate::net::{NetEvent, Reactor, ReactorConfig};
 use crate::order::{Order, StrategyId, VenueId};
+use crate::runtime::watchdog::LoopHeartbeat;
 use crate::runtime::{pin_or_warn, tighten_timer_slack, IdlePolicy, Idler};
 use crate::session::link::{LinkStats, VenueLink};
 use crate::session::machine::{LinkState, SessionStats};
 use crate::session::ouch::{ClientConfig, ClientStats, OuchClient};
-use crate::session::watchdog::LoopHeartbeat;
 
 /// How the loops are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +123,48 @@ impl IpcConfig {
     pub fn channel_path(&self, strategy: StrategyId) -> PathBuf {
         self.dir.join(format!("strategy-{}", strategy.0))
     }
+}
+
+/// One venue link as configured.
+#[derive(Debug, Clone)]
+pub struct VenueLinkConfig {
+    /// Name used in logs and reports.
+    pub name: String,
+    /// Order-entry address.
+    pub address: std::net::SocketAddr,
+    /// SoupBinTCP username.
+    pub username: String,
+    /// SoupBinTCP password.
+    pub password: String,
+    /// Wire layout.
+    pub dialect: crate::proto::ouch::Dialect,
+    /// How reconciliation is done.
+    pub reconcile: crate::session::ouch::ReconcileMode,
+    /// A request unanswered this long makes its order Unknown.
+    pub ack_timeout_ns: u64,
+    /// Orders whose UserRefNum mapping the session keeps.
+    pub orders_max: u32,
+    /// Session timing, backoff and limits.
+    pub link: crate::session::link::LinkConfig,
+}
+
+/// The whole configuration (read from TOML by [`crate::config`], or built in code).
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Symbols traded, in SymbolId order.
+    pub symbols: Vec<crate::order::SymbolName>,
+    /// The dispatcher and its guard chain.
+    pub dispatcher: crate::dispatch::DispatcherConfig,
+    /// The order journal (`None`: no journal; refused by `keel run`).
+    pub journal: Option<crate::journal::JournalConfig>,
+    /// Venue links, in VenueId order.
+    pub venues: Vec<VenueLinkConfig>,
+    /// Loops, cores and idling (`[engine]`).
+    pub loops: LoopConfig,
+    /// Strategies over shared memory (`[ipc]`; `None`: in process only).
+    pub ipc: Option<IpcConfig>,
+    /// Market-data feeds (`[[feed]]`), each kept by a feed handler in the executor loop.
+    pub feeds: Vec<crate::feed::handler::FeedConfig>,
 }
 
 /// Why the engine could not start or stop cleanly.

@@ -4,6 +4,8 @@
 //! in tests) a loop must back off instead, or it starves the loops it waits for. Pinning to a
 //! core the machine does not have is a warning, never a failure.
 
+pub mod watchdog;
+
 use std::time::Duration;
 
 /// How a loop idles.

@@ -13,7 +13,6 @@ use std::net::SocketAddr;
 
 use super::machine::{Action, LinkState, SessionConfig, SessionEvent, SessionMachine};
 use super::ouch::{OuchClient, RequestError, SessionNews};
-use crate::dispatch::VenueHandle;
 use crate::net::{ConnId, NetEvent, Transport};
 use crate::order::{
     CancelRejectReason, LinkMode, Outcome, OutcomeKind, RefusalReason, RequestKind, UnsentRequest,
@@ -21,6 +20,7 @@ use crate::order::{
 };
 use crate::proto::soupbin::frame;
 use crate::proto::DecodeError;
+use crate::ring::VenueHandle;
 
 /// Link timing and limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

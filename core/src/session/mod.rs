@@ -6,4 +6,5 @@
 pub mod link;
 pub mod machine;
 pub mod ouch;
-pub mod watchdog;
+/// The executor-loop watchdog lives with the runtime (dispatch and session both use it).
+pub use crate::runtime::watchdog;
