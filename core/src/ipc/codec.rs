@@ -43,30 +43,65 @@ const EV_BREAKER_OPEN: u8 = 11;
 const EV_REFUSED: u8 = 12;
 const EV_MALFORMED: u8 = 13;
 
-/// Refusal reasons by wire code (code = index + 1).
-const REFUSALS: [RefusalReason; 20] = [
-    RefusalReason::NotSynced,
-    RefusalReason::RiskQty,
-    RefusalReason::RiskNotional,
-    RefusalReason::RiskPosition,
-    RefusalReason::UnknownOrderOnSymbol,
-    RefusalReason::BulkheadSymbol,
-    RefusalReason::BulkheadVenue,
-    RefusalReason::CancelLaneFull,
-    RefusalReason::ReplaceLaneFull,
-    RefusalReason::NewLaneFull,
-    RefusalReason::DuplicateId,
-    RefusalReason::OrderTableFull,
-    RefusalReason::UnknownOrder,
-    RefusalReason::AlreadyPending,
-    RefusalReason::ExecutorStalled,
-    RefusalReason::JournalUnavailable,
-    RefusalReason::BadRoute,
-    RefusalReason::LinkReadOnly,
-    RefusalReason::RiskPrice,
-    RefusalReason::SessionFull,
+/// Every refusal reason with its wire code: explicit numbers, written down in docs/ipc.md and
+/// pinned there by a test (a new reason takes the next number; none is ever renumbered).
+pub const REFUSAL_CODES: [(RefusalReason, u8); 20] = [
+    (RefusalReason::NotSynced, 1),
+    (RefusalReason::RiskQty, 2),
+    (RefusalReason::RiskNotional, 3),
+    (RefusalReason::RiskPosition, 4),
+    (RefusalReason::UnknownOrderOnSymbol, 5),
+    (RefusalReason::BulkheadSymbol, 6),
+    (RefusalReason::BulkheadVenue, 7),
+    (RefusalReason::CancelLaneFull, 8),
+    (RefusalReason::ReplaceLaneFull, 9),
+    (RefusalReason::NewLaneFull, 10),
+    (RefusalReason::DuplicateId, 11),
+    (RefusalReason::OrderTableFull, 12),
+    (RefusalReason::UnknownOrder, 13),
+    (RefusalReason::AlreadyPending, 14),
+    (RefusalReason::ExecutorStalled, 15),
+    (RefusalReason::JournalUnavailable, 16),
+    (RefusalReason::BadRoute, 17),
+    (RefusalReason::LinkReadOnly, 18),
+    (RefusalReason::RiskPrice, 19),
+    (RefusalReason::SessionFull, 20),
 ];
-const _: () = assert!(REFUSALS.len() == crate::dispatch::REFUSAL_REASONS);
+const _: () = assert!(REFUSAL_CODES.len() == crate::dispatch::REFUSAL_REASONS);
+
+/// The wire code of `reason`.
+pub fn refusal_code(reason: RefusalReason) -> u8 {
+    match reason {
+        RefusalReason::NotSynced => 1,
+        RefusalReason::RiskQty => 2,
+        RefusalReason::RiskNotional => 3,
+        RefusalReason::RiskPosition => 4,
+        RefusalReason::UnknownOrderOnSymbol => 5,
+        RefusalReason::BulkheadSymbol => 6,
+        RefusalReason::BulkheadVenue => 7,
+        RefusalReason::CancelLaneFull => 8,
+        RefusalReason::ReplaceLaneFull => 9,
+        RefusalReason::NewLaneFull => 10,
+        RefusalReason::DuplicateId => 11,
+        RefusalReason::OrderTableFull => 12,
+        RefusalReason::UnknownOrder => 13,
+        RefusalReason::AlreadyPending => 14,
+        RefusalReason::ExecutorStalled => 15,
+        RefusalReason::JournalUnavailable => 16,
+        RefusalReason::BadRoute => 17,
+        RefusalReason::LinkReadOnly => 18,
+        RefusalReason::RiskPrice => 19,
+        RefusalReason::SessionFull => 20,
+    }
+}
+
+/// The reason a wire code names (`None`: no such code).
+pub fn refusal_from_code(code: u8) -> Option<RefusalReason> {
+    REFUSAL_CODES
+        .iter()
+        .find(|(_, c)| *c == code)
+        .map(|(reason, _)| *reason)
+}
 
 /// Stamps `position` and the checksum.
 pub(super) fn seal(record: &mut [u8; RECORD_LEN], position: u64) {
@@ -300,7 +335,7 @@ pub fn encode_event(event: &IpcEvent) -> [u8; RECORD_LEN] {
             EV_BREAKER_OPEN
         }
         EventKind::Refused { reason } => {
-            r[5] = reason as u8 + 1;
+            r[5] = refusal_code(reason);
             EV_REFUSED
         }
     };
@@ -378,9 +413,7 @@ pub fn decode_event(position: u64, r: &[u8; RECORD_LEN]) -> Result<IpcEvent, Rec
             retry_after_ns: u64_at(r, 24),
         },
         EV_REFUSED => EventKind::Refused {
-            reason: *REFUSALS
-                .get(usize::from(r[5]).wrapping_sub(1))
-                .ok_or(field("refusal reason", r[5]))?,
+            reason: refusal_from_code(r[5]).ok_or(field("refusal reason", r[5]))?,
         },
         v => return Err(field("kind", v)),
     };
@@ -389,9 +422,4 @@ pub fn decode_event(position: u64, r: &[u8; RECORD_LEN]) -> Result<IpcEvent, Rec
         kind,
         at_ns: u64_at(r, 48),
     }))
-}
-
-#[cfg(test)]
-pub(super) fn tests_refusals() -> [RefusalReason; 20] {
-    REFUSALS
 }

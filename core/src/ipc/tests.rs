@@ -15,11 +15,50 @@ fn channel(dir: &Path) -> (Channel, Channel) {
     (engine, strategy)
 }
 
+// Goal: the refusal codes a strategy reads are the ones docs/ipc.md writes down, each reason
+// has exactly one, and both directions agree (adding a reason cannot renumber the others).
 #[test]
-fn refusal_codes_follow_the_enum() {
-    for (i, r) in codec::tests_refusals().iter().enumerate() {
-        assert_eq!(*r as usize, i);
+fn refusal_codes_are_pinned_to_the_docs() {
+    let doc = include_str!("../../../docs/ipc.md");
+    let line = doc
+        .lines()
+        .find(|l| l.contains("reason@5 ="))
+        .expect("docs/ipc.md lists the refusal codes");
+    let names = [
+        "not synced",
+        "risk qty",
+        "risk notional",
+        "risk position",
+        "unknown order on symbol",
+        "bulkhead symbol",
+        "bulkhead venue",
+        "cancel lane full",
+        "replace lane full",
+        "new lane full",
+        "duplicate id",
+        "order table full",
+        "unknown order",
+        "already pending",
+        "executor stalled",
+        "journal unavailable",
+        "bad route",
+        "link read-only",
+        "risk price",
+        "session full",
+    ];
+    let mut seen = std::collections::HashSet::new();
+    for ((reason, code), name) in codec::REFUSAL_CODES.iter().zip(names) {
+        assert_eq!(codec::refusal_code(*reason), *code);
+        assert_eq!(codec::refusal_from_code(*code), Some(*reason));
+        assert!(seen.insert(*code), "code {code} used twice");
+        let written = format!("{code} {name}");
+        assert!(
+            line.contains(&written),
+            "docs/ipc.md does not say `{written}`: {line}"
+        );
     }
+    assert_eq!(codec::refusal_from_code(0), None);
+    assert_eq!(codec::refusal_from_code(21), None);
 }
 
 // Goal: every command and event survives the ring unchanged, in order, across wrap-around,
