@@ -22,7 +22,7 @@ fn refusal_codes_are_pinned_to_the_docs() {
     let doc = include_str!("../../../docs/ipc.md");
     let line = doc
         .lines()
-        .find(|l| l.contains("reason@5 ="))
+        .find(|l| l.contains("refused by keel") && l.contains("reason@5"))
         .expect("docs/ipc.md lists the refusal codes");
     let names = [
         "not synced",
