@@ -184,7 +184,7 @@ pub enum EngineError {
     Ipc(#[from] crate::ipc::IpcError),
     /// The io_uring transport could not start.
     #[error("transport: {0}")]
-    Transport(String),
+    Transport(#[from] crate::net::NetError),
     /// More in-process strategies than configured.
     #[error("{asked} in-process strategies asked, {configured} configured")]
     Strategies {
@@ -239,6 +239,9 @@ pub struct EngineReport {
     pub journal_records: u64,
     /// Per market-data feed.
     pub feeds: Vec<crate::feed::handler::FeedStats>,
+    /// Transport polls that failed in the executor loop (counted, never discarded silently):
+    /// any is worth a look at the reactor's configuration and the kernel.
+    pub transport_poll_errors: u64,
 }
 
 /// State shared between the loops and the handle (atomics only).
@@ -449,11 +452,13 @@ impl EngineBuilder {
                             idler.idle();
                         }
                     }
+                    let poll_errors = exec.poll_errors;
                     let (links, feeds) = exec.finish();
                     Ok(Halves {
                         front: Some(front.finish()),
                         links,
                         feeds,
+                        poll_errors,
                     })
                 })]
             }
@@ -480,11 +485,13 @@ impl EngineBuilder {
                             idler.idle();
                         }
                     }
+                    let poll_errors = exec.poll_errors;
                     let (links, feeds) = exec.finish();
                     Ok(Halves {
                         front: None,
                         links,
                         feeds,
+                        poll_errors,
                     })
                 });
                 let front_shared = Arc::clone(&shared);
@@ -503,6 +510,7 @@ impl EngineBuilder {
                         front: Some(front.finish()),
                         links: Vec::new(),
                         feeds: Vec::new(),
+                        poll_errors: 0,
                     })
                 });
                 vec![dispatcher, executor]
@@ -532,6 +540,8 @@ struct Halves {
     front: Option<FrontReport>,
     links: Vec<LinkReport>,
     feeds: Vec<crate::feed::handler::FeedStats>,
+    /// Transport polls that failed in the executor loop (counted, the loop carries on).
+    poll_errors: u64,
 }
 
 /// Pins the calling loop thread (warns if it cannot) and, for a loop that parks when idle,
@@ -626,6 +636,8 @@ impl Front {
 /// The executor side: the transport and the venue links.
 struct Executor {
     reactor: Reactor,
+    /// Transport polls that failed (counted; the loop carries on).
+    poll_errors: u64,
     links: Vec<VenueLink>,
     feeds: Vec<crate::feed::handler::FeedHandler>,
     net: Vec<NetEvent>,
@@ -640,8 +652,7 @@ impl Executor {
         heartbeat: Option<LoopHeartbeat>,
         clock: &TscClock,
     ) -> Result<Self, EngineError> {
-        let mut reactor =
-            Reactor::new(config).map_err(|e| EngineError::Transport(e.to_string()))?;
+        let mut reactor = Reactor::new(config)?;
         for link in &mut links {
             link.start(clock.now_ns(), &mut reactor);
         }
@@ -650,6 +661,7 @@ impl Executor {
         }
         Ok(Self {
             reactor,
+            poll_errors: 0,
             links,
             feeds,
             net: Vec::with_capacity(256),
@@ -659,7 +671,9 @@ impl Executor {
 
     fn pass(&mut self, now: u64) -> bool {
         self.net.clear();
-        let _ = self.reactor.poll(now, 0, &mut self.net);
+        if self.reactor.poll(now, 0, &mut self.net).is_err() {
+            self.poll_errors += 1;
+        }
         let mut sent_before = 0;
         for link in &self.links {
             sent_before += link.stats().requests_sent;
@@ -747,6 +761,7 @@ impl RunningEngine {
             bridges: Vec::new(),
             journal_records: 0,
             feeds: Vec::new(),
+            transport_poll_errors: 0,
         };
         let mut first_error = None;
         for t in self.threads {
@@ -760,6 +775,7 @@ impl RunningEngine {
                     }
                     report.links.extend(halves.links);
                     report.feeds.extend(halves.feeds);
+                    report.transport_poll_errors += halves.poll_errors;
                 }
                 Ok(Err(e)) => {
                     first_error.get_or_insert(e);
