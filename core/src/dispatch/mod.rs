@@ -69,7 +69,7 @@ pub enum RestoreError {
 
 /// One venue link as the dispatcher sees it.
 #[derive(Debug)]
-struct VenueLink {
+struct VenueLanes {
     port: VenuePort,
     cancels: BoundedQueue<CancelWork>,
     replaces: BoundedQueue<QueuedReplace>,
@@ -100,7 +100,7 @@ pub struct Dispatcher {
     table: OrderTable,
     guards: GuardChain,
     strategies: Vec<StrategyPort>,
-    venues: Vec<VenueLink>,
+    venues: Vec<VenueLanes>,
     next_strategy: usize,
     /// Scratch for mass cancels: wire cancels needed per venue (allocated at start).
     mass_cancel_need: Vec<u32>,
@@ -152,7 +152,7 @@ impl Dispatcher {
         }
         let venues = venues
             .into_iter()
-            .map(|port| VenueLink {
+            .map(|port| VenueLanes {
                 port,
                 cancels: BoundedQueue::new(config.lane_cancel_capacity),
                 replaces: BoundedQueue::new(config.lane_replace_capacity),

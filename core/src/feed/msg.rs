@@ -85,7 +85,7 @@ pub enum Request {
 
 /// Why a request was refused (sent back as an `error` message; the connection stays).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RequestError {
+pub enum MdRequestError {
     /// Not JSON, or not an object of strings.
     #[error("not a JSON object: {0}")]
     NotJson(String),
@@ -103,21 +103,21 @@ pub enum RequestError {
 }
 
 /// Parses one request.
-pub fn parse_request(text: &str) -> Result<Request, RequestError> {
+pub fn parse_request(text: &str) -> Result<Request, MdRequestError> {
     let v: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| RequestError::NotJson(e.to_string()))?;
+        serde_json::from_str(text).map_err(|e| MdRequestError::NotJson(e.to_string()))?;
     let obj = v
         .as_object()
-        .ok_or_else(|| RequestError::NotJson("not an object".into()))?;
-    let field = |name: &'static str| -> Result<&str, RequestError> {
+        .ok_or_else(|| MdRequestError::NotJson("not an object".into()))?;
+    let field = |name: &'static str| -> Result<&str, MdRequestError> {
         obj.get(name)
             .and_then(|v| v.as_str())
-            .ok_or(RequestError::Missing(name))
+            .ok_or(MdRequestError::Missing(name))
     };
     let op = field("op")?;
     let channel = || {
         let c = field("channel")?;
-        Channel::parse(c).ok_or_else(|| RequestError::Unknown {
+        Channel::parse(c).ok_or_else(|| MdRequestError::Unknown {
             field: "channel",
             value: c.to_string(),
         })
@@ -135,7 +135,7 @@ pub fn parse_request(text: &str) -> Result<Request, RequestError> {
             symbol: field("symbol")?.to_string(),
         },
         other => {
-            return Err(RequestError::Unknown {
+            return Err(MdRequestError::Unknown {
                 field: "op",
                 value: other.to_string(),
             })
@@ -226,22 +226,22 @@ mod tests {
         );
         assert!(matches!(
             parse_request("nope"),
-            Err(RequestError::NotJson(_))
+            Err(MdRequestError::NotJson(_))
         ));
         assert_eq!(
             parse_request(r#"{"op":"subscribe","symbol":"AAPL"}"#),
-            Err(RequestError::Missing("channel"))
+            Err(MdRequestError::Missing("channel"))
         );
         assert_eq!(
             parse_request(r#"{"op":"subscribe","channel":"quotes","symbol":"AAPL"}"#),
-            Err(RequestError::Unknown {
+            Err(MdRequestError::Unknown {
                 field: "channel",
                 value: "quotes".into()
             })
         );
         assert!(matches!(
             parse_request(r#"{"op":"buy"}"#),
-            Err(RequestError::Unknown { field: "op", .. })
+            Err(MdRequestError::Unknown { field: "op", .. })
         ));
     }
 
