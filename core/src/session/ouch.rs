@@ -73,6 +73,9 @@ struct SessionOrder {
     /// A report about it could not be true (overfill, fill after close): its state is in
     /// doubt until an operator settles it; reconciliation counts it unresolved.
     contradicted: bool,
+    /// Shares booked from a status answer whose execution reports have not arrived yet: the
+    /// next reports for this order are those executions (absorbed, never booked twice).
+    inferred: u32,
 }
 
 /// The outcome of comparing keel's view with the venue's reconciliation answer.
@@ -128,6 +131,9 @@ pub struct ClientStats {
     pub last_contradiction: Option<Contradiction>,
     /// Closed orders forgotten to make room in the map (oldest closed first).
     pub forgotten: u64,
+    /// Execution reports that arrived after a status answer had already booked their shares
+    /// (a report delayed behind the answer): absorbed, not booked twice.
+    pub late_reports_absorbed: u64,
     /// New orders refused because the map was full of open orders.
     pub session_full: u64,
 }
@@ -301,6 +307,7 @@ impl OuchClient {
             cancel_pending: false,
             awaiting_since_ns: None,
             contradicted: false,
+            inferred: 0,
         };
         // Restores run before the first login; one past `orders_max` would make the map grow.
         if self.by_user_ref.len() >= self.config.orders_max as usize {
@@ -517,6 +524,7 @@ impl OuchClient {
             cancel_pending: false,
             awaiting_since_ns: None,
             contradicted: false,
+            inferred: 0,
         };
         self.by_user_ref.insert(user_ref, order);
         self.by_id.insert(id, user_ref);
@@ -839,6 +847,20 @@ impl OuchClient {
         ))
     }
 
+    /// Takes up to `qty` shares of `user_ref`'s inferred executions (booked from a status
+    /// answer before their reports arrived); returns how many.
+    fn absorb_inferred(&mut self, user_ref: u32, qty: u32) -> u32 {
+        let Some(order) = self.by_user_ref.get_mut(&user_ref) else {
+            return 0;
+        };
+        let taken = order.inferred.min(qty);
+        order.inferred -= taken;
+        if taken > 0 {
+            self.stats.late_reports_absorbed += 1;
+        }
+        taken
+    }
+
     fn map(&mut self, msg: &Outbound<'_>) -> Mapped {
         let kind = match *msg {
             Outbound::Accepted(a) => {
@@ -878,6 +900,11 @@ impl OuchClient {
                 price,
                 ..
             } => {
+                // Shares a status answer already booked: this report is their execution.
+                let qty = qty - self.absorb_inferred(user_ref, qty);
+                if qty == 0 {
+                    return Mapped::Nothing;
+                }
                 if let Err(contradiction) = self.check_report(user_ref, qty) {
                     return contradiction;
                 }
@@ -983,6 +1010,7 @@ impl OuchClient {
             _ if status.executed_qty > order.executed => {
                 let qty = status.executed_qty - order.executed;
                 order.executed = status.executed_qty;
+                order.inferred = order.inferred.saturating_add(qty);
                 order.accepted = true;
                 let kind = OutcomeKind::Fill {
                     id,
@@ -1366,6 +1394,41 @@ mod tests {
         };
         let (news, _) = sequenced(&mut c, &end);
         assert!(matches!(news, SessionNews::Reconciled(r) if r.unresolved() == 0));
+    }
+
+    // Goal: a status answer that books executions before their reports arrive (reports
+    // delayed behind it) is not followed by a double booking or a false contradiction: the
+    // late reports are absorbed; a report beyond them is applied as new.
+    #[test]
+    fn late_reports_after_a_status_answer_are_absorbed() {
+        let mut c = client(8);
+        login(&mut c, 1).unwrap();
+        enter(&mut c, 1).unwrap();
+        let status = crate::proto::ouch::OrderStatus {
+            timestamp: 0,
+            user_ref: 1,
+            state: b'L',
+            side: b'B',
+            symbol: soupbin::alpha("AAPL"),
+            price: 100,
+            open_qty: 6,
+            executed_qty: 4,
+            cl_ord_id: cl_ord_id(id(1)),
+        };
+        let (_, got) = sequenced(&mut c, &Outbound::OrderStatus(status));
+        assert!(
+            matches!(got[..], [OutcomeKind::Fill { qty: 4, .. }]),
+            "{got:?}"
+        );
+        let (news, got) = sequenced(&mut c, &executed(1, 4)); // the delayed report
+        assert_eq!((news, got.len()), (SessionNews::Nothing, 0));
+        let (_, got) = sequenced(&mut c, &executed(1, 6)); // a new execution
+        assert!(
+            matches!(got[..], [OutcomeKind::Fill { qty: 6, .. }]),
+            "{got:?}"
+        );
+        assert_eq!(c.stats().contradictions, 0);
+        assert_eq!(c.stats().late_reports_absorbed, 1);
     }
 
     // Goal: the session map never grows past `orders_max`: the order closed longest ago is
