@@ -900,9 +900,11 @@ impl OuchClient {
                 price,
                 ..
             } => {
-                // Shares a status answer already booked: this report is their execution.
-                let qty = qty - self.absorb_inferred(user_ref, qty);
-                if qty == 0 {
+                // Shares a status answer already booked: this report is their execution. (A
+                // report of zero shares is not one: it goes on, to be refused as it must.)
+                let absorbed = self.absorb_inferred(user_ref, qty);
+                let qty = qty - absorbed;
+                if absorbed > 0 && qty == 0 {
                     return Mapped::Nothing;
                 }
                 if let Err(contradiction) = self.check_report(user_ref, qty) {
