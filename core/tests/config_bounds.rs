@@ -53,9 +53,6 @@ struct Case {
     value: String,
     extra: &'static str,
     expect: Expect,
-    /// A known failure of this case, reported (issue 10) and not yet fixed: the case still runs
-    /// and its outcome is printed, but it fails the test only with `KEEL_BOUNDS_STRICT=1`.
-    known_bug: Option<&'static str>,
 }
 
 const I64_MAX: &str = "9223372036854775807";
@@ -68,7 +65,6 @@ fn case(section: &'static str, key: &'static str, value: &str, expect: Expect) -
         value: value.to_string(),
         extra: "",
         expect,
-        known_bug: None,
     }
 }
 
@@ -578,7 +574,6 @@ fn every_documented_bound_starts_or_is_refused_by_name() {
         return;
     }
     let cases = cases();
-    let strict = std::env::var("KEEL_BOUNDS_STRICT").as_deref() == Ok("1");
     // Each child mostly waits (on the venue, on timers): a few at once keep the run short.
     let next = std::sync::atomic::AtomicUsize::new(0);
     let outcomes = std::sync::Mutex::new(vec![String::new(); cases.len()]);
@@ -595,27 +590,19 @@ fn every_documented_bound_starts_or_is_refused_by_name() {
         }
     });
     let mut failures = Vec::new();
-    let mut known = 0;
     for (c, outcome) in cases.iter().zip(outcomes.into_inner().unwrap()) {
         let value: String = c.value.chars().take(24).collect();
-        let mut line = format!(
+        let line = format!(
             "[{}] {} = {value}: expected {:?}, got {outcome}",
             c.section, c.key, c.expect
         );
         let ok = satisfied(c.expect, &outcome);
-        if let Some(note) = c.known_bug {
-            known += 1;
-            line += &format!(" -- KNOWN BUG: {note}");
-            if ok {
-                line += " (now passes: drop the known_bug mark)";
-            }
-        }
         eprintln!("{line}");
-        if !ok && (c.known_bug.is_none() || strict) {
+        if !ok {
             failures.push(line);
         }
     }
-    eprintln!("{} cases, {known} marked as known bugs", cases.len());
+    eprintln!("{} cases", cases.len());
     assert!(
         failures.is_empty(),
         "{} of {} cases failed:\n{}",

@@ -1160,9 +1160,7 @@ impl Dispatcher {
     ) {
         self.stats.contradictions += 1;
         self.stats.last_contradiction = Some(what);
-        if self.venues[v].mode == LinkMode::Trading {
-            self.venues[v].mode = LinkMode::ReadOnly;
-        }
+        self.distrust(v);
         // No order (a report for one never sent): counted, the link read-only, nobody to tell.
         let Some(id) = id else {
             return;
@@ -1203,6 +1201,14 @@ impl Dispatcher {
                     }
                 }
             }
+        }
+    }
+
+    /// Venue `v`'s link is not to be trusted: no new order leaves on it until it reports
+    /// `Trading` again after a reconciliation.
+    fn distrust(&mut self, v: usize) {
+        if self.venues[v].mode == LinkMode::Trading {
+            self.venues[v].mode = LinkMode::ReadOnly;
         }
     }
 
@@ -1406,11 +1412,9 @@ impl Dispatcher {
                 self.stats.contradictions += 1;
                 self.stats.last_contradiction = Some(Contradiction::TableRefused);
                 if let Some(order) = self.table.get(id) {
-                    let link = &mut self.venues[usize::from(order.venue.0)];
-                    link.reconcile_wanted = Some(id);
-                    if link.mode == LinkMode::Trading {
-                        link.mode = LinkMode::ReadOnly;
-                    }
+                    let v = usize::from(order.venue.0);
+                    self.venues[v].reconcile_wanted = Some(id);
+                    self.distrust(v);
                 }
                 None
             }
