@@ -7,9 +7,11 @@
 
 #![deny(unsafe_code)]
 
+#[cfg(feature = "simulator")]
 pub mod cli;
 pub mod clock;
 pub mod config;
+#[cfg(feature = "simulator")]
 pub mod demo;
 pub mod dispatch;
 pub mod engine;
@@ -26,4 +28,5 @@ pub mod rng;
 pub mod runtime;
 pub mod session;
 pub mod strategy;
+#[cfg(feature = "simulator")]
 pub mod venue;

@@ -28,7 +28,7 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use keel::config::EngineConfig;
 use keel::feed::handler::{FeedConfig, FeedHandler};
-use keel::feed::msg::{self as md, BookSide, Channel, Request};
+use keel::proto::md::{self as md, BookSide, Channel, Request};
 use keel::ipc::{decode_command, decode_event, encode_command, encode_event, IpcEvent};
 use keel::journal::{Journal, JournalConfig, JournalRecord, Recovery, RECORD_LEN};
 use keel::net::sim::{SimEndpoint, SimWorld};

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use keel::clock::{Clock, TscClock};
 use keel::feed::fanout::DEPTH;
 use keel::feed::handler::{FeedConfig, FeedHandler};
-use keel::feed::msg::BookSide;
-use keel::feed::server::{BookView, MdConfig, MdFaults, MdServer, MdStats};
+use keel::proto::md::BookSide;
+use keel::venue::md_server::{BookView, MdConfig, MdFaults, MdServer, MdStats};
 use keel::net::{Reactor, ReactorConfig};
 use keel::proto::ws::{self, Decoder, Opcode, Role, WsMessage};
 

@@ -332,8 +332,8 @@ impl FeedRig {
 #[test]
 fn market_data_path_allocates_nothing() {
     use keel::feed::handler::{FeedConfig, FeedStats};
-    use keel::feed::msg::BookSide;
-    use keel::feed::server::{MdConfig, MdFaults, MdServer};
+    use keel::proto::md::BookSide;
+    use keel::venue::md_server::{MdConfig, MdFaults, MdServer};
     use keel::net::ReactorConfig;
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     use std::sync::Arc;

@@ -179,12 +179,12 @@ pub fn run(args: VenueArgs) -> ExitCode {
         } else {
             WaitMode::Blocking
         },
-        market_data: (!args.no_market_data).then(|| crate::feed::server::MdConfig {
+        market_data: (!args.no_market_data).then(|| crate::venue::md_server::MdConfig {
             listen: args.md_listen,
             conns_max: args.md_connections,
             queue_max: args.md_queue as usize,
             ping_interval_ns: args.md_ping_s * 1_000_000_000,
-            ..crate::feed::server::MdConfig::default()
+            ..crate::venue::md_server::MdConfig::default()
         }),
         ..VenueConfig::default()
     };

@@ -14,7 +14,7 @@ use crate::dispatch::{
     strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle,
 };
 use crate::feed::handler::{FeedConfig, FeedHandler};
-use crate::feed::server::MdConfig;
+use crate::venue::md_server::MdConfig;
 use crate::guard::limiter::WindowLimit;
 use crate::net::{NetEvent, Reactor, ReactorConfig};
 use crate::order::{

@@ -4,7 +4,7 @@
 //! A duplicate (a sequence already applied) is ignored and counted.
 
 use super::levels::Levels;
-use super::msg::BookSide;
+use crate::proto::md::BookSide;
 
 /// What applying a delta did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -25,7 +25,7 @@ use sha1::{Digest, Sha1};
 
 use super::book::{Applied, Delta, LocalBook, LEVELS_MAX};
 use super::fanout::{self, Publisher, Subscriber, TradeTick};
-use super::msg::BookSide;
+use crate::proto::md::BookSide;
 use crate::guard::backoff::{Backoff, BackoffConfig};
 use crate::net::{ConnId, NetEvent, Transport};
 use crate::proto::ws::{self, close_code, Decoder, Opcode, Role, WsMessage};

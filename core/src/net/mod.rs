@@ -3,6 +3,7 @@
 //! message. There is no epoll fallback: when io_uring is unavailable, [`uring::Reactor::new`]
 //! fails with [`NetError::Unavailable`] naming the cause (see docs/operations.md).
 
+#[cfg(feature = "simulator")]
 pub mod sim;
 pub mod uring;
 

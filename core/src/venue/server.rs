@@ -125,7 +125,7 @@ pub struct VenueConfig {
     pub spin_reads: bool,
     /// The WebSocket market-data server (`None`: off). Its `symbols` are replaced by the
     /// exchange's.
-    pub market_data: Option<crate::feed::server::MdConfig>,
+    pub market_data: Option<super::md_server::MdConfig>,
 }
 
 impl Default for VenueConfig {
@@ -260,9 +260,9 @@ pub struct VenueServer<T: Transport = Reactor> {
     scratch: Vec<u8>,
     stats: VenueStats,
     /// The market-data server, fed from the exchange after every pass.
-    md: Option<crate::feed::server::MdServer>,
+    md: Option<super::md_server::MdServer>,
     md_trades: Vec<crate::venue::exchange::Trade>,
-    md_levels: Vec<(u16, crate::feed::msg::BookSide, i64, u64)>,
+    md_levels: Vec<(u16, crate::proto::md::BookSide, i64, u64)>,
     /// Hostile fault: the next Login Accepted announces this sequence number whatever the
     /// stream's position (the session is still written from its real position).
     login_seq_once: Option<u64>,
@@ -290,7 +290,7 @@ impl VenueServer {
                 let mut md = md.clone();
                 md.symbols = config.exchange.symbols.clone();
                 md.wait = WaitMode::BusyPoll; // polled without waiting, after the venue's wait
-                Some(crate::feed::server::MdServer::new(md)?)
+                Some(super::md_server::MdServer::new(md)?)
             }
             None => None,
         };
@@ -339,7 +339,7 @@ impl<T: Transport> VenueServer<T> {
     }
 
     /// The market-data server, if configured.
-    pub fn market_data(&self) -> Option<&crate::feed::server::MdServer> {
+    pub fn market_data(&self) -> Option<&super::md_server::MdServer> {
         self.md.as_ref()
     }
 
@@ -347,12 +347,12 @@ impl<T: Transport> VenueServer<T> {
     pub fn market_data_addr(&self) -> Option<SocketAddr> {
         self.md
             .as_ref()
-            .map(crate::feed::server::MdServer::local_addr)
+            .map(super::md_server::MdServer::local_addr)
     }
 
     /// Publishes what the exchange did since the last pass and runs the market-data server.
     fn feed_market_data(&mut self, now_ns: u64) -> Result<(), NetError> {
-        use crate::feed::msg::BookSide;
+        use crate::proto::md::BookSide;
         match self.md.as_mut() {
             Some(md) => {
                 let mut trades = std::mem::take(&mut self.md_trades);

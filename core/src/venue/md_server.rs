@@ -36,7 +36,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
-use super::msg::{self, BookSide, Channel, Request};
+use crate::proto::md::{self as msg, BookSide, Channel, Request};
 use crate::net::{ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, WaitMode};
 use crate::proto::ws::{self, close_code, Decoder, Opcode, Role, WsMessage};
 
