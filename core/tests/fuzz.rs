@@ -28,7 +28,6 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use keel::config::EngineConfig;
 use keel::feed::handler::{FeedConfig, FeedHandler};
-use keel::proto::md::{self as md, BookSide, Channel, Request};
 use keel::ipc::{decode_command, decode_event, encode_command, encode_event, IpcEvent};
 use keel::journal::{Journal, JournalConfig, JournalRecord, Recovery, RECORD_LEN};
 use keel::net::sim::{SimEndpoint, SimWorld};
@@ -38,6 +37,7 @@ use keel::order::{
     OutcomeKind, Price, RefusalReason, RejectReason, Replace, RequestKind, Side, StrategyId,
     SymbolId, TimeInForce, VenueId, VenueRequest,
 };
+use keel::proto::md::{self as md, BookSide, Channel, Request};
 use keel::proto::ouch::{
     decode_inbound, decode_outbound, encode_inbound, encode_outbound, Dialect, EnterOrder, Inbound,
     OrderAccepted, OrderFields, OrderStatus, Outbound, ReplaceOrder,
@@ -1191,7 +1191,7 @@ fn run_feed(wire: &[u8]) -> FeedHandler {
     let mut venue: SimEndpoint = SimWorld::endpoint(&world);
     let mut engine: SimEndpoint = SimWorld::endpoint(&world);
     let addr: SocketAddr = "10.1.2.3:15002".parse().unwrap();
-    venue.listen(addr);
+    venue.listen(addr).unwrap();
     let mut handler = FeedHandler::new(FeedConfig {
         addr,
         symbols: vec!["AAPL".into(), "MSFT".into()],

@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 use keel::clock::{Clock, TscClock};
 use keel::feed::fanout::DEPTH;
 use keel::feed::handler::{FeedConfig, FeedHandler};
-use keel::proto::md::BookSide;
-use keel::venue::md_server::{BookView, MdConfig, MdFaults, MdServer, MdStats};
 use keel::net::{Reactor, ReactorConfig};
+use keel::proto::md::BookSide;
 use keel::proto::ws::{self, Decoder, Opcode, Role, WsMessage};
+use keel::venue::md_server::{BookView, MdConfig, MdFaults, MdServer, MdStats};
 
 mod common;
 

@@ -127,7 +127,7 @@ impl Sim {
         world.borrow_mut().faults.delay_max_ns = 200_000;
         let addr = "10.0.0.1:1".parse().unwrap(); // simulated: never leaves the process
         let mut venue_net = SimWorld::endpoint(&world);
-        venue_net.listen(addr);
+        venue_net.listen(addr).unwrap();
         let venue_config = VenueConfig {
             flow: FlowConfig {
                 seed,

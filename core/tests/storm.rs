@@ -156,7 +156,7 @@ fn storm(policy: BackoffPolicy) -> Option<u64> {
     }
     let addr = "10.0.0.2:1".parse().unwrap(); // simulated
     let mut venue_net = SimWorld::endpoint(&world);
-    venue_net.listen(addr);
+    venue_net.listen(addr).unwrap();
     let venue = VenueServer::with_transport(venue_config(), venue_net, addr);
     let storm = Storm::new(venue, SimWorld::endpoint(&world), policy);
     let mut now = 0;

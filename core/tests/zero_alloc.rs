@@ -332,9 +332,9 @@ impl FeedRig {
 #[test]
 fn market_data_path_allocates_nothing() {
     use keel::feed::handler::{FeedConfig, FeedStats};
+    use keel::net::ReactorConfig;
     use keel::proto::md::BookSide;
     use keel::venue::md_server::{MdConfig, MdFaults, MdServer};
-    use keel::net::ReactorConfig;
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     use std::sync::Arc;
 

@@ -14,7 +14,6 @@ use crate::dispatch::{
     strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle,
 };
 use crate::feed::handler::{FeedConfig, FeedHandler};
-use crate::venue::md_server::MdConfig;
 use crate::guard::limiter::WindowLimit;
 use crate::net::{NetEvent, Reactor, ReactorConfig};
 use crate::order::{
@@ -29,6 +28,7 @@ use crate::session::link::{LinkConfig, VenueLink};
 use crate::session::machine::LinkState;
 use crate::session::ouch::{ClientConfig, OuchClient};
 use crate::venue::flow::FlowConfig;
+use crate::venue::md_server::MdConfig;
 use crate::venue::server::{VenueConfig, VenueServer};
 
 const MS: u64 = 1_000_000;

@@ -25,9 +25,9 @@ use sha1::{Digest, Sha1};
 
 use super::book::{Applied, Delta, LocalBook, LEVELS_MAX};
 use super::fanout::{self, Publisher, Subscriber, TradeTick};
-use crate::proto::md::BookSide;
 use crate::guard::backoff::{Backoff, BackoffConfig};
 use crate::net::{ConnId, NetEvent, Transport};
+use crate::proto::md::BookSide;
 use crate::proto::ws::{self, close_code, Decoder, Opcode, Role, WsMessage};
 use crate::rng::{Rng64, SplitMix64};
 

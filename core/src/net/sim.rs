@@ -182,13 +182,6 @@ pub struct SimEndpoint {
 }
 
 impl SimEndpoint {
-    /// Listens on `addr` (any address: the simulated network has no ports to run out of).
-    pub fn listen(&mut self, addr: SocketAddr) -> ListenerId {
-        let mut w = self.world.borrow_mut();
-        w.listeners.push((addr, self.id));
-        ListenerId(0)
-    }
-
     fn buffer(&mut self, pipe: usize) -> &mut Vec<u8> {
         if self.buffers.len() <= pipe {
             self.buffers.resize_with(pipe + 1, Vec::new);
@@ -198,6 +191,12 @@ impl SimEndpoint {
 }
 
 impl Transport for SimEndpoint {
+    /// Any address: the simulated network has no ports to run out of (port 0 stays 0).
+    fn listen(&mut self, addr: SocketAddr) -> Result<(ListenerId, SocketAddr), NetError> {
+        let mut w = self.world.borrow_mut();
+        w.listeners.push((addr, self.id));
+        Ok((ListenerId(0), addr))
+    }
     fn connect(&mut self, addr: SocketAddr) -> Result<ConnId, NetError> {
         let mut w = self.world.borrow_mut();
         let pipe = w.pipes.len();

@@ -36,8 +36,8 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
-use crate::proto::md::{self as msg, BookSide, Channel, Request};
 use crate::net::{ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, WaitMode};
+use crate::proto::md::{self as msg, BookSide, Channel, Request};
 use crate::proto::ws::{self, close_code, Decoder, Opcode, Role, WsMessage};
 
 /// Server settings, all bounds fixed at start.

@@ -345,9 +345,7 @@ impl<T: Transport> VenueServer<T> {
 
     /// The market-data server's address, if configured.
     pub fn market_data_addr(&self) -> Option<SocketAddr> {
-        self.md
-            .as_ref()
-            .map(super::md_server::MdServer::local_addr)
+        self.md.as_ref().map(super::md_server::MdServer::local_addr)
     }
 
     /// Publishes what the exchange did since the last pass and runs the market-data server.
