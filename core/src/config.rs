@@ -17,7 +17,8 @@ use crate::runtime::IdlePolicy;
 use crate::session::link::LinkConfig;
 use crate::session::ouch::ReconcileMode;
 
-pub use crate::engine::{EngineConfig, VenueLinkConfig};
+pub use crate::engine::EngineConfig;
+pub use crate::session::{ProtocolConfig, VenueLinkConfig};
 
 /// Why a configuration file was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -285,7 +286,7 @@ impl EngineConfig {
         for v in &self.venues {
             need.add(
                 "venue.orders_max",
-                crate::session::ouch::OuchClient::memory_bytes(v.orders_max),
+                crate::session::protocol::protocol_memory_bytes(v),
             );
         }
         let ring = |capacity: u32, record: usize| u64::from(capacity) * record as u64;
@@ -627,8 +628,46 @@ fn read_journal(mut s: Section<'_>) -> Result<JournalConfig> {
     Ok(JournalConfig { dir, file_bytes })
 }
 
+/// The settings of a `[[venue]]` with `protocol = "ouch"`.
+fn read_ouch(s: &mut Section<'_>) -> Result<ProtocolConfig> {
+    let dialect = match s.string("dialect")? {
+        None | Some("spec") => Dialect::SPEC,
+        Some("ouch-connect") => Dialect::OUCH_CONNECT,
+        Some(other) => {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key("dialect"),
+                value: format!("\"{other}\""),
+                allowed: "\"spec\" or \"ouch-connect\"",
+            })
+        }
+    };
+    let reconcile = match s.string("reconcile")? {
+        None | Some("keel-extension") => ReconcileMode::KeelExtension,
+        Some("account-query") => ReconcileMode::AccountQueryBarrier,
+        Some(other) => {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key("reconcile"),
+                value: format!("\"{other}\""),
+                allowed: "\"keel-extension\" or \"account-query\"",
+            })
+        }
+    };
+    Ok(ProtocolConfig::Ouch { dialect, reconcile })
+}
+
 fn read_venue(mut s: Section<'_>) -> Result<VenueLinkConfig> {
     let name = s.required_string("name")?.to_string();
+    // The protocol first: the keys below are read for it (one arm per protocol keel speaks).
+    let protocol = match s.string("protocol")? {
+        None | Some("ouch") => read_ouch(&mut s)?,
+        Some(other) => {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key("protocol"),
+                value: format!("\"{other}\""),
+                allowed: "\"ouch\"",
+            })
+        }
+    };
     let address_text = s.required_string("address")?;
     let address = address_text
         .parse()
@@ -666,28 +705,6 @@ fn read_venue(mut s: Section<'_>) -> Result<VenueLinkConfig> {
             });
         }
     }
-    let dialect = match s.string("dialect")? {
-        None | Some("spec") => Dialect::SPEC,
-        Some("ouch-connect") => Dialect::OUCH_CONNECT,
-        Some(other) => {
-            return Err(FileConfigError::OutOfRange {
-                key: s.key("dialect"),
-                value: format!("\"{other}\""),
-                allowed: "\"spec\" or \"ouch-connect\"",
-            })
-        }
-    };
-    let reconcile = match s.string("reconcile")? {
-        None | Some("keel-extension") => ReconcileMode::KeelExtension,
-        Some("account-query") => ReconcileMode::AccountQueryBarrier,
-        Some(other) => {
-            return Err(FileConfigError::OutOfRange {
-                key: s.key("reconcile"),
-                value: format!("\"{other}\""),
-                allowed: "\"keel-extension\" or \"account-query\"",
-            })
-        }
-    };
     let mut ack_timeout_ns: u64 = 2_000_000_000;
     let mut orders_max: u32 = 65_536;
     let mut link = LinkConfig::default();
@@ -753,8 +770,7 @@ fn read_venue(mut s: Section<'_>) -> Result<VenueLinkConfig> {
         address,
         username,
         password,
-        dialect,
-        reconcile,
+        protocol,
         ack_timeout_ns,
         orders_max,
         link,

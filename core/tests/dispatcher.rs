@@ -755,7 +755,7 @@ fn bad_configuration_is_refused_with_key_and_value() {
 // again, routing resumes.
 #[test]
 fn watchdog_stops_routing_to_a_stalled_executor() {
-    use keel::session::watchdog::LoopHeartbeat;
+    use keel::runtime::watchdog::LoopHeartbeat;
     let mut rig = Rig::new(roomy_config());
     let (heartbeat, dog) = LoopHeartbeat::new(10 * MS);
     rig.dispatcher.attach_watchdog(0, dog);

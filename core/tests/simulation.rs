@@ -24,13 +24,12 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
-use keel::dispatch::{
-    strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle,
-};
+use keel::dispatch::{Dispatcher, DispatcherConfig, StrategyHandle};
+use keel::engine::{EngineBuilder, EngineConfig, EngineLoop, LoopConfig};
 use keel::guard::backoff::BackoffConfig;
 use keel::guard::limiter::WindowLimit;
 use keel::net::sim::{SimEndpoint, SimWorld};
-use keel::net::{NetEvent, Transport};
+use keel::net::Transport;
 use keel::order::{
     ClientOrderId, Command, EventKind, NewOrder, OrderState, Price, Side, StrategyId, SymbolId,
     TimeInForce, VenueId,
@@ -40,7 +39,8 @@ use keel::proto::soupbin::alpha;
 use keel::rng::{Rng64, SplitMix64};
 use keel::session::link::{LinkConfig, VenueLink};
 use keel::session::machine::{LinkState, SessionConfig};
-use keel::session::ouch::{ClientConfig, OuchClient};
+use keel::session::ouch::ReconcileMode;
+use keel::session::{ProtocolConfig, VenueLinkConfig, VenueProtocol};
 use keel::venue::flow::FlowConfig;
 use keel::venue::server::{VenueConfig, VenueServer};
 
@@ -97,9 +97,8 @@ struct Sim {
     rng: SplitMix64,
     world: Rc<RefCell<SimWorld>>,
     venue: VenueServer<SimEndpoint>,
-    net: SimEndpoint,
-    dispatcher: Dispatcher,
-    link: VenueLink,
+    /// The engine's own loop (`EngineBuilder::build`) over the simulated network.
+    engine: EngineLoop<SimEndpoint>,
     strategy: StrategyHandle,
     swarm: Swarm,
     tally: Tally,
@@ -109,7 +108,6 @@ struct Sim {
     /// Per order: every event seen (printed when an invariant fails).
     history: BTreeMap<ClientOrderId, Vec<EventKind>>,
     refuse_until: u64,
-    events: Vec<NetEvent>,
     /// Generator of the wall-clock jumps, apart from `rng`.
     wall_rng: SplitMix64,
     /// Generator of the hostile venue's lies, apart from `rng`.
@@ -140,8 +138,6 @@ impl Sim {
         };
         let venue = VenueServer::with_transport(venue_config, venue_net, addr);
         let net = SimWorld::endpoint(&world);
-        let (strategy, sport) = strategy_channel(256, 1024);
-        let (vhandle, vport) = venue_channel(1024, 1024);
         let mut config = DispatcherConfig {
             strategies: 1,
             venues: 1,
@@ -152,20 +148,7 @@ impl Sim {
         config.limiter.windows = [Some(RATE_WINDOW), None, None, None];
         // A breaker on the simulation's time scale.
         config.breaker = common::drill_breaker();
-        let dispatcher = Dispatcher::new(config, vec![sport], vec![vport], 0).unwrap();
         let symbols = ["AAPL", "MSFT", "AMZN", "NVDA"].map(alpha::<8>).to_vec();
-        let client = OuchClient::new(
-            ClientConfig {
-                username: "sim".into(),
-                password: "keel".into(),
-                dialect: Dialect::SPEC,
-                orders_max: 64, // small: the session forgets closed orders often
-                symbols,
-                reconcile: Default::default(),
-                ack_timeout_ns: 200 * MS,
-            },
-            VenueId(0),
-        );
         let link_config = LinkConfig {
             session: SessionConfig {
                 backoff: BackoffConfig {
@@ -181,7 +164,34 @@ impl Sim {
             silent_intervals_max: 3,
             max_packet_len: 1024,
         };
-        let link = VenueLink::with_config(addr, VenueId(0), client, vhandle, link_config);
+        let engine_config = EngineConfig {
+            symbols,
+            dispatcher: config,
+            journal: None,
+            venues: vec![VenueLinkConfig {
+                name: "sim".into(),
+                address: addr,
+                username: "sim".into(),
+                password: "keel".into(),
+                protocol: ProtocolConfig::Ouch {
+                    dialect: Dialect::SPEC,
+                    reconcile: ReconcileMode::KeelExtension,
+                },
+                ack_timeout_ns: 200 * MS,
+                orders_max: 64, // small: the session forgets closed orders often
+                link: link_config,
+            }],
+            loops: LoopConfig {
+                strategy_ring: 1024,
+                venue_ring: 1024,
+                ..LoopConfig::default()
+            },
+            ipc: None,
+            feeds: Vec::new(),
+        };
+        // The link's first connection attempt is made here, at time 0.
+        let mut engine = EngineBuilder::new(engine_config).build(net, 0).unwrap();
+        let strategy = engine.take_strategy(StrategyId(0)).unwrap();
         let mut pick = |max: u64| rng.below_inclusive(max);
         let swarm = Swarm {
             cut_permille: pick(3),
@@ -215,9 +225,7 @@ impl Sim {
             rng,
             world,
             venue,
-            net,
-            dispatcher,
-            link,
+            engine,
             strategy,
             swarm,
             tally: Tally::default(),
@@ -225,12 +233,23 @@ impl Sim {
             orders: BTreeMap::new(),
             history: BTreeMap::new(),
             refuse_until: 0,
-            events: Vec::new(),
             wall_rng,
             hostile_rng,
             wire_sent: std::collections::VecDeque::new(),
             wire_sent_total: 0,
         }
+    }
+
+    fn link(&self) -> &VenueLink {
+        &self.engine.links()[0]
+    }
+
+    fn link_mut(&mut self) -> &mut VenueLink {
+        self.engine.link_mut(VenueId(0)).expect("one venue")
+    }
+
+    fn dispatcher(&self) -> &Dispatcher {
+        self.engine.dispatcher()
     }
 
     fn fail(&self, what: &str) -> ! {
@@ -424,13 +443,14 @@ impl Sim {
     }
 
     fn step(&mut self) {
-        let entered = self.link.stats().orders_entered;
+        let entered = self.link().stats().orders_entered;
         self.step_loop();
         // No new order leaves on a link that is not trusted (read-only, reconciling, down).
-        if self.link.state() != LinkState::Synced && self.link.stats().orders_entered != entered {
+        if self.link().state() != LinkState::Synced && self.link().stats().orders_entered != entered
+        {
             let msg = format!(
                 "a new order was written while the link was {:?}",
-                self.link.state()
+                self.link().state()
             );
             self.fail(&msg);
         }
@@ -439,13 +459,10 @@ impl Sim {
     fn step_loop(&mut self) {
         self.now += STEP_NS;
         self.venue.step(self.now, 0).unwrap();
-        self.events.clear();
-        self.net.poll(self.now, 0, &mut self.events).unwrap();
-        for e in self.events.clone() {
-            self.link.on_event(self.now, &mut self.net, &e);
+        self.engine.pass(self.now);
+        if self.engine.poll_errors() > 0 {
+            self.fail("the simulated network's poll failed");
         }
-        self.link.step(self.now, &mut self.net);
-        self.dispatcher.poll(self.now);
         while let Ok(e) = self.strategy.events.pop() {
             self.observe(e.id, e.kind);
         }
@@ -506,8 +523,8 @@ impl Sim {
         if stats.duplicate_ids != 0 {
             self.fail("the venue saw a reused order id: keel resent an order");
         }
-        if self.dispatcher.stats().report_errors > 0 {
-            let e = self.dispatcher.stats().last_report_error;
+        if self.dispatcher().stats().report_errors > 0 {
+            let e = self.dispatcher().stats().last_report_error;
             let history = match e {
                 Some(keel::order::TableError::Lifecycle { id, .. }) => {
                     self.history.get(&id).cloned()
@@ -520,7 +537,7 @@ impl Sim {
             self.fail(&msg);
         }
         // Messages written to the venue in any rate window stay within the limiter's bound.
-        let total = self.link.stats().requests_sent;
+        let total = self.link().stats().requests_sent;
         let sent = total - self.wire_sent_total;
         self.wire_sent_total = total;
         self.wire_sent.push_back((self.now, sent));
@@ -537,21 +554,18 @@ impl Sim {
             let msg = format!(
                 "{in_window} messages written to the venue in one rate window (bound {bound}) at {} ms, link {:?}",
                 self.now / MS,
-                self.link.state()
+                self.link().state()
             );
             self.fail(&msg);
         }
-        let synced = self.dispatcher.is_synced(0);
-        if synced && self.link.state() != LinkState::Synced {
+        let synced = self.dispatcher().is_synced(0);
+        if synced && self.link().state() != LinkState::Synced {
             self.fail("dispatcher believes the link is synced while the session is not");
         }
     }
 
     fn run(&mut self) -> Tally {
         while self.now < FAULT_PHASE_NS {
-            if self.now == 0 {
-                self.link.start(0, &mut self.net);
-            }
             self.inject_faults();
             self.lie();
             self.trade();
@@ -572,23 +586,24 @@ impl Sim {
             // before. The operator settles each one reported (a lie sent during the faults
             // may arrive after they stop, on a later connection).
             let sticky = self
-                .link
+                .link()
                 .client()
                 .stats()
                 .last_reconciliation
                 .contradictions
                 > 0;
-            if sticky && self.link.state() == LinkState::ReadOnly {
-                self.link.clear_contradictions(self.now);
+            if sticky && self.link().state() == LinkState::ReadOnly {
+                let now = self.now;
+                self.link_mut().clear_contradictions(now);
             }
             if self.settled() {
-                self.tally.contradictions = self.link.client().stats().contradictions;
+                self.tally.contradictions = self.link().client().stats().contradictions;
                 self.tally.gaps = self.venue.exchange().login_gaps_made;
                 if self.tally.lies + self.tally.gaps > 0 && self.tally.contradictions == 0 {
                     let msg = format!(
                         "the venue lied and keel caught no contradiction: {:?} {:?}",
                         self.tally,
-                        self.link.client().stats()
+                        self.link().client().stats()
                     );
                     self.fail(&msg);
                 }
@@ -599,7 +614,7 @@ impl Sim {
             .orders
             .keys()
             .filter(|id| {
-                self.dispatcher
+                self.dispatcher()
                     .table()
                     .get(**id)
                     .is_some_and(|o| o.state == OrderState::Unknown)
@@ -607,7 +622,7 @@ impl Sim {
             .map(|id| {
                 (
                     *id,
-                    self.dispatcher.table().get(*id).map(|o| o.unknown_from),
+                    self.dispatcher().table().get(*id).map(|o| o.unknown_from),
                     self.history.get(id).cloned(),
                 )
             })
@@ -615,9 +630,9 @@ impl Sim {
         let msg = format!(
             "not settled {} ms after the faults stopped: link {:?} (session {:?}, dispatcher {:?}), unknown orders {:?}, open keel {:?} venue {:?}",
             LIVENESS_BOUND_NS / MS,
-            self.link.state(),
-            self.link.client().stats(),
-            self.dispatcher.stats(),
+            self.link().state(),
+            self.link().client().stats(),
+            self.dispatcher().stats(),
             unknown,
             self.keel_open(),
             self.venue_open()
@@ -629,7 +644,7 @@ impl Sim {
         self.orders
             .keys()
             .filter(|id| {
-                self.dispatcher
+                self.dispatcher()
                     .table()
                     .get(**id)
                     .is_some_and(|o| o.state == OrderState::Unknown)
@@ -641,7 +656,7 @@ impl Sim {
         self.orders
             .keys()
             .filter(|id| {
-                self.dispatcher
+                self.dispatcher()
                     .table()
                     .get(**id)
                     .is_some_and(|o| !o.state.is_terminal() && o.sent_ns > 0)
@@ -654,7 +669,7 @@ impl Sim {
         self.orders
             .keys()
             .filter(|id| {
-                let Some(user_ref) = self.link.client().user_ref(**id) else {
+                let Some(user_ref) = self.link().client().as_ouch().unwrap().user_ref(**id) else {
                     return false;
                 };
                 self.venue
@@ -667,8 +682,14 @@ impl Sim {
     }
 
     fn settled(&self) -> bool {
-        self.link.state() == LinkState::Synced
-            && self.link.client().stats().last_reconciliation.unresolved() == 0
+        self.link().state() == LinkState::Synced
+            && self
+                .link()
+                .client()
+                .stats()
+                .last_reconciliation
+                .unresolved()
+                == 0
             && self.unknown_orders() == 0
             && self.keel_open() == self.venue_open()
     }
@@ -773,7 +794,6 @@ impl Sim {
             clock_jump_permille: 0,
             hostile_permille: 0,
         };
-        sim.link.start(0, &mut sim.net);
         sim
     }
 
@@ -788,7 +808,7 @@ impl Sim {
         let msg = format!(
             "{what} not reached within {} ms (link {:?})",
             bound_ns / MS,
-            self.link.state()
+            self.link().state()
         );
         self.fail(&msg)
     }
@@ -812,7 +832,7 @@ impl Sim {
 
     /// Runs until the link is SYNCED (2 s at most).
     fn synced(&mut self, what: &str) {
-        self.run_until(2_000 * MS, what, |s| s.link.state() == LinkState::Synced);
+        self.run_until(2_000 * MS, what, |s| s.link().state() == LinkState::Synced);
     }
 
     /// Places a resting order and runs until the venue accepted it (1 s at most).
@@ -837,14 +857,14 @@ fn gateway_restart_mid_reconciliation() {
     sim.world.borrow_mut().cut_all();
     // Catch the link right after its next login, while it reconciles, and restart the gateway.
     sim.run_until(2_000 * MS, "reconciling", |s| {
-        s.link.state() == LinkState::Reconciling
+        s.link().state() == LinkState::Reconciling
     });
     sim.venue.apply_control(sim.now, "stall 50").unwrap();
     sim.venue.drop_all();
     sim.run_until(5_000 * MS, "SYNCED after the second restart", |s| {
         s.settled()
     });
-    assert!(sim.link.session_stats().disconnects >= 2);
+    assert!(sim.link().session_stats().disconnects >= 2);
     assert_eq!(sim.keel_open(), BTreeSet::from([resting]));
     assert_eq!(sim.venue.exchange().stats().accepted, 1, "nothing resent");
 }
@@ -857,12 +877,12 @@ fn reconciliation_timeout_then_synced() {
     sim.synced("first SYNCED");
     sim.world.borrow_mut().cut_all();
     sim.run_until(2_000 * MS, "reconciling", |s| {
-        s.link.state() == LinkState::Reconciling
+        s.link().state() == LinkState::Reconciling
     });
     // The venue stalls longer than the reconciliation timeout (500 ms) but not forever.
     sim.venue.apply_control(sim.now, "stall 700").unwrap();
     sim.run_until(5_000 * MS, "SYNCED after the timeout", |s| s.settled());
-    assert_eq!(sim.link.session_stats().reconcile_timeouts, 1);
+    assert_eq!(sim.link().session_stats().reconcile_timeouts, 1);
 }
 
 // Goal: the breaker drill. The venue starts failing (system rejects): the breaker opens within
@@ -927,7 +947,10 @@ fn breaker_drill() {
     let mut probes = Vec::new();
     sim.run_until(1_000 * MS, "half-open", |s| {
         matches!(
-            s.dispatcher.guards().venues[0].breaker.clone().state(s.now),
+            s.dispatcher().guards().venues[0]
+                .breaker
+                .clone()
+                .state(s.now),
             BreakerState::HalfOpen { .. }
         )
     });
@@ -936,14 +959,17 @@ fn breaker_drill() {
     }
     sim.run_until(1_000 * MS, "probes accepted, breaker closed", |s| {
         matches!(
-            s.dispatcher.guards().venues[0].breaker.clone().state(s.now),
+            s.dispatcher().guards().venues[0]
+                .breaker
+                .clone()
+                .state(s.now),
             BreakerState::Closed
         )
     });
     for id in probes {
         assert!(sim.history[&id].contains(&EventKind::Accepted));
     }
-    let stats = sim.dispatcher.guards().venues[0].breaker.stats();
+    let stats = sim.dispatcher().guards().venues[0].breaker.stats();
     assert_eq!((stats.opened, stats.half_opened, stats.closed), (1, 1, 1));
 }
 
@@ -995,13 +1021,13 @@ fn the_incident_in_simulation() {
             EventKind::Canceled
         ]
     );
-    assert_eq!(sim.dispatcher.guards().risk.position(SymbolId(0)), 50);
+    assert_eq!(sim.dispatcher().guards().risk.position(SymbolId(0)), 50);
     assert_eq!(
         sim.venue.exchange().stats().accepted,
         1,
         "no second order for the remainder"
     );
-    assert!(sim.dispatcher.stats().sent_query >= 1);
+    assert!(sim.dispatcher().stats().sent_query >= 1);
 }
 
 // Goal: a link that cannot be trusted asks for reconciliation again paced by backoff, never
@@ -1025,9 +1051,9 @@ fn an_untrusted_link_reconciles_paced_and_keeps_cancelling() {
     };
     sim.venue.exchange_mut().inject(0, &lie);
     sim.run_until(1_000 * MS, "read-only", |s| {
-        s.link.state() == LinkState::ReadOnly
+        s.link().state() == LinkState::ReadOnly
     });
-    let queries = sim.link.stats().reconcile_queries;
+    let queries = sim.link().stats().reconcile_queries;
     let refused = sim.place(1);
     let _ = sim.strategy.commands.push(Command::Cancel { id: resting });
     let start = sim.now;
@@ -1035,11 +1061,11 @@ fn an_untrusted_link_reconciles_paced_and_keeps_cancelling() {
         sim.step();
     }
     assert_eq!(
-        sim.link.state(),
+        sim.link().state(),
         LinkState::ReadOnly,
         "sticky until a person settles it"
     );
-    let asked = sim.link.stats().reconcile_queries - queries;
+    let asked = sim.link().stats().reconcile_queries - queries;
     // Backoff from 10 ms doubling to 160 ms, equal jitter: at most ~5,000 / 80 + 5 queries.
     assert!(
         (5..=80).contains(&asked),
@@ -1061,6 +1087,7 @@ fn an_untrusted_link_reconciles_paced_and_keeps_cancelling() {
         "no new order left"
     );
     // Settled by a person: trusted again at the next clean reconciliation.
-    sim.link.clear_contradictions(sim.now);
+    let now = sim.now;
+    sim.link_mut().clear_contradictions(now);
     sim.synced("SYNCED once settled");
 }

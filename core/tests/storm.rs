@@ -4,50 +4,35 @@
 //! within a bound; with a fixed retry interval (kept only for this comparison) the sessions
 //! retry in lockstep and the gateway stays saturated. Both times are printed.
 
+mod common;
+
 use keel::clock::{Clock, TscClock};
-use keel::dispatch::{venue_channel, VenuePort};
+use keel::engine::{EngineBuilder, EngineLoop};
 use keel::guard::backoff::{BackoffConfig, BackoffPolicy};
 use keel::net::sim::{Overload, SimWorld};
-use keel::net::{NetEvent, Reactor, ReactorConfig, Transport};
-use keel::order::VenueId;
-use keel::proto::ouch::Dialect;
-use keel::proto::soupbin::alpha;
-use keel::session::link::{LinkConfig, VenueLink};
+use keel::net::{Reactor, ReactorConfig, Transport};
+use keel::session::link::LinkConfig;
 use keel::session::machine::{LinkState, SessionConfig};
-use keel::session::ouch::{ClientConfig, OuchClient};
 use keel::venue::flow::FlowConfig;
 use keel::venue::server::{VenueConfig, VenueServer};
 
-const MS: u64 = 1_000_000;
+use common::MS;
 const SESSIONS: usize = 60;
 const BOUND_NS: u64 = 20_000 * MS;
 
-/// 60 venue links over one transport, and the venue they connect to.
+/// One engine with 60 venue links (the engine's own loop, `EngineBuilder::build`), all to
+/// the same venue, over one transport.
 struct Storm<T: Transport> {
     venue: VenueServer<T>,
-    net: T,
-    links: Vec<(VenueLink, VenuePort)>,
-    events: Vec<NetEvent>,
+    engine: EngineLoop<T>,
 }
 
 impl<T: Transport> Storm<T> {
-    fn new(venue: VenueServer<T>, net: T, policy: BackoffPolicy) -> Self {
+    /// Builds the engine at `now`: every session makes its first connection attempt.
+    fn new(venue: VenueServer<T>, net: T, policy: BackoffPolicy, now: u64) -> Self {
         let addr = venue.local_addr();
-        let links = (0..SESSIONS)
+        let venues = (0..SESSIONS)
             .map(|i| {
-                let (handle, port) = venue_channel(64, 64);
-                let client = OuchClient::new(
-                    ClientConfig {
-                        username: format!("s{i}"),
-                        password: "keel".into(),
-                        dialect: Dialect::SPEC,
-                        orders_max: 64,
-                        symbols: vec![alpha("AAPL")],
-                        reconcile: Default::default(),
-                        ack_timeout_ns: 1_000 * MS,
-                    },
-                    VenueId(0),
-                );
                 let backoff = BackoffConfig {
                     base_ns: 50 * MS,
                     cap_ns: 2_000 * MS,
@@ -64,51 +49,36 @@ impl<T: Transport> Storm<T> {
                     silent_intervals_max: 5,
                     max_packet_len: 1024,
                 };
-                (
-                    VenueLink::with_config(addr, VenueId(0), client, handle, link_config),
-                    port,
-                )
+                common::ouch_venue(addr, &format!("s{i}"), 64, 1_000 * MS, link_config)
             })
             .collect();
-        Self {
-            venue,
-            net,
-            links,
-            events: Vec::new(),
-        }
+        let config = common::engine_config(&["AAPL"], common::roomy_config(), venues, 64);
+        let engine = EngineBuilder::new(config).build(net, now).unwrap();
+        Self { venue, engine }
     }
 
     fn step(&mut self, now: u64) {
         self.venue.step(now, 0).unwrap();
-        self.events.clear();
-        self.net.poll(now, 0, &mut self.events).unwrap();
-        for (link, port) in self.links.iter_mut() {
-            for e in &self.events {
-                link.on_event(now, &mut self.net, e);
-            }
-            link.step(now, &mut self.net);
-            while port.outcomes.pop().is_ok() {}
-        }
+        self.engine.pass(now);
+        assert_eq!(self.engine.poll_errors(), 0);
     }
 
     fn all_synced(&self) -> bool {
-        self.links
+        self.engine
+            .links()
             .iter()
-            .all(|(l, _)| l.state() == LinkState::Synced)
+            .all(|l| l.state() == LinkState::Synced)
     }
 
     /// Connects every session, restarts the venue, applies `saturate`, and returns the time
     /// (by `clock`) until all sessions are SYNCED again, or `None` past `bound_ns`.
     fn run(
         mut self,
+        start: u64,
         mut clock: impl FnMut() -> u64,
         bound_ns: u64,
         saturate: impl FnOnce(&mut Self),
     ) -> Option<u64> {
-        let start = clock();
-        for (link, _) in self.links.iter_mut() {
-            link.start(start, &mut self.net);
-        }
         while !self.all_synced() {
             let now = clock();
             assert!(
@@ -158,13 +128,13 @@ fn storm(policy: BackoffPolicy) -> Option<u64> {
     let mut venue_net = SimWorld::endpoint(&world);
     venue_net.listen(addr).unwrap();
     let venue = VenueServer::with_transport(venue_config(), venue_net, addr);
-    let storm = Storm::new(venue, SimWorld::endpoint(&world), policy);
+    let storm = Storm::new(venue, SimWorld::endpoint(&world), policy, 0);
     let mut now = 0;
     let clock = move || {
         now += MS;
         now
     };
-    storm.run(clock, BOUND_NS, |_| {
+    storm.run(0, clock, BOUND_NS, |_| {
         world.borrow_mut().faults.overload = Some(Overload {
             attempts_max: 8,
             window_ns: 20 * MS,
@@ -182,7 +152,9 @@ fn storm_on_sockets(policy: BackoffPolicy, bound_ns: u64) -> Option<u64> {
     })
     .unwrap();
     let clock = TscClock::new();
-    Storm::new(venue, reactor, policy).run(
+    let start = clock.now_ns();
+    Storm::new(venue, reactor, policy, start).run(
+        start,
         || clock.now_ns(),
         bound_ns,
         |storm| {

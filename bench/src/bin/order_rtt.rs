@@ -34,7 +34,8 @@ use keel::order::{
 };
 use keel::proto::ouch::Dialect;
 use keel::proto::soupbin::{alpha, frame};
-use keel::session::ouch::{ClientConfig, OuchClient, SessionNews};
+use keel::session::ouch::{ClientConfig, OuchClient};
+use keel::session::protocol::SessionNews;
 use keel::venue::flow::FlowConfig;
 use keel::venue::server::{VenueConfig, VenueServer};
 use keel_bench::{arg_u64, flag, histogram, pin_or_warn, print_header, print_row, summary};

@@ -148,12 +148,12 @@ fn config_check(file: &std::path::Path) -> ExitCode {
             for v in &config.venues {
                 let _ = writeln!(
                     out,
-                    "venue {}: {} as {} ({:?}, reconcile {:?}, ack timeout {} ms)",
+                    "venue {}: {} as {} ({} {:?}, ack timeout {} ms)",
                     v.name,
                     v.address,
                     v.username,
-                    v.dialect,
-                    v.reconcile,
+                    v.protocol.name(),
+                    v.protocol,
                     v.ack_timeout_ns / 1_000_000
                 );
             }

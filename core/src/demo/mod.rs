@@ -10,23 +10,21 @@ use std::io::Write;
 use hdrhistogram::Histogram;
 
 use crate::clock::{Clock, TscClock};
-use crate::dispatch::{
-    strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle,
-};
+use crate::dispatch::{Dispatcher, DispatcherConfig, StrategyHandle};
+use crate::engine::{EngineBuilder, EngineConfig, EngineLoop, LoopConfig};
 use crate::feed::handler::{FeedConfig, FeedHandler};
 use crate::guard::limiter::WindowLimit;
-use crate::net::{NetEvent, Reactor, ReactorConfig};
+use crate::net::{Reactor, ReactorConfig};
 use crate::order::{
     ClientOrderId, Command, EventKind, NewOrder, OrderState, Price, Side, StrategyId, SymbolId,
     TimeInForce, VenueId,
 };
-use crate::proto::ouch::Dialect;
 use crate::proto::soupbin::alpha;
 use crate::rng::{Rng64, SplitMix64};
 use crate::runtime::{pin_or_warn, IdlePolicy, Idler};
-use crate::session::link::{LinkConfig, VenueLink};
+use crate::session::link::VenueLink;
 use crate::session::machine::LinkState;
-use crate::session::ouch::{ClientConfig, OuchClient};
+use crate::session::{ProtocolConfig, VenueLinkConfig, VenueProtocol};
 use crate::venue::flow::FlowConfig;
 use crate::venue::md_server::MdConfig;
 use crate::venue::server::{VenueConfig, VenueServer};
@@ -163,36 +161,30 @@ impl Invariants {
     }
 }
 
-/// The inline loop's parts: the venue, the engine's transport, venue link, dispatcher and
-/// market-data feed handler.
+/// The simulated venue and the engine's own loop (built by `EngineBuilder`, the `inline`
+/// topology's pass), stepped one after the other in this thread.
 struct Engine {
     venue: VenueServer,
-    reactor: Reactor,
-    link: VenueLink,
-    dispatcher: Dispatcher,
-    feed: FeedHandler,
-    net: Vec<NetEvent>,
+    core: EngineLoop<Reactor>,
 }
 
 impl Engine {
-    /// One pass: venue, transport, link, dispatcher. True if anything moved.
+    /// One pass: the venue, then the engine. True if anything moved.
     fn pass(&mut self, now: u64) -> bool {
         let _ = self.venue.step(now, 0);
-        self.net.clear();
-        let _ = self.reactor.poll(now, 0, &mut self.net);
-        for e in &self.net {
-            self.link.on_event(now, &mut self.reactor, e);
-            self.feed.on_event(now, &mut self.reactor, e);
-        }
-        self.link.step(now, &mut self.reactor);
-        self.feed.step(now, &mut self.reactor);
-        let work = |d: &Dispatcher| {
-            let s = d.stats();
-            s.commands + s.outcomes + s.events + s.sent_new + s.sent_cancel + s.sent_query
-        };
-        let before = work(&self.dispatcher);
-        self.dispatcher.poll(now);
-        !self.net.is_empty() || work(&self.dispatcher) != before
+        self.core.pass(now)
+    }
+
+    fn dispatcher(&self) -> &Dispatcher {
+        self.core.dispatcher()
+    }
+
+    fn link(&self) -> &VenueLink {
+        &self.core.links()[0]
+    }
+
+    fn feed(&self) -> &FeedHandler {
+        &self.core.feeds()[0]
     }
 
     /// The invariants that must hold after every pass.
@@ -201,7 +193,7 @@ impl Engine {
         inv.check(vstats.duplicate_ids == 0, || {
             "an order id reached the venue twice (a resend)".into()
         });
-        let d = self.dispatcher.stats();
+        let d = self.dispatcher().stats();
         inv.check(d.report_errors == 0, || {
             format!(
                 "a venue report contradicted the order table: {:?}",
@@ -212,7 +204,7 @@ impl Engine {
             "a cancel found its lane full".into()
         });
         inv.check(
-            !self.dispatcher.is_synced(0) || self.link.state() == LinkState::Synced,
+            !self.dispatcher().is_synced(0) || self.link().state() == LinkState::Synced,
             || "dispatcher trading on an unsynced link".into(),
         );
     }
@@ -225,7 +217,7 @@ impl Engine {
         (0..SYMBOLS.len() as u16)
             .filter(|&s| {
                 let theirs = md.book(s);
-                let ours = self.feed.book(s);
+                let ours = self.feed().book(s);
                 ours.seq() != Some(theirs.seq)
                     || !ours.bids().eq(theirs.bids.iter().copied())
                     || !ours.asks().eq(theirs.asks.iter().copied())
@@ -236,9 +228,10 @@ impl Engine {
 
     /// Whether the venue holds `id` open (through the session's UserRefNum mapping).
     fn open_at_venue(&self, id: ClientOrderId) -> bool {
-        self.link
+        self.link()
             .client()
-            .user_ref(id)
+            .as_ouch()
+            .and_then(|c| c.user_ref(id))
             .and_then(|u| self.venue.exchange().order_of(0, u))
             .is_some_and(|o| o.open_qty > 0)
     }
@@ -356,23 +349,7 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
     let scale = if args.quick { 5 } else { 1 };
     let phase_ns = |ms: u64| ms * MS / scale;
     let clock = TscClock::new();
-    let (mut engine, strategy) = build(&clock)?;
-    if let Some(dir) = &args.journal {
-        let config = crate::journal::JournalConfig {
-            dir: dir.clone(),
-            file_bytes: 64 << 20,
-        };
-        let mut records = 0u64;
-        let (journal, _) = crate::journal::Journal::open(config, |_| records += 1)
-            .map_err(|e| format!("journal: {e}"))?;
-        if records > 0 {
-            return Err(format!(
-                "journal: {} already holds {records} records of another run; give an empty directory",
-                dir.display()
-            ));
-        }
-        engine.dispatcher.attach_journal(journal);
-    }
+    let (mut engine, strategy) = build(&clock, args.journal.as_deref())?;
     let mut trader = Trader {
         strategy,
         rng: SplitMix64::new(2026),
@@ -454,7 +431,7 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
             Phase::Outage => {
                 let _ = engine.venue.apply_control(now, "refuse on");
                 engine.venue.drop_all();
-                outage_connects = Some(engine.link.session_stats().connects);
+                outage_connects = Some(engine.link().session_stats().connects);
             }
             Phase::Drain => {
                 // Quiet market: what keel's feed handler holds must become the venue's book.
@@ -466,7 +443,7 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
                     let _ = engine.venue.apply_control(now, "refuse off");
                     let back = clock.now_ns();
                     let attempts =
-                        engine.link.session_stats().connects - outage_connects.unwrap_or(0);
+                        engine.link().session_stats().connects - outage_connects.unwrap_or(0);
                     until_synced(&clock, &mut engine, &mut trader, &mut inv, 20_000 * MS)?;
                     reconnect_ns = Some(clock.now_ns() - back);
                     outage_attempts = Some(attempts);
@@ -496,7 +473,7 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
                 idler.idle();
             }
             engine.check(&mut inv);
-            peak_open = peak_open.max(engine.dispatcher.table().open_count() as usize);
+            peak_open = peak_open.max(engine.dispatcher().table().open_count() as usize);
             if now - last_progress > 250 * MS {
                 last_progress = now;
                 let mut err = std::io::stderr().lock();
@@ -508,7 +485,7 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
                     trader.counts[0],
                     trader.counts[1],
                     trader.live.len(),
-                    engine.link.state(),
+                    engine.link().state(),
                     inv.checked,
                     inv.violated
                 );
@@ -523,7 +500,7 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
         .copied()
         .filter(|id| {
             engine
-                .dispatcher
+                .dispatcher()
                 .table()
                 .get(*id)
                 .is_some_and(|o| !o.state.is_terminal() && o.state != OrderState::PendingNew)
@@ -552,19 +529,19 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
     inv.check(differing.is_empty(), || {
         format!("market-data books differ from the venue's: {differing:?}")
     });
-    let f = engine.feed.stats();
+    let f = engine.feed().stats();
     inv.check(
         f.gaps + f.crossed + f.malformed + f.protocol_errors == 0,
         || format!("the feed handler saw a faulty feed: {f:?}"),
     );
     // Each scenario's story must actually have happened.
-    let b = engine.dispatcher.guards().venues[0].breaker.stats();
+    let b = engine.dispatcher().guards().venues[0].breaker.stats();
     match args.scenario {
         Scenario::Incident => {
             inv.check(b.opened >= 1 && b.closed >= 1, || {
                 format!("the incident should open and then close the breaker: {b:?}")
             });
-            let sent_while_open = engine.dispatcher.stats().breaker_refused;
+            let sent_while_open = engine.dispatcher().stats().breaker_refused;
             inv.check(sent_while_open > 0, || {
                 "no new order was refused by the open breaker".into()
             });
@@ -594,13 +571,13 @@ fn until_synced(
     bound_ns: u64,
 ) -> Result<(), String> {
     let deadline = clock.now_ns() + bound_ns;
-    while !engine.dispatcher.is_synced(0) {
+    while !engine.dispatcher().is_synced(0) {
         let now = clock.now_ns();
         if now > deadline {
             return Err(format!(
                 "the link did not reach SYNCED within {} ms (state {:?})",
                 bound_ns / MS,
-                engine.link.state()
+                engine.link().state()
             ));
         }
         engine.pass(now);
@@ -610,8 +587,12 @@ fn until_synced(
     Ok(())
 }
 
-/// The venue on loopback and the engine connected to it.
-fn build(clock: &TscClock) -> Result<(Engine, StrategyHandle), String> {
+/// The venue on loopback and the engine connected to it, built by `EngineBuilder` like every
+/// engine (journal included).
+fn build(
+    clock: &TscClock,
+    journal: Option<&std::path::Path>,
+) -> Result<(Engine, StrategyHandle), String> {
     let venue = VenueServer::new(VenueConfig {
         flow: FlowConfig {
             seed: 11,
@@ -626,69 +607,72 @@ fn build(clock: &TscClock) -> Result<(Engine, StrategyHandle), String> {
         ..VenueConfig::default()
     })
     .map_err(|e| format!("venue: {e}"))?;
-    let mut reactor = Reactor::new(ReactorConfig {
+    let reactor = Reactor::new(ReactorConfig {
         conns_max: 4,
         ..ReactorConfig::default()
     })
     .map_err(|e| format!("engine transport: {e}"))?;
-    let (strategy, sport) = strategy_channel(65_536, 65_536);
-    let (vhandle, vport) = venue_channel(16_384, 16_384);
-    let mut config = DispatcherConfig {
+    let mut dispatcher = DispatcherConfig {
         strategies: 1,
         venues: 1,
         symbols: SYMBOLS.len() as u16,
         ..DispatcherConfig::default()
     };
-    config.limiter.windows = [Some(RATE), None, None, None];
-    config.acquire_timeout_ns = 200 * MS;
-    config.bulkhead.in_flight_per_symbol_max = 4_096;
-    config.bulkhead.in_flight_per_venue_max = 16_384;
+    dispatcher.limiter.windows = [Some(RATE), None, None, None];
+    dispatcher.acquire_timeout_ns = 200 * MS;
+    dispatcher.bulkhead.in_flight_per_symbol_max = 4_096;
+    dispatcher.bulkhead.in_flight_per_venue_max = 16_384;
     // A breaker on a demo's time scale: judged over 1 s, open for 500 ms, then 3 probes.
-    config.breaker.window_ns = 1_000 * MS;
-    config.breaker.window_buckets = 10;
-    config.breaker.calls_min = 20;
-    config.breaker.open_duration_ns = 500 * MS;
-    config.breaker.open_duration_max_ns = 2_000 * MS;
-    config.breaker.half_open_probes = 3;
-    let dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns())
-        .map_err(|e| format!("dispatcher: {e}"))?;
-    let client = OuchClient::new(
-        ClientConfig {
+    dispatcher.breaker.window_ns = 1_000 * MS;
+    dispatcher.breaker.window_buckets = 10;
+    dispatcher.breaker.calls_min = 20;
+    dispatcher.breaker.open_duration_ns = 500 * MS;
+    dispatcher.breaker.open_duration_max_ns = 2_000 * MS;
+    dispatcher.breaker.half_open_probes = 3;
+    let config = EngineConfig {
+        symbols: SYMBOLS.map(alpha::<8>).to_vec(),
+        dispatcher,
+        journal: journal.map(|dir| crate::journal::JournalConfig {
+            dir: dir.to_path_buf(),
+            file_bytes: 64 << 20,
+        }),
+        venues: vec![VenueLinkConfig {
+            name: "demo".into(),
+            address: venue.local_addr(),
             username: "demo".into(),
             password: "keel".into(),
-            dialect: Dialect::SPEC,
-            orders_max: 65_536,
-            symbols: SYMBOLS.map(alpha::<8>).to_vec(),
-            reconcile: Default::default(),
+            protocol: ProtocolConfig::default(),
             ack_timeout_ns: 2_000 * MS,
+            orders_max: 65_536,
+            link: Default::default(),
+        }],
+        loops: LoopConfig {
+            strategy_ring: 65_536,
+            venue_ring: 16_384,
+            ..LoopConfig::default()
         },
-        VenueId(0),
-    );
-    let mut link = VenueLink::with_config(
-        venue.local_addr(),
-        VenueId(0),
-        client,
-        vhandle,
-        LinkConfig::default(),
-    );
-    link.start(clock.now_ns(), &mut reactor);
-    let mut feed = FeedHandler::new(FeedConfig {
-        addr: venue
-            .market_data_addr()
-            .ok_or("the venue serves no market data")?,
-        symbols: SYMBOLS.map(str::to_string).to_vec(),
-        ..FeedConfig::default()
-    });
-    feed.start(clock.now_ns(), &mut reactor);
-    let engine = Engine {
-        venue,
-        reactor,
-        link,
-        dispatcher,
-        feed,
-        net: Vec::new(),
+        ipc: None,
+        feeds: vec![FeedConfig {
+            addr: venue
+                .market_data_addr()
+                .ok_or("the venue serves no market data")?,
+            symbols: SYMBOLS.map(str::to_string).to_vec(),
+            ..FeedConfig::default()
+        }],
     };
-    Ok((engine, strategy))
+    let mut core = EngineBuilder::new(config)
+        .build(reactor, clock.now_ns())
+        .map_err(|e| format!("engine: {e}"))?;
+    if let (Some(dir), records @ 1..) = (journal, core.restored().journal.records) {
+        return Err(format!(
+            "journal: {} already holds {records} records of another run; give an empty directory",
+            dir.display()
+        ));
+    }
+    let strategy = core
+        .take_strategy(StrategyId(0))
+        .ok_or("the engine serves no in-process strategy")?;
+    Ok((Engine { venue, core }, strategy))
 }
 
 /// Peaks and times for the report.
@@ -705,7 +689,7 @@ fn report(
     inv: &Invariants,
     peak: &Peak,
 ) -> Result<(), String> {
-    let (dispatcher, link, venue) = (&engine.dispatcher, &engine.link, &engine.venue);
+    let (dispatcher, link, venue) = (engine.dispatcher(), engine.link(), &engine.venue);
     let (lat, counts) = (&trader.lat, trader.counts);
     let (peak_open, reconnect_ns) = (peak.open_orders, peak.reconnect_ns);
     let stress = stress_label(args.scenario);
@@ -803,7 +787,7 @@ fn report(
         venue.exchange().stats().matches,
         venue.exchange().stats().duplicate_ids
     );
-    let f = engine.feed.stats();
+    let f = engine.feed().stats();
     let _ = writeln!(
         out,
         "market data: {} snapshots, {} deltas, {} trades over WebSocket; {} gaps, {} duplicates, {} crossed; books equal to the venue's at the end: {}",
@@ -822,14 +806,14 @@ fn report(
     );
     if let Some(dir) = &args.journal {
         let records = engine
-            .dispatcher
+            .dispatcher()
             .journal_next_index()
             .map_or(0, |next| next - 1);
         let _ = writeln!(
             out,
             "journal: {records} records in {}, {} append errors",
             dir.display(),
-            engine.dispatcher.stats().journal_errors
+            engine.dispatcher().stats().journal_errors
         );
     }
     if let Some(first) = &inv.first {

@@ -20,6 +20,7 @@
 //! the link then reconciles before SYNCED.
 
 mod bridge;
+mod event_loop;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,19 +29,22 @@ use std::thread::JoinHandle;
 
 use bridge::Bridge;
 pub use bridge::{BridgeStats, COMMANDS_PER_PASS_MAX, EVENTS_PER_PASS_MAX};
+pub use event_loop::{EngineLoop, Executor};
+use event_loop::{Front, FrontReport};
 
 use crate::clock::{Clock, TscClock};
 use crate::dispatch::{
     strategy_channel, venue_channel, DispatchStats, Dispatcher, RestoreReport, StrategyHandle,
 };
+use crate::feed::handler::FeedHandler;
 use crate::journal::{Journal, OpenReport, Recovery};
-use crate::net::{NetEvent, Reactor, ReactorConfig};
+use crate::net::{Reactor, ReactorConfig, Transport};
 use crate::order::{Order, StrategyId, VenueId};
 use crate::runtime::watchdog::LoopHeartbeat;
 use crate::runtime::{pin_or_warn, tighten_timer_slack, IdlePolicy, Idler};
 use crate::session::link::{LinkStats, VenueLink};
 use crate::session::machine::{LinkState, SessionStats};
-use crate::session::ouch::{ClientConfig, ClientStats, OuchClient};
+use crate::session::protocol::{build_link, ClientStats, VenueProtocol};
 
 /// How the loops are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,28 +129,7 @@ impl IpcConfig {
     }
 }
 
-/// One venue link as configured.
-#[derive(Debug, Clone)]
-pub struct VenueLinkConfig {
-    /// Name used in logs and reports.
-    pub name: String,
-    /// Order-entry address.
-    pub address: std::net::SocketAddr,
-    /// SoupBinTCP username.
-    pub username: String,
-    /// SoupBinTCP password.
-    pub password: String,
-    /// Wire layout.
-    pub dialect: crate::proto::ouch::Dialect,
-    /// How reconciliation is done.
-    pub reconcile: crate::session::ouch::ReconcileMode,
-    /// A request unanswered this long makes its order Unknown.
-    pub ack_timeout_ns: u64,
-    /// Orders whose UserRefNum mapping the session keeps.
-    pub orders_max: u32,
-    /// Session timing, backoff and limits.
-    pub link: crate::session::link::LinkConfig,
-}
+pub use crate::session::VenueLinkConfig;
 
 /// The whole configuration (read from TOML by [`crate::config`], or built in code).
 #[derive(Debug, Clone)]
@@ -315,8 +298,10 @@ impl EngineBuilder {
         self
     }
 
-    /// Restores the journal (if configured), builds every part, starts the loops.
-    pub fn start(self) -> Result<RunningEngine, EngineError> {
+    /// Restores the journal (if configured) and builds every part but the transport: the
+    /// dispatcher, the venue links (through [`build_link`]), the feed handlers, the strategy
+    /// channels and bridges. Shared by [`EngineBuilder::build`] and [`EngineBuilder::start`].
+    fn assemble(self, now_ns: u64) -> Result<Parts, EngineError> {
         let config = self.config;
         let feeds = self.feeds;
         let strategies = config.dispatcher.strategies;
@@ -326,7 +311,6 @@ impl EngineBuilder {
                 configured: strategies,
             });
         }
-        let clock = TscClock::new();
         let loops = config.loops;
         let mut handles = Vec::new();
         let mut ports = Vec::new();
@@ -340,25 +324,9 @@ impl EngineBuilder {
         for (i, v) in config.venues.iter().enumerate() {
             let (vhandle, vport) = venue_channel(loops.venue_ring, loops.venue_ring);
             venue_ports.push(vport);
-            let venue = VenueId(i as u16);
-            let client = OuchClient::new(
-                ClientConfig {
-                    username: v.username.clone(),
-                    password: v.password.clone(),
-                    dialect: v.dialect,
-                    orders_max: v.orders_max,
-                    symbols: config.symbols.clone(),
-                    reconcile: v.reconcile,
-                    ack_timeout_ns: v.ack_timeout_ns,
-                },
-                venue,
-            );
-            links.push(VenueLink::with_config(
-                v.address, venue, client, vhandle, v.link,
-            ));
+            links.push(build_link(v, VenueId(i as u16), &config.symbols, vhandle));
         }
-        let mut dispatcher =
-            Dispatcher::new(config.dispatcher, ports, venue_ports, clock.now_ns())?;
+        let mut dispatcher = Dispatcher::new(config.dispatcher, ports, venue_ports, now_ns)?;
         let mut restored = Restored {
             applied_through: vec![0; links.len()],
             id_floor: vec![0; usize::from(strategies)],
@@ -416,56 +384,92 @@ impl EngineBuilder {
                     let channel = channels.next().expect("one channel per strategy served");
                     debug_assert_eq!(channel.strategy(), strategy);
                     channel.set_id_floor(restored.id_floor[i]);
-                    bridges.push(Bridge::new(channel, handle, ipc, clock.now_ns()));
+                    bridges.push(Bridge::new(channel, handle, ipc, now_ns));
                     in_process.push(None);
                 }
                 _ => in_process.push(Some(handle)),
             }
         }
         let shared = Arc::new(Shared::default());
-        let front = Front {
+        let front = Front::new(
             dispatcher,
             bridges,
-            shared: Arc::clone(&shared),
+            Arc::clone(&shared),
             first_journal_index,
-            synced_mask: 0,
-        };
-        let reactor_config = ReactorConfig {
+        );
+        let reactor = ReactorConfig {
             conns_max: (links.len() as u32 + feeds.len() as u32 + 2).max(4),
             ..ReactorConfig::default()
         };
+        Ok(Parts {
+            front,
+            links,
+            feeds,
+            strategies: in_process,
+            restored,
+            shared,
+            loops,
+            reactor,
+        })
+    }
+
+    /// Builds the engine as one loop over `transport`, for a caller that drives it with its
+    /// own clock: the deterministic simulation (over the simulated network), tests and
+    /// benchmarks. Each [`EngineLoop::pass`] is one pass of the `inline` topology's loop —
+    /// the same code `keel run` runs — with nothing spawned and no clock read.
+    pub fn build<T: Transport>(
+        self,
+        transport: T,
+        now_ns: u64,
+    ) -> Result<EngineLoop<T>, EngineError> {
+        let parts = self.assemble(now_ns)?;
+        let exec = Executor::new(transport, parts.links, parts.feeds, None, now_ns);
+        Ok(EngineLoop::new(
+            parts.front,
+            exec,
+            parts.strategies,
+            parts.restored,
+        ))
+    }
+
+    /// Restores the journal (if configured), builds every part, starts the loops.
+    pub fn start(self) -> Result<RunningEngine, EngineError> {
+        let clock = TscClock::new();
+        let parts = self.assemble(clock.now_ns())?;
+        let Parts {
+            mut front,
+            links,
+            feeds,
+            strategies,
+            restored,
+            shared,
+            loops,
+            reactor,
+        } = parts;
         let threads = match loops.topology {
             Topology::Inline => {
                 let shared = Arc::clone(&shared);
                 vec![spawn("keel-engine", move || {
                     prepare_loop(loops.dispatcher_core, loops.idle);
                     let clock = TscClock::new();
-                    let mut exec = Executor::new(links, feeds, reactor_config, None, &clock)?;
-                    let mut front = front;
+                    let transport = Reactor::new(reactor)?;
+                    let exec = Executor::new(transport, links, feeds, None, clock.now_ns());
+                    let mut engine = EngineLoop::new(front, exec, Vec::new(), Restored::default());
                     let mut idler = Idler::new(loops.idle);
                     while !shared.stop.load(Ordering::Relaxed) {
-                        let now = clock.now_ns();
-                        let moved = exec.pass(now) | front.pass(now);
-                        if moved {
+                        if engine.pass(clock.now_ns()) {
                             idler.work();
                         } else {
                             idler.idle();
                         }
                     }
-                    let poll_errors = exec.poll_errors;
-                    let (links, feeds) = exec.finish();
-                    Ok(Halves {
-                        front: Some(front.finish()),
-                        links,
-                        feeds,
-                        poll_errors,
-                    })
+                    let (front, exec) = engine.into_halves();
+                    Ok(Halves::of(Some(front), exec))
                 })]
             }
             Topology::Split => {
                 // One executor loop serves every venue: one heartbeat, a watchdog per venue.
                 let (heartbeat, watchdog) = LoopHeartbeat::new(loops.executor_stall_ns);
-                let mut front = front;
                 for v in 1..links.len() {
                     let dog = heartbeat.watchdog(loops.executor_stall_ns);
                     front.dispatcher.attach_watchdog(v as u16, dog);
@@ -475,8 +479,9 @@ impl EngineBuilder {
                 let executor = spawn("keel-executor", move || {
                     prepare_loop(loops.executor_core, loops.executor_idle);
                     let clock = TscClock::new();
+                    let transport = Reactor::new(reactor)?;
                     let mut exec =
-                        Executor::new(links, feeds, reactor_config, Some(heartbeat), &clock)?;
+                        Executor::new(transport, links, feeds, Some(heartbeat), clock.now_ns());
                     let mut idler = Idler::new(loops.executor_idle);
                     while !exec_shared.stop.load(Ordering::Relaxed) {
                         if exec.pass(clock.now_ns()) {
@@ -485,14 +490,7 @@ impl EngineBuilder {
                             idler.idle();
                         }
                     }
-                    let poll_errors = exec.poll_errors;
-                    let (links, feeds) = exec.finish();
-                    Ok(Halves {
-                        front: None,
-                        links,
-                        feeds,
-                        poll_errors,
-                    })
+                    Ok(Halves::of(None, exec))
                 });
                 let front_shared = Arc::clone(&shared);
                 let dispatcher = spawn("keel-dispatcher", move || {
@@ -517,7 +515,7 @@ impl EngineBuilder {
             }
         };
         Ok(RunningEngine {
-            strategies: in_process,
+            strategies,
             shared,
             threads,
             restored,
@@ -525,15 +523,20 @@ impl EngineBuilder {
     }
 }
 
-type LoopResult = Result<Halves, EngineError>;
-
-/// The dispatcher loop's part of the [`EngineReport`].
-struct FrontReport {
-    dispatch: DispatchStats,
-    open_orders: Vec<Order>,
-    bridges: Vec<(StrategyId, BridgeStats)>,
-    journal_records: u64,
+/// Everything [`EngineBuilder::assemble`] builds: the parts of the loops but the transport
+/// (an io_uring ring must be created by the thread that uses it).
+struct Parts {
+    front: Front,
+    links: Vec<VenueLink>,
+    feeds: Vec<FeedHandler>,
+    strategies: Vec<Option<StrategyHandle>>,
+    restored: Restored,
+    shared: Arc<Shared>,
+    loops: LoopConfig,
+    reactor: ReactorConfig,
 }
+
+type LoopResult = Result<Halves, EngineError>;
 
 /// What each loop hands back at stop.
 struct Halves {
@@ -542,6 +545,19 @@ struct Halves {
     feeds: Vec<crate::feed::handler::FeedStats>,
     /// Transport polls that failed in the executor loop (counted, the loop carries on).
     poll_errors: u64,
+}
+
+impl Halves {
+    fn of<T: Transport>(front: Option<Front>, exec: Executor<T>) -> Self {
+        let poll_errors = exec.poll_errors();
+        let (links, feeds) = exec.finish();
+        Self {
+            front: front.map(Front::finish),
+            links,
+            feeds,
+            poll_errors,
+        }
+    }
 }
 
 /// Pins the calling loop thread (warns if it cannot) and, for a loop that parks when idle,
@@ -560,160 +576,6 @@ fn spawn(name: &str, body: impl FnOnce() -> LoopResult + Send + 'static) -> Join
         .name(name.into())
         .spawn(body)
         .expect("spawning an engine thread")
-}
-
-/// The dispatcher side: strategy bridges, the dispatcher (and its journal).
-struct Front {
-    dispatcher: Dispatcher,
-    bridges: Vec<Bridge>,
-    shared: Arc<Shared>,
-    first_journal_index: u64,
-    synced_mask: u64,
-}
-
-impl Front {
-    fn pass(&mut self, now: u64) -> bool {
-        let mut work = 0;
-        for b in &mut self.bridges {
-            work += b.pump_commands(now);
-        }
-        work += self.dispatcher.poll(now);
-        for b in &mut self.bridges {
-            work += b.pump_events();
-        }
-        let mut mask = 0u64;
-        for v in 0..self.dispatcher.guards().venues.len().min(64) {
-            if self.dispatcher.is_synced(v as u16) {
-                mask |= 1 << v;
-            }
-        }
-        if mask != self.synced_mask {
-            self.synced_mask = mask;
-            self.shared.synced.store(mask, Ordering::Release);
-            for b in &self.bridges {
-                b.publish_synced(mask);
-            }
-        }
-        self.shared.passes.fetch_add(1, Ordering::Relaxed);
-        work > 0
-    }
-
-    fn finish(mut self) -> FrontReport {
-        let journal_records = match self.dispatcher.journal_mut() {
-            Some(j) => {
-                if let Err(e) = j.sync() {
-                    eprintln!("keel: journal sync at stop: {e}");
-                }
-                j.next_index() - self.first_journal_index
-            }
-            None => 0,
-        };
-        let table = self.dispatcher.table();
-        let mut open = Vec::new();
-        for s in 0..self.dispatcher.strategy_count() {
-            let mut slot = table.first_open(StrategyId(s as u16));
-            while let Some(at) = slot {
-                if let Some(o) = table.slot(at) {
-                    open.push(*o);
-                }
-                slot = table.next_open(at);
-            }
-        }
-        let bridges = self
-            .bridges
-            .iter_mut()
-            .map(|b| (b.strategy(), b.stop()))
-            .collect();
-        FrontReport {
-            dispatch: *self.dispatcher.stats(),
-            open_orders: open,
-            bridges,
-            journal_records,
-        }
-    }
-}
-
-/// The executor side: the transport and the venue links.
-struct Executor {
-    reactor: Reactor,
-    /// Transport polls that failed (counted; the loop carries on).
-    poll_errors: u64,
-    links: Vec<VenueLink>,
-    feeds: Vec<crate::feed::handler::FeedHandler>,
-    net: Vec<NetEvent>,
-    heartbeat: Option<LoopHeartbeat>,
-}
-
-impl Executor {
-    fn new(
-        mut links: Vec<VenueLink>,
-        mut feeds: Vec<crate::feed::handler::FeedHandler>,
-        config: ReactorConfig,
-        heartbeat: Option<LoopHeartbeat>,
-        clock: &TscClock,
-    ) -> Result<Self, EngineError> {
-        let mut reactor = Reactor::new(config)?;
-        for link in &mut links {
-            link.start(clock.now_ns(), &mut reactor);
-        }
-        for feed in &mut feeds {
-            feed.start(clock.now_ns(), &mut reactor);
-        }
-        Ok(Self {
-            reactor,
-            poll_errors: 0,
-            links,
-            feeds,
-            net: Vec::with_capacity(256),
-            heartbeat,
-        })
-    }
-
-    fn pass(&mut self, now: u64) -> bool {
-        self.net.clear();
-        if self.reactor.poll(now, 0, &mut self.net).is_err() {
-            self.poll_errors += 1;
-        }
-        let mut sent_before = 0;
-        for link in &self.links {
-            sent_before += link.stats().requests_sent;
-        }
-        for e in &self.net {
-            for link in &mut self.links {
-                link.on_event(now, &mut self.reactor, e);
-            }
-            for feed in &mut self.feeds {
-                feed.on_event(now, &mut self.reactor, e);
-            }
-        }
-        for feed in &mut self.feeds {
-            feed.step(now, &mut self.reactor);
-        }
-        let mut sent = 0;
-        for link in &mut self.links {
-            link.step(now, &mut self.reactor);
-            sent += link.stats().requests_sent;
-        }
-        if let Some(h) = &self.heartbeat {
-            h.beat();
-        }
-        !self.net.is_empty() || sent != sent_before
-    }
-
-    fn finish(self) -> (Vec<LinkReport>, Vec<crate::feed::handler::FeedStats>) {
-        let links = self
-            .links
-            .iter()
-            .map(|l| LinkReport {
-                state: l.state(),
-                link: l.stats(),
-                session: l.session_stats(),
-                client: l.client().stats(),
-            })
-            .collect();
-        let feeds = self.feeds.iter().map(|f| f.stats()).collect();
-        (links, feeds)
-    }
 }
 
 /// A running engine: take the in-process strategies' handles, watch it, stop it.

@@ -1,4 +1,5 @@
-//! A venue link over the io_uring reactor, driven by the session state machine
+//! A venue link over any [`Transport`], speaking any [`VenueProtocol`], driven by the session
+//! state machine
 //! ([`super::machine`]): connect, log in asking for the next expected sequence number (the
 //! venue replays what was missed), reconcile (the venue's open orders against this session's),
 //! and only then report SYNCED so new orders may leave. A report that contradicts the
@@ -12,13 +13,12 @@
 use std::net::SocketAddr;
 
 use super::machine::{Action, LinkState, SessionConfig, SessionEvent, SessionMachine};
-use super::ouch::{OuchClient, RequestError, SessionNews};
+use super::protocol::{AnyProtocol, RequestError, SessionNews, VenueProtocol};
 use crate::net::{ConnId, NetEvent, Transport};
 use crate::order::{
     CancelRejectReason, LinkMode, Outcome, OutcomeKind, RefusalReason, RequestKind, UnsentRequest,
     VenueId,
 };
-use crate::proto::soupbin::frame;
 use crate::proto::DecodeError;
 use crate::ring::VenueHandle;
 
@@ -31,7 +31,7 @@ pub struct LinkConfig {
     pub heartbeat_interval_ns: u64,
     /// Declare the venue dead after this many heartbeat intervals without hearing from it.
     pub silent_intervals_max: u32,
-    /// Largest SoupBinTCP packet accepted from the venue.
+    /// Largest venue message accepted (a SoupBinTCP packet for OUCH), bytes.
     pub max_packet_len: u16,
 }
 
@@ -76,12 +76,12 @@ pub struct LinkStats {
     pub refused_read_only: u64,
 }
 
-/// A venue link. See the module docs.
+/// A venue link speaking protocol `P`. See the module docs.
 #[derive(Debug)]
-pub struct VenueLink {
+pub struct VenueLink<P = AnyProtocol> {
     addr: SocketAddr,
     venue: VenueId,
-    client: OuchClient,
+    client: P,
     handle: VenueHandle,
     config: LinkConfig,
     machine: SessionMachine,
@@ -98,9 +98,10 @@ pub struct VenueLink {
     stats: LinkStats,
 }
 
-impl VenueLink {
-    /// A link to `addr` carrying `venue`'s rings.
-    pub fn new(addr: SocketAddr, venue: VenueId, client: OuchClient, handle: VenueHandle) -> Self {
+impl<P: VenueProtocol> VenueLink<P> {
+    /// A link to `addr` carrying `venue`'s rings. (The engine builds its links with
+    /// [`super::protocol::build_link`].)
+    pub fn new(addr: SocketAddr, venue: VenueId, client: P, handle: VenueHandle) -> Self {
         Self::with_config(addr, venue, client, handle, LinkConfig::default())
     }
 
@@ -108,7 +109,7 @@ impl VenueLink {
     pub fn with_config(
         addr: SocketAddr,
         venue: VenueId,
-        client: OuchClient,
+        client: P,
         handle: VenueHandle,
         config: LinkConfig,
     ) -> Self {
@@ -140,8 +141,13 @@ impl VenueLink {
         self.machine.stats()
     }
 
-    /// The session client, to restore a journal into before [`VenueLink::start`].
-    pub fn client_mut(&mut self) -> &mut OuchClient {
+    /// The venue this link carries.
+    pub fn venue(&self) -> VenueId {
+        self.venue
+    }
+
+    /// The protocol client, to restore a journal into before [`VenueLink::start`].
+    pub fn client_mut(&mut self) -> &mut P {
         &mut self.client
     }
 
@@ -150,8 +156,8 @@ impl VenueLink {
         self.stats
     }
 
-    /// The OUCH client (sequence numbers, id mapping, reconciliation results).
-    pub fn client(&self) -> &OuchClient {
+    /// The protocol client (sequence numbers, id mapping, reconciliation results).
+    pub fn client(&self) -> &P {
         &self.client
     }
 
@@ -253,7 +259,10 @@ impl VenueLink {
             });
         }
         if now_ns.saturating_sub(self.last_tx_ns) >= self.config.heartbeat_interval_ns {
-            let n = OuchClient::encode_heartbeat(&mut self.scratch).expect("fits");
+            let n = self
+                .client
+                .encode_heartbeat(&mut self.scratch)
+                .expect("fits");
             if reactor.send(conn, &self.scratch[..n]).is_ok() {
                 self.last_tx_ns = now_ns;
             }
@@ -364,34 +373,35 @@ impl VenueLink {
         // A packet yields at most one outcome (a reconciliation answer a few): read only while
         // the outcome ring has room, so the venue waits in TCP rather than outcomes being lost.
         while self.handle.outcomes.slots() > 1 {
-            let f = match frame(reactor.received(conn), self.config.max_packet_len) {
-                Ok(Some(f)) => f,
-                Ok(None) => return,
-                Err(e) => return self.malformed(now_ns, reactor, e),
-            };
-            self.last_rx_ns = now_ns;
-            let (packet_type, len) = (f.packet_type, f.len);
-            // Decoded in place from the transport's buffer (any length up to `max_packet_len`),
-            // consumed after: no copy into a fixed buffer a legal packet could overrun.
             let (outcomes, backlog) = (&mut self.handle.outcomes, &mut self.backlog);
-            let news = self
-                .client
-                .on_packet(now_ns, packet_type, f.payload, &mut |o| {
+            let decoded = self.client.decode(
+                now_ns,
+                reactor.received(conn),
+                self.config.max_packet_len,
+                &mut |o| {
                     if let Err(rtrb::PushError::Full(o)) = outcomes.push(o) {
                         backlog.push(o);
                     }
-                });
-            reactor.consume(conn, len);
+                },
+            );
+            let news = match decoded {
+                Ok(Some(message)) => {
+                    self.last_rx_ns = now_ns;
+                    reactor.consume(conn, message.len);
+                    message.news
+                }
+                Ok(None) => return,
+                Err(e) => return self.malformed(now_ns, reactor, e),
+            };
             let event = match news {
-                Ok(SessionNews::LoggedIn { .. }) => SessionEvent::LoginAccepted,
-                Ok(SessionNews::LoginRejected) => SessionEvent::LoginRejected,
-                Ok(SessionNews::EndOfSession) => SessionEvent::ConnectionLost,
-                Ok(SessionNews::Reconciled(r)) => SessionEvent::ReconcileComplete {
+                SessionNews::LoggedIn { .. } => SessionEvent::LoginAccepted,
+                SessionNews::LoginRejected => SessionEvent::LoginRejected,
+                SessionNews::EndOfSession => SessionEvent::ConnectionLost,
+                SessionNews::Reconciled(r) => SessionEvent::ReconcileComplete {
                     unresolved: r.unresolved(),
                 },
-                Ok(SessionNews::Contradicted(_)) => SessionEvent::Contradiction,
-                Ok(SessionNews::Nothing) => continue,
-                Err(e) => return self.malformed(now_ns, reactor, e),
+                SessionNews::Contradicted(_) => SessionEvent::Contradiction,
+                SessionNews::Nothing => continue,
             };
             self.event(now_ns, reactor, event);
             if self.conn != Some(conn) {

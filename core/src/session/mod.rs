@@ -1,10 +1,12 @@
-//! Venue sessions, engine side. `ouch` is the sans-IO client of a SoupBinTCP/OUCH venue: it
-//! turns dispatcher requests into OUCH messages and venue messages into dispatcher outcomes.
-//! `link` drives it over the io_uring reactor. The connection state machine with reconnect,
-//! reconciliation and ack timeouts is the next step (see the open issues).
+//! Venue sessions, engine side. [`link`] is the venue link every protocol shares: the
+//! connection state machine ([`machine`]) with reconnect and backoff, the reconciliation gate,
+//! heartbeats, read-only on a contradiction, and "a timeout means unknown: query, never
+//! resend". [`protocol`] is the seam to the protocol a venue speaks ([`protocol::VenueProtocol`],
+//! [`protocol::build_link`]); [`ouch`] is the sans-IO OUCH 5.0 / SoupBinTCP client behind it.
 
 pub mod link;
 pub mod machine;
 pub mod ouch;
-/// The executor-loop watchdog lives with the runtime (dispatch and session both use it).
-pub use crate::runtime::watchdog;
+pub mod protocol;
+
+pub use protocol::{build_link, AnyProtocol, ProtocolConfig, VenueLinkConfig, VenueProtocol};

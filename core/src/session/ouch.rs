@@ -18,6 +18,10 @@ use crate::proto::ouch::{
 use crate::proto::soupbin::{self, decode_server, ClientPacket, LoginRequest, ServerPacket};
 use crate::proto::{DecodeError, EncodeError};
 
+use super::protocol::{
+    ClientStats, Message, Reconciliation, RequestError, SessionNews, VenueProtocol,
+};
+
 /// Login and layout settings.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -76,118 +80,6 @@ struct SessionOrder {
     /// Shares booked from a status answer whose execution reports have not arrived yet: the
     /// next reports for this order are those executions (absorbed, never booked twice).
     inferred: u32,
-}
-
-/// The outcome of comparing keel's view with the venue's reconciliation answer.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Reconciliation {
-    /// Orders keel thought open that the venue never received (reported as rejected).
-    pub not_received: u32,
-    /// Executions the venue reports that keel had not seen (reported as fills).
-    pub missed_fills: u32,
-    /// Open orders at the venue that keel does not know: cannot be resolved automatically.
-    pub unknown_at_keel: u32,
-    /// Orders keel has open that the venue does not list, after a sequence gap: they may have
-    /// filled in the reports that were skipped, so each is queried, never assumed dead.
-    pub in_doubt: u32,
-    /// Orders and reports that contradicted keel's view and are not settled (sticky: an
-    /// operator must look).
-    pub contradictions: u32,
-}
-
-impl Reconciliation {
-    /// Differences keel could not settle from the answer.
-    pub fn unresolved(&self) -> u32 {
-        self.unknown_at_keel + self.in_doubt + self.contradictions
-    }
-}
-
-/// Counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClientStats {
-    /// Venue messages mapped to outcomes.
-    pub mapped: u64,
-    /// Venue messages for a UserRefNum this session never sent.
-    pub unknown_user_ref: u64,
-    /// Broken trades reported (need an operator).
-    pub broken_trades: u64,
-    /// Venue messages with no outcome (system events, priority updates...).
-    pub informational: u64,
-    /// Sequenced messages received.
-    pub sequenced: u64,
-    /// Requests whose answer did not come within the ack timeout (reported Unknown).
-    pub timeouts: u64,
-    /// Status answers that changed keel's view (resolutions).
-    pub resolutions: u64,
-    /// Replayed reports already applied before a reconnect, skipped by sequence number.
-    pub duplicates_skipped: u64,
-    /// Reconciliations completed.
-    pub reconciliations: u64,
-    /// The last reconciliation's result.
-    pub last_reconciliation: Reconciliation,
-    /// Reports that contradicted this session's view (each made the link read-only).
-    pub contradictions: u64,
-    /// The most recent one.
-    pub last_contradiction: Option<Contradiction>,
-    /// Closed orders forgotten to make room in the map (oldest closed first).
-    pub forgotten: u64,
-    /// Execution reports that arrived after a status answer had already booked their shares
-    /// (a report delayed behind the answer): absorbed, not booked twice.
-    pub late_reports_absorbed: u64,
-    /// New orders refused because the map was full of open orders.
-    pub session_full: u64,
-}
-
-/// Why a request could not be encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum RequestError {
-    /// The order is not known to this session (never sent, or forgotten).
-    #[error("no UserRefNum for order {0}")]
-    UnknownOrder(ClientOrderId),
-    /// The symbol id has no name.
-    #[error("symbol id {0} not configured")]
-    UnknownSymbol(u16),
-    /// The dispatcher's wire reference is not above the last one this session used (the
-    /// venue would reject it; UserRefNums must ascend).
-    #[error("wire reference {got} is not above {last}")]
-    StaleWireRef {
-        /// The reference given.
-        got: u32,
-        /// The last one used.
-        last: u32,
-    },
-    /// The session's order map is full of open orders: a new one cannot be tracked.
-    #[error("session order map full: {orders_max} open orders")]
-    SessionFull {
-        /// The configured capacity.
-        orders_max: u32,
-    },
-    /// The request is for the link itself (a reconciliation), not for the wire.
-    #[error("not a wire request")]
-    NotWire,
-    /// The encoder refused.
-    #[error(transparent)]
-    Encode(#[from] EncodeError),
-}
-
-/// What a server packet meant for the session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionNews {
-    /// Logged in; sequenced messages continue from `next_seq`.
-    LoggedIn {
-        /// Next sequence number.
-        next_seq: u64,
-    },
-    /// The venue refused the login.
-    LoginRejected,
-    /// The venue ended the session.
-    EndOfSession,
-    /// A reconciliation answer was compared.
-    Reconciled(Reconciliation),
-    /// A report contradicted keel's view: the link must stop trusting itself.
-    Contradicted(Contradiction),
-    /// Nothing for the session state (data, heartbeat, debug).
-    Nothing,
 }
 
 /// The OUCH client state.
@@ -1159,6 +1051,67 @@ enum Mapped {
     Contradiction(Option<ClientOrderId>, Contradiction),
     /// Nothing for the dispatcher.
     Nothing,
+}
+
+impl VenueProtocol for OuchClient {
+    fn encode_login(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+        OuchClient::encode_login(self, out)
+    }
+    fn encode_heartbeat(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+        OuchClient::encode_heartbeat(out)
+    }
+    fn encode_reconcile_query(&mut self, out: &mut [u8]) -> Result<usize, EncodeError> {
+        OuchClient::encode_reconcile_query(self, out)
+    }
+    fn encode_request(
+        &mut self,
+        request: &VenueRequest,
+        out: &mut [u8],
+    ) -> Result<usize, RequestError> {
+        OuchClient::encode_request(self, request, out)
+    }
+    /// One SoupBinTCP packet, decoded in place from the transport's buffer (any length up to
+    /// `max_len`): no copy into a fixed buffer a legal packet could overrun.
+    fn decode(
+        &mut self,
+        now_ns: u64,
+        received: &[u8],
+        max_len: u16,
+        emit: &mut impl FnMut(Outcome),
+    ) -> Result<Option<Message>, DecodeError> {
+        let Some(f) = soupbin::frame(received, max_len)? else {
+            return Ok(None);
+        };
+        let news = self.on_packet(now_ns, f.packet_type, f.payload, emit)?;
+        Ok(Some(Message { len: f.len, news }))
+    }
+    fn expire(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) {
+        OuchClient::expire(self, now_ns, emit)
+    }
+    fn mark_in_flight_unknown(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> u64 {
+        OuchClient::mark_in_flight_unknown(self, now_ns, emit)
+    }
+    fn clear_contradictions(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> u32 {
+        OuchClient::clear_contradictions(self, now_ns, emit)
+    }
+    fn resume_after(&mut self, seq: u64) {
+        OuchClient::resume_after(self, seq)
+    }
+    fn restore_order(
+        &mut self,
+        order: &NewOrder,
+        wire_ref: u32,
+        executed: u32,
+        accepted: bool,
+    ) -> Result<(), RequestError> {
+        OuchClient::restore_order(self, order, wire_ref, executed, accepted)
+    }
+    fn applied_through(&self) -> u64 {
+        OuchClient::applied_through(self)
+    }
+    fn stats(&self) -> ClientStats {
+        OuchClient::stats(self)
+    }
 }
 
 /// keel's ClientOrderId as an OUCH ClOrdID: 13 base-36 characters and one space.

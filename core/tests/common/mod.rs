@@ -207,3 +207,57 @@ impl Rig {
         id
     }
 }
+
+/// One OUCH venue link as the tests configure it (SPEC dialect, keel's reconciliation).
+pub fn ouch_venue(
+    address: std::net::SocketAddr,
+    username: &str,
+    orders_max: u32,
+    ack_timeout_ns: u64,
+    link: keel::session::link::LinkConfig,
+) -> keel::session::VenueLinkConfig {
+    keel::session::VenueLinkConfig {
+        name: username.into(),
+        address,
+        username: username.into(),
+        password: "keel".into(),
+        protocol: keel::session::ProtocolConfig::Ouch {
+            dialect: keel::proto::ouch::Dialect::SPEC,
+            reconcile: keel::session::ouch::ReconcileMode::KeelExtension,
+        },
+        ack_timeout_ns,
+        orders_max,
+        link,
+    }
+}
+
+/// An engine configuration for tests that step the engine's loop themselves
+/// (`EngineBuilder::build`): `symbols` by name, one in-process strategy per
+/// `dispatcher.strategies`, rings of `ring` slots, no journal, no IPC, no feeds.
+pub fn engine_config(
+    symbols: &[&str],
+    dispatcher: DispatcherConfig,
+    venues: Vec<keel::session::VenueLinkConfig>,
+    ring: u32,
+) -> keel::engine::EngineConfig {
+    keel::engine::EngineConfig {
+        symbols: symbols
+            .iter()
+            .map(|s| keel::proto::soupbin::alpha::<8>(s))
+            .collect(),
+        dispatcher: DispatcherConfig {
+            venues: venues.len() as u16,
+            symbols: symbols.len() as u16,
+            ..dispatcher
+        },
+        journal: None,
+        venues,
+        loops: keel::engine::LoopConfig {
+            strategy_ring: ring,
+            venue_ring: ring,
+            ..keel::engine::LoopConfig::default()
+        },
+        ipc: None,
+        feeds: Vec::new(),
+    }
+}

@@ -1,0 +1,370 @@
+//! The venue-protocol seam: what a venue link asks of the protocol it speaks.
+//!
+//! A [`super::link::VenueLink`] owns everything every protocol shares — the session state
+//! machine ([`super::machine`]), connect and reconnect with backoff, the reconciliation gate,
+//! heartbeat timing, read-only on a contradiction, "unknown, never resend" — and asks its
+//! protocol, through [`VenueProtocol`], only what differs between venues: how to log in, how a
+//! heartbeat and a request look on the wire, how to cut and decode what the venue sends, when
+//! a request has waited too long, and which orders were in flight when the link dropped.
+//! The trait is statically dispatched: a link is generic over its protocol, and the engine's
+//! links use [`AnyProtocol`], an enum of every protocol keel speaks (one arm each).
+//!
+//! To add a protocol: a folder `session/<name>/` with a client implementing [`VenueProtocol`],
+//! one variant in the `protocols!` list below, one arm in [`build_link`]'s match, and its
+//! settings in [`ProtocolConfig`] (docs/architecture.md, "How to add a venue protocol").
+
+use std::net::SocketAddr;
+
+use super::link::{LinkConfig, VenueLink};
+use super::ouch::{ClientConfig, OuchClient, ReconcileMode};
+use crate::order::{
+    ClientOrderId, Contradiction, NewOrder, Outcome, SymbolName, VenueId, VenueRequest,
+};
+use crate::proto::{DecodeError, EncodeError};
+use crate::ring::VenueHandle;
+
+/// One message cut from the bytes a venue sent, and what it meant for the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Message {
+    /// Bytes it took from the front of the receive buffer (the link consumes them).
+    pub len: usize,
+    /// What it meant for the session state.
+    pub news: SessionNews,
+}
+
+/// What a venue link needs from the protocol it speaks. Every method is sans-IO: encoders
+/// write into the link's scratch buffer and return the length; answers for the dispatcher are
+/// handed to `emit`; nothing allocates after construction.
+pub trait VenueProtocol {
+    /// The login request, asking to resume after [`VenueProtocol::applied_through`].
+    fn encode_login(&self, out: &mut [u8]) -> Result<usize, EncodeError>;
+    /// A heartbeat.
+    fn encode_heartbeat(&self, out: &mut [u8]) -> Result<usize, EncodeError>;
+    /// The reconciliation query sent after login (and paced while read-only); the answer comes
+    /// back as [`SessionNews::Reconciled`].
+    fn encode_reconcile_query(&mut self, out: &mut [u8]) -> Result<usize, EncodeError>;
+    /// One dispatcher request on the wire (a request the wire cannot carry is an error the
+    /// link answers to the dispatcher, never a silent drop).
+    fn encode_request(
+        &mut self,
+        request: &VenueRequest,
+        out: &mut [u8],
+    ) -> Result<usize, RequestError>;
+    /// Cuts and decodes the first message in `received` (at most `max_len` bytes long):
+    /// `Ok(None)` until a whole message is there; malformed bytes are an error (the link
+    /// closes the connection, counts it and reconnects).
+    fn decode(
+        &mut self,
+        now_ns: u64,
+        received: &[u8],
+        max_len: u16,
+        emit: &mut impl FnMut(Outcome),
+    ) -> Result<Option<Message>, DecodeError>;
+    /// Requests unanswered past their deadline become `Timeout` (the order is unknown).
+    fn expire(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome));
+    /// The connection dropped: every order sent and not answered is reported in doubt
+    /// (`Timeout`), never failed and never resent. Returns how many.
+    fn mark_in_flight_unknown(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> u64;
+    /// An operator settled every contradiction: orders they concerned are in doubt again.
+    /// Returns how many were cleared.
+    fn clear_contradictions(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> u32;
+    /// Journal restore, before the first login: resume the venue's stream after `seq`.
+    fn resume_after(&mut self, seq: u64);
+    /// Journal restore, before the first login: one open order and its wire reference.
+    fn restore_order(
+        &mut self,
+        order: &NewOrder,
+        wire_ref: u32,
+        executed: u32,
+        accepted: bool,
+    ) -> Result<(), RequestError>;
+    /// The highest venue sequence number applied (what the journal persists).
+    fn applied_through(&self) -> u64;
+    /// Counters.
+    fn stats(&self) -> ClientStats;
+}
+
+/// The outcome of comparing keel's view with the venue's reconciliation answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reconciliation {
+    /// Orders keel thought open that the venue never received (reported as rejected).
+    pub not_received: u32,
+    /// Executions the venue reports that keel had not seen (reported as fills).
+    pub missed_fills: u32,
+    /// Open orders at the venue that keel does not know: cannot be resolved automatically.
+    pub unknown_at_keel: u32,
+    /// Orders keel has open that the venue does not list, after a sequence gap: they may have
+    /// filled in the reports that were skipped, so each is queried, never assumed dead.
+    pub in_doubt: u32,
+    /// Orders and reports that contradicted keel's view and are not settled (sticky: an
+    /// operator must look).
+    pub contradictions: u32,
+}
+
+impl Reconciliation {
+    /// Differences keel could not settle from the answer.
+    pub fn unresolved(&self) -> u32 {
+        self.unknown_at_keel + self.in_doubt + self.contradictions
+    }
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Venue messages mapped to outcomes.
+    pub mapped: u64,
+    /// Venue messages for a UserRefNum this session never sent.
+    pub unknown_user_ref: u64,
+    /// Broken trades reported (need an operator).
+    pub broken_trades: u64,
+    /// Venue messages with no outcome (system events, priority updates...).
+    pub informational: u64,
+    /// Sequenced messages received.
+    pub sequenced: u64,
+    /// Requests whose answer did not come within the ack timeout (reported Unknown).
+    pub timeouts: u64,
+    /// Status answers that changed keel's view (resolutions).
+    pub resolutions: u64,
+    /// Replayed reports already applied before a reconnect, skipped by sequence number.
+    pub duplicates_skipped: u64,
+    /// Reconciliations completed.
+    pub reconciliations: u64,
+    /// The last reconciliation's result.
+    pub last_reconciliation: Reconciliation,
+    /// Reports that contradicted this session's view (each made the link read-only).
+    pub contradictions: u64,
+    /// The most recent one.
+    pub last_contradiction: Option<Contradiction>,
+    /// Closed orders forgotten to make room in the map (oldest closed first).
+    pub forgotten: u64,
+    /// Execution reports that arrived after a status answer had already booked their shares
+    /// (a report delayed behind the answer): absorbed, not booked twice.
+    pub late_reports_absorbed: u64,
+    /// New orders refused because the map was full of open orders.
+    pub session_full: u64,
+}
+
+/// Why a request could not be encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// The order is not known to this session (never sent, or forgotten).
+    #[error("no UserRefNum for order {0}")]
+    UnknownOrder(ClientOrderId),
+    /// The symbol id has no name.
+    #[error("symbol id {0} not configured")]
+    UnknownSymbol(u16),
+    /// The dispatcher's wire reference is not above the last one this session used (the
+    /// venue would reject it; UserRefNums must ascend).
+    #[error("wire reference {got} is not above {last}")]
+    StaleWireRef {
+        /// The reference given.
+        got: u32,
+        /// The last one used.
+        last: u32,
+    },
+    /// The session's order map is full of open orders: a new one cannot be tracked.
+    #[error("session order map full: {orders_max} open orders")]
+    SessionFull {
+        /// The configured capacity.
+        orders_max: u32,
+    },
+    /// The request is for the link itself (a reconciliation), not for the wire.
+    #[error("not a wire request")]
+    NotWire,
+    /// The encoder refused.
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+}
+
+/// What a server packet meant for the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionNews {
+    /// Logged in; sequenced messages continue from `next_seq`.
+    LoggedIn {
+        /// Next sequence number.
+        next_seq: u64,
+    },
+    /// The venue refused the login.
+    LoginRejected,
+    /// The venue ended the session.
+    EndOfSession,
+    /// A reconciliation answer was compared.
+    Reconciled(Reconciliation),
+    /// A report contradicted keel's view: the link must stop trusting itself.
+    Contradicted(Contradiction),
+    /// Nothing for the session state (data, heartbeat, debug).
+    Nothing,
+}
+
+/// The settings of the protocol a `[[venue]]` speaks (`protocol = "..."`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProtocolConfig {
+    /// OUCH 5.0 over SoupBinTCP 4.0 (`protocol = "ouch"`, the default).
+    Ouch {
+        /// Wire layout.
+        dialect: crate::proto::ouch::Dialect,
+        /// How reconciliation is done.
+        reconcile: ReconcileMode,
+    },
+}
+
+impl ProtocolConfig {
+    /// The `protocol` key's value.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Ouch { .. } => "ouch",
+        }
+    }
+}
+
+impl Default for ProtocolConfig {
+    fn default() -> Self {
+        Self::Ouch {
+            dialect: crate::proto::ouch::Dialect::SPEC,
+            reconcile: ReconcileMode::default(),
+        }
+    }
+}
+
+/// One venue link as configured (a `[[venue]]` table).
+#[derive(Debug, Clone)]
+pub struct VenueLinkConfig {
+    /// Name used in logs and reports.
+    pub name: String,
+    /// Order-entry address.
+    pub address: SocketAddr,
+    /// Login username.
+    pub username: String,
+    /// Login password.
+    pub password: String,
+    /// The protocol spoken and its settings.
+    pub protocol: ProtocolConfig,
+    /// A request unanswered this long makes its order Unknown.
+    pub ack_timeout_ns: u64,
+    /// Orders whose wire reference the session keeps.
+    pub orders_max: u32,
+    /// Session timing, backoff and limits.
+    pub link: LinkConfig,
+}
+
+/// Declares [`AnyProtocol`] and its [`VenueProtocol`] implementation from one list of
+/// `Variant(Client)`: adding a protocol adds one line here.
+macro_rules! protocols {
+    ($($variant:ident($client:ty)),+ $(,)?) => {
+        /// Every protocol keel speaks: what the engine's links are generic over.
+        #[derive(Debug)]
+        pub enum AnyProtocol {
+            $(
+                #[doc = concat!("A [`", stringify!($client), "`].")]
+                $variant($client),
+            )+
+        }
+
+        impl VenueProtocol for AnyProtocol {
+            fn encode_login(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+                match self { $(Self::$variant(p) => p.encode_login(out),)+ }
+            }
+            fn encode_heartbeat(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+                match self { $(Self::$variant(p) => p.encode_heartbeat(out),)+ }
+            }
+            fn encode_reconcile_query(&mut self, out: &mut [u8]) -> Result<usize, EncodeError> {
+                match self { $(Self::$variant(p) => p.encode_reconcile_query(out),)+ }
+            }
+            fn encode_request(
+                &mut self,
+                request: &VenueRequest,
+                out: &mut [u8],
+            ) -> Result<usize, RequestError> {
+                match self { $(Self::$variant(p) => p.encode_request(request, out),)+ }
+            }
+            fn decode(
+                &mut self,
+                now_ns: u64,
+                received: &[u8],
+                max_len: u16,
+                emit: &mut impl FnMut(Outcome),
+            ) -> Result<Option<Message>, DecodeError> {
+                match self { $(Self::$variant(p) => p.decode(now_ns, received, max_len, emit),)+ }
+            }
+            fn expire(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) {
+                match self { $(Self::$variant(p) => p.expire(now_ns, emit),)+ }
+            }
+            fn mark_in_flight_unknown(
+                &mut self,
+                now_ns: u64,
+                emit: &mut impl FnMut(Outcome),
+            ) -> u64 {
+                match self { $(Self::$variant(p) => p.mark_in_flight_unknown(now_ns, emit),)+ }
+            }
+            fn clear_contradictions(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> u32 {
+                match self { $(Self::$variant(p) => p.clear_contradictions(now_ns, emit),)+ }
+            }
+            fn resume_after(&mut self, seq: u64) {
+                match self { $(Self::$variant(p) => p.resume_after(seq),)+ }
+            }
+            fn restore_order(
+                &mut self,
+                order: &NewOrder,
+                wire_ref: u32,
+                executed: u32,
+                accepted: bool,
+            ) -> Result<(), RequestError> {
+                match self {
+                    $(Self::$variant(p) => p.restore_order(order, wire_ref, executed, accepted),)+
+                }
+            }
+            fn applied_through(&self) -> u64 {
+                match self { $(Self::$variant(p) => p.applied_through(),)+ }
+            }
+            fn stats(&self) -> ClientStats {
+                match self { $(Self::$variant(p) => p.stats(),)+ }
+            }
+        }
+    };
+}
+
+protocols! {
+    Ouch(OuchClient),
+}
+
+impl AnyProtocol {
+    /// The OUCH client, if this link speaks OUCH (its UserRefNum mapping, for tests and the
+    /// demo's checks against the simulated venue).
+    pub fn as_ouch(&self) -> Option<&OuchClient> {
+        match self {
+            Self::Ouch(c) => Some(c),
+        }
+    }
+}
+
+/// The one place a venue link is built from its configuration: every caller (the engine, the
+/// demo, the tests, the benchmarks) uses it. `symbols` are the engine's, in `SymbolId` order.
+pub fn build_link(
+    config: &VenueLinkConfig,
+    venue: VenueId,
+    symbols: &[SymbolName],
+    handle: VenueHandle,
+) -> VenueLink<AnyProtocol> {
+    let protocol = match config.protocol {
+        ProtocolConfig::Ouch { dialect, reconcile } => AnyProtocol::Ouch(OuchClient::new(
+            ClientConfig {
+                username: config.username.clone(),
+                password: config.password.clone(),
+                dialect,
+                orders_max: config.orders_max,
+                symbols: symbols.to_vec(),
+                reconcile,
+                ack_timeout_ns: config.ack_timeout_ns,
+            },
+            venue,
+        )),
+    };
+    VenueLink::with_config(config.address, venue, protocol, handle, config.link)
+}
+
+/// Bytes the link's protocol state needs for `config` (counted in the engine's memory need).
+pub fn protocol_memory_bytes(config: &VenueLinkConfig) -> u64 {
+    match config.protocol {
+        ProtocolConfig::Ouch { .. } => OuchClient::memory_bytes(config.orders_max),
+    }
+}
