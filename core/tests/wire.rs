@@ -5,11 +5,12 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
+mod common;
+
 use keel::clock::{Clock, TscClock};
-use keel::dispatch::{
-    strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle,
-};
-use keel::net::{NetEvent, Reactor, ReactorConfig};
+use keel::dispatch::{DispatcherConfig, StrategyHandle};
+use keel::engine::{EngineBuilder, EngineLoop};
+use keel::net::{Reactor, ReactorConfig};
 use keel::order::{
     ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
     VenueId,
@@ -20,9 +21,7 @@ use keel::proto::ouch::{
 use keel::proto::soupbin::{
     alpha, decode_server, encode_client, frame, ClientPacket, LoginRequest, ServerPacket,
 };
-use keel::session::link::VenueLink;
 use keel::session::machine::LinkState;
-use keel::session::ouch::{ClientConfig, OuchClient};
 use keel::venue::flow::FlowConfig;
 use keel::venue::server::{DropReason, VenueConfig, VenueServer};
 
@@ -37,54 +36,47 @@ fn venue() -> VenueServer {
     VenueServer::new(config).expect("venue starts on loopback")
 }
 
+/// The engine's own loop (`EngineBuilder::build`) over io_uring, stepped on the test's thread
+/// with the venue.
 struct Engine {
     clock: TscClock,
-    reactor: Reactor,
-    dispatcher: Dispatcher,
-    link: VenueLink,
+    core: EngineLoop<Reactor>,
     strategy: StrategyHandle,
-    events: Vec<NetEvent>,
 }
 
 impl Engine {
     fn new(venue: &VenueServer) -> Self {
         let clock = TscClock::new();
-        let mut reactor = Reactor::new(ReactorConfig {
+        let reactor = Reactor::new(ReactorConfig {
             conns_max: 4,
             ..ReactorConfig::default()
         })
         .unwrap();
-        let config = DispatcherConfig {
+        let dispatcher = DispatcherConfig {
             strategies: 1,
-            venues: 1,
-            symbols: 4,
             ..DispatcherConfig::default()
         };
-        let (strategy, sport) = strategy_channel(1024, 1024);
-        let (vhandle, vport) = venue_channel(1024, 1024);
-        let dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns()).unwrap();
-        let symbols = ["AAPL", "MSFT", "AMZN", "NVDA"].map(alpha::<8>).to_vec();
-        let client = OuchClient::new(
-            ClientConfig {
-                username: "engine".into(),
-                password: "keel".into(),
-                dialect: Dialect::SPEC,
-                orders_max: 1024,
-                symbols,
-                reconcile: Default::default(),
-                ack_timeout_ns: 2_000_000_000,
-            },
-            VenueId(0),
+        let link = common::ouch_venue(
+            venue.local_addr(),
+            "engine",
+            1024,
+            2_000_000_000,
+            Default::default(),
         );
-        let mut link = VenueLink::new(venue.local_addr(), VenueId(0), client, vhandle);
-        link.start(clock.now_ns(), &mut reactor);
+        let config = common::engine_config(
+            &["AAPL", "MSFT", "AMZN", "NVDA"],
+            dispatcher,
+            vec![link],
+            1024,
+        );
+        let mut core = EngineBuilder::new(config)
+            .build(reactor, clock.now_ns())
+            .unwrap();
+        let strategy = core.take_strategy(StrategyId(0)).unwrap();
         Self {
             clock,
-            reactor,
-            dispatcher,
-            link,
+            core,
             strategy,
-            events: Vec::new(),
         }
     }
 
@@ -92,13 +84,8 @@ impl Engine {
     fn step(&mut self, venue: &mut VenueServer) {
         let now = self.clock.now_ns();
         venue.step(now, 0).unwrap();
-        self.events.clear();
-        self.reactor.poll(now, 0, &mut self.events).unwrap();
-        for e in self.events.clone() {
-            self.link.on_event(now, &mut self.reactor, &e);
-        }
-        self.link.step(now, &mut self.reactor);
-        self.dispatcher.poll(now);
+        self.core.pass(now);
+        assert_eq!(self.core.poll_errors(), 0);
     }
 
     fn until(
@@ -135,8 +122,8 @@ impl Engine {
 fn order_round_trip_through_the_venue() {
     let mut venue = venue();
     let mut engine = Engine::new(&venue);
-    engine.until(&mut venue, "login", |e, _| e.dispatcher.is_synced(0));
-    assert_eq!(engine.link.state(), LinkState::Synced);
+    engine.until(&mut venue, "login", |e, _| e.core.dispatcher().is_synced(0));
+    assert_eq!(engine.core.links()[0].state(), LinkState::Synced);
     let buy = engine.order(1, Side::Buy, 100, Price::from_units(10, 0));
     engine.strategy.commands.push(Command::New(buy)).unwrap();
     let mut seen = Vec::new();
@@ -180,8 +167,8 @@ fn order_round_trip_through_the_venue() {
     });
     assert_eq!(seen[0].kind, EventKind::Canceled);
     assert!(venue.exchange().book(0).is_empty());
-    assert_eq!(engine.link.stats().decode_errors, 0);
-    assert_eq!(engine.dispatcher.guards().risk.position(SymbolId(0)), 100);
+    assert_eq!(engine.core.links()[0].stats().decode_errors, 0);
+    assert_eq!(engine.core.dispatcher().guards().risk.position(SymbolId(0)), 100);
 }
 
 /// A hand-driven SoupBinTCP client on a plain socket, for the venue's session tests.
