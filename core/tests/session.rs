@@ -7,20 +7,17 @@
 mod common;
 
 use keel::clock::{Clock, TscClock};
-use keel::dispatch::{
-    strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle,
-};
+use keel::dispatch::{Dispatcher, DispatcherConfig, StrategyHandle};
+use keel::engine::{EngineBuilder, EngineLoop};
 use keel::guard::backoff::BackoffConfig;
-use keel::net::{NetEvent, Reactor, ReactorConfig};
+use keel::net::{Reactor, ReactorConfig};
 use keel::order::{
     ClientOrderId, Command, Event, EventKind, NewOrder, OrderState, Price, RefusalReason,
     RejectReason, Side, StrategyId, SymbolId, TimeInForce, VenueId,
 };
-use keel::proto::ouch::Dialect;
-use keel::proto::soupbin::alpha;
 use keel::session::link::{LinkConfig, VenueLink};
 use keel::session::machine::{LinkState, SessionConfig};
-use keel::session::ouch::{ClientConfig, OuchClient};
+use keel::session::VenueProtocol;
 use keel::venue::flow::FlowConfig;
 use keel::venue::server::{VenueConfig, VenueServer};
 
@@ -29,12 +26,10 @@ const MS: u64 = 1_000_000;
 struct Rig {
     clock: TscClock,
     venue: VenueServer,
-    reactor: Reactor,
-    dispatcher: Dispatcher,
-    link: VenueLink,
+    /// The engine's own loop (`EngineBuilder::build`), stepped on the test's thread.
+    core: EngineLoop<Reactor>,
     strategy: StrategyHandle,
     events: Vec<Event>,
-    net: Vec<NetEvent>,
 }
 
 impl Rig {
@@ -60,32 +55,17 @@ impl Rig {
             ..VenueConfig::default()
         })
         .unwrap();
-        let mut reactor = Reactor::new(ReactorConfig {
+        let reactor = Reactor::new(ReactorConfig {
             conns_max: 4,
             ..ReactorConfig::default()
         })
         .unwrap();
-        let (strategy, sport) = strategy_channel(256, 256);
-        let (vhandle, vport) = venue_channel(256, 256);
         let mut config = DispatcherConfig {
             strategies: 1,
             venues: 1,
             symbols: 4,
             ..DispatcherConfig::default()
         };
-        let symbols = ["AAPL", "MSFT", "AMZN", "NVDA"].map(alpha::<8>).to_vec();
-        let client = OuchClient::new(
-            ClientConfig {
-                username: "sess".into(),
-                password: "keel".into(),
-                dialect: Dialect::SPEC,
-                orders_max: 1024,
-                symbols,
-                reconcile: Default::default(),
-                ack_timeout_ns,
-            },
-            VenueId(0),
-        );
         let mut link_config = LinkConfig {
             session: SessionConfig {
                 backoff: BackoffConfig {
@@ -99,32 +79,41 @@ impl Rig {
             ..LinkConfig::default()
         };
         tweak(&mut config, &mut link_config);
-        let dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns()).unwrap();
-        let mut link =
-            VenueLink::with_config(venue.local_addr(), VenueId(0), client, vhandle, link_config);
-        link.start(clock.now_ns(), &mut reactor);
+        let link = common::ouch_venue(
+            venue.local_addr(),
+            "sess",
+            1024,
+            ack_timeout_ns,
+            link_config,
+        );
+        let engine =
+            common::engine_config(&["AAPL", "MSFT", "AMZN", "NVDA"], config, vec![link], 256);
+        let mut core = EngineBuilder::new(engine)
+            .build(reactor, clock.now_ns())
+            .unwrap();
+        let strategy = core.take_strategy(StrategyId(0)).unwrap();
         Self {
             clock,
             venue,
-            reactor,
-            dispatcher,
-            link,
+            core,
             strategy,
             events: Vec::new(),
-            net: Vec::new(),
         }
+    }
+
+    fn dispatcher(&self) -> &Dispatcher {
+        self.core.dispatcher()
+    }
+
+    fn link(&self) -> &VenueLink {
+        &self.core.links()[0]
     }
 
     fn step(&mut self) {
         let now = self.clock.now_ns();
         self.venue.step(now, 0).unwrap();
-        self.net.clear();
-        self.reactor.poll(now, 0, &mut self.net).unwrap();
-        for e in &self.net {
-            self.link.on_event(now, &mut self.reactor, e);
-        }
-        self.link.step(now, &mut self.reactor);
-        self.dispatcher.poll(now);
+        self.core.pass(now);
+        assert_eq!(self.core.poll_errors(), 0);
         self.events
             .extend(std::iter::from_fn(|| self.strategy.events.pop().ok()));
     }
@@ -139,8 +128,8 @@ impl Rig {
         }
         panic!(
             "timed out waiting for {what}; link {:?} {:?}, events {:?}",
-            self.link.state(),
-            self.link.stats(),
+            self.link().state(),
+            self.link().stats(),
             self.events
         );
     }
@@ -172,7 +161,7 @@ impl Rig {
 #[test]
 fn restart_replay_reconcile_then_synced() {
     let mut rig = Rig::new();
-    rig.until("first SYNCED", |r| r.dispatcher.is_synced(0));
+    rig.until("first SYNCED", |r| r.dispatcher().is_synced(0));
     let resting = rig.order(1, 100);
     rig.strategy.commands.push(Command::New(resting)).unwrap();
     rig.until("accept", |r| {
@@ -180,7 +169,7 @@ fn restart_replay_reconcile_then_synced() {
     });
 
     rig.venue.apply_control(0, "restart").unwrap();
-    rig.until("link down", |r| !r.dispatcher.is_synced(0));
+    rig.until("link down", |r| !r.dispatcher().is_synced(0));
     let now = rig.clock.now_ns();
     rig.venue
         .exchange_mut()
@@ -196,8 +185,8 @@ fn restart_replay_reconcile_then_synced() {
         }]
     );
 
-    rig.until("SYNCED again", |r| r.dispatcher.is_synced(0));
-    assert_eq!(rig.link.state(), LinkState::Synced);
+    rig.until("SYNCED again", |r| r.dispatcher().is_synced(0));
+    assert_eq!(rig.link().state(), LinkState::Synced);
     assert_eq!(
         rig.kinds(resting.id),
         vec![
@@ -209,24 +198,24 @@ fn restart_replay_reconcile_then_synced() {
         ]
     );
     assert_eq!(
-        rig.dispatcher.table().get(resting.id).unwrap().state,
+        rig.dispatcher().table().get(resting.id).unwrap().state,
         OrderState::Filled
     );
-    assert_eq!(rig.dispatcher.guards().risk.position(SymbolId(1)), 100);
+    assert_eq!(rig.dispatcher().guards().risk.position(SymbolId(1)), 100);
     assert_eq!(
         rig.venue.exchange().stats().accepted,
         1,
         "nothing was resent"
     );
-    let session = rig.link.session_stats();
+    let session = rig.link().session_stats();
     assert_eq!((session.synced, session.disconnects), (2, 1));
     // What the journal will persist: every message of the venue's stream was applied.
     assert_eq!(
-        rig.link.client().applied_through(),
+        rig.link().client().applied_through(),
         rig.venue.exchange().account(0).stream_len()
     );
     assert_eq!(
-        rig.link.client().stats().last_reconciliation.unresolved(),
+        rig.link().client().stats().last_reconciliation.unresolved(),
         0
     );
 }
@@ -237,18 +226,18 @@ fn restart_replay_reconcile_then_synced() {
 #[test]
 fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent() {
     let mut rig = Rig::new();
-    rig.until("SYNCED", |r| r.dispatcher.is_synced(0));
+    rig.until("SYNCED", |r| r.dispatcher().is_synced(0));
     rig.venue.apply_control(0, "stall 300").unwrap();
     let lost = rig.order(1, 10);
     rig.strategy.commands.push(Command::New(lost)).unwrap();
     rig.until("order written", |r| {
-        r.dispatcher.stats().sent_new == 1 && r.link.stats().requests_sent == 1
+        r.dispatcher().stats().sent_new == 1 && r.link().stats().requests_sent == 1
     });
     rig.venue.apply_control(0, "drop").unwrap();
     rig.until("Unknown", |r| {
         r.kinds(lost.id).contains(&EventKind::Unknown)
     });
-    rig.until("SYNCED again", |r| r.dispatcher.is_synced(0));
+    rig.until("SYNCED again", |r| r.dispatcher().is_synced(0));
     rig.until("resolution", |r| r.kinds(lost.id).len() == 2);
     assert_eq!(
         rig.kinds(lost.id),
@@ -260,11 +249,11 @@ fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent() {
         ]
     );
     assert_eq!(
-        rig.dispatcher.table().get(lost.id).unwrap().state,
+        rig.dispatcher().table().get(lost.id).unwrap().state,
         OrderState::Rejected
     );
     assert_eq!(
-        rig.dispatcher.guards().risk.unknown_orders(SymbolId(1)),
+        rig.dispatcher().guards().risk.unknown_orders(SymbolId(1)),
         0,
         "the gate lifted"
     );
@@ -274,7 +263,7 @@ fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent() {
         "the venue never saw it and keel never resent it"
     );
     assert_eq!(
-        rig.link.client().stats().last_reconciliation.not_received,
+        rig.link().client().stats().last_reconciliation.not_received,
         1
     );
 }
@@ -287,7 +276,7 @@ fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent() {
 #[test]
 fn the_incident_late_remainder_is_unknown_never_resent() {
     let mut rig = Rig::with_ack_timeout(200 * MS);
-    rig.until("SYNCED", |r| r.dispatcher.is_synced(0));
+    rig.until("SYNCED", |r| r.dispatcher().is_synced(0));
     let now = rig.clock.now_ns();
     rig.venue
         .exchange_mut()
@@ -316,25 +305,25 @@ fn the_incident_late_remainder_is_unknown_never_resent() {
         ]
     );
     assert_eq!(
-        rig.dispatcher.table().get(ioc.id).unwrap().state,
+        rig.dispatcher().table().get(ioc.id).unwrap().state,
         OrderState::Canceled
     );
     assert_eq!(
-        rig.dispatcher.guards().risk.position(SymbolId(1)),
+        rig.dispatcher().guards().risk.position(SymbolId(1)),
         50,
         "exactly the intended fill"
     );
-    assert_eq!(rig.dispatcher.guards().risk.unknown_orders(SymbolId(1)), 0);
+    assert_eq!(rig.dispatcher().guards().risk.unknown_orders(SymbolId(1)), 0);
     assert_eq!(
         rig.venue.exchange().stats().accepted,
         1,
         "never a second order for the remainder"
     );
-    assert_eq!(rig.dispatcher.stats().sent_new, 1);
+    assert_eq!(rig.dispatcher().stats().sent_new, 1);
     // The status query's own answer waits behind the held report, so it times out too and is
     // asked again: queries, never a resend.
-    assert!(rig.dispatcher.stats().sent_query >= 1);
-    assert!(rig.link.client().stats().timeouts >= 1);
+    assert!(rig.dispatcher().stats().sent_query >= 1);
+    assert!(rig.link().client().stats().timeouts >= 1);
 }
 
 // Goal: the gateway restarts in the middle of reconciliation, on real sockets: the link is
@@ -343,7 +332,7 @@ fn the_incident_late_remainder_is_unknown_never_resent() {
 #[test]
 fn gateway_restart_mid_reconciliation_on_sockets() {
     let mut rig = Rig::new();
-    rig.until("first SYNCED", |r| r.dispatcher.is_synced(0));
+    rig.until("first SYNCED", |r| r.dispatcher().is_synced(0));
     let resting = rig.order(1, 10);
     rig.strategy.commands.push(Command::New(resting)).unwrap();
     rig.until("accept", |r| {
@@ -352,15 +341,15 @@ fn gateway_restart_mid_reconciliation_on_sockets() {
     rig.venue.apply_control(0, "drop").unwrap();
     // Each step ends after the link has acted, before the venue reads again: a link seen
     // RECONCILING has its query in flight.
-    rig.until("reconciling", |r| r.link.state() == LinkState::Reconciling);
+    rig.until("reconciling", |r| r.link().state() == LinkState::Reconciling);
     rig.venue.apply_control(0, "restart").unwrap();
     rig.until("SYNCED after the second drop", |r| {
-        r.dispatcher.is_synced(0) && r.link.client().stats().last_reconciliation.unresolved() == 0
+        r.dispatcher().is_synced(0) && r.link().client().stats().last_reconciliation.unresolved() == 0
     });
-    let session = rig.link.session_stats();
+    let session = rig.link().session_stats();
     assert!(session.disconnects >= 2, "{session:?}");
     assert_eq!(
-        rig.dispatcher.table().get(resting.id).unwrap().state,
+        rig.dispatcher().table().get(resting.id).unwrap().state,
         OrderState::Live
     );
     assert_eq!(rig.kinds(resting.id), vec![EventKind::Accepted]);
@@ -375,15 +364,15 @@ fn reconciliation_timeout_then_synced_on_sockets() {
     let mut rig = Rig::with(2_000 * MS, |_, link| {
         link.session.reconcile_timeout_ns = 300 * MS;
     });
-    rig.until("first SYNCED", |r| r.dispatcher.is_synced(0));
+    rig.until("first SYNCED", |r| r.dispatcher().is_synced(0));
     rig.venue.apply_control(0, "drop").unwrap();
-    rig.until("reconciling", |r| r.link.state() == LinkState::Reconciling);
+    rig.until("reconciling", |r| r.link().state() == LinkState::Reconciling);
     let now = rig.clock.now_ns();
     rig.venue.apply_control(now, "stall 500").unwrap();
-    rig.until("SYNCED after the timeout", |r| r.dispatcher.is_synced(0));
-    assert_eq!(rig.link.session_stats().reconcile_timeouts, 1);
+    rig.until("SYNCED after the timeout", |r| r.dispatcher().is_synced(0));
+    assert_eq!(rig.link().session_stats().reconcile_timeouts, 1);
     assert_eq!(
-        rig.link.client().stats().last_reconciliation.unresolved(),
+        rig.link().client().stats().last_reconciliation.unresolved(),
         0
     );
 }
@@ -399,7 +388,7 @@ fn breaker_drill_on_sockets() {
     let mut rig = Rig::with(2_000 * MS, |config, _| {
         config.breaker = common::drill_breaker();
     });
-    rig.until("SYNCED", |r| r.dispatcher.is_synced(0));
+    rig.until("SYNCED", |r| r.dispatcher().is_synced(0));
     let resting = rig.order(1, 10);
     rig.strategy.commands.push(Command::New(resting)).unwrap();
     rig.until("accept", |r| {
@@ -441,7 +430,7 @@ fn breaker_drill_on_sockets() {
     rig.until("half-open", |r| {
         let now = r.clock.now_ns();
         matches!(
-            r.dispatcher.guards().venues[0].breaker.clone().state(now),
+            r.dispatcher().guards().venues[0].breaker.clone().state(now),
             BreakerState::HalfOpen { .. }
         )
     });
@@ -452,13 +441,13 @@ fn breaker_drill_on_sockets() {
     rig.until("probes accepted, breaker closed", |r| {
         let now = r.clock.now_ns();
         matches!(
-            r.dispatcher.guards().venues[0].breaker.clone().state(now),
+            r.dispatcher().guards().venues[0].breaker.clone().state(now),
             BreakerState::Closed
         )
     });
     for probe in probes {
         assert!(rig.kinds(probe.id).contains(&EventKind::Accepted));
     }
-    let stats = rig.dispatcher.guards().venues[0].breaker.stats();
+    let stats = rig.dispatcher().guards().venues[0].breaker.stats();
     assert_eq!((stats.opened, stats.half_opened, stats.closed), (1, 1, 1));
 }
