@@ -15,16 +15,16 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use keel::clock::{Clock, TscClock};
-use keel::dispatch::{strategy_channel, venue_channel, Dispatcher, DispatcherConfig};
+use keel::dispatch::DispatcherConfig;
+use keel::engine::EngineBuilder;
 use keel::net::{Reactor, ReactorConfig};
 use keel::order::{
     ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
     VenueId,
 };
 use keel::proto::ouch::Dialect;
-use keel::proto::soupbin::alpha;
-use keel::session::link::VenueLink;
-use keel::session::ouch::{ClientConfig, OuchClient};
+use keel::runtime::{IdlePolicy, Idler};
+use keel::session::ProtocolConfig;
 use keel::venue::exchange::ExchangeConfig;
 use keel::venue::flow::FlowConfig;
 use keel::venue::server::{VenueConfig, VenueServer};
@@ -129,37 +129,28 @@ fn keel_engine_trades_with_ouch_connect_venue() {
     );
 
     let clock = TscClock::new();
-    let mut reactor = Reactor::new(ReactorConfig {
+    let reactor = Reactor::new(ReactorConfig {
         conns_max: 2,
         ..ReactorConfig::default()
     })
     .unwrap();
-    let (mut strategy, sport) = strategy_channel(64, 64);
-    let (vhandle, vport) = venue_channel(64, 64);
     let config = DispatcherConfig {
         strategies: 1,
-        venues: 1,
-        symbols: 1,
         ..DispatcherConfig::default()
     };
-    let mut dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns()).unwrap();
-    let client_config = ClientConfig {
-        username: "keel".into(),
-        password: "pw".into(),
+    let mut venue = common::ouch_venue(addr, "keel", 64, 2_000_000_000, Default::default());
+    venue.password = "pw".into();
+    venue.protocol = ProtocolConfig::Ouch {
         dialect: Dialect::OUCH_CONNECT,
-        orders_max: 64,
-        symbols: vec![alpha("AAPL")],
         // The ouch-connect server has no keel extension: an Account Query is the barrier.
         reconcile: keel::session::ouch::ReconcileMode::AccountQueryBarrier,
-        ack_timeout_ns: 2_000_000_000,
     };
-    let mut link = VenueLink::new(
-        addr,
-        VenueId(0),
-        OuchClient::new(client_config, VenueId(0)),
-        vhandle,
-    );
-    link.start(clock.now_ns(), &mut reactor);
+    // The engine's own loop (`EngineBuilder::build`), stepped here.
+    let mut engine = EngineBuilder::new(common::engine_config(&["AAPL"], config, vec![venue], 64))
+        .build(reactor, clock.now_ns())
+        .unwrap();
+    let mut strategy = engine.take_strategy(StrategyId(0)).unwrap();
+    let mut idler = Idler::new(IdlePolicy::TEST);
 
     let id = ClientOrderId::new(StrategyId(0), 1).unwrap();
     let order = NewOrder {
@@ -174,23 +165,20 @@ fn keel_engine_trades_with_ouch_connect_venue() {
     let mut sent_order = false;
     let mut sent_cancel = false;
     let mut events = Vec::new();
-    let mut net_events = Vec::new();
     let deadline = clock.now_ns() + 30_000_000_000;
     while events.len() < 2 {
         assert!(
             clock.now_ns() < deadline,
             "no answers from the ouch-connect venue: {events:?}, link {:?}",
-            link.stats()
+            engine.links()[0].stats()
         );
-        let now = clock.now_ns();
-        net_events.clear();
-        reactor.poll(now, 1_000_000, &mut net_events).unwrap();
-        for e in &net_events {
-            link.on_event(now, &mut reactor, e);
+        if engine.pass(clock.now_ns()) {
+            idler.work();
+        } else {
+            idler.idle();
         }
-        link.step(now, &mut reactor);
-        dispatcher.poll(now);
-        if dispatcher.is_synced(0) && !sent_order {
+        assert_eq!(engine.poll_errors(), 0);
+        if engine.dispatcher().is_synced(0) && !sent_order {
             strategy.commands.push(Command::New(order)).unwrap();
             sent_order = true;
         }
@@ -206,7 +194,7 @@ fn keel_engine_trades_with_ouch_connect_venue() {
         events.iter().map(|e| (e.id, e.kind)).collect::<Vec<_>>(),
         vec![(id, EventKind::Accepted), (id, EventKind::Canceled)]
     );
-    assert_eq!(link.stats().decode_errors, 0);
+    assert_eq!(engine.links()[0].stats().decode_errors, 0);
     let status = child.wait().unwrap();
     assert!(status.success());
     let summary: Vec<String> = lines.try_iter().collect();
