@@ -313,7 +313,10 @@ fn the_incident_late_remainder_is_unknown_never_resent() {
         50,
         "exactly the intended fill"
     );
-    assert_eq!(rig.dispatcher().guards().risk.unknown_orders(SymbolId(1)), 0);
+    assert_eq!(
+        rig.dispatcher().guards().risk.unknown_orders(SymbolId(1)),
+        0
+    );
     assert_eq!(
         rig.venue.exchange().stats().accepted,
         1,
@@ -341,10 +344,13 @@ fn gateway_restart_mid_reconciliation_on_sockets() {
     rig.venue.apply_control(0, "drop").unwrap();
     // Each step ends after the link has acted, before the venue reads again: a link seen
     // RECONCILING has its query in flight.
-    rig.until("reconciling", |r| r.link().state() == LinkState::Reconciling);
+    rig.until("reconciling", |r| {
+        r.link().state() == LinkState::Reconciling
+    });
     rig.venue.apply_control(0, "restart").unwrap();
     rig.until("SYNCED after the second drop", |r| {
-        r.dispatcher().is_synced(0) && r.link().client().stats().last_reconciliation.unresolved() == 0
+        r.dispatcher().is_synced(0)
+            && r.link().client().stats().last_reconciliation.unresolved() == 0
     });
     let session = rig.link().session_stats();
     assert!(session.disconnects >= 2, "{session:?}");
@@ -366,7 +372,9 @@ fn reconciliation_timeout_then_synced_on_sockets() {
     });
     rig.until("first SYNCED", |r| r.dispatcher().is_synced(0));
     rig.venue.apply_control(0, "drop").unwrap();
-    rig.until("reconciling", |r| r.link().state() == LinkState::Reconciling);
+    rig.until("reconciling", |r| {
+        r.link().state() == LinkState::Reconciling
+    });
     let now = rig.clock.now_ns();
     rig.venue.apply_control(now, "stall 500").unwrap();
     rig.until("SYNCED after the timeout", |r| r.dispatcher().is_synced(0));

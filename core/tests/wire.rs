@@ -168,7 +168,10 @@ fn order_round_trip_through_the_venue() {
     assert_eq!(seen[0].kind, EventKind::Canceled);
     assert!(venue.exchange().book(0).is_empty());
     assert_eq!(engine.core.links()[0].stats().decode_errors, 0);
-    assert_eq!(engine.core.dispatcher().guards().risk.position(SymbolId(0)), 100);
+    assert_eq!(
+        engine.core.dispatcher().guards().risk.position(SymbolId(0)),
+        100
+    );
 }
 
 /// A hand-driven SoupBinTCP client on a plain socket, for the venue's session tests.

@@ -1,5 +1,6 @@
 //! Zero heap allocations on the engine's wire path. Method: the engine thread runs the
-//! dispatcher, the OUCH venue link and the io_uring reactor against keel's venue running in
+//! engine's own loop (`EngineBuilder::build`: dispatcher, OUCH venue link, io_uring reactor)
+//! against keel's venue running in
 //! another thread, over loopback; a counting allocator armed on the engine thread only counts
 //! every allocation while 20,000 orders are entered and canceled after a warm-up. The count
 //! must be zero. (The venue is a simulator and allocates freely in its own thread.)
@@ -13,16 +14,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use keel::clock::{Clock, TscClock};
-use keel::dispatch::{strategy_channel, venue_channel, Dispatcher, DispatcherConfig};
-use keel::net::{NetEvent, Reactor, ReactorConfig};
+use keel::dispatch::DispatcherConfig;
+use keel::engine::{EngineBuilder, EngineLoop};
+use keel::net::{Reactor, ReactorConfig};
 use keel::order::{
     ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
     VenueId,
 };
-use keel::proto::ouch::Dialect;
-use keel::proto::soupbin::alpha;
-use keel::session::link::VenueLink;
-use keel::session::ouch::{ClientConfig, OuchClient};
 use keel::venue::flow::FlowConfig;
 use keel::venue::server::{VenueConfig, VenueServer};
 
@@ -53,13 +51,11 @@ fn wire_path_allocates_nothing() {
     let addr = rx.recv().unwrap();
 
     let clock = TscClock::new();
-    let mut reactor = Reactor::new(ReactorConfig {
+    let reactor = Reactor::new(ReactorConfig {
         conns_max: 2,
         ..ReactorConfig::default()
     })
     .unwrap();
-    let (mut strategy, sport) = strategy_channel(64, 64);
-    let (vhandle, vport) = venue_channel(64, 64);
     let mut config = DispatcherConfig {
         strategies: 1,
         venues: 1,
@@ -72,74 +68,62 @@ fn wire_path_allocates_nothing() {
         window.limit_weight = 1_000_000;
         window.burst_weight = 100_000;
     }
-    let mut dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns()).unwrap();
-    let symbols = ["AAPL", "MSFT", "AMZN", "NVDA"].map(alpha::<8>).to_vec();
-    let client = OuchClient::new(
-        ClientConfig {
-            username: "zero".into(),
-            password: "keel".into(),
-            dialect: Dialect::SPEC,
-            orders_max: 1_024,
-            symbols,
-            reconcile: Default::default(),
-            ack_timeout_ns: 2_000_000_000,
-        },
-        VenueId(0),
+    let venue_link = common::ouch_venue(addr, "zero", 1_024, 2_000_000_000, Default::default());
+    let config = common::engine_config(
+        &["AAPL", "MSFT", "AMZN", "NVDA"],
+        config,
+        vec![venue_link],
+        64,
     );
-    let mut link = VenueLink::new(addr, VenueId(0), client, vhandle);
-    link.start(clock.now_ns(), &mut reactor);
-    let mut events: Vec<NetEvent> = Vec::with_capacity(1_024);
+    let mut engine: EngineLoop<Reactor> = EngineBuilder::new(config)
+        .build(reactor, clock.now_ns())
+        .unwrap();
+    let mut strategy = engine.take_strategy(StrategyId(0)).unwrap();
 
     let mut seq = 0u64;
     let mut outstanding: Option<ClientOrderId> = None;
     let mut done = 0u64;
-    let mut run =
-        |target: u64, strategy: &mut keel::dispatch::StrategyHandle, events: &mut Vec<NetEvent>| {
-            let mut passes = 0u64;
-            while done < target {
-                passes += 1;
-                assert!(passes < 50_000_000, "stalled after {done} orders");
-                let now = clock.now_ns();
-                events.clear();
-                reactor.poll(now, 0, events).unwrap();
-                for e in events.iter() {
-                    link.on_event(now, &mut reactor, e);
-                }
-                link.step(now, &mut reactor);
-                dispatcher.poll(now);
-                if outstanding.is_none() && dispatcher.is_synced(0) {
-                    seq += 1;
-                    let id = ClientOrderId::new(StrategyId(0), seq).unwrap();
-                    let order = NewOrder {
-                        id,
-                        venue: VenueId(0),
-                        symbol: SymbolId((seq % 4) as u16),
-                        side: Side::Buy,
-                        price: Price::from_units(1, 0),
-                        qty: 10,
-                        tif: TimeInForce::Day,
-                    };
-                    strategy.commands.push(Command::New(order)).unwrap();
-                    outstanding = Some(id);
-                }
-                while let Ok(e) = strategy.events.pop() {
-                    match e.kind {
-                        EventKind::Accepted => strategy
-                            .commands
-                            .push(Command::Cancel { id: e.id })
-                            .unwrap(),
-                        EventKind::Canceled => {
-                            outstanding = None;
-                            done += 1;
-                        }
-                        other => panic!("unexpected {other:?} for {}", e.id),
+    let mut run = |target: u64,
+                   strategy: &mut keel::dispatch::StrategyHandle,
+                   engine: &mut EngineLoop<Reactor>| {
+        let mut passes = 0u64;
+        while done < target {
+            passes += 1;
+            assert!(passes < 50_000_000, "stalled after {done} orders");
+            engine.pass(clock.now_ns());
+            if outstanding.is_none() && engine.dispatcher().is_synced(0) {
+                seq += 1;
+                let id = ClientOrderId::new(StrategyId(0), seq).unwrap();
+                let order = NewOrder {
+                    id,
+                    venue: VenueId(0),
+                    symbol: SymbolId((seq % 4) as u16),
+                    side: Side::Buy,
+                    price: Price::from_units(1, 0),
+                    qty: 10,
+                    tif: TimeInForce::Day,
+                };
+                strategy.commands.push(Command::New(order)).unwrap();
+                outstanding = Some(id);
+            }
+            while let Ok(e) = strategy.events.pop() {
+                match e.kind {
+                    EventKind::Accepted => strategy
+                        .commands
+                        .push(Command::Cancel { id: e.id })
+                        .unwrap(),
+                    EventKind::Canceled => {
+                        outstanding = None;
+                        done += 1;
                     }
+                    other => panic!("unexpected {other:?} for {}", e.id),
                 }
             }
-        };
-    run(2_000, &mut strategy, &mut events);
+        }
+    };
+    run(2_000, &mut strategy, &mut engine);
     ARMED.with(|a| a.set(true));
-    run(22_000, &mut strategy, &mut events);
+    run(22_000, &mut strategy, &mut engine);
     ARMED.with(|a| a.set(false));
     let allocations = ALLOCATIONS.with(Cell::get);
 
@@ -147,7 +131,8 @@ fn wire_path_allocates_nothing() {
     let venue_stats = venue.join().unwrap();
     assert_eq!(venue_stats.accepted, 22_000);
     assert_eq!(venue_stats.canceled, 22_000);
-    assert_eq!(dispatcher.stats().sent_new, 22_000);
-    assert_eq!(link.stats().decode_errors, 0);
+    assert_eq!(engine.dispatcher().stats().sent_new, 22_000);
+    assert_eq!(engine.links()[0].stats().decode_errors, 0);
+    assert_eq!(engine.poll_errors(), 0);
     assert_eq!(allocations, 0, "heap allocations on the engine's wire path");
 }
