@@ -58,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut strategy = engine
         .take_strategy(StrategyId(0))
         .expect("strategy 0 is in process");
-    while !engine.venue_synced(0) {
+    while !engine.venue_synced(VenueId(0)) {
         std::thread::sleep(Duration::from_millis(1));
     }
 

@@ -454,7 +454,7 @@ fn run_case(index: usize) {
         }
     };
     let mut traded = "no";
-    let synced = wait(Duration::from_secs(5), || engine.venue_synced(0));
+    let synced = wait(Duration::from_secs(5), || engine.venue_synced(VenueId(0)));
     if synced {
         let mut strategy = engine.take_strategy(StrategyId(0)).unwrap();
         let id = ClientOrderId::new(StrategyId(0), 1).unwrap();

@@ -7,7 +7,7 @@ use common::{limiter, roomy_config, Rig, MS, SEC};
 use keel::guard::breaker::{BreakerConfig, BreakerState};
 use keel::order::{
     CancelRejectReason, ClientOrderId, Command, EventKind, LinkMode, MassCancelScope, OrderState,
-    OutcomeKind, Price, RefusalReason, RejectReason, Replace, RequestKind, SymbolId,
+    OutcomeKind, Price, RefusalReason, RejectReason, Replace, RequestKind, SymbolId, VenueId,
 };
 
 // Goal: priority is structural. Method: 10,000 new orders queue behind a slow rate limit,
@@ -324,8 +324,8 @@ fn sheds_new_orders_above_watermark_but_never_cancels() {
     assert_eq!(shed, 10, "orders 81..=90 are shed once the lane holds 80");
     assert_eq!(rig.dispatcher.stats().shed, 10);
     assert_eq!(
-        rig.dispatcher.lane_depths(0),
-        (1, 0, 80),
+        rig.dispatcher.lane_depths(VenueId(0)),
+        Some((1, 0, 80)),
         "the cancel is queued, not shed"
     );
 }
@@ -710,7 +710,14 @@ fn mass_cancel_withdraws_queued_replace() {
         vec![RequestKind::Cancel { id }],
         "the replace never leaves"
     );
-    assert_eq!(rig.dispatcher.lane_depths(0), (0, 0, 0));
+    assert_eq!(rig.dispatcher.lane_depths(VenueId(0)), Some((0, 0, 0)));
+    assert_eq!(
+        rig.dispatcher.lane_depths(VenueId(7)),
+        None,
+        "no such venue"
+    );
+    assert_eq!(rig.dispatcher.link_mode(VenueId(7)), LinkMode::Down);
+    assert!(!rig.dispatcher.set_manual_shed(VenueId(7), true));
 }
 
 // Goal: every configuration error names its key, its value and what is allowed.
@@ -758,7 +765,7 @@ fn watchdog_stops_routing_to_a_stalled_executor() {
     use keel::runtime::watchdog::LoopHeartbeat;
     let mut rig = Rig::new(roomy_config());
     let (heartbeat, dog) = LoopHeartbeat::new(10 * MS);
-    rig.dispatcher.attach_watchdog(0, dog);
+    rig.dispatcher.attach_watchdog(VenueId(0), dog);
     heartbeat.beat();
     rig.settle();
     rig.advance(11 * MS);
@@ -955,7 +962,7 @@ fn read_only_link_refuses_new_orders_and_passes_cancels() {
     };
     rig.outcome(0, read_only);
     rig.settle();
-    assert_eq!(rig.dispatcher.link_mode(0), LinkMode::ReadOnly);
+    assert_eq!(rig.dispatcher.link_mode(VenueId(0)), LinkMode::ReadOnly);
     let refused = rig.new_order(0, 1, 1);
     let new_id = rig.id(0);
     let replace = Replace {
@@ -1013,7 +1020,7 @@ fn contradictions_make_the_link_read_only_and_ask_for_reconciliation() {
     rig.settle();
     assert_eq!(rig.state(live), OrderState::Unknown);
     assert_eq!(rig.kinds(0), vec![(live, EventKind::Unknown)]);
-    assert_eq!(rig.dispatcher.link_mode(0), LinkMode::ReadOnly);
+    assert_eq!(rig.dispatcher.link_mode(VenueId(0)), LinkMode::ReadOnly);
     assert_eq!(rig.dispatcher.stats().last_contradiction, Some(what));
     // Trusted again after a clean reconciliation; then a report the table refuses.
     rig.outcome(
@@ -1033,7 +1040,7 @@ fn contradictions_make_the_link_read_only_and_ask_for_reconciliation() {
     );
     rig.outcome(0, OutcomeKind::Accepted { id: other }); // after it filled: cannot be true
     rig.settle();
-    assert_eq!(rig.dispatcher.link_mode(0), LinkMode::ReadOnly);
+    assert_eq!(rig.dispatcher.link_mode(VenueId(0)), LinkMode::ReadOnly);
     assert_eq!(
         rig.dispatcher.stats().last_contradiction,
         Some(Contradiction::TableRefused)
@@ -1049,7 +1056,7 @@ fn contradictions_make_the_link_read_only_and_ask_for_reconciliation() {
     };
     rig.outcome(0, trading); // crossed the request: predates it
     rig.settle();
-    assert_eq!(rig.dispatcher.link_mode(0), LinkMode::ReadOnly);
+    assert_eq!(rig.dispatcher.link_mode(VenueId(0)), LinkMode::ReadOnly);
     rig.outcome(
         0,
         OutcomeKind::LinkState {
@@ -1058,7 +1065,7 @@ fn contradictions_make_the_link_read_only_and_ask_for_reconciliation() {
     ); // the link's answer to the request
     rig.outcome(0, trading); // then a clean reconciliation
     rig.settle();
-    assert_eq!(rig.dispatcher.link_mode(0), LinkMode::Trading);
+    assert_eq!(rig.dispatcher.link_mode(VenueId(0)), LinkMode::Trading);
 }
 
 // Goal: every command gets an answer: a cancel that waited behind the rate limit while its

@@ -166,7 +166,9 @@ fn in_process_strategy_trades_inline_and_split() {
             .unwrap();
         let mut strategy = engine.take_strategy(StrategyId(0)).unwrap();
         assert!(engine.take_strategy(StrategyId(0)).is_none(), "taken once");
-        wait_until("SYNCED", Duration::from_secs(10), || engine.venue_synced(0));
+        wait_until("SYNCED", Duration::from_secs(10), || {
+            engine.venue_synced(VenueId(0))
+        });
         let mut seen = HashMap::new();
         let orders = (1..=50).map(|seq| resting(id(0, seq), (seq % 4) as u16));
         place_and_cancel(&mut strategy, &mut seen, orders, 50);
@@ -202,7 +204,9 @@ fn restart_restores_open_orders_and_refuses_old_ids() {
     };
     let mut engine = start();
     let mut strategy = engine.take_strategy(StrategyId(1)).unwrap();
-    wait_until("SYNCED", Duration::from_secs(10), || engine.venue_synced(0));
+    wait_until("SYNCED", Duration::from_secs(10), || {
+        engine.venue_synced(VenueId(0))
+    });
     let mut seen = HashMap::new();
     let orders = (1..=20).map(|seq| resting(id(1, seq), 2));
     place_and_cancel(&mut strategy, &mut seen, orders, 5);
@@ -218,7 +222,7 @@ fn restart_restores_open_orders_and_refuses_old_ids() {
     assert!(restored.applied_through[0] >= 25, "{restored:?}");
     let mut strategy = engine.take_strategy(StrategyId(1)).unwrap();
     wait_until("SYNCED again", Duration::from_secs(10), || {
-        engine.venue_synced(0)
+        engine.venue_synced(VenueId(0))
     });
     let mut seen = HashMap::new();
     // An id used before the restart is refused; a new one trades; a restored order cancels.
@@ -357,7 +361,7 @@ fn open_channel(path: &Path, epoch_above: u64) -> Channel {
 fn wait_synced(channel: &Channel) {
     wait_until("engine running and SYNCED", Duration::from_secs(15), || {
         channel.beat_strategy();
-        channel.engine_state() == EngineState::Running && channel.venue_synced(0)
+        channel.engine_state() == EngineState::Running && channel.venue_synced(VenueId(0))
     });
 }
 

@@ -178,7 +178,7 @@ fn keel_engine_trades_with_ouch_connect_venue() {
             idler.idle();
         }
         assert_eq!(engine.poll_errors(), 0);
-        if engine.dispatcher().is_synced(0) && !sent_order {
+        if engine.dispatcher().is_synced(VenueId(0)) && !sent_order {
             strategy.commands.push(Command::New(order)).unwrap();
             sent_order = true;
         }

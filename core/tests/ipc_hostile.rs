@@ -199,7 +199,7 @@ impl Peer {
         ch.claim_strategy();
         wait_until("engine running and SYNCED", Duration::from_secs(15), || {
             ch.beat_strategy();
-            ch.engine_state() == EngineState::Running && ch.venue_synced(0)
+            ch.engine_state() == EngineState::Running && ch.venue_synced(VenueId(0))
         });
         Self {
             strategy,
@@ -508,7 +508,9 @@ fn hostile_strategies_cannot_stall_or_corrupt_the_engine() {
         .start()
         .unwrap();
     let mut in_process = engine.take_strategy(StrategyId(0)).unwrap();
-    wait_until("SYNCED", Duration::from_secs(15), || engine.venue_synced(0));
+    wait_until("SYNCED", Duration::from_secs(15), || {
+        engine.venue_synced(VenueId(0))
+    });
 
     let stop_good = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(AtomicU64::new(0));
@@ -932,14 +934,20 @@ fn a_restarted_engine_shows_its_own_state_not_a_dead_ones() {
     let second = start(&unreachable.to_string());
     assert_eq!(strategy.engine_epoch(), epoch + 1);
     assert_eq!(strategy.engine_pid(), u64::from(std::process::id()));
-    assert!(!strategy.venue_synced(0), "not SYNCED from the start");
+    assert!(
+        !strategy.venue_synced(VenueId(0)),
+        "not SYNCED from the start"
+    );
     assert!(matches!(
         strategy.engine_state(),
         EngineState::Starting | EngineState::Running
     ));
     let passes = second.passes();
     wait_until("engine passes", Duration::from_secs(10), || {
-        assert!(!strategy.venue_synced(0), "never SYNCED without a venue");
+        assert!(
+            !strategy.venue_synced(VenueId(0)),
+            "never SYNCED without a venue"
+        );
         second.passes() > passes + 200
     });
     assert_eq!(strategy.engine_state(), EngineState::Running);
@@ -953,11 +961,17 @@ fn a_restarted_engine_shows_its_own_state_not_a_dead_ones() {
     let venue = VenueThread::start();
     let third = start(&venue.addr.to_string());
     wait_until("SYNCED in the header", Duration::from_secs(15), || {
-        strategy.venue_synced(0)
+        strategy.venue_synced(VenueId(0))
     });
-    assert!(third.venue_synced(0), "the header follows the dispatcher");
+    assert!(
+        third.venue_synced(VenueId(0)),
+        "the header follows the dispatcher"
+    );
     stop_within(third, Duration::from_secs(10));
-    assert!(!strategy.venue_synced(0), "a stopped engine clears SYNCED");
+    assert!(
+        !strategy.venue_synced(VenueId(0)),
+        "a stopped engine clears SYNCED"
+    );
     venue.finish();
 }
 
@@ -1001,7 +1015,7 @@ fn after_kill_dash_nine_a_restart_that_cannot_connect_never_says_synced() {
     let strategy = strategy.unwrap();
     wait_until("running and SYNCED", Duration::from_secs(15), || {
         strategy.beat_strategy();
-        strategy.engine_state() == EngineState::Running && strategy.venue_synced(0)
+        strategy.engine_state() == EngineState::Running && strategy.venue_synced(VenueId(0))
     });
     let epoch = strategy.engine_epoch();
     first.0.kill().unwrap(); // SIGKILL
@@ -1011,7 +1025,7 @@ fn after_kill_dash_nine_a_restart_that_cannot_connect_never_says_synced() {
         EngineState::Running,
         "what a kill leaves"
     );
-    assert!(strategy.venue_synced(0), "what a kill leaves");
+    assert!(strategy.venue_synced(VenueId(0)), "what a kill leaves");
     assert!(
         !python_says_live(&path, 1.0),
         "a killed engine's header is stale"
@@ -1035,7 +1049,7 @@ fn after_kill_dash_nine_a_restart_that_cannot_connect_never_says_synced() {
     assert_eq!(strategy.engine_pid(), u64::from(second.0.id()));
     let beat = strategy.engine_heartbeat();
     wait_until("the new engine's passes", Duration::from_secs(15), || {
-        assert!(!strategy.venue_synced(0), "SYNCED without a venue");
+        assert!(!strategy.venue_synced(VenueId(0)), "SYNCED without a venue");
         strategy.engine_heartbeat().wrapping_sub(beat) > 200
     });
     assert_eq!(strategy.engine_state(), EngineState::Running);

@@ -734,12 +734,12 @@ fn the_engine_on_a_full_disk_refuses_new_orders_and_cancels_flow() {
         .unwrap();
     let mut strategy = engine.take_strategy(StrategyId(0)).unwrap();
     for _ in 0..5_000 {
-        if engine.venue_synced(0) {
+        if engine.venue_synced(VenueId(0)) {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
-    assert!(engine.venue_synced(0), "venue link never SYNCED");
+    assert!(engine.venue_synced(VenueId(0)), "venue link never SYNCED");
     // Let the keeper prepare its spare file, then fill the disk.
     std::thread::sleep(std::time::Duration::from_millis(200));
     let ballast = fill_disk(fs.path());

@@ -161,7 +161,7 @@ impl Rig {
 #[test]
 fn restart_replay_reconcile_then_synced() {
     let mut rig = Rig::new();
-    rig.until("first SYNCED", |r| r.dispatcher().is_synced(0));
+    rig.until("first SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     let resting = rig.order(1, 100);
     rig.strategy.commands.push(Command::New(resting)).unwrap();
     rig.until("accept", |r| {
@@ -169,7 +169,7 @@ fn restart_replay_reconcile_then_synced() {
     });
 
     rig.venue.apply_control(0, "restart").unwrap();
-    rig.until("link down", |r| !r.dispatcher().is_synced(0));
+    rig.until("link down", |r| !r.dispatcher().is_synced(VenueId(0)));
     let now = rig.clock.now_ns();
     rig.venue
         .exchange_mut()
@@ -185,7 +185,7 @@ fn restart_replay_reconcile_then_synced() {
         }]
     );
 
-    rig.until("SYNCED again", |r| r.dispatcher().is_synced(0));
+    rig.until("SYNCED again", |r| r.dispatcher().is_synced(VenueId(0)));
     assert_eq!(rig.link().state(), LinkState::Synced);
     assert_eq!(
         rig.kinds(resting.id),
@@ -226,7 +226,7 @@ fn restart_replay_reconcile_then_synced() {
 #[test]
 fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent() {
     let mut rig = Rig::new();
-    rig.until("SYNCED", |r| r.dispatcher().is_synced(0));
+    rig.until("SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     rig.venue.apply_control(0, "stall 300").unwrap();
     let lost = rig.order(1, 10);
     rig.strategy.commands.push(Command::New(lost)).unwrap();
@@ -237,7 +237,7 @@ fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent() {
     rig.until("Unknown", |r| {
         r.kinds(lost.id).contains(&EventKind::Unknown)
     });
-    rig.until("SYNCED again", |r| r.dispatcher().is_synced(0));
+    rig.until("SYNCED again", |r| r.dispatcher().is_synced(VenueId(0)));
     rig.until("resolution", |r| r.kinds(lost.id).len() == 2);
     assert_eq!(
         rig.kinds(lost.id),
@@ -276,7 +276,7 @@ fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent() {
 #[test]
 fn the_incident_late_remainder_is_unknown_never_resent() {
     let mut rig = Rig::with_ack_timeout(200 * MS);
-    rig.until("SYNCED", |r| r.dispatcher().is_synced(0));
+    rig.until("SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     let now = rig.clock.now_ns();
     rig.venue
         .exchange_mut()
@@ -335,7 +335,7 @@ fn the_incident_late_remainder_is_unknown_never_resent() {
 #[test]
 fn gateway_restart_mid_reconciliation_on_sockets() {
     let mut rig = Rig::new();
-    rig.until("first SYNCED", |r| r.dispatcher().is_synced(0));
+    rig.until("first SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     let resting = rig.order(1, 10);
     rig.strategy.commands.push(Command::New(resting)).unwrap();
     rig.until("accept", |r| {
@@ -349,7 +349,7 @@ fn gateway_restart_mid_reconciliation_on_sockets() {
     });
     rig.venue.apply_control(0, "restart").unwrap();
     rig.until("SYNCED after the second drop", |r| {
-        r.dispatcher().is_synced(0)
+        r.dispatcher().is_synced(VenueId(0))
             && r.link().client().stats().last_reconciliation.unresolved() == 0
     });
     let session = rig.link().session_stats();
@@ -370,14 +370,16 @@ fn reconciliation_timeout_then_synced_on_sockets() {
     let mut rig = Rig::with(2_000 * MS, |_, link| {
         link.session.reconcile_timeout_ns = 300 * MS;
     });
-    rig.until("first SYNCED", |r| r.dispatcher().is_synced(0));
+    rig.until("first SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     rig.venue.apply_control(0, "drop").unwrap();
     rig.until("reconciling", |r| {
         r.link().state() == LinkState::Reconciling
     });
     let now = rig.clock.now_ns();
     rig.venue.apply_control(now, "stall 500").unwrap();
-    rig.until("SYNCED after the timeout", |r| r.dispatcher().is_synced(0));
+    rig.until("SYNCED after the timeout", |r| {
+        r.dispatcher().is_synced(VenueId(0))
+    });
     assert_eq!(rig.link().session_stats().reconcile_timeouts, 1);
     assert_eq!(
         rig.link().client().stats().last_reconciliation.unresolved(),
@@ -396,7 +398,7 @@ fn breaker_drill_on_sockets() {
     let mut rig = Rig::with(2_000 * MS, |config, _| {
         config.breaker = common::drill_breaker();
     });
-    rig.until("SYNCED", |r| r.dispatcher().is_synced(0));
+    rig.until("SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     let resting = rig.order(1, 10);
     rig.strategy.commands.push(Command::New(resting)).unwrap();
     rig.until("accept", |r| {

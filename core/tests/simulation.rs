@@ -558,7 +558,7 @@ impl Sim {
             );
             self.fail(&msg);
         }
-        let synced = self.dispatcher().is_synced(0);
+        let synced = self.dispatcher().is_synced(VenueId(0));
         if synced && self.link().state() != LinkState::Synced {
             self.fail("dispatcher believes the link is synced while the session is not");
         }

@@ -756,7 +756,7 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
     let channel = open_channel(&path, 0, None);
     wait_until("SYNCED", Duration::from_secs(30), || {
         channel.beat_strategy();
-        channel.venue_synced(0)
+        channel.venue_synced(VenueId(0))
     });
     let mut s = Strategy {
         channel,
@@ -838,7 +838,7 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
     wait_until("SYNCED after the faults", Duration::from_secs(60), || {
         s.channel.beat_strategy();
         s.drain();
-        s.channel.venue_synced(0)
+        s.channel.venue_synced(VenueId(0))
     });
     let quiet = Instant::now();
     while quiet.elapsed() < Duration::from_secs(60)

@@ -122,7 +122,9 @@ impl Engine {
 fn order_round_trip_through_the_venue() {
     let mut venue = venue();
     let mut engine = Engine::new(&venue);
-    engine.until(&mut venue, "login", |e, _| e.core.dispatcher().is_synced(0));
+    engine.until(&mut venue, "login", |e, _| {
+        e.core.dispatcher().is_synced(VenueId(0))
+    });
     assert_eq!(engine.core.links()[0].state(), LinkState::Synced);
     let buy = engine.order(1, Side::Buy, 100, Price::from_units(10, 0));
     engine.strategy.commands.push(Command::New(buy)).unwrap();

@@ -91,7 +91,7 @@ fn wire_path_allocates_nothing() {
             passes += 1;
             assert!(passes < 50_000_000, "stalled after {done} orders");
             engine.pass(clock.now_ns());
-            if outstanding.is_none() && engine.dispatcher().is_synced(0) {
+            if outstanding.is_none() && engine.dispatcher().is_synced(VenueId(0)) {
                 seq += 1;
                 let id = ClientOrderId::new(StrategyId(0), seq).unwrap();
                 let order = NewOrder {

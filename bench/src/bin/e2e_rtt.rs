@@ -138,7 +138,7 @@ fn engine_round(
         .start()
         .expect("engine");
     let mut strategy = engine.take_strategy(StrategyId(0)).expect("in process");
-    while !engine.venue_synced(0) {
+    while !engine.venue_synced(VenueId(0)) {
         std::thread::yield_now();
     }
     for i in 0..n {

@@ -115,7 +115,7 @@ pub fn run(args: RunArgs) -> ExitCode {
                 .iter()
                 .enumerate()
                 .map(|(i, name)| {
-                    if engine.venue_synced(i as u16) {
+                    if engine.venue_synced(crate::order::VenueId(i as u16)) {
                         name.as_str()
                     } else {
                         "-"

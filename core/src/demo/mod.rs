@@ -204,7 +204,7 @@ impl Engine {
             "a cancel found its lane full".into()
         });
         inv.check(
-            !self.dispatcher().is_synced(0) || self.link().state() == LinkState::Synced,
+            !self.dispatcher().is_synced(VenueId(0)) || self.link().state() == LinkState::Synced,
             || "dispatcher trading on an unsynced link".into(),
         );
     }
@@ -571,7 +571,7 @@ fn until_synced(
     bound_ns: u64,
 ) -> Result<(), String> {
     let deadline = clock.now_ns() + bound_ns;
-    while !engine.dispatcher().is_synced(0) {
+    while !engine.dispatcher().is_synced(VenueId(0)) {
         let now = clock.now_ns();
         if now > deadline {
             return Err(format!(

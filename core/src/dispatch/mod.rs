@@ -31,7 +31,7 @@ use crate::order::{
     CancelRejectReason, ClientOrderId, Command, Contradiction, Event, EventKind, LinkMode,
     MassCancelScope, NewOrder, Order, OrderEvent, OrderState, OrderTable, OutcomeKind, Price, Qty,
     RefusalReason, RejectReason, Replace, RequestKind, StrategyId, TableError, UnsentRequest,
-    VenueRequest,
+    VenueId, VenueRequest,
 };
 use lanes::{BoundedQueue, CancelWork, NewLane, NewLaneFull, QueuedNew, QueuedReplace};
 
@@ -218,20 +218,26 @@ impl Dispatcher {
         &self.guards
     }
 
-    /// Operator switch: shed every new order for `venue`.
-    pub fn set_manual_shed(&mut self, venue: u16, on: bool) {
-        self.guards.venues[usize::from(venue)].shed.set_manual(on);
+    /// Operator switch: shed every new order for `venue`. False: no such venue.
+    pub fn set_manual_shed(&mut self, venue: VenueId, on: bool) -> bool {
+        match self.guards.venues.get_mut(venue.index()) {
+            Some(v) => {
+                v.shed.set_manual(on);
+                true
+            }
+            None => false,
+        }
     }
 
-    /// Depths of a venue's (cancel, replace, new) lanes.
-    pub fn lane_depths(&self, venue: u16) -> (u32, u32, u32) {
-        let v = &self.venues[usize::from(venue)];
-        (v.cancels.len(), v.replaces.len(), v.news.len())
+    /// Depths of a venue's (cancel, replace, new) lanes (`None`: no such venue).
+    pub fn lane_depths(&self, venue: VenueId) -> Option<(u32, u32, u32)> {
+        let v = self.venues.get(venue.index())?;
+        Some((v.cancels.len(), v.replaces.len(), v.news.len()))
     }
 
     /// Whether the venue link is SYNCED (the only state in which new orders leave).
-    pub fn is_synced(&self, venue: u16) -> bool {
-        self.venues[usize::from(venue)].mode == LinkMode::Trading
+    pub fn is_synced(&self, venue: VenueId) -> bool {
+        self.link_mode(venue) == LinkMode::Trading
     }
 
     /// Sets `symbol`'s reference price for the pre-trade price collar (e.g. from market data
@@ -242,9 +248,12 @@ impl Dispatcher {
         }
     }
 
-    /// What venue `venue`'s link lets leave, as the dispatcher knows it.
-    pub fn link_mode(&self, venue: u16) -> LinkMode {
-        self.venues[usize::from(venue)].mode
+    /// What venue `venue`'s link lets leave, as the dispatcher knows it (`Down` for a venue
+    /// that is not configured).
+    pub fn link_mode(&self, venue: VenueId) -> LinkMode {
+        self.venues
+            .get(venue.index())
+            .map_or(LinkMode::Down, |v| v.mode)
     }
 
     /// Attaches the order journal: from now on every new order's intent is appended before
@@ -354,9 +363,19 @@ impl Dispatcher {
     }
 
     /// Watches `venue`'s executor loop: while its heartbeat stops, new orders for it are
-    /// refused with `ExecutorStalled` (cancels still queue for it).
-    pub fn attach_watchdog(&mut self, venue: u16, watchdog: crate::runtime::watchdog::Watchdog) {
-        self.venues[usize::from(venue)].watchdog = Some(watchdog);
+    /// refused with `ExecutorStalled` (cancels still queue for it). False: no such venue.
+    pub fn attach_watchdog(
+        &mut self,
+        venue: VenueId,
+        watchdog: crate::runtime::watchdog::Watchdog,
+    ) -> bool {
+        match self.venues.get_mut(venue.index()) {
+            Some(v) => {
+                v.watchdog = Some(watchdog);
+                true
+            }
+            None => false,
+        }
     }
 
     fn check_watchdogs(&mut self, now_ns: u64) {

@@ -69,7 +69,7 @@ impl Front {
         }
         let mut mask = 0u64;
         for v in 0..self.dispatcher.guards().venues.len().min(64) {
-            if self.dispatcher.is_synced(v as u16) {
+            if self.dispatcher.is_synced(VenueId(v as u16)) {
                 mask |= 1 << v;
             }
         }

@@ -472,9 +472,9 @@ impl EngineBuilder {
                 let (heartbeat, watchdog) = LoopHeartbeat::new(loops.executor_stall_ns);
                 for v in 1..links.len() {
                     let dog = heartbeat.watchdog(loops.executor_stall_ns);
-                    front.dispatcher.attach_watchdog(v as u16, dog);
+                    front.dispatcher.attach_watchdog(VenueId(v as u16), dog);
                 }
-                front.dispatcher.attach_watchdog(0, watchdog);
+                front.dispatcher.attach_watchdog(VenueId(0), watchdog);
                 let exec_shared = Arc::clone(&shared);
                 let executor = spawn("keel-executor", move || {
                     prepare_loop(loops.executor_core, loops.executor_idle);
@@ -594,8 +594,8 @@ impl RunningEngine {
     }
 
     /// Whether the dispatcher sees venue `v` SYNCED.
-    pub fn venue_synced(&self, v: u16) -> bool {
-        v < 64 && self.shared.synced.load(Ordering::Acquire) & (1 << v) != 0
+    pub fn venue_synced(&self, v: VenueId) -> bool {
+        v.0 < 64 && self.shared.synced.load(Ordering::Acquire) & (1 << v.0) != 0
     }
 
     /// Dispatcher passes so far.

@@ -845,8 +845,8 @@ impl Channel {
     }
 
     /// Whether the engine says venue `v` is SYNCED.
-    pub fn venue_synced(&self, v: u16) -> bool {
-        v < 64 && self.word(offset::VENUES_SYNCED).load(Ordering::Acquire) & (1 << v) != 0
+    pub fn venue_synced(&self, v: crate::order::VenueId) -> bool {
+        v.0 < 64 && self.word(offset::VENUES_SYNCED).load(Ordering::Acquire) & (1 << v.0) != 0
     }
 
     /// The engine's heartbeat counter.

@@ -371,7 +371,7 @@ fn attach_resets_a_dead_engines_state_and_drop_says_stopped() {
     assert_eq!(strategy.engine_state(), EngineState::Running);
     let engine = Channel::create_or_attach(&path, StrategyId(3), 8, 8).unwrap();
     assert_eq!(strategy.engine_state(), EngineState::Starting);
-    assert!(!strategy.venue_synced(0));
+    assert!(!strategy.venue_synced(VenueId(0)));
     assert_eq!(strategy.engine_pid(), u64::from(std::process::id()));
     assert_eq!(strategy.engine_epoch(), 2);
     assert_eq!(strategy.published_fault(), None);
@@ -441,7 +441,7 @@ fn engine_restart_reattaches_and_bad_files_are_refused() {
     engine.set_id_floor(41);
     engine.set_venues_synced(0b10);
     assert_eq!(strategy.id_floor(), 41);
-    assert!(strategy.venue_synced(1) && !strategy.venue_synced(0));
+    assert!(strategy.venue_synced(VenueId(1)) && !strategy.venue_synced(VenueId(0)));
 
     let path = dir.path().join("bad");
     std::fs::write(&path, vec![0u8; HEADER_LEN]).unwrap();

@@ -20,6 +20,13 @@ pub struct StrategyId(pub u16);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct VenueId(pub u16);
 
+impl VenueId {
+    /// The index into per-venue tables.
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+}
+
 /// Client order id: `strategy << 48 | sequence`. Zero is never issued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct ClientOrderId(pub u64);
