@@ -61,6 +61,167 @@ fn refusal_codes_are_pinned_to_the_docs() {
     assert_eq!(codec::refusal_from_code(21), None);
 }
 
+/// The row of docs/ipc.md's table whose first cell is `code` (the table starting at the line
+/// that contains `heading`).
+fn doc_row<'a>(doc: &'a str, heading: &str, code: u8) -> &'a str {
+    let prefix = format!("| {code} | ");
+    doc.lines()
+        .skip_while(|l| !l.contains(heading))
+        .take_while(|l| !l.starts_with("## ") || l.contains(heading))
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("docs/ipc.md has no row `{prefix}` under `{heading}`"))
+}
+
+// Goal: every code a strategy in another language reads or writes has an explicit number,
+// and that number is the one docs/ipc.md gives: command kinds, event kinds, venue reject
+// codes, cancel-reject codes (refusal codes: above). Renumbering any of them fails here.
+#[test]
+fn command_event_and_reason_codes_are_pinned_to_the_docs() {
+    let doc = include_str!("../../../docs/ipc.md");
+    let id = ClientOrderId::new(StrategyId(1), 1).unwrap();
+    let order = NewOrder {
+        id,
+        venue: VenueId(0),
+        symbol: SymbolId(0),
+        side: Side::Buy,
+        price: Price(1),
+        qty: 1,
+        tif: TimeInForce::Day,
+    };
+    let commands = [
+        (Command::New(order), 1, "new order"),
+        (Command::Cancel { id }, 2, "cancel"),
+        (
+            Command::Replace(Replace {
+                id,
+                new_id: id,
+                qty: 1,
+                price: Price(1),
+            }),
+            3,
+            "replace",
+        ),
+        (
+            Command::MassCancel {
+                scope: MassCancelScope::Strategy,
+            },
+            4,
+            "mass cancel",
+        ),
+    ];
+    for (command, code, name) in commands {
+        assert_eq!(codec::encode_command(&command)[4], code, "{name}");
+        let row = doc_row(doc, "### Commands", code);
+        assert!(row.starts_with(&format!("| {code} | {name} |")), "{row}");
+    }
+    use crate::order::{CancelRejectReason as C, RejectReason as R};
+    let events = [
+        (EventKind::Accepted, 1, "accepted"),
+        (
+            EventKind::PartiallyFilled {
+                qty: 1,
+                price: Price(1),
+                leaves: 1,
+            },
+            2,
+            "partially filled",
+        ),
+        (
+            EventKind::Filled {
+                qty: 1,
+                price: Price(1),
+            },
+            3,
+            "filled",
+        ),
+        (EventKind::Canceled, 4, "canceled"),
+        (EventKind::Replaced { new_id: id }, 5, "replaced"),
+        (
+            EventKind::Rejected {
+                reason: R::VenueSystem,
+            },
+            6,
+            "rejected by the venue",
+        ),
+        (
+            EventKind::CancelRejected {
+                reason: C::TooLateToCancel,
+            },
+            7,
+            "cancel rejected",
+        ),
+        (EventKind::Unknown, 8, "unknown"),
+        (EventKind::Shed, 9, "shed"),
+        (EventKind::Throttled, 10, "throttled"),
+        (
+            EventKind::BreakerOpen { retry_after_ns: 1 },
+            11,
+            "breaker open",
+        ),
+        (
+            EventKind::Refused {
+                reason: RefusalReason::NotSynced,
+            },
+            12,
+            "refused by keel",
+        ),
+    ];
+    let event = |kind| codec::encode_event(&IpcEvent::Event(Event { id, kind, at_ns: 0 }));
+    for (kind, code, name) in events {
+        assert_eq!(event(kind)[4], code, "{name}");
+        let row = doc_row(doc, "### Events", code);
+        assert!(row.starts_with(&format!("| {code} | {name} |")), "{row}");
+    }
+    let malformed = codec::encode_event(&IpcEvent::Malformed(RecordError::Checksum {
+        position: 0,
+        found: 0,
+        computed: 1,
+    }));
+    assert_eq!(malformed[4], 13);
+    assert!(doc_row(doc, "### Events", 13).starts_with("| 13 | malformed command |"));
+    let rejects = [
+        (R::VenueSystem, 1, "venue system"),
+        (R::VenueThrottle, 2, "venue throttle"),
+        (R::Invalid, 3, "invalid"),
+        (R::DuplicateId, 4, "duplicate id"),
+        (R::MarketClosed, 5, "market closed"),
+        (R::NotReceived, 6, "not received"),
+        (R::Other(42), 7, "other"),
+    ];
+    let row = doc_row(doc, "### Events", 6);
+    for (reason, code, name) in rejects {
+        assert_eq!(event(EventKind::Rejected { reason })[5], code, "{name}");
+        assert!(
+            row.contains(&format!("{code} {name}")),
+            "`{code} {name}` in {row}"
+        );
+    }
+    assert_eq!(
+        event(EventKind::Rejected {
+            reason: R::Other(42)
+        })[6],
+        42
+    );
+    let cancel_rejects = [
+        (C::TooLateToCancel, 1, "too late"),
+        (C::UnknownOrder, 2, "unknown order"),
+        (C::VenueSystem, 3, "venue system"),
+        (C::NotApplied, 4, "not applied"),
+    ];
+    let row = doc_row(doc, "### Events", 7);
+    for (reason, code, name) in cancel_rejects {
+        assert_eq!(
+            event(EventKind::CancelRejected { reason })[5],
+            code,
+            "{name}"
+        );
+        assert!(
+            row.contains(&format!("{code} {name}")),
+            "`{code} {name}` in {row}"
+        );
+    }
+}
+
 // Goal: every command and event survives the ring unchanged, in order, across wrap-around,
 // and a full ring refuses instead of overwriting.
 #[test]
