@@ -38,6 +38,7 @@ fn the_documented_example_parses() {
     let v = &c.venues[0];
     assert_eq!(v.address.port(), 15_000);
     assert_eq!(v.link.session.backoff.cap_ns, 30_000_000_000);
+    assert_eq!(v.protocol.name(), "ouch");
 }
 
 // Goal: a minimal file takes the defaults.
@@ -49,6 +50,7 @@ fn a_minimal_file_takes_the_defaults() {
     assert_eq!(c.dispatcher.symbols, 2);
     assert!(c.journal.is_none());
     assert_eq!(c.venues[0].ack_timeout_ns, 2_000_000_000);
+    assert_eq!(c.venues[0].protocol, keel::session::ProtocolConfig::default());
 }
 
 // Goal: each class of bad input gets its own error naming the key and the value.
@@ -128,6 +130,14 @@ fn every_class_of_bad_input_is_refused_with_key_and_value() {
     assert!(matches!(
         bad_venue("address = \"localhost\""),
         FileConfigError::WrongType { key, .. } if key == "venue[0].address"
+    ));
+    assert!(matches!(
+        bad_venue("address = \"127.0.0.1:1\"\nprotocol = \"fix\""),
+        FileConfigError::OutOfRange { key, value, .. } if key == "venue[0].protocol" && value == "\"fix\""
+    ));
+    assert!(matches!(
+        bad_venue("address = \"127.0.0.1:1\"\nprotocol = 5"),
+        FileConfigError::WrongType { key, .. } if key == "venue[0].protocol"
     ));
     assert!(matches!(
         bad_venue("address = \"127.0.0.1:1\"\ndialect = \"fix\""),
