@@ -1,14 +1,27 @@
 //! Networking: the transport seam ([`Transport`] and the types every transport shares) and its
-//! drivers. `uring` is keel's TCP transport over io_uring: one ring per event-loop
-//! thread, connection slots and registered buffers allocated at start, no allocation per
-//! message. There is no epoll fallback: when io_uring is unavailable, [`uring::Reactor::new`]
-//! fails with [`NetError::Unavailable`] naming the cause (see docs/operations.md).
+//! drivers. Two transports run over real TCP sockets with the same observable behaviour (the
+//! tests in `net/tests.rs` run every case against both):
+//!
+//! - `uring` ([`Reactor`]): io_uring, one ring per event-loop thread, connection slots and
+//!   registered buffers allocated at start. The default.
+//! - `epoll` ([`EpollReactor`]): non-blocking sockets and epoll, the same slots and buffers. It
+//!   runs where io_uring is disabled (`kernel.io_uring_disabled`, container seccomp profiles),
+//!   and it is the one a kernel-bypass stack that intercepts BSD socket calls (Onload, VMA) can
+//!   accelerate.
+//!
+//! Neither allocates per message. Which one a process runs on is a [`TransportKind`]; when
+//! io_uring is asked for and cannot be set up ([`NetError::Unavailable`]), the rule of
+//! [`TransportKind::fallback`] moves the process to epoll with a warning (docs/operations.md,
+//! "Transports"). The third transport, `sim` (feature `simulator`), is an in-memory network
+//! for deterministic tests.
 
+pub mod epoll;
 #[cfg(feature = "simulator")]
 pub mod sim;
 pub mod uring;
 
 use std::net::SocketAddr;
+use std::str::FromStr;
 
 /// A connection, by slot and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -81,7 +94,7 @@ pub enum NetEvent {
         /// Why.
         reason: CloseReason,
     },
-    /// A timer set with `Reactor::set_timer` expired.
+    /// A timer set with `Reactor::set_timer` expired (io_uring transport only).
     Timer {
         /// The caller's token.
         token: u64,
@@ -92,7 +105,7 @@ pub enum NetEvent {
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
     /// io_uring cannot be used on this host.
-    #[error("io_uring unavailable: {source} (kernel.io_uring_disabled = {disabled}); keel needs io_uring for venue links, see docs/operations.md")]
+    #[error("io_uring unavailable: {source} (kernel.io_uring_disabled = {disabled}); the epoll transport runs without it, see docs/operations.md")]
     Unavailable {
         /// The error from io_uring_setup.
         source: std::io::Error,
@@ -134,7 +147,8 @@ pub enum NetError {
     #[error("address {0} is not IPv4")]
     NotIpv4(SocketAddr),
     /// More connection slots than one ring can register buffers for (two per slot, and the
-    /// kernel registers at most 16,384): run more reactors.
+    /// kernel registers at most 16,384): run more reactors. The epoll transport keeps the same
+    /// bound, so a configuration that runs on one transport runs on the other.
     #[error("conns_max = {conns_max}: at most {limit} connections per reactor")]
     TooManyConnections {
         /// Asked.
@@ -142,11 +156,48 @@ pub enum NetError {
         /// Allowed.
         limit: u32,
     },
+    /// Per-connection buffer sizes a transport cannot work with: zero, or more memory in all
+    /// (`conns_max` times both) than can be allocated.
+    #[error(
+        "buffers of {recv_buffer_bytes} (receive) + {send_buffer_bytes} (send) bytes for each of \
+         {conns_max} connections: each must be at least 1 byte and all of them must fit in memory"
+    )]
+    BufferSizes {
+        /// Connection slots.
+        conns_max: u32,
+        /// Receive buffer per connection.
+        recv_buffer_bytes: u32,
+        /// Send buffer per connection.
+        send_buffer_bytes: u32,
+    },
+}
+
+/// Counters of a socket transport (the same for both).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Accepted sockets closed at once because no slot was free.
+    pub accept_refused: u64,
+    /// Accept calls that failed for a reason other than "nothing to accept" (descriptor
+    /// limits EMFILE/ENFILE, ENOBUFS, ...): the listener is tried again on the next poll.
+    pub accept_errors: u64,
+    /// Bytes written.
+    pub bytes_sent: u64,
+    /// Bytes read.
+    pub bytes_received: u64,
+    /// Writes the kernel took only part of.
+    pub partial_sends: u64,
+    /// Reads or writes that returned EAGAIN/EINTR and were retried. (With epoll, a read that
+    /// finds nothing is not counted: readiness can be stale, and spin reads expect it.)
+    pub retries: u64,
+    /// Connections reset by the peer (ECONNRESET, or EPIPE on a write).
+    pub resets: u64,
 }
 
 /// What the session, feed and venue drivers need from a transport: keel's io_uring
-/// [`Reactor`] in production, the simulated network (`sim::SimEndpoint`, feature `simulator`)
-/// in deterministic tests.
+/// [`Reactor`] or [`EpollReactor`] in production, the simulated network (`sim::SimEndpoint`,
+/// feature `simulator`) in deterministic tests.
 pub trait Transport {
     /// Listens on `addr` (port 0 picks a free port) and starts accepting: each connection is
     /// reported as [`NetEvent::Accepted`]. Returns the listener and the address bound.
@@ -211,4 +262,138 @@ impl Transport for Reactor {
     }
 }
 
+impl Transport for EpollReactor {
+    fn listen(&mut self, addr: SocketAddr) -> Result<(ListenerId, SocketAddr), NetError> {
+        EpollReactor::listen(self, addr)
+    }
+    fn connect(&mut self, addr: SocketAddr) -> Result<ConnId, NetError> {
+        EpollReactor::connect(self, addr)
+    }
+    fn send(&mut self, conn: ConnId, bytes: &[u8]) -> Result<(), NetError> {
+        EpollReactor::send(self, conn, bytes)
+    }
+    fn received(&self, conn: ConnId) -> &[u8] {
+        EpollReactor::received(self, conn)
+    }
+    fn consume(&mut self, conn: ConnId, n: usize) {
+        EpollReactor::consume(self, conn, n)
+    }
+    fn close(&mut self, conn: ConnId) {
+        EpollReactor::close(self, conn)
+    }
+    fn poll(
+        &mut self,
+        now_ns: u64,
+        timeout_ns: u64,
+        events: &mut Vec<NetEvent>,
+    ) -> Result<(), NetError> {
+        EpollReactor::poll(self, now_ns, timeout_ns, events)
+    }
+    fn flush(&mut self) -> Result<(), NetError> {
+        EpollReactor::flush(self)
+    }
+    fn send_pending(&self, conn: ConnId) -> u32 {
+        EpollReactor::send_pending(self, conn)
+    }
+}
+
+/// A transport over real sockets, built from a [`ReactorConfig`]: what a driver that opens its
+/// own transport (the venue servers; the engine) is generic over, so the same code runs on
+/// [`Reactor`] and [`EpollReactor`].
+pub trait SocketTransport: Transport + std::fmt::Debug + Sized {
+    /// Which transport this is.
+    const KIND: TransportKind;
+    /// Sets it up; every buffer is allocated here.
+    fn open(config: ReactorConfig) -> Result<Self, NetError>;
+    /// Counters.
+    fn stats(&self) -> NetStats;
+}
+
+impl SocketTransport for Reactor {
+    const KIND: TransportKind = TransportKind::IoUring;
+    fn open(config: ReactorConfig) -> Result<Self, NetError> {
+        Reactor::new(config)
+    }
+    fn stats(&self) -> NetStats {
+        Reactor::stats(self)
+    }
+}
+
+impl SocketTransport for EpollReactor {
+    const KIND: TransportKind = TransportKind::Epoll;
+    fn open(config: ReactorConfig) -> Result<Self, NetError> {
+        EpollReactor::new(config)
+    }
+    fn stats(&self) -> NetStats {
+        EpollReactor::stats(self)
+    }
+}
+
+/// Which socket transport a process runs on, by the names operators write: `io_uring` (the
+/// default) or `epoll` (`keel venue --transport`, the engine's `[engine] transport` key).
+///
+/// The fallback rule ([`TransportKind::fallback`]): when io_uring is asked for and cannot be set
+/// up at all ([`NetError::Unavailable`]: disabled by `kernel.io_uring_disabled`, refused by a
+/// seccomp profile, missing from the kernel), the process warns on stderr, naming the cause, and
+/// runs on epoll, which needs nothing but sockets. Nothing else falls back: any other error (an
+/// address in use, too many connections, a failed registration) is reported as it is, and
+/// epoll asked for is epoll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TransportKind {
+    /// io_uring ([`Reactor`]).
+    #[default]
+    IoUring,
+    /// Non-blocking sockets and epoll ([`EpollReactor`]).
+    Epoll,
+}
+
+impl TransportKind {
+    /// Every kind, in the order of their names in messages.
+    pub const ALL: [TransportKind; 2] = [TransportKind::IoUring, TransportKind::Epoll];
+
+    /// The name operators write: `io_uring` or `epoll`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::IoUring => "io_uring",
+            TransportKind::Epoll => "epoll",
+        }
+    }
+
+    /// The transport to run on instead when setting up `self` failed with `error`, per the
+    /// fallback rule (see the type's docs): `Some(Epoll)` for io_uring that is unavailable,
+    /// `None` otherwise (report the error).
+    pub fn fallback(self, error: &NetError) -> Option<TransportKind> {
+        match (self, error) {
+            (TransportKind::IoUring, NetError::Unavailable { .. }) => Some(TransportKind::Epoll),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A transport name that is neither `io_uring` nor `epoll`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown transport '{0}': expected io_uring or epoll")]
+pub struct UnknownTransport(pub String);
+
+impl FromStr for TransportKind {
+    type Err = UnknownTransport;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TransportKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| UnknownTransport(s.to_string()))
+    }
+}
+
+pub use epoll::EpollReactor;
 pub use uring::{Reactor, ReactorConfig, WaitMode};
+
+#[cfg(test)]
+mod tests;

@@ -22,21 +22,24 @@ use std::os::fd::RawFd;
 
 use io_uring::{cqueue, opcode, types, IoUring};
 
-use super::{CloseReason, ConnId, ListenerId, NetError, NetEvent};
+use super::{CloseReason, ConnId, ListenerId, NetError, NetEvent, NetStats};
 
-/// How [`Reactor::poll`] waits for completions.
+/// How `poll` waits (both socket transports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitMode {
-    /// Never sleep: submit, reap what is there, return (for isolated cores).
+    /// Never sleep: submit, reap what is there, return (for isolated cores). epoll: a
+    /// zero-timeout `epoll_wait` on every poll.
     BusyPoll,
-    /// Sleep in the kernel until a completion or the timeout (for shared cores).
+    /// Sleep in the kernel until a completion or the timeout (for shared cores). epoll: the
+    /// timeout rounds up to whole milliseconds.
     Blocking,
 }
 
-/// Sizes and modes, fixed at start.
+/// Sizes and modes, fixed at start; both socket transports take it ([`Reactor`] and
+/// [`super::EpollReactor`], which ignores the io_uring-only fields, as each says).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReactorConfig {
-    /// Submission queue entries (a power of two).
+    /// Submission queue entries (a power of two). io_uring only; epoll ignores it.
     pub ring_entries: u32,
     /// Connection slots.
     pub conns_max: u32,
@@ -47,8 +50,10 @@ pub struct ReactorConfig {
     /// How `poll` waits.
     pub wait: WaitMode,
     /// Kernel-side submission polling with this idle time (ms); `None` (the default): off.
+    /// io_uring only; epoll ignores it.
     pub sqpoll_idle_ms: Option<u32>,
-    /// Timers that may be pending at once.
+    /// Timers that may be pending at once ([`Reactor::set_timer`]; epoll has no timers and
+    /// ignores it: no driver uses them, every driver keeps its own deadlines).
     pub timers_max: u32,
     /// With `BusyPoll`: read every connection without blocking on every pass instead of
     /// arming a wake-up. Lowest latency for a few connections (an engine's venue links);
@@ -74,25 +79,6 @@ impl Default for ReactorConfig {
             socket_send_buffer: None,
         }
     }
-}
-
-/// Counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NetStats {
-    /// Connections accepted.
-    pub accepted: u64,
-    /// Accepted sockets closed at once because no slot was free.
-    pub accept_refused: u64,
-    /// Bytes written.
-    pub bytes_sent: u64,
-    /// Bytes read.
-    pub bytes_received: u64,
-    /// Writes the kernel took only part of.
-    pub partial_sends: u64,
-    /// Reads or writes that returned EAGAIN/EINTR and were retried.
-    pub retries: u64,
-    /// Connections reset by the peer.
-    pub resets: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,8 +161,8 @@ impl Reactor {
                 .map(|s| s.trim().to_string())
                 .unwrap_or_else(|_| "not present".into()),
         })?;
-        let per_slot = (config.recv_buffer_bytes + config.send_buffer_bytes) as usize;
-        let mut buffers = vec![0u8; per_slot * config.conns_max as usize].into_boxed_slice();
+        let per_slot = config.recv_buffer_bytes as usize + config.send_buffer_bytes as usize;
+        let mut buffers = slot_buffers(&config)?;
         let iovecs: Vec<libc::iovec> = (0..config.conns_max as usize)
             .flat_map(|slot| {
                 let base = slot * per_slot;
@@ -271,6 +257,9 @@ impl Reactor {
             });
         }
         set_nodelay(fd);
+        if let Some(bytes) = self.config.socket_send_buffer {
+            set_send_buffer(fd, bytes);
+        }
         let Some(slot) = self.free.pop() else {
             // SAFETY: fd was just created by us and is not shared.
             unsafe { libc::close(fd) };
@@ -475,6 +464,8 @@ impl Reactor {
         }
         if res >= 0 {
             self.adopt(listener, res, events);
+        } else if res != -libc::EAGAIN && res != -libc::EINTR && res != -libc::ECONNABORTED {
+            self.stats.accept_errors += 1;
         }
         if rearm || !self.multishot_accept {
             self.arm_accept(listener);
@@ -770,7 +761,8 @@ impl Reactor {
     }
 
     fn recv_base(&self, slot: u32) -> usize {
-        slot as usize * (self.config.recv_buffer_bytes + self.config.send_buffer_bytes) as usize
+        slot as usize
+            * (self.config.recv_buffer_bytes as usize + self.config.send_buffer_bytes as usize)
     }
 
     fn send_base(&self, slot: u32) -> usize {
@@ -807,7 +799,44 @@ fn build_ring(config: &ReactorConfig) -> std::io::Result<IoUring> {
     }
 }
 
-fn sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
+/// The receive and send buffers of every slot, in one zeroed allocation (every page touched
+/// here, so the first message on a slot takes no page fault). Sizes of zero, or a total that
+/// cannot be allocated, are refused with the figures (never an overflow or an abort).
+pub(super) fn slot_buffers(config: &ReactorConfig) -> Result<Box<[u8]>, NetError> {
+    let refused = NetError::BufferSizes {
+        conns_max: config.conns_max,
+        recv_buffer_bytes: config.recv_buffer_bytes,
+        send_buffer_bytes: config.send_buffer_bytes,
+    };
+    if config.recv_buffer_bytes == 0 || config.send_buffer_bytes == 0 {
+        return Err(refused);
+    }
+    let per_slot = config.recv_buffer_bytes as usize + config.send_buffer_bytes as usize;
+    let Some(total) = per_slot.checked_mul(config.conns_max as usize) else {
+        return Err(refused);
+    };
+    // More than the machine's memory would be granted by an overcommitting kernel and then
+    // killed when touched below: refuse it here instead.
+    // SAFETY: sysconf(3) reads a system value; no memory is passed.
+    let (pages, page_bytes) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let physical = (pages.max(0) as u64).saturating_mul(page_bytes.max(0) as u64);
+    if physical > 0 && total as u64 > physical {
+        return Err(refused);
+    }
+    let mut buffers = Vec::new();
+    if buffers.try_reserve_exact(total).is_err() {
+        return Err(refused);
+    }
+    buffers.resize(total, 0u8);
+    Ok(buffers.into_boxed_slice())
+}
+
+pub(super) fn sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
     libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: addr.port().to_be(),
@@ -818,7 +847,7 @@ fn sockaddr(addr: SocketAddrV4) -> libc::sockaddr_in {
     }
 }
 
-fn set_send_buffer(fd: RawFd, bytes: u32) {
+pub(super) fn set_send_buffer(fd: RawFd, bytes: u32) {
     set_int_option(
         fd,
         libc::SOL_SOCKET,
@@ -827,7 +856,7 @@ fn set_send_buffer(fd: RawFd, bytes: u32) {
     );
 }
 
-fn set_nodelay(fd: RawFd) {
+pub(super) fn set_nodelay(fd: RawFd) {
     set_int_option(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
 }
 

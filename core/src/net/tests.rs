@@ -1,0 +1,769 @@
+//! The behaviour both socket transports share, tested once and run against each (`on_uring::*`
+//! on the io_uring [`Reactor`], `on_epoll::*` on the [`EpollReactor`]): loopback through real sockets,
+//! many sessions, partial reads and writes under back-pressure, peer close and reset, refused
+//! and unroutable connects, slot exhaustion, stale ids, spin reads, configuration refused with
+//! its figures.
+
+#![allow(unsafe_code)] // setsockopt on the test's own peers
+
+use super::*;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+/// Runs each generic test below once per transport.
+macro_rules! on_both_transports {
+    ($($name:ident),* $(,)?) => {
+        mod on_uring {
+            $(#[test]
+            fn $name() {
+                super::$name::<crate::net::Reactor>();
+            })*
+        }
+        mod on_epoll {
+            $(#[test]
+            fn $name() {
+                super::$name::<crate::net::EpollReactor>();
+            })*
+        }
+    };
+}
+
+on_both_transports!(
+    many_sessions_echo,
+    large_transfer_with_partial_reads_and_writes,
+    peer_close_and_reset,
+    refused_connect,
+    accept_beyond_slots_is_refused_and_counted,
+    local_close_and_stale_ids,
+    spin_reads_carry_data,
+    busy_poll_without_spin_reads_carries_data,
+    readable_is_announced_once_per_arrival,
+    full_receive_buffer_stops_reading_until_consumed,
+    blocked_peer_then_resumes,
+    stale_id_never_touches_the_next_occupant,
+    unroutable_connect_fails_and_frees_its_slot,
+    close_while_connecting_is_local_and_frees_the_slot,
+    misuse_is_refused_with_the_figures,
+    impossible_buffers_are_refused,
+);
+
+pub(crate) fn config(conns_max: u32, buffer: u32) -> ReactorConfig {
+    ReactorConfig {
+        conns_max,
+        recv_buffer_bytes: buffer,
+        send_buffer_bytes: buffer,
+        wait: WaitMode::Blocking,
+        ..ReactorConfig::default()
+    }
+}
+
+fn transport<T: SocketTransport>(conns_max: u32, buffer: u32) -> T {
+    T::open(config(conns_max, buffer)).expect("transport available on the test host")
+}
+
+pub(crate) fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// A std client connected to the transport listening at `addr`, and its connection there.
+pub(crate) fn accept_one<T: Transport>(
+    r: &mut T,
+    addr: SocketAddr,
+    events: &mut Vec<NetEvent>,
+) -> (TcpStream, ConnId) {
+    let peer = TcpStream::connect(addr).unwrap();
+    let mut conn = None;
+    poll_until(r, events, |_, e| {
+        conn = conn.or(e.iter().find_map(|e| match e {
+            NetEvent::Accepted { conn, .. } => Some(*conn),
+            _ => None,
+        }));
+        conn.is_some()
+    });
+    (peer, conn.unwrap())
+}
+
+/// Polls until `done` says so, with a bound on the number of polls (never hangs).
+pub(crate) fn poll_until<T: Transport>(
+    r: &mut T,
+    events: &mut Vec<NetEvent>,
+    mut done: impl FnMut(&mut T, &[NetEvent]) -> bool,
+) {
+    for _ in 0..20_000 {
+        r.poll(0, 1_000_000, events).unwrap();
+        if done(r, events) {
+            return;
+        }
+    }
+    panic!("condition not reached; events: {events:?}");
+}
+
+fn closed_with(events: &[NetEvent], reason: CloseReason) -> bool {
+    events
+        .iter()
+        .any(|e| matches!(e, NetEvent::Closed { reason: r, .. } if *r == reason))
+}
+
+fn readable_count(events: &[NetEvent], conn: ConnId) -> usize {
+    events
+        .iter()
+        .filter(|e| **e == NetEvent::Readable { conn })
+        .count()
+}
+
+// Goal: 40 client connections through one transport to a server in another, each echoing a
+// distinct message stream; every byte comes back, in order, on the right connection.
+fn many_sessions_echo<T: SocketTransport>() {
+    let mut server = transport::<T>(64, 4096);
+    let mut client = transport::<T>(64, 4096);
+    let (_, addr) = server.listen(loopback()).unwrap();
+    let conns: Vec<ConnId> = (0..40).map(|_| client.connect(addr).unwrap()).collect();
+    let (mut sev, mut cev) = (Vec::new(), Vec::new());
+    let mut connected = 0;
+    let mut accepted = Vec::new();
+    for _ in 0..10_000 {
+        server.poll(0, 0, &mut sev).unwrap();
+        client.poll(0, 0, &mut cev).unwrap();
+        for e in sev.drain(..) {
+            match e {
+                NetEvent::Accepted { conn, .. } => accepted.push(conn),
+                NetEvent::Readable { conn } => {
+                    let data = server.received(conn).to_vec();
+                    server.send(conn, &data).unwrap();
+                    server.consume(conn, data.len());
+                }
+                other => panic!("server: {other:?}"),
+            }
+        }
+        for e in cev.drain(..) {
+            if let NetEvent::Connected { conn } = e {
+                connected += 1;
+                let i = conns.iter().position(|c| *c == conn).unwrap();
+                for k in 0..100u32 {
+                    client.send(conn, format!("c{i}m{k};").as_bytes()).unwrap();
+                }
+            }
+        }
+        let complete = conns.iter().enumerate().all(|(i, c)| {
+            client.received(*c).len() == (0..100).map(|k| format!("c{i}m{k};").len()).sum::<usize>()
+        });
+        if connected == 40 && complete {
+            break;
+        }
+    }
+    assert_eq!(accepted.len(), 40);
+    for (i, c) in conns.iter().enumerate() {
+        let expected: String = (0..100).map(|k| format!("c{i}m{k};")).collect();
+        assert_eq!(client.received(*c), expected.as_bytes(), "connection {i}");
+    }
+    assert_eq!(server.stats().accepted, 40);
+}
+
+// Goal: a payload 64 times the buffer size crosses intact while the reader consumes in small
+// bites; the sender's buffer fills (back-pressure) and drains with partial writes.
+fn large_transfer_with_partial_reads_and_writes<T: SocketTransport>() {
+    let mut server = transport::<T>(4, 4096);
+    let mut client = transport::<T>(4, 4096);
+    let (_, addr) = server.listen(loopback()).unwrap();
+    let conn = client.connect(addr).unwrap();
+    let payload: Vec<u8> = (0..64 * 4096u32).map(|i| (i * 31 % 251) as u8).collect();
+    let (mut sev, mut cev) = (Vec::new(), Vec::new());
+    let (mut sent, mut got, mut open) = (0usize, Vec::new(), false);
+    let mut accepted = None;
+    let mut refused_for_room = 0;
+    for _ in 0..200_000 {
+        server.poll(0, 0, &mut sev).unwrap();
+        client.poll(0, 0, &mut cev).unwrap();
+        open |= cev
+            .drain(..)
+            .any(|e| matches!(e, NetEvent::Connected { .. }));
+        // Offer chunks until the send buffer refuses one: it fills every round.
+        while open && sent < payload.len() {
+            let chunk = &payload[sent..(sent + 1500).min(payload.len())];
+            match client.send(conn, chunk) {
+                Ok(()) => sent += chunk.len(),
+                Err(NetError::SendBufferFull { .. }) => {
+                    refused_for_room += 1;
+                    break;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        for e in sev.drain(..) {
+            if let NetEvent::Accepted { conn, .. } = e {
+                accepted = Some(conn);
+            }
+        }
+        // Readable is edge-triggered (new bytes arrived); a slow reader drains at its own pace.
+        if let Some(conn) = accepted {
+            let n = server.received(conn).len().min(700);
+            got.extend_from_slice(&server.received(conn)[..n]);
+            server.consume(conn, n);
+        }
+        if got.len() == payload.len() {
+            break;
+        }
+    }
+    assert_eq!(got.len(), payload.len());
+    assert!(got == payload, "bytes differ");
+    assert!(
+        refused_for_room > 0,
+        "the send buffer never filled: back-pressure untested"
+    );
+}
+
+// Goal: a peer that closes politely is PeerClosed; one that resets is Reset; slots are freed.
+fn peer_close_and_reset<T: SocketTransport>() {
+    let mut server = transport::<T>(4, 4096);
+    let (_, addr) = server.listen(loopback()).unwrap();
+    let mut events = Vec::new();
+    let polite = TcpStream::connect(addr).unwrap();
+    poll_until(&mut server, &mut events, |_, e| {
+        e.iter().any(|e| matches!(e, NetEvent::Accepted { .. }))
+    });
+    drop(polite);
+    poll_until(&mut server, &mut events, |_, e| {
+        closed_with(e, CloseReason::PeerClosed)
+    });
+    events.clear();
+    let rude = TcpStream::connect(addr).unwrap();
+    poll_until(&mut server, &mut events, |_, e| {
+        e.iter().any(|e| matches!(e, NetEvent::Accepted { .. }))
+    });
+    reset_on_drop(&rude);
+    drop(rude);
+    poll_until(&mut server, &mut events, |_, e| {
+        closed_with(e, CloseReason::Reset)
+    });
+    assert_eq!(server.stats().resets, 1);
+}
+
+/// Makes dropping `stream` send a reset instead of a FIN (SO_LINGER with a zero timeout).
+fn reset_on_drop(stream: &TcpStream) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on a live socket with a correctly sized linger struct.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(stream),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            std::ptr::addr_of!(linger).cast(),
+            std::mem::size_of::<libc::linger>() as u32,
+        )
+    };
+    assert_eq!(rc, 0, "SO_LINGER");
+}
+
+// Goal: a connect to a port nobody listens on fails with ECONNREFUSED and frees its slot.
+fn refused_connect<T: SocketTransport>() {
+    let port = { TcpListener::bind(loopback()).unwrap().local_addr().unwrap() };
+    let mut client = transport::<T>(1, 1024);
+    let mut events = Vec::new();
+    let conn = client.connect(port).unwrap();
+    poll_until(&mut client, &mut events, |_, e| {
+        e.contains(&NetEvent::ConnectFailed {
+            conn,
+            errno: libc::ECONNREFUSED,
+        })
+    });
+    // No Closed for a connection that never opened.
+    assert!(
+        !events.iter().any(|e| matches!(e, NetEvent::Closed { .. })),
+        "{events:?}"
+    );
+    // The single slot is free again.
+    assert!(client.connect(port).is_ok());
+}
+
+// Goal: with every slot taken, an accepted socket is closed at once and counted.
+fn accept_beyond_slots_is_refused_and_counted<T: SocketTransport>() {
+    let mut server = transport::<T>(1, 1024);
+    let (_, addr) = server.listen(loopback()).unwrap();
+    let mut events = Vec::new();
+    let _first = TcpStream::connect(addr).unwrap();
+    poll_until(&mut server, &mut events, |_, e| {
+        e.iter().any(|e| matches!(e, NetEvent::Accepted { .. }))
+    });
+    let mut second = TcpStream::connect(addr).unwrap();
+    poll_until(&mut server, &mut events, |r, _| {
+        r.stats().accept_refused == 1
+    });
+    second
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 1];
+    assert_eq!(
+        second.read(&mut buf).unwrap_or(0),
+        0,
+        "refused socket is closed"
+    );
+    assert_eq!(server.stats().accepted, 1);
+}
+
+// Goal: a local close is reported once and a stale id can no longer send.
+fn local_close_and_stale_ids<T: SocketTransport>() {
+    let mut server = transport::<T>(2, 1024);
+    let (_, addr) = server.listen(loopback()).unwrap();
+    let mut peer = TcpStream::connect(addr).unwrap();
+    let mut events = Vec::new();
+    poll_until(&mut server, &mut events, |_, e| {
+        e.iter().any(|e| matches!(e, NetEvent::Accepted { .. }))
+    });
+    let NetEvent::Accepted { conn, .. } = events[0] else {
+        unreachable!()
+    };
+    server.send(conn, b"bye").unwrap();
+    poll_until(&mut server, &mut events, |r, _| r.send_pending(conn) == 0);
+    server.close(conn);
+    events.clear();
+    poll_until(&mut server, &mut events, |_, e| {
+        e.contains(&NetEvent::Closed {
+            conn,
+            reason: CloseReason::Local,
+        })
+    });
+    assert!(matches!(server.send(conn, b"x"), Err(NetError::NotOpen)));
+    let mut got = Vec::new();
+    peer.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"bye");
+    peer.write_all(b"late").ok();
+    // Reported once.
+    for _ in 0..10 {
+        server.poll(0, 0, &mut events).unwrap();
+    }
+    let closes = events
+        .iter()
+        .filter(|e| matches!(e, NetEvent::Closed { .. }))
+        .count();
+    assert_eq!(closes, 1, "{events:?}");
+}
+
+// Goal: spin reads (busy-poll, non-blocking re-reads every pass) deliver the same bytes, and
+// the EAGAIN they get on every empty pass is neither an error nor a counted retry.
+fn spin_reads_carry_data<T: SocketTransport>() {
+    let config = ReactorConfig {
+        conns_max: 2,
+        wait: WaitMode::BusyPoll,
+        spin_reads: true,
+        ..ReactorConfig::default()
+    };
+    let mut r = T::open(config).unwrap();
+    let (_, addr) = r.listen(loopback()).unwrap();
+    let mut events = Vec::new();
+    let (mut peer, conn) = accept_one(&mut r, addr, &mut events);
+    for _ in 0..100 {
+        r.poll(0, 0, &mut events).unwrap(); // empty passes: EAGAIN each time
+    }
+    peer.write_all(b"spin").unwrap();
+    poll_until(&mut r, &mut events, |r, _| r.received(conn) == b"spin");
+    assert_eq!(r.stats().retries, 0);
+    // Writes work the same while spinning.
+    r.send(conn, b"back").unwrap();
+    poll_until(&mut r, &mut events, |r, _| r.send_pending(conn) == 0);
+    let mut got = [0u8; 4];
+    peer.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"back");
+    drop(peer);
+    poll_until(&mut r, &mut events, |_, e| {
+        closed_with(e, CloseReason::PeerClosed)
+    });
+}
+
+// Goal: busy-poll without spin reads (readiness, never a wait) carries a round trip and a
+// peer close like the blocking mode.
+fn busy_poll_without_spin_reads_carries_data<T: SocketTransport>() {
+    let config = ReactorConfig {
+        conns_max: 2,
+        wait: WaitMode::BusyPoll,
+        ..ReactorConfig::default()
+    };
+    let mut r = T::open(config).unwrap();
+    let (_, addr) = r.listen(loopback()).unwrap();
+    let mut events = Vec::new();
+    let (mut peer, conn) = accept_one(&mut r, addr, &mut events);
+    peer.write_all(b"ping").unwrap();
+    poll_until(&mut r, &mut events, |r, _| r.received(conn) == b"ping");
+    r.consume(conn, 4);
+    r.send(conn, b"pong").unwrap();
+    r.flush().unwrap();
+    let mut got = [0u8; 4];
+    peer.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"pong");
+    drop(peer);
+    poll_until(&mut r, &mut events, |_, e| {
+        closed_with(e, CloseReason::PeerClosed)
+    });
+}
+
+// Goal: Readable means "new bytes arrived": bytes left unconsumed are not announced again,
+// the next arrival is, and it lands behind them.
+fn readable_is_announced_once_per_arrival<T: SocketTransport>() {
+    let mut r = transport::<T>(2, 4096);
+    let (_, addr) = r.listen(loopback()).unwrap();
+    let mut events = Vec::new();
+    let (mut peer, conn) = accept_one(&mut r, addr, &mut events);
+    events.clear();
+    peer.write_all(b"abc").unwrap();
+    poll_until(&mut r, &mut events, |r, _| r.received(conn) == b"abc");
+    assert_eq!(readable_count(&events, conn), 1, "{events:?}");
+    events.clear();
+    for _ in 0..50 {
+        r.poll(0, 0, &mut events).unwrap();
+    }
+    assert_eq!(readable_count(&events, conn), 0, "re-announced: {events:?}");
+    peer.write_all(b"def").unwrap();
+    poll_until(&mut r, &mut events, |r, _| r.received(conn) == b"abcdef");
+    assert!(readable_count(&events, conn) >= 1, "{events:?}");
+    r.consume(conn, 2);
+    assert_eq!(r.received(conn), b"cdef");
+}
+
+// Goal: a full receive buffer stops reading (the transport holds at most its buffer; the rest
+// waits in TCP, and the peer's writes stall), and consuming restarts it: 4 MiB through a
+// 1 KiB buffer arrive whole and in order.
+fn full_receive_buffer_stops_reading_until_consumed<T: SocketTransport>() {
+    let mut r = transport::<T>(2, 1024);
+    let (_, addr) = r.listen(loopback()).unwrap();
+    let mut events = Vec::new();
+    let (mut peer, conn) = accept_one(&mut r, addr, &mut events);
+    // A small kernel send buffer on the peer (it would otherwise autotune to megabytes), and
+    // far more bytes than the kernel buffers on both sides hold while nobody reads.
+    uring::set_send_buffer(std::os::fd::AsRawFd::as_raw_fd(&peer), 4096);
+    let payload: Vec<u8> = (0..8 * 1024 * 1024u32)
+        .map(|i| (i * 7 % 253) as u8)
+        .collect();
+    peer.set_nonblocking(true).unwrap();
+    let mut written = 0;
+    let mut peer_stalled = false;
+    // The peer writes while nothing is consumed: the buffer fills, then the kernel's.
+    for _ in 0..20_000 {
+        match peer.write(&payload[written..]) {
+            Ok(n) => written += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                peer_stalled = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        r.poll(0, 0, &mut events).unwrap();
+        assert!(r.received(conn).len() <= 1024);
+    }
+    assert!(
+        peer_stalled,
+        "the peer never stalled: back-pressure untested ({written} bytes written)"
+    );
+    poll_until(&mut r, &mut events, |r, _| r.received(conn).len() == 1024);
+    events.clear();
+    for _ in 0..50 {
+        r.poll(0, 0, &mut events).unwrap();
+    }
+    assert_eq!(r.received(conn).len(), 1024, "read past a full buffer");
+    assert_eq!(readable_count(&events, conn), 0, "{events:?}");
+    let mut got = Vec::new();
+    for _ in 0..1_000_000 {
+        if written < payload.len() {
+            match peer.write(&payload[written..]) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let n = r.received(conn).len();
+        got.extend_from_slice(r.received(conn));
+        r.consume(conn, n);
+        if got.len() == payload.len() {
+            break;
+        }
+        r.poll(0, 1_000_000, &mut events).unwrap();
+    }
+    assert_eq!(got.len(), payload.len());
+    assert!(got == payload, "bytes differ");
+}
+
+// Goal: a peer that stops reading blocks the writer (kernel buffers full: the rest stays
+// queued, send_pending says how much, a send that does not fit is refused with the figures);
+// once the peer reads again every byte arrives, in order. (Whether the kernel cuts a write
+// short or refuses it whole is its choice: partial writes are exercised by
+// large_transfer_with_partial_reads_and_writes and counted, not required, here.)
+fn blocked_peer_then_resumes<T: SocketTransport>() {
+    let config = ReactorConfig {
+        socket_send_buffer: Some(4096),
+        ..config(2, 16 * 1024)
+    };
+    let mut r = T::open(config).unwrap();
+    let (_, addr) = r.listen(loopback()).unwrap();
+    let mut events = Vec::new();
+    let (mut peer, conn) = accept_one(&mut r, addr, &mut events);
+    let payload: Vec<u8> = (0..2 * 1024 * 1024u32)
+        .map(|i| (i * 13 % 241) as u8)
+        .collect();
+    let mut sent = 0;
+    let mut refusal = None;
+    // The peer reads nothing: offer until the transport refuses for room and its queue stops
+    // draining.
+    let mut still = 0;
+    for _ in 0..100_000 {
+        let before = r.send_pending(conn);
+        let chunk = &payload[sent..(sent + 3000).min(payload.len())];
+        match r.send(conn, chunk) {
+            Ok(()) => sent += chunk.len(),
+            Err(NetError::SendBufferFull { len, free }) => refusal = Some((len, free)),
+            Err(e) => panic!("{e}"),
+        }
+        r.poll(0, 0, &mut events).unwrap();
+        still = if refusal.is_some() && r.send_pending(conn) == before {
+            still + 1
+        } else {
+            0
+        };
+        if still == 200 {
+            break;
+        }
+    }
+    let (len, free) = refusal.expect("the send buffer never filled");
+    assert_eq!(len, 3000);
+    assert!(free < 3000, "refused with room: {free}");
+    assert!(r.send_pending(conn) > 0, "nothing left queued");
+    assert!(
+        sent < payload.len(),
+        "the kernel took everything: peer never blocked us"
+    );
+    // The peer resumes; the writer finishes what it offered and then the rest.
+    peer.set_nonblocking(true).unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    for _ in 0..200_000 {
+        if sent < payload.len() {
+            let chunk = &payload[sent..(sent + 3000).min(payload.len())];
+            if r.send(conn, chunk).is_ok() {
+                sent += chunk.len();
+            }
+        }
+        r.poll(0, 0, &mut events).unwrap();
+        match peer.read(&mut buf) {
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => panic!("{e}"),
+        }
+        if got.len() == payload.len() {
+            break;
+        }
+    }
+    assert_eq!(got.len(), payload.len());
+    assert!(got == payload, "bytes differ");
+    assert_eq!(r.send_pending(conn), 0);
+    assert_eq!(r.stats().bytes_sent, payload.len() as u64);
+}
+
+// Goal: once a connection is closed and its slot taken by the next one, the old id reads
+// nothing, sends nothing, and its consume and close leave the new occupant alone.
+fn stale_id_never_touches_the_next_occupant<T: SocketTransport>() {
+    let mut r = transport::<T>(1, 1024);
+    let (_, addr) = r.listen(loopback()).unwrap();
+    let mut events = Vec::new();
+    let (mut first, old) = accept_one(&mut r, addr, &mut events);
+    first.write_all(b"old").unwrap();
+    poll_until(&mut r, &mut events, |r, _| r.received(old) == b"old");
+    r.close(old);
+    poll_until(&mut r, &mut events, |_, e| {
+        e.contains(&NetEvent::Closed {
+            conn: old,
+            reason: CloseReason::Local,
+        })
+    });
+    events.clear();
+    let (mut second, new) = accept_one(&mut r, addr, &mut events);
+    assert_eq!(new.slot(), old.slot(), "one slot: reused");
+    assert_ne!(new, old);
+    second.write_all(b"new").unwrap();
+    poll_until(&mut r, &mut events, |r, _| r.received(new) == b"new");
+    assert_eq!(r.received(old), b"");
+    assert!(matches!(r.send(old, b"x"), Err(NetError::NotOpen)));
+    assert_eq!(r.send_pending(old), 0);
+    r.consume(old, 0);
+    r.close(old);
+    events.clear();
+    for _ in 0..20 {
+        r.poll(0, 0, &mut events).unwrap();
+    }
+    assert!(
+        !events.iter().any(|e| matches!(e, NetEvent::Closed { .. })),
+        "a stale close reached the new occupant: {events:?}"
+    );
+    assert_eq!(r.received(new), b"new");
+    r.send(new, b"still here").unwrap();
+    poll_until(&mut r, &mut events, |r, _| r.send_pending(new) == 0);
+    let mut got = [0u8; 10];
+    second.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"still here");
+}
+
+// Goal: a connect the kernel refuses before any packet leaves (a broadcast address: no TCP
+// there) is a ConnectFailed from the next poll with the errno, its slot free again.
+fn unroutable_connect_fails_and_frees_its_slot<T: SocketTransport>() {
+    let mut r = transport::<T>(1, 1024);
+    let mut events = Vec::new();
+    let conn = r.connect("255.255.255.255:9".parse().unwrap()).unwrap();
+    poll_until(&mut r, &mut events, |_, e| {
+        e.iter()
+            .any(|e| matches!(e, NetEvent::ConnectFailed { conn: c, .. } if *c == conn))
+    });
+    let errno = events.iter().find_map(|e| match e {
+        NetEvent::ConnectFailed { errno, .. } => Some(*errno),
+        _ => None,
+    });
+    assert!(
+        matches!(errno, Some(libc::ENETUNREACH | libc::EACCES)),
+        "{errno:?}"
+    );
+    assert_eq!(r.received(conn), b"");
+    assert!(matches!(r.send(conn, b"x"), Err(NetError::NotOpen)));
+    let (_, addr) = r.listen(loopback()).unwrap();
+    let again = r.connect(addr).unwrap();
+    assert_ne!(again, conn);
+    poll_until(&mut r, &mut events, |_, e| {
+        e.contains(&NetEvent::Connected { conn: again })
+    });
+}
+
+// Goal: closing a connection that is still connecting ends it as Closed{Local} (never
+// Connected), and its slot serves the next connect.
+fn close_while_connecting_is_local_and_frees_the_slot<T: SocketTransport>() {
+    let mut server = transport::<T>(2, 1024);
+    let (_, addr) = server.listen(loopback()).unwrap();
+    let mut r = transport::<T>(1, 1024);
+    let mut events = Vec::new();
+    let conn = r.connect(addr).unwrap();
+    r.close(conn);
+    poll_until(&mut r, &mut events, |_, e| {
+        e.iter()
+            .any(|e| matches!(e, NetEvent::Closed { conn: c, .. } if *c == conn))
+    });
+    assert!(
+        events.contains(&NetEvent::Closed {
+            conn,
+            reason: CloseReason::Local
+        }),
+        "{events:?}"
+    );
+    assert!(
+        !events.contains(&NetEvent::Connected { conn }),
+        "{events:?}"
+    );
+    let again = r.connect(addr).unwrap();
+    poll_until(&mut r, &mut events, |_, e| {
+        e.contains(&NetEvent::Connected { conn: again })
+    });
+}
+
+// Goal: misuse gets a typed error with the figures: no free slot, an IPv6 address, a send on a
+// connection that is not open yet, a send larger than the buffer.
+fn misuse_is_refused_with_the_figures<T: SocketTransport>() {
+    let mut server = transport::<T>(1, 1024);
+    let (_, addr) = server.listen(loopback()).unwrap();
+    let mut r = transport::<T>(1, 1024);
+    let v6: SocketAddr = "[::1]:9".parse().unwrap();
+    assert!(matches!(r.connect(v6), Err(NetError::NotIpv4(a)) if a == v6));
+    let conn = r.connect(addr).unwrap();
+    assert!(matches!(r.send(conn, b"early"), Err(NetError::NotOpen)));
+    assert!(matches!(
+        r.connect(addr),
+        Err(NetError::NoFreeSlot { conns_max: 1 })
+    ));
+    let mut events = Vec::new();
+    poll_until(&mut r, &mut events, |_, e| {
+        e.contains(&NetEvent::Connected { conn })
+    });
+    let big = vec![7u8; 1025];
+    assert!(matches!(
+        r.send(conn, &big),
+        Err(NetError::SendBufferFull {
+            len: 1025,
+            free: 1024
+        })
+    ));
+    r.send(conn, &big[..1000]).unwrap();
+    assert!(matches!(
+        r.send(conn, &big[..25]),
+        Err(NetError::SendBufferFull { len: 25, free: 24 })
+    ));
+    assert_eq!(r.send_pending(conn), 1000);
+}
+
+// Goal: buffer sizes no transport can work with (zero, or more than memory) are refused at
+// set-up with the figures, never an overflow, a panic or an abort; too many slots likewise.
+fn impossible_buffers_are_refused<T: SocketTransport>() {
+    for (recv, send) in [(0, 1024), (1024, 0)] {
+        let err = T::open(ReactorConfig {
+            recv_buffer_bytes: recv,
+            send_buffer_bytes: send,
+            ..config(1, 1)
+        })
+        .unwrap_err();
+        assert!(
+            matches!(err, NetError::BufferSizes { recv_buffer_bytes: r, send_buffer_bytes: s, .. }
+                if r == recv && s == send),
+            "{err:?}"
+        );
+    }
+    let err = T::open(config(uring::CONNS_MAX, u32::MAX)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            NetError::BufferSizes {
+                conns_max: uring::CONNS_MAX,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("4294967295"), "{err}");
+    let err = T::open(config(uring::CONNS_MAX + 1, 1024)).unwrap_err();
+    assert!(
+        matches!(err, NetError::TooManyConnections { conns_max, limit }
+            if conns_max == uring::CONNS_MAX + 1 && limit == uring::CONNS_MAX),
+        "{err:?}"
+    );
+}
+
+// Goal: transport names read and print as operators write them; anything else is refused with
+// the offending name; io_uring is the default.
+#[test]
+fn transport_kind_names() {
+    for kind in TransportKind::ALL {
+        assert_eq!(kind.to_string().parse::<TransportKind>(), Ok(kind));
+    }
+    assert_eq!("io_uring".parse(), Ok(TransportKind::IoUring));
+    assert_eq!("epoll".parse(), Ok(TransportKind::Epoll));
+    assert_eq!(TransportKind::default(), TransportKind::IoUring);
+    for bad in ["", "EPOLL", "io-uring", "uring", "epoll ", "\u{0}"] {
+        let err = bad.parse::<TransportKind>().unwrap_err();
+        assert_eq!(err, UnknownTransport(bad.to_string()));
+        assert!(err.to_string().contains("io_uring or epoll"), "{err}");
+    }
+    assert_eq!(Reactor::KIND, TransportKind::IoUring);
+    assert_eq!(EpollReactor::KIND, TransportKind::Epoll);
+}
+
+// Goal: only io_uring being unavailable falls back (to epoll); other set-up errors do not.
+#[test]
+fn fallback_rule() {
+    let other = NetError::TooManyConnections {
+        conns_max: 9_999,
+        limit: uring::CONNS_MAX,
+    };
+    assert_eq!(TransportKind::IoUring.fallback(&other), None);
+    assert_eq!(TransportKind::Epoll.fallback(&other), None);
+    let unavailable = NetError::Unavailable {
+        source: std::io::Error::from_raw_os_error(libc::EPERM),
+        disabled: "2".into(),
+    };
+    assert_eq!(
+        TransportKind::IoUring.fallback(&unavailable),
+        Some(TransportKind::Epoll)
+    );
+    assert_eq!(TransportKind::Epoll.fallback(&unavailable), None);
+}

@@ -1,0 +1,177 @@
+//! Zero heap allocations in a socket transport after set-up, on every path: connect, accept,
+//! send (including a send refused for room), receive, consume, close from either side,
+//! reconnect into a reused slot, and a refused connect. Method: a client and a server
+//! transport on the test's thread over loopback; a counting allocator armed on this thread
+//! counts every allocation during 200 such cycles after one warm-up cycle. The count must be
+//! zero. Run against the epoll transport and, for comparison, the io_uring one.
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener};
+
+use common::alloc::{CountingAllocator, ALLOCATIONS, ARMED};
+use keel::net::{
+    CloseReason, EpollReactor, NetError, NetEvent, Reactor, ReactorConfig, SocketTransport,
+    WaitMode,
+};
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+const CYCLES: u32 = 200;
+
+struct Rig<T> {
+    client: T,
+    server: T,
+    addr: SocketAddr,
+    /// A port nobody listens on.
+    dead: SocketAddr,
+    cev: Vec<NetEvent>,
+    sev: Vec<NetEvent>,
+    message: [u8; 100],
+}
+
+impl<T: SocketTransport> Rig<T> {
+    fn new() -> Self {
+        let config = ReactorConfig {
+            conns_max: 2,
+            recv_buffer_bytes: 4096,
+            send_buffer_bytes: 4096,
+            wait: WaitMode::Blocking,
+            ..ReactorConfig::default()
+        };
+        let client = T::open(config).unwrap();
+        let mut server = T::open(config).unwrap();
+        let (_, addr) = server.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let dead = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        Self {
+            client,
+            server,
+            addr,
+            dead,
+            cev: Vec::with_capacity(64),
+            sev: Vec::with_capacity(64),
+            message: [b'k'; 100],
+        }
+    }
+
+    /// Polls both sides until `done` (bounded: never hangs).
+    fn poll_until(&mut self, mut done: impl FnMut(&mut Self) -> bool) {
+        for _ in 0..20_000 {
+            self.cev.clear();
+            self.sev.clear();
+            self.client.poll(0, 100_000, &mut self.cev).unwrap();
+            self.server.poll(0, 100_000, &mut self.sev).unwrap();
+            if done(self) {
+                return;
+            }
+        }
+        panic!("condition not reached");
+    }
+
+    /// One connect → echo → back-pressure → close cycle; `server_closes` picks the side.
+    fn cycle(&mut self, server_closes: bool) {
+        let conn = self.client.connect(self.addr).unwrap();
+        let (mut connected, mut accepted) = (false, None);
+        self.poll_until(|r| {
+            connected |= r.cev.contains(&NetEvent::Connected { conn });
+            accepted = accepted.or(r.sev.iter().find_map(|e| match e {
+                NetEvent::Accepted { conn, .. } => Some(*conn),
+                _ => None,
+            }));
+            connected && accepted.is_some()
+        });
+        let peer = accepted.unwrap();
+        self.client.send(conn, &self.message).unwrap();
+        self.poll_until(|r| r.server.received(peer).len() == 100);
+        let echo: &[u8] = &self.message;
+        self.server.send(peer, echo).unwrap();
+        self.server.consume(peer, 100);
+        self.poll_until(|r| r.client.received(conn).len() == 100);
+        self.client.consume(conn, 100);
+        // Queue until the client's send buffer refuses (4096 bytes: the 41st message), then
+        // let it write.
+        let mut refused = false;
+        for _ in 0..100 {
+            match self.client.send(conn, &self.message) {
+                Ok(()) => {}
+                Err(NetError::SendBufferFull { .. }) => {
+                    refused = true;
+                    break;
+                }
+                Err(_) => panic!("send failed"),
+            }
+        }
+        assert!(refused);
+        self.client.flush().unwrap();
+        let (closer, other, closer_id, other_id) = if server_closes {
+            (true, false, peer, conn)
+        } else {
+            (false, true, conn, peer)
+        };
+        self.side(closer).close(closer_id);
+        let (mut local, mut remote) = (false, false);
+        self.poll_until(|r| {
+            local |= events(r, closer).contains(&NetEvent::Closed {
+                conn: closer_id,
+                reason: CloseReason::Local,
+            });
+            remote |= events(r, other)
+                .iter()
+                .any(|e| matches!(e, NetEvent::Closed { conn, .. } if *conn == other_id));
+            // The side that did not close reads until its peer's end, consuming as it goes.
+            let n = r.side(other).received(other_id).len();
+            r.side(other).consume(other_id, n);
+            local && remote
+        });
+        // A refused connect fails and frees its slot.
+        let failed = self.client.connect(self.dead).unwrap();
+        self.poll_until(|r| {
+            r.cev
+                .iter()
+                .any(|e| matches!(e, NetEvent::ConnectFailed { conn, .. } if *conn == failed))
+        });
+    }
+
+    fn side(&mut self, server: bool) -> &mut T {
+        if server {
+            &mut self.server
+        } else {
+            &mut self.client
+        }
+    }
+}
+
+fn events<T>(r: &Rig<T>, server: bool) -> &[NetEvent] {
+    if server {
+        &r.sev
+    } else {
+        &r.cev
+    }
+}
+
+fn allocations_over_cycles<T: SocketTransport>() -> u64 {
+    let mut rig = Rig::<T>::new();
+    rig.cycle(false);
+    rig.cycle(true);
+    ALLOCATIONS.with(|n| n.set(0));
+    ARMED.with(|a| a.set(true));
+    for i in 0..CYCLES {
+        rig.cycle(i % 2 == 0);
+    }
+    ARMED.with(|a| a.set(false));
+    ALLOCATIONS.with(|n| n.get())
+}
+
+#[test]
+fn epoll_transport_allocates_nothing_after_setup() {
+    assert_eq!(allocations_over_cycles::<EpollReactor>(), 0);
+}
+
+#[test]
+fn io_uring_transport_allocates_nothing_after_setup() {
+    assert_eq!(allocations_over_cycles::<Reactor>(), 0);
+}
