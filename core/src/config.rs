@@ -410,10 +410,19 @@ fn read_loops(mut s: Section<'_>) -> Result<LoopConfig> {
             })
         }
     };
+    let transport = match s.string("transport")? {
+        None => crate::net::TransportKind::default(),
+        Some(name) => name.parse().map_err(|_| FileConfigError::OutOfRange {
+            key: s.key("transport"),
+            value: format!("\"{name}\""),
+            allowed: "\"io_uring\" or \"epoll\"",
+        })?,
+    };
     let idle = read_idle(&mut s, "idle")?.unwrap_or(IdlePolicy::BusySpin);
     let executor_idle = read_idle(&mut s, "executor_idle")?.unwrap_or(idle);
     let mut c = LoopConfig {
         topology,
+        transport,
         idle,
         executor_idle,
         ..LoopConfig::default()

@@ -50,7 +50,10 @@ fn a_minimal_file_takes_the_defaults() {
     assert_eq!(c.dispatcher.symbols, 2);
     assert!(c.journal.is_none());
     assert_eq!(c.venues[0].ack_timeout_ns, 2_000_000_000);
-    assert_eq!(c.venues[0].protocol, keel::session::ProtocolConfig::default());
+    assert_eq!(
+        c.venues[0].protocol,
+        keel::session::ProtocolConfig::default()
+    );
 }
 
 // Goal: each class of bad input gets its own error naming the key and the value.
@@ -194,6 +197,13 @@ fn engine_and_ipc_tables_are_checked() {
         refused("[engine]\ntopology = \"ring\""),
         FileConfigError::OutOfRange { key, value, .. } if key == "engine.topology" && value == "\"ring\""
     ));
+    assert!(matches!(
+        refused("[engine]\ntransport = \"dpdk\""),
+        FileConfigError::OutOfRange { key, value, .. } if key == "engine.transport" && value == "\"dpdk\""
+    ));
+    let epoll =
+        EngineConfig::from_toml(&format!("{MINIMAL}\n[engine]\ntransport = \"epoll\"")).unwrap();
+    assert_eq!(epoll.loops.transport, keel::net::TransportKind::Epoll);
     let own = EngineConfig::from_toml(&format!(
         "{MINIMAL}\n[engine]\nidle = \"backoff\"\nexecutor_idle = \"spin\""
     ))

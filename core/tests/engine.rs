@@ -19,6 +19,7 @@ use keel::config::EngineConfig;
 use keel::dispatch::StrategyHandle;
 use keel::engine::EngineBuilder;
 use keel::ipc::{Channel, EngineState, IpcEvent};
+use keel::net::TransportKind;
 use keel::order::{
     ClientOrderId, Command, EventKind, NewOrder, Price, RefusalReason, Side, StrategyId, SymbolId,
     TimeInForce, VenueId,
@@ -65,12 +66,45 @@ impl VenueThread {
     }
 }
 
-fn config_text(venue: &str, journal: Option<&Path>, ipc: Option<&Path>, topology: &str) -> String {
+/// The engine's layout in a test: its topology and its executor loop's transport.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    topology: &'static str,
+    transport: TransportKind,
+}
+
+const INLINE: Layout = Layout {
+    topology: "inline",
+    transport: TransportKind::IoUring,
+};
+
+/// Every topology on every transport.
+const LAYOUTS: [Layout; 4] = [
+    INLINE,
+    Layout {
+        topology: "split",
+        transport: TransportKind::IoUring,
+    },
+    Layout {
+        topology: "inline",
+        transport: TransportKind::Epoll,
+    },
+    Layout {
+        topology: "split",
+        transport: TransportKind::Epoll,
+    },
+];
+
+fn config_text(venue: &str, journal: Option<&Path>, ipc: Option<&Path>, layout: Layout) -> String {
+    let Layout {
+        topology,
+        transport,
+    } = layout;
     let mut text = format!(
         "symbols = [\"AAPL\", \"MSFT\", \"AMZN\", \"NVDA\"]\n\
          [dispatcher]\nstrategies = 2\n\
          [dispatcher.bulkhead]\nin_flight_per_symbol_max = 512\nin_flight_per_venue_max = 2048\n\
-         [engine]\ntopology = \"{topology}\"\nidle = \"backoff\"\n"
+         [engine]\ntopology = \"{topology}\"\ntransport = \"{transport}\"\nidle = \"backoff\"\n"
     );
     if let Some(j) = journal {
         text += &format!("[journal]\ndir = \"{}\"\n", j.display());
@@ -151,14 +185,15 @@ fn place_and_cancel(
     });
 }
 
-// Goal: the builder's engine trades for an in-process strategy in both topologies: orders are
-// accepted, canceled, and nothing is left open in the table at stop.
+// Goal: the builder's engine trades for an in-process strategy in both topologies on both
+// transports: orders are accepted, canceled, and nothing is left open in the table at stop.
 #[test]
 fn in_process_strategy_trades_inline_and_split() {
-    for topology in ["inline", "split"] {
+    for layout in LAYOUTS {
+        let topology = format!("{layout:?}");
         let venue = VenueThread::start();
         let config =
-            EngineConfig::from_toml(&config_text(&venue.addr.to_string(), None, None, topology))
+            EngineConfig::from_toml(&config_text(&venue.addr.to_string(), None, None, layout))
                 .unwrap();
         let mut engine = EngineBuilder::new(config)
             .idle(IdlePolicy::TEST)
@@ -177,6 +212,8 @@ fn in_process_strategy_trades_inline_and_split() {
         assert_eq!(report.dispatch.sent_new, 50, "{topology}");
         assert_eq!(report.dispatch.sent_cancel, 50, "{topology}");
         assert_eq!(report.links.len(), 1);
+        assert_eq!(report.transport, Some(layout.transport), "{topology}");
+        assert_eq!(report.transport_poll_errors, 0, "{topology}");
         let venue = venue.finish();
         assert_eq!(venue.exchange().stats().accepted, 50);
         assert_eq!(venue.exchange().stats().canceled, 50);
@@ -194,7 +231,7 @@ fn restart_restores_open_orders_and_refuses_old_ids() {
         &venue.addr.to_string(),
         Some(&dir.path().join("journal")),
         None,
-        "inline",
+        INLINE,
     );
     let start = || {
         EngineBuilder::new(EngineConfig::from_toml(&text).unwrap())
@@ -298,14 +335,14 @@ fn control(addr: &str, command: &str) -> String {
 
 /// A directory holding a `keel run` configuration for the venue at `entry` (journal and ipc in
 /// the same directory), and the configuration's path.
-fn keel_run_config(entry: &str, topology: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+fn keel_run_config(entry: &str, layout: Layout) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("keel.toml");
     let text = config_text(
         entry,
         Some(&dir.path().join("journal")),
         Some(&dir.path().join("ipc")),
-        topology,
+        layout,
     );
     std::fs::write(&config, text).unwrap();
     (dir, config)
@@ -370,7 +407,14 @@ fn wait_synced(channel: &Channel) {
 #[test]
 fn python_example_trades_through_keel_run() {
     let (_venue, entry, _control) = venue_process();
-    let (dir, config) = keel_run_config(&entry, "split");
+    // The split topology with its executor on epoll (the other layouts: the tests around).
+    let (dir, config) = keel_run_config(
+        &entry,
+        Layout {
+            topology: "split",
+            transport: TransportKind::Epoll,
+        },
+    );
     let log = dir.path().join("run.log");
     let engine = engine_process(&config, &log);
     let path = dir.path().join("ipc").join("strategy-1");
@@ -512,8 +556,21 @@ fn open_lines(report: &str) -> BTreeSet<String> {
 // exactly the venue's.
 #[test]
 fn kill_dash_nine_mid_storm_loses_and_duplicates_nothing() {
+    kill_dash_nine_mid_storm(INLINE);
+}
+
+// Goal: the same crash test with the executor loop on the epoll transport.
+#[test]
+fn kill_dash_nine_mid_storm_loses_and_duplicates_nothing_on_epoll() {
+    kill_dash_nine_mid_storm(Layout {
+        topology: "inline",
+        transport: TransportKind::Epoll,
+    });
+}
+
+fn kill_dash_nine_mid_storm(layout: Layout) {
     let (_venue, entry, control_addr) = venue_process();
-    let (dir, config) = keel_run_config(&entry, "inline");
+    let (dir, config) = keel_run_config(&entry, layout);
     let path = dir.path().join("ipc").join("strategy-0");
     let log1 = dir.path().join("run1.log");
     let engine = engine_process(&config, &log1);
@@ -579,6 +636,8 @@ fn kill_dash_nine_mid_storm_loses_and_duplicates_nothing() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let report = stop_engine(engine, &log2);
+    let ran = format!("keel run: executor transport {}", layout.transport);
+    assert!(report.lines().any(|l| l == ran), "{report}");
     eprintln!(
         "strategy saw {:?}; venue {before_restart} at the kill",
         storm.kinds
@@ -621,17 +680,60 @@ fn kill_dash_nine_mid_storm_loses_and_duplicates_nothing() {
     assert_eq!(keel_open, venue_open, "{report}");
 }
 
+// Goal: on a host that blocks io_uring (here a seccomp filter like a container runtime's
+// default profile, installed in the child only), `keel run` asked for io_uring warns, naming
+// the cause, runs its executor loop on epoll, reaches SYNCED, and says which transport ran.
+#[test]
+fn keel_run_falls_back_to_epoll_where_io_uring_is_blocked() {
+    let (_venue, entry, _control) = venue_process();
+    let (dir, config) = keel_run_config(&entry, INLINE);
+    let log = dir.path().join("run.log");
+    let errors = dir.path().join("run.err");
+    let mut command = Process::new(KEEL);
+    command
+        .args([
+            "run",
+            "--config",
+            config.to_str().unwrap(),
+            "--status-s",
+            "0",
+        ])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(&errors).unwrap());
+    let engine = Proc(
+        common::peers::without_io_uring(&mut command)
+            .spawn()
+            .unwrap(),
+    );
+    let channel = open_channel(&dir.path().join("ipc").join("strategy-0"), 0);
+    wait_synced(&channel);
+    let report = stop_engine(engine, &log);
+    assert!(
+        report
+            .lines()
+            .any(|l| l == "keel run: executor transport epoll"),
+        "{report}"
+    );
+    let warning = std::fs::read_to_string(&errors).unwrap();
+    assert!(
+        warning.contains("io_uring unavailable") && warning.contains("on epoll instead"),
+        "{warning}"
+    );
+    assert!(report.contains("report errors 0"), "{report}");
+}
+
 // Goal: the engine keeps the venue's market data — a feed handler in the executor loop, books
 // for every configured symbol, conflated tops of book for an in-process strategy — next to
 // order entry, in both topologies.
 #[test]
 fn engine_keeps_market_data_books_for_a_strategy() {
-    for topology in ["inline", "split"] {
+    for layout in LAYOUTS {
+        let topology = format!("{layout:?}");
         let (_venue, entry, _control, md) = venue_process_md();
         let md_addr = md.trim_start_matches("ws://").trim_end_matches("/md");
         let text = format!(
             "{}[[feed]]\naddress = \"{md_addr}\"\n",
-            config_text(&entry, None, None, topology)
+            config_text(&entry, None, None, layout)
         );
         let mut builder =
             EngineBuilder::new(EngineConfig::from_toml(&text).unwrap()).idle(IdlePolicy::TEST);

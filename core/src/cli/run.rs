@@ -62,6 +62,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
     let venues: Vec<String> = config.venues.iter().map(|v| v.name.clone()).collect();
     let topology = config.loops.topology;
+    let transport = config.loops.transport;
     let strategies = config.dispatcher.strategies;
     let engine = match EngineBuilder::new(config).start() {
         Ok(e) => e,
@@ -72,11 +73,13 @@ pub fn run(args: RunArgs) -> ExitCode {
     };
     let r = engine.restored();
     println!(
-        "keel run: {} topology, {} venue(s), {} strategies over shared memory in {}",
+        "keel run: {} topology, {} transport asked, {} venue(s), {} strategies over shared \
+         memory in {}",
         match topology {
             Topology::Inline => "inline",
             Topology::Split => "split",
         },
+        transport,
         venues.len(),
         strategies,
         ipc.dir.display()
@@ -145,6 +148,9 @@ pub fn run(args: RunArgs) -> ExitCode {
 fn print_report(report: &EngineReport, venues: &[String]) {
     let mut out = std::io::stdout().lock();
     let d = &report.dispatch;
+    if let Some(t) = report.transport {
+        let _ = writeln!(out, "keel run: executor transport {t}");
+    }
     let _ = writeln!(
         out,
         "keel run: stopped. commands {} | sent new {} cancel {} replace {} query {} | shed {} \

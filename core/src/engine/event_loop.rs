@@ -308,6 +308,7 @@ impl<T: Transport> EngineLoop<T> {
             journal_records: front.journal_records,
             feeds,
             transport_poll_errors: poll_errors,
+            transport: None,
         }
     }
 }

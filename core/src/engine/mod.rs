@@ -1,5 +1,5 @@
-//! The engine: the dispatcher, the venue links and their io_uring transport, wired into pinned
-//! event loops, with strategies in process (rtrb rings) or in other processes (shared-memory
+//! The engine: the dispatcher, the venue links and their transport (io_uring, or epoll where
+//! io_uring is unavailable or not wanted), wired into pinned event loops, with strategies in process (rtrb rings) or in other processes (shared-memory
 //! rings, [`crate::ipc`]), and the order journal restored at start.
 //!
 //! Two topologies run the same parts:
@@ -38,7 +38,7 @@ use crate::dispatch::{
 };
 use crate::feed::handler::FeedHandler;
 use crate::journal::{Journal, OpenReport, Recovery};
-use crate::net::{Reactor, ReactorConfig, Transport};
+use crate::net::{EpollReactor, NetError, Reactor, ReactorConfig, Transport, TransportKind};
 use crate::order::{Order, StrategyId, VenueId};
 use crate::runtime::watchdog::LoopHeartbeat;
 use crate::runtime::{pin_or_warn, tighten_timer_slack, IdlePolicy, Idler};
@@ -60,6 +60,9 @@ pub enum Topology {
 pub struct LoopConfig {
     /// Layout.
     pub topology: Topology,
+    /// The executor loop's transport. io_uring that cannot be set up (disabled by the kernel or
+    /// a seccomp profile) falls back to epoll with a warning naming the cause.
+    pub transport: TransportKind,
     /// Idle policy of the dispatcher loop (the only loop in `inline`).
     pub idle: IdlePolicy,
     /// Idle policy of the executor loop (`split`).
@@ -83,6 +86,7 @@ impl Default for LoopConfig {
     fn default() -> Self {
         Self {
             topology: Topology::Inline,
+            transport: TransportKind::IoUring,
             idle: IdlePolicy::BusySpin,
             executor_idle: IdlePolicy::BusySpin,
             dispatcher_core: None,
@@ -225,6 +229,9 @@ pub struct EngineReport {
     /// Transport polls that failed in the executor loop (counted, never discarded silently):
     /// any is worth a look at the reactor's configuration and the kernel.
     pub transport_poll_errors: u64,
+    /// The transport the executor loop ran on (after any fallback; `None` for a loop built by
+    /// `EngineBuilder::build`, whose caller chose it).
+    pub transport: Option<TransportKind>,
 }
 
 /// State shared between the loops and the handle (atomics only).
@@ -288,6 +295,12 @@ impl EngineBuilder {
     /// Overrides the topology.
     pub fn topology(mut self, topology: Topology) -> Self {
         self.config.loops.topology = topology;
+        self
+    }
+
+    /// Overrides the transport.
+    pub fn transport(mut self, transport: TransportKind) -> Self {
+        self.config.loops.transport = transport;
         self
     }
 
@@ -451,20 +464,17 @@ impl EngineBuilder {
                 let shared = Arc::clone(&shared);
                 vec![spawn("keel-engine", move || {
                     prepare_loop(loops.dispatcher_core, loops.idle);
-                    let clock = TscClock::new();
-                    let transport = Reactor::new(reactor)?;
-                    let exec = Executor::new(transport, links, feeds, None, clock.now_ns());
-                    let mut engine = EngineLoop::new(front, exec, Vec::new(), Restored::default());
-                    let mut idler = Idler::new(loops.idle);
-                    while !shared.stop.load(Ordering::Relaxed) {
-                        if engine.pass(clock.now_ns()) {
-                            idler.work();
-                        } else {
-                            idler.idle();
-                        }
+                    let run = Inline {
+                        front,
+                        links,
+                        feeds,
+                        shared,
+                        idle: loops.idle,
+                    };
+                    match open_transport(loops.transport, reactor)? {
+                        Opened::IoUring(t) => run.run(t, TransportKind::IoUring),
+                        Opened::Epoll(t) => run.run(t, TransportKind::Epoll),
                     }
-                    let (front, exec) = engine.into_halves();
-                    Ok(Halves::of(Some(front), exec))
                 })]
             }
             Topology::Split => {
@@ -478,19 +488,17 @@ impl EngineBuilder {
                 let exec_shared = Arc::clone(&shared);
                 let executor = spawn("keel-executor", move || {
                     prepare_loop(loops.executor_core, loops.executor_idle);
-                    let clock = TscClock::new();
-                    let transport = Reactor::new(reactor)?;
-                    let mut exec =
-                        Executor::new(transport, links, feeds, Some(heartbeat), clock.now_ns());
-                    let mut idler = Idler::new(loops.executor_idle);
-                    while !exec_shared.stop.load(Ordering::Relaxed) {
-                        if exec.pass(clock.now_ns()) {
-                            idler.work();
-                        } else {
-                            idler.idle();
-                        }
+                    let run = ExecutorOnly {
+                        links,
+                        feeds,
+                        heartbeat,
+                        shared: exec_shared,
+                        idle: loops.executor_idle,
+                    };
+                    match open_transport(loops.transport, reactor)? {
+                        Opened::IoUring(t) => run.run(t, TransportKind::IoUring),
+                        Opened::Epoll(t) => run.run(t, TransportKind::Epoll),
                     }
-                    Ok(Halves::of(None, exec))
                 });
                 let front_shared = Arc::clone(&shared);
                 let dispatcher = spawn("keel-dispatcher", move || {
@@ -509,6 +517,7 @@ impl EngineBuilder {
                         links: Vec::new(),
                         feeds: Vec::new(),
                         poll_errors: 0,
+                        transport: None,
                     })
                 });
                 vec![dispatcher, executor]
@@ -545,10 +554,12 @@ struct Halves {
     feeds: Vec<crate::feed::handler::FeedStats>,
     /// Transport polls that failed in the executor loop (counted, the loop carries on).
     poll_errors: u64,
+    /// The executor loop's transport.
+    transport: Option<TransportKind>,
 }
 
 impl Halves {
-    fn of<T: Transport>(front: Option<Front>, exec: Executor<T>) -> Self {
+    fn of<T: Transport>(front: Option<Front>, exec: Executor<T>, kind: TransportKind) -> Self {
         let poll_errors = exec.poll_errors();
         let (links, feeds) = exec.finish();
         Self {
@@ -556,7 +567,88 @@ impl Halves {
             links,
             feeds,
             poll_errors,
+            transport: Some(kind),
         }
+    }
+}
+
+/// A transport the executor loop opened on its own thread (an io_uring ring must be used by
+/// the thread that created it). Built once per loop thread and moved into its loop at once, so
+/// the difference in size between the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Opened {
+    IoUring(Reactor),
+    Epoll(EpollReactor),
+}
+
+/// Opens the configured transport; io_uring that cannot be set up falls back to epoll (the
+/// rule of [`TransportKind::fallback`]) with a warning naming the cause.
+fn open_transport(kind: TransportKind, config: ReactorConfig) -> Result<Opened, NetError> {
+    match kind {
+        TransportKind::IoUring => match Reactor::new(config) {
+            Ok(r) => Ok(Opened::IoUring(r)),
+            Err(e) => match kind.fallback(&e) {
+                Some(TransportKind::Epoll) => {
+                    eprintln!("keel: warning: {e}; running the executor loop on epoll instead");
+                    Ok(Opened::Epoll(EpollReactor::new(config)?))
+                }
+                _ => Err(e),
+            },
+        },
+        TransportKind::Epoll => Ok(Opened::Epoll(EpollReactor::new(config)?)),
+    }
+}
+
+/// The `inline` topology's thread: one [`EngineLoop`] over the transport it opened.
+struct Inline {
+    front: Front,
+    links: Vec<VenueLink>,
+    feeds: Vec<FeedHandler>,
+    shared: Arc<Shared>,
+    idle: IdlePolicy,
+}
+
+impl Inline {
+    fn run<T: Transport>(self, transport: T, kind: TransportKind) -> LoopResult {
+        let clock = TscClock::new();
+        let exec = Executor::new(transport, self.links, self.feeds, None, clock.now_ns());
+        let mut engine = EngineLoop::new(self.front, exec, Vec::new(), Restored::default());
+        let mut idler = Idler::new(self.idle);
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            if engine.pass(clock.now_ns()) {
+                idler.work();
+            } else {
+                idler.idle();
+            }
+        }
+        let (front, exec) = engine.into_halves();
+        Ok(Halves::of(Some(front), exec, kind))
+    }
+}
+
+/// The `split` topology's executor thread.
+struct ExecutorOnly {
+    links: Vec<VenueLink>,
+    feeds: Vec<FeedHandler>,
+    heartbeat: LoopHeartbeat,
+    shared: Arc<Shared>,
+    idle: IdlePolicy,
+}
+
+impl ExecutorOnly {
+    fn run<T: Transport>(self, transport: T, kind: TransportKind) -> LoopResult {
+        let clock = TscClock::new();
+        let now = clock.now_ns();
+        let mut exec = Executor::new(transport, self.links, self.feeds, Some(self.heartbeat), now);
+        let mut idler = Idler::new(self.idle);
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            if exec.pass(clock.now_ns()) {
+                idler.work();
+            } else {
+                idler.idle();
+            }
+        }
+        Ok(Halves::of(None, exec, kind))
     }
 }
 
@@ -624,6 +716,7 @@ impl RunningEngine {
             journal_records: 0,
             feeds: Vec::new(),
             transport_poll_errors: 0,
+            transport: None,
         };
         let mut first_error = None;
         for t in self.threads {
@@ -638,6 +731,7 @@ impl RunningEngine {
                     report.links.extend(halves.links);
                     report.feeds.extend(halves.feeds);
                     report.transport_poll_errors += halves.poll_errors;
+                    report.transport = report.transport.or(halves.transport);
                 }
                 Ok(Err(e)) => {
                     first_error.get_or_insert(e);

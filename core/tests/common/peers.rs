@@ -72,3 +72,53 @@ pub fn venue(extra: &[&str]) -> Venue {
         proc: Proc(child),
     }
 }
+
+/// Makes `command`'s process run as a container runtime's default seccomp profile would have
+/// it: the io_uring system calls (`io_uring_setup`, `io_uring_enter`, `io_uring_register`:
+/// 425–427 on every architecture) fail with EPERM. Everything else is allowed. The filter is
+/// installed in the child between fork and exec, so the test process is untouched.
+pub fn without_io_uring(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    const LOAD_NR: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    const JUMP_IF: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+    const RETURN: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+    let stmt = |code, k| libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jump = |k, jt, jf| libc::sock_filter {
+        code: JUMP_IF,
+        jt,
+        jf,
+        k,
+    };
+    let filter = [
+        stmt(LOAD_NR, 0), // seccomp_data.nr
+        jump(428, 2, 0),  // nr >= 428: allow
+        jump(425, 0, 1),  // nr >= 425 (and < 428): EPERM
+        stmt(RETURN, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        stmt(RETURN, libc::SECCOMP_RET_ALLOW),
+    ];
+    // SAFETY: the closure runs in the child between fork and exec and only makes two prctl
+    // calls (async-signal-safe) on the filter it owns, which outlives both calls.
+    unsafe {
+        command.pre_exec(move || {
+            let program = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr().cast_mut(),
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    std::ptr::addr_of!(program),
+                ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
