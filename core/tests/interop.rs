@@ -17,7 +17,7 @@ use std::time::Duration;
 use keel::clock::{Clock, TscClock};
 use keel::dispatch::DispatcherConfig;
 use keel::engine::EngineBuilder;
-use keel::net::{Reactor, ReactorConfig};
+use keel::net::{EpollReactor, Reactor, ReactorConfig, SocketTransport};
 use keel::order::{
     ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
     VenueId,
@@ -110,10 +110,20 @@ fn ouch_connect_client_trades_on_keel_venue() {
     assert_eq!((stats.accepted, stats.rejected, stats.matches), (2, 1, 1));
 }
 
-// Goal: keel's engine (dispatcher → OUCH link over io_uring) trades with the ouch-connect
+// Goal: keel's engine (dispatcher → OUCH link over io_uring; below, over epoll) trades with the ouch-connect
 // server: login, an order accepted, the order canceled, events delivered to the strategy.
 #[test]
 fn keel_engine_trades_with_ouch_connect_venue() {
+    engine_trades_with_ouch_connect_venue::<Reactor>();
+}
+
+// Goal: the same with the engine's executor on the epoll transport.
+#[test]
+fn keel_engine_trades_with_ouch_connect_venue_on_epoll() {
+    engine_trades_with_ouch_connect_venue::<EpollReactor>();
+}
+
+fn engine_trades_with_ouch_connect_venue<T: SocketTransport>() {
     let Some(python) = python() else { return };
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -129,7 +139,7 @@ fn keel_engine_trades_with_ouch_connect_venue() {
     );
 
     let clock = TscClock::new();
-    let reactor = Reactor::new(ReactorConfig {
+    let reactor = T::open(ReactorConfig {
         conns_max: 2,
         ..ReactorConfig::default()
     })

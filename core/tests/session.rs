@@ -1,8 +1,9 @@
-//! Venue sessions that survive, on real sockets (loopback, io_uring): a venue restart while an
+//! Venue sessions that survive, on real sockets (loopback): a venue restart while an
 //! order rests (the missed fill arrives by replay, then reconciliation, then SYNCED); an order
 //! lost in a dropped connection (Unknown, then resolved as never received — never resent); the
 //! incident (a late remainder); the gateway restarting mid-reconciliation; a reconciliation
-//! timeout; the breaker drill. Each scenario also runs on the simulator (`simulation.rs`).
+//! timeout; the breaker drill. Each scenario also runs on the simulator (`simulation.rs`), and
+//! each runs on both of the engine's transports (io_uring and epoll).
 
 mod common;
 
@@ -10,7 +11,7 @@ use keel::clock::{Clock, TscClock};
 use keel::dispatch::{Dispatcher, DispatcherConfig, StrategyHandle};
 use keel::engine::{EngineBuilder, EngineLoop};
 use keel::guard::backoff::BackoffConfig;
-use keel::net::{Reactor, ReactorConfig};
+use keel::net::{EpollReactor, Reactor, ReactorConfig, SocketTransport};
 use keel::order::{
     ClientOrderId, Command, Event, EventKind, NewOrder, OrderState, Price, RefusalReason,
     RejectReason, Side, StrategyId, SymbolId, TimeInForce, VenueId,
@@ -23,16 +24,16 @@ use keel::venue::server::{VenueConfig, VenueServer};
 
 const MS: u64 = 1_000_000;
 
-struct Rig {
+struct Rig<T: SocketTransport> {
     clock: TscClock,
     venue: VenueServer,
     /// The engine's own loop (`EngineBuilder::build`), stepped on the test's thread.
-    core: EngineLoop<Reactor>,
+    core: EngineLoop<T>,
     strategy: StrategyHandle,
     events: Vec<Event>,
 }
 
-impl Rig {
+impl<T: SocketTransport> Rig<T> {
     fn new() -> Self {
         Self::with_ack_timeout(2_000 * MS)
     }
@@ -55,7 +56,7 @@ impl Rig {
             ..VenueConfig::default()
         })
         .unwrap();
-        let reactor = Reactor::new(ReactorConfig {
+        let reactor = T::open(ReactorConfig {
             conns_max: 4,
             ..ReactorConfig::default()
         })
@@ -155,12 +156,39 @@ impl Rig {
     }
 }
 
+/// Every scenario runs on both of the engine's transports: `io_uring::<name>` and
+/// `epoll::<name>`.
+macro_rules! on_both_transports {
+    ($($name:ident),+ $(,)?) => {
+        mod io_uring {
+            $(#[test]
+            fn $name() {
+                super::$name::<super::Reactor>()
+            })+
+        }
+        mod epoll {
+            $(#[test]
+            fn $name() {
+                super::$name::<super::EpollReactor>()
+            })+
+        }
+    };
+}
+
+on_both_transports!(
+    restart_replay_reconcile_then_synced,
+    order_lost_in_a_drop_is_unknown_then_resolved_never_resent,
+    the_incident_late_remainder_is_unknown_never_resent,
+    gateway_restart_mid_reconciliation_on_sockets,
+    reconciliation_timeout_then_synced_on_sockets,
+    breaker_drill_on_sockets,
+);
+
 // Goal: the gateway restarts while an order rests; it fills while keel is away; keel
 // reconnects with backoff, the replay brings the fill, reconciliation finds nothing
 // unresolved, and only then are new orders allowed again. Nothing is resent.
-#[test]
-fn restart_replay_reconcile_then_synced() {
-    let mut rig = Rig::new();
+fn restart_replay_reconcile_then_synced<T: SocketTransport>() {
+    let mut rig = Rig::<T>::new();
     rig.until("first SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     let resting = rig.order(1, 100);
     rig.strategy.commands.push(Command::New(resting)).unwrap();
@@ -223,9 +251,8 @@ fn restart_replay_reconcile_then_synced() {
 // Goal: an order written while the venue had stopped reading is lost when the connection
 // drops. keel reports it Unknown (never failed, never resent); after reconnecting, the
 // venue's reconciliation answer shows no such order, so keel resolves it as never received.
-#[test]
-fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent() {
-    let mut rig = Rig::new();
+fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent<T: SocketTransport>() {
+    let mut rig = Rig::<T>::new();
     rig.until("SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     rig.venue.apply_control(0, "stall 300").unwrap();
     let lost = rig.order(1, 10);
@@ -273,9 +300,8 @@ fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent() {
 // asks the venue (a status query, never a resend), and the late report resolves it: the
 // strategy saw Unknown and then the resolution, the position is exactly the 50 bought, and
 // the venue received exactly one order.
-#[test]
-fn the_incident_late_remainder_is_unknown_never_resent() {
-    let mut rig = Rig::with_ack_timeout(200 * MS);
+fn the_incident_late_remainder_is_unknown_never_resent<T: SocketTransport>() {
+    let mut rig = Rig::<T>::with_ack_timeout(200 * MS);
     rig.until("SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     let now = rig.clock.now_ns();
     rig.venue
@@ -332,9 +358,8 @@ fn the_incident_late_remainder_is_unknown_never_resent() {
 // Goal: the gateway restarts in the middle of reconciliation, on real sockets: the link is
 // caught RECONCILING (its query sent, the answer not yet read) and the venue drops it. keel
 // reconnects and ends SYNCED with the resting order intact and nothing resent.
-#[test]
-fn gateway_restart_mid_reconciliation_on_sockets() {
-    let mut rig = Rig::new();
+fn gateway_restart_mid_reconciliation_on_sockets<T: SocketTransport>() {
+    let mut rig = Rig::<T>::new();
     rig.until("first SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     let resting = rig.order(1, 10);
     rig.strategy.commands.push(Command::New(resting)).unwrap();
@@ -365,9 +390,8 @@ fn gateway_restart_mid_reconciliation_on_sockets() {
 // Goal: a venue that stops answering during reconciliation, on real sockets: the
 // reconciliation times out (300 ms here), keel drops the connection and reconnects, and is
 // SYNCED once the venue answers again.
-#[test]
-fn reconciliation_timeout_then_synced_on_sockets() {
-    let mut rig = Rig::with(2_000 * MS, |_, link| {
+fn reconciliation_timeout_then_synced_on_sockets<T: SocketTransport>() {
+    let mut rig = Rig::<T>::with(2_000 * MS, |_, link| {
         link.session.reconcile_timeout_ns = 300 * MS;
     });
     rig.until("first SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
@@ -391,11 +415,10 @@ fn reconciliation_timeout_then_synced_on_sockets() {
 // breaker opens within its window; a strategy following `retry_advice` stops at BreakerOpen;
 // while open a cancel still reaches the venue and no new order does; once the venue recovers,
 // half-open probes close it.
-#[test]
-fn breaker_drill_on_sockets() {
+fn breaker_drill_on_sockets<T: SocketTransport>() {
     use keel::guard::breaker::BreakerState;
     use keel::strategy::{retry_advice, Retry};
-    let mut rig = Rig::with(2_000 * MS, |config, _| {
+    let mut rig = Rig::<T>::with(2_000 * MS, |config, _| {
         config.breaker = common::drill_breaker();
     });
     rig.until("SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
