@@ -6,11 +6,12 @@
 //! keel's codecs so only the I/O path differs:
 //! - floor: a raw busy-polled TCP ping-pong with the same message sizes (50 bytes out, 67
 //!   back) against a trivial echo loop on the server core;
-//! - keel's io_uring reactor on both ends of the same ping-pong, no venue logic (the
-//!   transport's own cost against the floor);
+//! - keel's io_uring reactor, and keel's epoll transport, on both ends of the same ping-pong,
+//!   no venue logic (each transport's own cost against the floor);
 //! - a raw busy-polled `std::net` client against keel's venue (what the venue itself costs);
 //! - keel's io_uring reactor, busy-polling, against keel's venue;
 //! - keel's io_uring reactor, blocking in the kernel until the answer;
+//! - keel's epoll transport, busy-polling and blocking in `epoll_wait`, against keel's venue;
 //! - a plain `std::net` blocking client;
 //! - a tokio (current-thread) client.
 //!
@@ -27,7 +28,7 @@ use std::sync::Arc;
 use hdrhistogram::Histogram;
 use keel::clock::{Clock, TscClock};
 use keel::dispatch::venue_channel;
-use keel::net::{NetEvent, Reactor, ReactorConfig, WaitMode};
+use keel::net::{EpollReactor, NetEvent, Reactor, ReactorConfig, SocketTransport, WaitMode};
 use keel::order::{
     ClientOrderId, NewOrder, OutcomeKind, Price, RequestKind, Side, StrategyId, SymbolId,
     TimeInForce, VenueId, VenueRequest,
@@ -44,6 +45,7 @@ const STOP: u8 = 0;
 const VENUE: u8 = 1;
 const ECHO: u8 = 2;
 const URING_ECHO: u8 = 3;
+const EPOLL_ECHO: u8 = 4;
 const REQUEST_BYTES: usize = 50;
 const REPLY_BYTES: usize = 67;
 
@@ -113,8 +115,9 @@ trait Contender {
     fn round_trip(&mut self) -> bool;
 }
 
-struct Uring {
-    reactor: Reactor,
+/// keel's client over transport `T` (the session client and codecs keel's links use).
+struct Keel<T: SocketTransport> {
+    reactor: T,
     conn: keel::net::ConnId,
     client: OuchClient,
     seq: u64,
@@ -122,9 +125,9 @@ struct Uring {
     timeout_ns: u64,
 }
 
-/// A client reactor (two slots, spin reads) with one connection to `addr`, established.
-fn connected_reactor(addr: SocketAddr, wait: WaitMode) -> (Reactor, keel::net::ConnId) {
-    let mut reactor = Reactor::new(ReactorConfig {
+/// A client transport (two slots, spin reads) with one connection to `addr`, established.
+fn connected<T: SocketTransport>(addr: SocketAddr, wait: WaitMode) -> (T, keel::net::ConnId) {
+    let mut reactor = T::open(ReactorConfig {
         conns_max: 2,
         wait,
         spin_reads: true,
@@ -142,9 +145,9 @@ fn connected_reactor(addr: SocketAddr, wait: WaitMode) -> (Reactor, keel::net::C
     (reactor, conn)
 }
 
-impl Uring {
+impl<T: SocketTransport> Keel<T> {
     fn connect(addr: SocketAddr, wait: WaitMode, name: &str) -> Self {
-        let (mut reactor, conn) = connected_reactor(addr, wait);
+        let (mut reactor, conn) = connected::<T>(addr, wait);
         let client = client(name);
         let mut buf = [0u8; 128];
         let n = client.encode_login(&mut buf).unwrap();
@@ -192,7 +195,7 @@ impl Uring {
     }
 }
 
-impl Contender for Uring {
+impl<T: SocketTransport> Contender for Keel<T> {
     fn round_trip(&mut self) -> bool {
         let mut buf = [0u8; 128];
         let n = next_order(&mut self.client, &mut self.seq, &mut buf);
@@ -334,17 +337,17 @@ impl Contender for Tokio {
     }
 }
 
-/// keel's reactor as a plain ping-pong client against keel's reactor as an echo server.
-struct UringPingPong {
-    reactor: Reactor,
+/// keel's transport as a plain ping-pong client against the same transport as an echo server.
+struct PingPong<T: SocketTransport> {
+    reactor: T,
     conn: keel::net::ConnId,
     events: Vec<NetEvent>,
 }
 
-impl UringPingPong {
-    fn connect(addr: SocketAddr, mode: &AtomicU8) -> Self {
-        mode.store(URING_ECHO, Ordering::Relaxed);
-        let (reactor, conn) = connected_reactor(addr, WaitMode::BusyPoll);
+impl<T: SocketTransport> PingPong<T> {
+    fn connect(addr: SocketAddr, mode: &AtomicU8, echo_mode: u8) -> Self {
+        mode.store(echo_mode, Ordering::Relaxed);
+        let (reactor, conn) = connected::<T>(addr, WaitMode::BusyPoll);
         Self {
             reactor,
             conn,
@@ -353,7 +356,7 @@ impl UringPingPong {
     }
 }
 
-impl Contender for UringPingPong {
+impl<T: SocketTransport> Contender for PingPong<T> {
     fn round_trip(&mut self) -> bool {
         self.reactor.send(self.conn, &[7u8; REQUEST_BYTES]).unwrap();
         loop {
@@ -389,23 +392,62 @@ impl Contender for Floor {
     }
 }
 
-/// The server core: keel's venue or the echo loop, switched by `mode`.
-fn server(
-    mode: Arc<AtomicU8>,
-    venue_addr: std::sync::mpsc::Sender<(SocketAddr, SocketAddr)>,
-    echo: TcpListener,
-) {
+/// An echo server on keel's transport `T`: answers every request with a reply.
+struct Echo<T: SocketTransport> {
+    transport: T,
+    addr: SocketAddr,
+    conn: Option<keel::net::ConnId>,
+    events: Vec<NetEvent>,
+}
+
+impl<T: SocketTransport> Echo<T> {
+    fn new() -> Self {
+        let mut transport = T::open(ReactorConfig {
+            conns_max: 2,
+            wait: WaitMode::BusyPoll,
+            spin_reads: true,
+            ..ReactorConfig::default()
+        })
+        .unwrap();
+        let (_, addr) = transport.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        Self {
+            transport,
+            addr,
+            conn: None,
+            events: Vec::new(),
+        }
+    }
+
+    fn step(&mut self) {
+        self.events.clear();
+        self.transport.poll(0, 0, &mut self.events).unwrap();
+        for e in &self.events {
+            if let NetEvent::Accepted { conn, .. } = e {
+                self.conn = Some(*conn);
+            }
+        }
+        if let Some(c) = self.conn {
+            while self.transport.received(c).len() >= REQUEST_BYTES {
+                self.transport.consume(c, REQUEST_BYTES);
+                self.transport.send(c, &[9u8; REPLY_BYTES]).unwrap();
+            }
+            self.transport.flush().unwrap();
+        }
+    }
+}
+
+/// Where the server core listens: keel's venue, the io_uring echo, the epoll echo.
+struct ServerAddrs {
+    venue: SocketAddr,
+    uring_echo: SocketAddr,
+    epoll_echo: SocketAddr,
+}
+
+/// The server core: keel's venue or an echo loop, switched by `mode`.
+fn server(mode: Arc<AtomicU8>, addrs: std::sync::mpsc::Sender<ServerAddrs>, echo: TcpListener) {
     pin_or_warn(0);
-    let mut uring_echo = Reactor::new(ReactorConfig {
-        conns_max: 2,
-        wait: WaitMode::BusyPoll,
-        spin_reads: true,
-        ..ReactorConfig::default()
-    })
-    .unwrap();
-    let (_, uring_echo_addr) = uring_echo.listen("127.0.0.1:0".parse().unwrap()).unwrap();
-    let mut uring_conn = None;
-    let mut uring_events = Vec::new();
+    let mut uring_echo = Echo::<Reactor>::new();
+    let mut epoll_echo = Echo::<EpollReactor>::new();
     let config = VenueConfig {
         flow: FlowConfig {
             events_per_sec: 0,
@@ -418,8 +460,12 @@ fn server(
         ..VenueConfig::default()
     };
     let mut venue = VenueServer::new(config).unwrap();
-    venue_addr
-        .send((venue.local_addr(), uring_echo_addr))
+    addrs
+        .send(ServerAddrs {
+            venue: venue.local_addr(),
+            uring_echo: uring_echo.addr,
+            epoll_echo: epoll_echo.addr,
+        })
         .unwrap();
     let clock = TscClock::new();
     let mut echo_conn: Option<TcpStream> = None;
@@ -428,22 +474,8 @@ fn server(
         match mode.load(Ordering::Relaxed) {
             STOP => return,
             VENUE => venue.step(clock.now_ns(), 0).unwrap(),
-            URING_ECHO => {
-                uring_events.clear();
-                uring_echo.poll(0, 0, &mut uring_events).unwrap();
-                for e in &uring_events {
-                    if let NetEvent::Accepted { conn, .. } = e {
-                        uring_conn = Some(*conn);
-                    }
-                }
-                if let Some(c) = uring_conn {
-                    while uring_echo.received(c).len() >= REQUEST_BYTES {
-                        uring_echo.consume(c, REQUEST_BYTES);
-                        uring_echo.send(c, &[9u8; REPLY_BYTES]).unwrap();
-                    }
-                    uring_echo.flush().unwrap();
-                }
-            }
+            URING_ECHO => uring_echo.step(),
+            EPOLL_ECHO => epoll_echo.step(),
             _ => {
                 let conn = echo_conn.get_or_insert_with(|| {
                     let (s, _) = echo.accept().unwrap();
@@ -501,13 +533,17 @@ fn main() {
     let (tx, rx) = std::sync::mpsc::channel();
     let server_mode = Arc::clone(&mode);
     let server = std::thread::spawn(move || server(server_mode, tx, echo));
-    let (venue_addr, uring_echo_addr) = rx.recv().unwrap();
+    let addrs = rx.recv().unwrap();
+    let venue_addr = addrs.venue;
     pin_or_warn(1);
     let clock = TscClock::new();
     let _ = venue_channel(1, 1); // the engine's rings exist; the bench drives the wire directly
 
-    let mut busy = Uring::connect(venue_addr, WaitMode::BusyPoll, "busy");
-    let mut blocking = Uring::connect(venue_addr, WaitMode::Blocking, "block");
+    let mut busy = Keel::<Reactor>::connect(venue_addr, WaitMode::BusyPoll, "busy");
+    let mut blocking = Keel::<Reactor>::connect(venue_addr, WaitMode::Blocking, "block");
+    let mut epoll_busy = Keel::<EpollReactor>::connect(venue_addr, WaitMode::BusyPoll, "ebusy");
+    let mut epoll_blocking =
+        Keel::<EpollReactor>::connect(venue_addr, WaitMode::Blocking, "eblock");
     let mut std_client = StdBlocking::connect(venue_addr, "std", false);
     let mut raw_client = StdBlocking::connect(venue_addr, "raw", true);
     let mut tokio_client = Tokio::connect(venue_addr, "tokio");
@@ -517,14 +553,19 @@ fn main() {
     let mut floor = Floor {
         stream: floor_stream,
     };
-    let mut uring_ping_pong = UringPingPong::connect(uring_echo_addr, &mode);
+    let mut uring_ping_pong = PingPong::<Reactor>::connect(addrs.uring_echo, &mode, URING_ECHO);
+    let mut epoll_ping_pong =
+        PingPong::<EpollReactor>::connect(addrs.epoll_echo, &mode, EPOLL_ECHO);
 
     let names = [
         "raw busy-polled TCP ping-pong (floor)",
         "keel io_uring ping-pong, no venue",
+        "keel epoll ping-pong, no venue",
         "raw busy-polled client, keel venue",
         "keel io_uring, busy-poll",
         "keel io_uring, blocking wait",
+        "keel epoll, busy-poll",
+        "keel epoll, blocking wait",
         "std::net blocking client",
         "tokio client (current thread)",
     ];
@@ -551,11 +592,20 @@ fn main() {
             &clock,
             if round == 0 { &mut scratch } else { &mut h[1] },
         );
+        mode.store(EPOLL_ECHO, Ordering::Relaxed);
+        measure(
+            &mut epoll_ping_pong,
+            n,
+            &clock,
+            if round == 0 { &mut scratch } else { &mut h[2] },
+        );
         mode.store(VENUE, Ordering::Relaxed);
-        let contenders: [&mut dyn Contender; 5] = [
+        let contenders: [&mut dyn Contender; 7] = [
             &mut raw_client,
             &mut busy,
             &mut blocking,
+            &mut epoll_busy,
+            &mut epoll_blocking,
             &mut std_client,
             &mut tokio_client,
         ];
@@ -567,7 +617,7 @@ fn main() {
                 if round == 0 {
                     &mut scratch
                 } else {
-                    &mut h[i + 2]
+                    &mut h[i + 3]
                 },
             );
         }
@@ -583,10 +633,13 @@ fn main() {
     }
     let ratio = |a: usize, b: usize| s[a].p50_ns / s[b].p50_ns;
     println!("keel_transport_vs_floor_ratio: {:.2}", ratio(1, 0));
-    println!("keel_busy_poll_vs_floor_ratio: {:.2}", ratio(3, 0));
+    println!("keel_epoll_transport_vs_floor_ratio: {:.2}", ratio(2, 0));
+    println!("keel_busy_poll_vs_floor_ratio: {:.2}", ratio(4, 0));
     println!(
         "keel_busy_poll_vs_raw_client_same_venue_ratio: {:.2}",
-        ratio(3, 2)
+        ratio(4, 3)
     );
-    println!("keel_busy_poll_vs_tokio_ratio: {:.2}", ratio(3, 6));
+    println!("keel_busy_poll_vs_tokio_ratio: {:.2}", ratio(4, 9));
+    println!("keel_epoll_busy_poll_vs_floor_ratio: {:.2}", ratio(6, 0));
+    println!("keel_epoll_vs_io_uring_busy_poll_ratio: {:.2}", ratio(6, 4));
 }
