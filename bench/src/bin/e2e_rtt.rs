@@ -7,7 +7,8 @@
 //!   `read` — the same wake-up path as the venue, which blocks in io_uring until a message;
 //! - inline: the strategy (this thread) pushes a new order into its ring and spins on its event
 //!   ring until `Accepted`; one engine loop runs dispatcher, guard chain, transport and session;
-//! - split: the same with a dispatcher loop and an executor loop joined by SPSC rings.
+//! - split: the same with a dispatcher loop and an executor loop joined by SPSC rings;
+//! - each topology with its executor loop on io_uring and on epoll (`[engine] transport`).
 //!
 //! The engine's loops spin then yield (`SpinThenYield`): this machine has 2 vCPUs for the
 //! strategy, up to two engine loops and the venue, so a loop must give its core away when it
@@ -24,7 +25,7 @@ use hdrhistogram::Histogram;
 use keel::clock::{Clock, TscClock};
 use keel::config::EngineConfig;
 use keel::engine::{EngineBuilder, Topology};
-use keel::net::WaitMode;
+use keel::net::{TransportKind, WaitMode};
 use keel::order::{
     ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
     VenueId,
@@ -102,7 +103,7 @@ fn floor_round(stream: &mut TcpStream, n: u64, clock: &TscClock, h: &mut Histogr
 
 fn engine_round(
     venue: std::net::SocketAddr,
-    topology: Topology,
+    (topology, transport): (Topology, TransportKind),
     first_seq: u64,
     n: u64,
     clock: &TscClock,
@@ -134,6 +135,7 @@ fn engine_round(
     .expect("bench config");
     let mut engine = EngineBuilder::new(config)
         .topology(topology)
+        .transport(transport)
         .idle(IDLE)
         .start()
         .expect("engine");
@@ -179,6 +181,11 @@ fn engine_round(
     }
     let report = engine.stop().expect("engine stop");
     assert_eq!(report.dispatch.sent_new, n, "every order went out once");
+    assert_eq!(
+        report.transport,
+        Some(transport),
+        "the transport asked for ran"
+    );
 }
 
 fn main() {
@@ -195,8 +202,16 @@ fn main() {
     floor.set_nonblocking(true).expect("nonblocking");
     let names = [
         "raw TCP ping-pong on loopback (floor)",
-        "keel engine, inline topology",
-        "keel engine, split topology",
+        "keel engine, inline, io_uring",
+        "keel engine, split, io_uring",
+        "keel engine, inline, epoll",
+        "keel engine, split, epoll",
+    ];
+    let layouts = [
+        (Topology::Inline, TransportKind::IoUring),
+        (Topology::Split, TransportKind::IoUring),
+        (Topology::Inline, TransportKind::Epoll),
+        (Topology::Split, TransportKind::Epoll),
     ];
     let mut h: Vec<Histogram<u64>> = (0..names.len()).map(|_| histogram()).collect();
     let mut seq = 1;
@@ -210,9 +225,13 @@ fn main() {
             &clock,
             if round == 0 { &mut scratch } else { &mut h[0] },
         );
-        for (i, topology) in [(1, Topology::Inline), (2, Topology::Split)] {
-            let target = if round == 0 { &mut scratch } else { &mut h[i] };
-            engine_round(venue_addr, topology, seq, n, &clock, target);
+        for (i, layout) in layouts.into_iter().enumerate() {
+            let target = if round == 0 {
+                &mut scratch
+            } else {
+                &mut h[i + 1]
+            };
+            engine_round(venue_addr, layout, seq, n, &clock, target);
             seq += n;
         }
     }
@@ -232,4 +251,16 @@ fn main() {
     println!("inline_vs_floor_ratio: {:.2}", s[1].p50_ns / s[0].p50_ns);
     println!("split_vs_floor_ratio: {:.2}", s[2].p50_ns / s[0].p50_ns);
     println!("split_vs_inline_ratio: {:.2}", s[2].p50_ns / s[1].p50_ns);
+    println!(
+        "inline_epoll_vs_floor_ratio: {:.2}",
+        s[3].p50_ns / s[0].p50_ns
+    );
+    println!(
+        "split_epoll_vs_floor_ratio: {:.2}",
+        s[4].p50_ns / s[0].p50_ns
+    );
+    println!(
+        "inline_epoll_vs_io_uring_ratio: {:.2}",
+        s[3].p50_ns / s[1].p50_ns
+    );
 }
