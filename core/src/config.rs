@@ -15,7 +15,7 @@ use crate::order::SymbolName;
 use crate::proto::ouch::Dialect;
 use crate::runtime::IdlePolicy;
 use crate::session::link::LinkConfig;
-use crate::session::ouch::ReconcileMode;
+use crate::session::ouch::{ReconcileMode, RejectTable, RejectTableError};
 
 pub use crate::engine::EngineConfig;
 pub use crate::session::{ProtocolConfig, VenueLinkConfig};
@@ -661,7 +661,54 @@ fn read_ouch(s: &mut Section<'_>) -> Result<ProtocolConfig> {
             })
         }
     };
-    Ok(ProtocolConfig::Ouch { dialect, reconcile })
+    let rejects = read_reject_codes(s)?;
+    Ok(ProtocolConfig::Ouch {
+        dialect,
+        reconcile,
+        rejects,
+    })
+}
+
+/// The venue's reject codes by meaning (`reject_codes_throttled = [..]`, ...). Absent: keel's
+/// own table. Any present: exactly the codes listed (the venue's table replaces keel's).
+fn read_reject_codes(s: &mut Section<'_>) -> Result<RejectTable> {
+    use crate::order::RejectReason;
+    let classes = [
+        ("reject_codes_throttled", RejectReason::VenueThrottle),
+        ("reject_codes_system", RejectReason::VenueSystem),
+        ("reject_codes_duplicate_id", RejectReason::DuplicateId),
+        ("reject_codes_invalid", RejectReason::Invalid),
+        ("reject_codes_market_closed", RejectReason::MarketClosed),
+    ];
+    let mut table = RejectTable::EMPTY;
+    let mut any = false;
+    for (key, reason) in classes {
+        let present = s.table.contains_key(key);
+        for value in s.array(key)? {
+            let code = match value {
+                Value::Integer(i) => {
+                    u16::try_from(*i).map_err(|_| FileConfigError::OutOfRange {
+                        key: s.key(key),
+                        value: i.to_string(),
+                        allowed: "codes 0..=65535",
+                    })?
+                }
+                other => return Err(s.wrong(key, other, "an array of reject codes (integers)")),
+            };
+            table
+                .insert(code, reason)
+                .map_err(|e| FileConfigError::OutOfRange {
+                    key: s.key(key),
+                    value: code.to_string(),
+                    allowed: match e {
+                        RejectTableError::Full => "at most 64 reject codes in all",
+                        RejectTableError::Duplicate { .. } => "each code in one class only",
+                    },
+                })?;
+        }
+        any |= present;
+    }
+    Ok(if any { table } else { RejectTable::keel() })
 }
 
 fn read_venue(mut s: Section<'_>) -> Result<VenueLinkConfig> {

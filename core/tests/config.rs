@@ -56,6 +56,52 @@ fn a_minimal_file_takes_the_defaults() {
     );
 }
 
+// Goal: a venue's reject codes are configured by meaning and replace keel's table; a code in
+// two classes, out of range or of the wrong type is refused with its key and value.
+#[test]
+fn reject_codes_are_configured_per_venue() {
+    use keel::order::RejectReason;
+    use keel::session::ProtocolConfig;
+    let rejects = |extra: &str| {
+        let c = EngineConfig::from_toml(&format!("{MINIMAL}{extra}")).unwrap();
+        let ProtocolConfig::Ouch { rejects, .. } = c.venues[0].protocol;
+        rejects
+    };
+    let keel = rejects("");
+    assert_eq!(keel.reason(5), RejectReason::VenueThrottle);
+    let venue = rejects("reject_codes_throttled = [42, 43]\nreject_codes_system = [500]\n");
+    assert_eq!(venue.reason(42), RejectReason::VenueThrottle);
+    assert_eq!(venue.reason(43), RejectReason::VenueThrottle);
+    assert_eq!(venue.reason(500), RejectReason::VenueSystem);
+    assert_eq!(
+        venue.reason(5),
+        RejectReason::Other(5),
+        "keel's table is replaced"
+    );
+    assert!(matches!(
+        refused_venue("reject_codes_throttled = [7]\nreject_codes_invalid = [7]"),
+        FileConfigError::OutOfRange { key, value, .. } if key == "venue[0].reject_codes_invalid" && value == "7"
+    ));
+    assert!(matches!(
+        refused_venue("reject_codes_system = [70000]"),
+        FileConfigError::OutOfRange { key, value, .. } if key == "venue[0].reject_codes_system" && value == "70000"
+    ));
+    assert!(matches!(
+        refused_venue("reject_codes_system = [\"X\"]"),
+        FileConfigError::WrongType { key, .. } if key == "venue[0].reject_codes_system"
+    ));
+    let many: Vec<String> = (0..65).map(|c| c.to_string()).collect();
+    assert!(matches!(
+        refused_venue(&format!("reject_codes_invalid = [{}]", many.join(", "))),
+        FileConfigError::OutOfRange { key, value, .. } if key == "venue[0].reject_codes_invalid" && value == "64"
+    ));
+}
+
+/// MINIMAL with `extra` appended to its `[[venue]]` table, refused.
+fn refused_venue(extra: &str) -> FileConfigError {
+    EngineConfig::from_toml(&format!("{MINIMAL}{extra}\n")).unwrap_err()
+}
+
 // Goal: each class of bad input gets its own error naming the key and the value.
 #[test]
 fn every_class_of_bad_input_is_refused_with_key_and_value() {

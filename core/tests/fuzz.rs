@@ -1993,6 +1993,7 @@ fn session_on_packet() {
                     orders_max,
                     symbols: vec![soupbin::alpha::<8>("AAPL")],
                     reconcile,
+                    rejects: Default::default(),
                     ack_timeout_ns: 1_000,
                 },
                 VenueId(3),

@@ -154,6 +154,7 @@ fn engine_trades_with_ouch_connect_venue<T: SocketTransport>() {
         dialect: Dialect::OUCH_CONNECT,
         // The ouch-connect server has no keel extension: an Account Query is the barrier.
         reconcile: keel::session::ouch::ReconcileMode::AccountQueryBarrier,
+        rejects: Default::default(),
     };
     // The engine's own loop (`EngineBuilder::build`), stepped here.
     let mut engine = EngineBuilder::new(common::engine_config(&["AAPL"], config, vec![venue], 64))

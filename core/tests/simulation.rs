@@ -176,6 +176,7 @@ impl Sim {
                 protocol: ProtocolConfig::Ouch {
                     dialect: Dialect::SPEC,
                     reconcile: ReconcileMode::KeelExtension,
+                    rejects: Default::default(),
                 },
                 ack_timeout_ns: 200 * MS,
                 orders_max: 64, // small: the session forgets closed orders often

@@ -63,6 +63,7 @@ fn client(name: &str) -> OuchClient {
             orders_max: ORDERS_MAX.load(Ordering::Relaxed),
             symbols,
             reconcile: Default::default(),
+            rejects: Default::default(),
             ack_timeout_ns: 2_000_000_000,
         },
         VenueId(0),

@@ -39,6 +39,8 @@ pub struct ClientConfig {
     pub symbols: Vec<crate::order::SymbolName>,
     /// How reconciliation asks the venue.
     pub reconcile: ReconcileMode,
+    /// What the venue's reject codes mean.
+    pub rejects: RejectTable,
     /// How long a request may go unanswered (a new order's ack, a cancel's answer, an
     /// immediate-or-cancel order's final report, a status query's answer) before its order is
     /// reported `Unknown`.
@@ -842,7 +844,7 @@ impl OuchClient {
                 self.close(user_ref);
                 OutcomeKind::Rejected {
                     id,
-                    reason: reject_reason(reason),
+                    reason: self.config.rejects.reason(reason),
                 }
             }
             // OUCH's cancel reject carries no reason: the order was not open to cancel.
@@ -1123,19 +1125,86 @@ pub fn cl_ord_id(id: ClientOrderId) -> ClOrdId {
     out
 }
 
-/// Maps keel's venue reject codes (and unknown ones) to the engine's reasons.
-pub fn reject_reason(code: u16) -> RejectReason {
-    match RejectCode::from_wire(code) {
-        Some(RejectCode::Throttled) => RejectReason::VenueThrottle,
-        Some(RejectCode::SystemUnavailable) => RejectReason::VenueSystem,
-        Some(RejectCode::DuplicateId) => RejectReason::DuplicateId,
-        Some(
-            RejectCode::InvalidQuantity
-            | RejectCode::InvalidPrice
-            | RejectCode::UnknownSymbol
-            | RejectCode::UnknownOrder,
-        ) => RejectReason::Invalid,
-        None => RejectReason::Other(code.min(255) as u8),
+/// Reject codes a venue's table may list (a real venue's table is a few dozen at most).
+pub const REJECT_CODES_MAX: usize = 64;
+
+/// What a venue's OUCH reject codes mean: OUCH leaves the table to each venue, and what the
+/// engine does with a reject depends on it (a throttle cools the rate limiter down, a system
+/// failure counts against the breaker, a duplicate id is a bug to report). By default keel's
+/// own table ([`RejectCode`], which the simulated venue writes); a `[[venue]]` names its
+/// venue's codes instead (docs/config.md). A code the table does not list is
+/// `RejectReason::Other(code)` (codes above 255 are carried as 255).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RejectTable {
+    entries: [(u16, RejectReason); REJECT_CODES_MAX],
+    len: usize,
+}
+
+/// The table cannot take another code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RejectTableError {
+    /// More codes than [`REJECT_CODES_MAX`].
+    #[error("more than {REJECT_CODES_MAX} reject codes")]
+    Full,
+    /// The code already has a meaning.
+    #[error("reject code {code} listed twice")]
+    Duplicate {
+        /// The code.
+        code: u16,
+    },
+}
+
+impl RejectTable {
+    /// A table that lists nothing (every code is `Other`).
+    pub const EMPTY: Self = Self {
+        entries: [(0, RejectReason::Other(0)); REJECT_CODES_MAX],
+        len: 0,
+    };
+
+    /// keel's own table ([`RejectCode`], docs/protocol.md).
+    pub fn keel() -> Self {
+        let mut t = Self::EMPTY;
+        let codes = [
+            (RejectCode::Throttled, RejectReason::VenueThrottle),
+            (RejectCode::SystemUnavailable, RejectReason::VenueSystem),
+            (RejectCode::DuplicateId, RejectReason::DuplicateId),
+            (RejectCode::InvalidQuantity, RejectReason::Invalid),
+            (RejectCode::InvalidPrice, RejectReason::Invalid),
+            (RejectCode::UnknownSymbol, RejectReason::Invalid),
+            (RejectCode::UnknownOrder, RejectReason::Invalid),
+        ];
+        for (code, reason) in codes {
+            t.insert(code as u16, reason).expect("keel's table fits");
+        }
+        t
+    }
+
+    /// Gives `code` its meaning.
+    pub fn insert(&mut self, code: u16, reason: RejectReason) -> Result<(), RejectTableError> {
+        if self.entries[..self.len].iter().any(|(c, _)| *c == code) {
+            return Err(RejectTableError::Duplicate { code });
+        }
+        let slot = self
+            .entries
+            .get_mut(self.len)
+            .ok_or(RejectTableError::Full)?;
+        *slot = (code, reason);
+        self.len += 1;
+        Ok(())
+    }
+
+    /// What `code` means.
+    pub fn reason(&self, code: u16) -> RejectReason {
+        self.entries[..self.len]
+            .iter()
+            .find(|(c, _)| *c == code)
+            .map_or(RejectReason::Other(code.min(255) as u8), |(_, r)| *r)
+    }
+}
+
+impl Default for RejectTable {
+    fn default() -> Self {
+        Self::keel()
     }
 }
 
@@ -1153,6 +1222,7 @@ mod tests {
             orders_max,
             symbols: vec![soupbin::alpha("AAPL")],
             reconcile: ReconcileMode::default(),
+            rejects: Default::default(),
             ack_timeout_ns: 1_000,
         };
         OuchClient::new(config, VenueId(0))
@@ -1219,6 +1289,86 @@ mod tests {
             sequence,
         };
         feed(c, &packet).0
+    }
+
+    // Goal: what a venue's reject codes mean comes from the table the client is given: keel's
+    // own by default, the venue's when configured; a code nobody listed is `Other`, and the
+    // table refuses a code twice or past its bound.
+    #[test]
+    fn reject_codes_mean_what_the_venue_table_says() {
+        let rejected = |user_ref, reason| Outbound::Rejected {
+            timestamp: 0,
+            user_ref,
+            reason,
+            cl_ord_id: cl_ord_id(id(u64::from(user_ref))),
+        };
+        let mut c = client(8);
+        login(&mut c, 1).unwrap();
+        enter(&mut c, 1).unwrap();
+        enter(&mut c, 2).unwrap();
+        let (_, got) = sequenced(&mut c, &rejected(1, RejectCode::Throttled as u16));
+        let throttled = RejectReason::VenueThrottle;
+        assert_eq!(
+            got,
+            vec![OutcomeKind::Rejected {
+                id: id(1),
+                reason: throttled
+            }]
+        );
+        let (_, got) = sequenced(&mut c, &rejected(2, 42));
+        let other = RejectReason::Other(42);
+        assert_eq!(
+            got,
+            vec![OutcomeKind::Rejected {
+                id: id(2),
+                reason: other
+            }]
+        );
+
+        // A venue whose throttle code is 42 and whose system failure is 500.
+        let mut table = RejectTable::EMPTY;
+        table.insert(42, RejectReason::VenueThrottle).unwrap();
+        table.insert(500, RejectReason::VenueSystem).unwrap();
+        let mut c = OuchClient::new(
+            ClientConfig {
+                rejects: table,
+                ..client(8).config
+            },
+            VenueId(0),
+        );
+        login(&mut c, 1).unwrap();
+        for n in 1..=3 {
+            enter(&mut c, n).unwrap();
+        }
+        let cases = [
+            (1, 42, throttled),
+            (2, 500, RejectReason::VenueSystem),
+            // keel's own throttle code means nothing to this venue.
+            (3, RejectCode::Throttled as u16, RejectReason::Other(5)),
+        ];
+        for (n, code, reason) in cases {
+            let (_, got) = sequenced(&mut c, &rejected(n, code));
+            assert_eq!(
+                got,
+                vec![OutcomeKind::Rejected {
+                    id: id(u64::from(n)),
+                    reason
+                }]
+            );
+        }
+        assert_eq!(table.reason(65_535), RejectReason::Other(255));
+        assert_eq!(
+            table.insert(42, RejectReason::Invalid),
+            Err(RejectTableError::Duplicate { code: 42 })
+        );
+        let mut full = RejectTable::EMPTY;
+        for code in 0..REJECT_CODES_MAX as u16 {
+            full.insert(code, RejectReason::Invalid).unwrap();
+        }
+        assert_eq!(
+            full.insert(1_000, RejectReason::Invalid),
+            Err(RejectTableError::Full)
+        );
     }
 
     // Goal: executions that cannot be true are caught, never applied: beyond the order's
@@ -1419,6 +1569,7 @@ mod tests {
             orders_max: 8,
             symbols: vec![soupbin::alpha("AAPL")],
             reconcile: ReconcileMode::default(),
+            rejects: Default::default(),
             ack_timeout_ns: 1,
         };
         let mut client = OuchClient::new(config, VenueId(0));

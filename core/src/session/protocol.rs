@@ -16,7 +16,7 @@
 use std::net::SocketAddr;
 
 use super::link::{LinkConfig, VenueLink};
-use super::ouch::{ClientConfig, OuchClient, ReconcileMode};
+use super::ouch::{ClientConfig, OuchClient, ReconcileMode, RejectTable};
 use crate::order::{
     ClientOrderId, Contradiction, NewOrder, Outcome, SymbolName, VenueId, VenueRequest,
 };
@@ -205,6 +205,8 @@ pub enum ProtocolConfig {
         dialect: crate::proto::ouch::Dialect,
         /// How reconciliation is done.
         reconcile: ReconcileMode,
+        /// What the venue's reject codes mean.
+        rejects: RejectTable,
     },
 }
 
@@ -222,6 +224,7 @@ impl Default for ProtocolConfig {
         Self::Ouch {
             dialect: crate::proto::ouch::Dialect::SPEC,
             reconcile: ReconcileMode::default(),
+            rejects: RejectTable::keel(),
         }
     }
 }
@@ -346,7 +349,11 @@ pub fn build_link(
     handle: VenueHandle,
 ) -> VenueLink<AnyProtocol> {
     let protocol = match config.protocol {
-        ProtocolConfig::Ouch { dialect, reconcile } => AnyProtocol::Ouch(OuchClient::new(
+        ProtocolConfig::Ouch {
+            dialect,
+            reconcile,
+            rejects,
+        } => AnyProtocol::Ouch(OuchClient::new(
             ClientConfig {
                 username: config.username.clone(),
                 password: config.password.clone(),
@@ -354,6 +361,7 @@ pub fn build_link(
                 orders_max: config.orders_max,
                 symbols: symbols.to_vec(),
                 reconcile,
+                rejects,
                 ack_timeout_ns: config.ack_timeout_ns,
             },
             venue,

@@ -224,6 +224,7 @@ pub fn ouch_venue(
         protocol: keel::session::ProtocolConfig::Ouch {
             dialect: keel::proto::ouch::Dialect::SPEC,
             reconcile: keel::session::ouch::ReconcileMode::KeelExtension,
+            rejects: Default::default(),
         },
         ack_timeout_ns,
         orders_max,
