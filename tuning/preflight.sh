@@ -23,7 +23,7 @@ case "$thp" in *"[always]"*) warn "transparent huge pages: always (want madvise 
 if [ -z "$(swapon --noheadings 2>/dev/null)" ]; then ok "swap off"; else warn "swap on"; fi
 
 iou=$(read_file /proc/sys/kernel/io_uring_disabled)
-case "$iou" in 0) ok "io_uring enabled" ;; "?") ok "io_uring_disabled not present (older kernel: enabled)" ;; *) warn "kernel.io_uring_disabled = $iou: the venue transport needs io_uring" ;; esac
+case "$iou" in 0) ok "io_uring enabled" ;; "?") ok "io_uring_disabled not present (older kernel: enabled)" ;; *) warn "kernel.io_uring_disabled = $iou: no io_uring; keel runs on its epoll transport (docs/operations.md, Transports)" ;; esac
 
 if pgrep -x irqbalance >/dev/null 2>&1; then warn "irqbalance running: it may move IRQs onto loop cores"; else ok "irqbalance not running"; fi
 

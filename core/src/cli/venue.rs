@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 
 use crate::clock::{Clock, TscClock};
-use crate::net::WaitMode;
+use crate::net::{EpollReactor, NetError, Reactor, SocketTransport, TransportKind, WaitMode};
 use crate::proto::ouch::Dialect;
 use crate::venue::exchange::{ExchangeConfig, PRICE_BAND_PCT_MAX, PRICE_MAX_DEFAULT};
 use crate::venue::flow::{FlowConfig, EVENTS_PER_SEC_MAX};
@@ -110,6 +110,11 @@ pub struct VenueArgs {
     /// Busy-poll the network (for a dedicated core); default is blocking waits.
     #[arg(long)]
     busy_poll: bool,
+    /// Socket transport: `io_uring` or `epoll` (non-blocking sockets; the one a kernel-bypass
+    /// stack such as Onload or VMA can accelerate). When io_uring cannot be set up, the venue
+    /// says why on stderr and runs on epoll.
+    #[arg(long, default_value_t = TransportKind::IoUring)]
+    transport: TransportKind,
     /// Stop after this many seconds (0: run until killed).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=u64::MAX / 1_000_000_000))]
     duration_s: u64,
@@ -188,19 +193,44 @@ pub fn run(args: VenueArgs) -> ExitCode {
         }),
         ..VenueConfig::default()
     };
-    let mut server = match VenueServer::new(config) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("keel venue: {e}");
-            return ExitCode::from(1);
+    // The fallback rule (TransportKind::fallback): io_uring that cannot be set up at all means
+    // epoll, said on stderr with the cause; any other error is reported as it is.
+    if args.transport == TransportKind::IoUring {
+        let e = match VenueServer::<Reactor>::open(config.clone()) {
+            Ok(server) => return serve(server, &args),
+            Err(e) => e,
+        };
+        if args.transport.fallback(&e) != Some(TransportKind::Epoll) {
+            return refused(&e);
         }
-    };
+        eprintln!(
+            "keel venue: warning: {e}; running on the epoll transport instead \
+             (docs/operations.md, \"Transports\")"
+        );
+    }
+    match VenueServer::<EpollReactor>::open(config) {
+        Ok(server) => serve(server, &args),
+        Err(e) => refused(&e),
+    }
+}
+
+fn refused(e: &NetError) -> ExitCode {
+    eprintln!("keel venue: {e}");
+    ExitCode::from(1)
+}
+
+/// Serves on whichever transport the venue opened until the duration elapses (or forever).
+fn serve<T: SocketTransport>(mut server: VenueServer<T>, args: &VenueArgs) -> ExitCode {
+    const MS: u64 = 1_000_000;
     server.exchange_mut().reject_burst_remaining = args.reject_burst;
+    // Scripts read the addresses by position (the market data last): the transport goes
+    // between them.
     println!(
-        "keel venue: order entry on {}, control on {}, symbols {}, market data on {}",
+        "keel venue: order entry on {}, control on {}, symbols {}, transport {}, market data on {}",
         server.local_addr(),
         server.control_addr().map_or("-".into(), |a| a.to_string()),
         args.symbols.join(","),
+        T::KIND,
         server
             .market_data_addr()
             .map_or("-".into(), |a| format!("ws://{a}/md"))

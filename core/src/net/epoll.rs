@@ -19,9 +19,10 @@
 //! connection, [`ACCEPTS_PER_PASS`] accepts per listener, [`EVENTS_PER_WAIT`] readiness
 //! events; level-triggered readiness brings back whatever a pass left.
 //!
-//! Every close (local, peer, error) is reported by the poll after the one that found it, or
-//! by the same poll when found inside it: the slot is shut down at once and freed (its
-//! descriptor closed, its generation advanced) when `Closed` is reported, as the Reactor does.
+//! A close (local, by the peer, on an error) shuts the socket down at once and is reported by
+//! the poll that found it, or by the next poll when it happened between polls (`close`, a
+//! write error in `flush`); the slot is freed (its descriptor closed, its generation advanced)
+//! when `Closed` is reported, as the Reactor does.
 //!
 //! What it never does: allocate after [`EpollReactor::new`], block in `BusyPoll` mode, or lose
 //! bytes a caller was told were queued. It has no timers (no driver uses the Reactor's).

@@ -105,7 +105,7 @@ pub enum NetEvent {
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
     /// io_uring cannot be used on this host.
-    #[error("io_uring unavailable: {source} (kernel.io_uring_disabled = {disabled}); the epoll transport runs without it, see docs/operations.md")]
+    #[error("io_uring unavailable: {source} (kernel.io_uring_disabled = {disabled})")]
     Unavailable {
         /// The error from io_uring_setup.
         source: std::io::Error,

@@ -36,7 +36,10 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
-use crate::net::{ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, WaitMode};
+use crate::net::{
+    ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, SocketTransport, Transport,
+    WaitMode,
+};
 use crate::proto::md::{self as msg, BookSide, Channel, Request};
 use crate::proto::ws::{self, close_code, Decoder, Opcode, Role, WsMessage};
 
@@ -349,11 +352,12 @@ impl Conn {
     }
 }
 
-/// The market-data server. See the module docs.
+/// The market-data server. See the module docs. Runs on either socket transport (the io_uring
+/// [`Reactor`] by default, or [`crate::net::EpollReactor`]: [`MdServer::open`]).
 #[derive(Debug)]
-pub struct MdServer {
+pub struct MdServer<T: Transport = Reactor> {
     config: MdConfig,
-    reactor: Reactor,
+    reactor: T,
     listener: ListenerId,
     local: SocketAddr,
     conns: Vec<Option<Conn>>,
@@ -383,13 +387,23 @@ fn json_frame(json: &[u8], frame: &mut Vec<u8>) {
 }
 
 impl MdServer {
-    /// Binds and allocates every buffer.
+    /// Binds and allocates every buffer, on the io_uring transport.
     pub fn new(config: MdConfig) -> Result<Self, NetError> {
-        let mut reactor = Reactor::new(ReactorConfig {
+        Self::open(config)
+    }
+}
+
+impl<T: SocketTransport> MdServer<T> {
+    /// Binds and allocates every buffer, on the socket transport `T`.
+    pub fn open(config: MdConfig) -> Result<Self, NetError> {
+        let mut reactor = T::open(ReactorConfig {
             conns_max: config.conns_max,
             send_buffer_bytes: config.send_buffer_bytes,
             recv_buffer_bytes: config.recv_buffer_bytes,
-            ring_entries: (config.conns_max * 2)
+            ring_entries: config
+                .conns_max
+                .saturating_mul(2)
+                .min(32_768)
                 .next_power_of_two()
                 .clamp(256, 32_768),
             wait: config.wait,
@@ -437,7 +451,9 @@ impl MdServer {
             config,
         })
     }
+}
 
+impl<T: Transport> MdServer<T> {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local

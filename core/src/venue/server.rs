@@ -23,7 +23,8 @@ use std::net::SocketAddr;
 use super::exchange::{Exchange, ExchangeConfig, Lie};
 use super::flow::{Flow, FlowConfig, EVENTS_PER_SEC_MAX};
 use crate::net::{
-    ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, Transport, WaitMode,
+    ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, SocketTransport, Transport,
+    WaitMode,
 };
 use crate::proto::ouch::decode_inbound;
 use crate::proto::soupbin::{
@@ -229,8 +230,9 @@ struct Delayed {
     len: usize,
 }
 
-/// The venue server. See the module docs. Runs on keel's io_uring reactor, or on any
-/// [`Transport`] (the simulated network in deterministic tests).
+/// The venue server. See the module docs. Runs on either of keel's socket transports (the
+/// io_uring [`Reactor`] by default, or [`crate::net::EpollReactor`]: [`VenueServer::open`]), or
+/// on any [`Transport`] (the simulated network in deterministic tests).
 #[derive(Debug)]
 pub struct VenueServer<T: Transport = Reactor> {
     reactor: T,
@@ -259,8 +261,9 @@ pub struct VenueServer<T: Transport = Reactor> {
     idle_scratch: Vec<ConnId>,
     scratch: Vec<u8>,
     stats: VenueStats,
-    /// The market-data server, fed from the exchange after every pass.
-    md: Option<super::md_server::MdServer>,
+    /// The market-data server (on the same kind of transport), fed from the exchange after
+    /// every pass.
+    md: Option<super::md_server::MdServer<T>>,
     md_trades: Vec<crate::venue::exchange::Trade>,
     md_levels: Vec<(u16, crate::proto::md::BookSide, i64, u64)>,
     /// Hostile fault: the next Login Accepted announces this sequence number whatever the
@@ -269,11 +272,22 @@ pub struct VenueServer<T: Transport = Reactor> {
 }
 
 impl VenueServer {
-    /// Binds the listeners and builds the exchange.
+    /// Binds the listeners and builds the exchange, on the io_uring transport.
     pub fn new(config: VenueConfig) -> Result<Self, NetError> {
+        Self::open(config)
+    }
+}
+
+impl<T: SocketTransport> VenueServer<T> {
+    /// Binds the listeners and builds the exchange, on the socket transport `T` (the
+    /// market-data server too).
+    pub fn open(config: VenueConfig) -> Result<Self, NetError> {
         // Both pools, plus room for connections accepted only to be refused at once.
-        let mut reactor = Reactor::new(ReactorConfig {
-            conns_max: config.sessions_max + config.controls_max + 16,
+        let mut reactor = T::open(ReactorConfig {
+            conns_max: config
+                .sessions_max
+                .saturating_add(config.controls_max)
+                .saturating_add(16),
             wait: config.wait,
             recv_buffer_bytes: 64 * 1024,
             send_buffer_bytes: 256 * 1024,
@@ -290,7 +304,7 @@ impl VenueServer {
                 let mut md = md.clone();
                 md.symbols = config.exchange.symbols.clone();
                 md.wait = WaitMode::BusyPoll; // polled without waiting, after the venue's wait
-                Some(super::md_server::MdServer::new(md)?)
+                Some(super::md_server::MdServer::<T>::open(md)?)
             }
             None => None,
         };
@@ -339,7 +353,7 @@ impl<T: Transport> VenueServer<T> {
     }
 
     /// The market-data server, if configured.
-    pub fn market_data(&self) -> Option<&super::md_server::MdServer> {
+    pub fn market_data(&self) -> Option<&super::md_server::MdServer<T>> {
         self.md.as_ref()
     }
 

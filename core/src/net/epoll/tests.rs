@@ -1,6 +1,6 @@
 //! What differs in mechanism on the epoll transport: the io_uring-only settings it ignores,
-//! the millisecond wait, the per-poll bounds on accepts and readiness events, and a hang-up
-//! while a full receive buffer has stopped reading. The behaviour both transports share is
+//! the millisecond wait, the per-poll bounds on accepts and readiness events, a hang-up while a
+//! full receive buffer has stopped reading, and a blocked write finished on writability. The behaviour both transports share is
 //! tested in `net/tests.rs`, against each.
 
 use super::*;
@@ -145,4 +145,55 @@ fn reset_while_receive_buffer_is_full_ends_the_connection() {
     });
     assert_eq!(r.stats().resets, 1);
     assert_eq!(r.received(conn), b"", "the slot is free");
+}
+
+// Goal: a write the kernel cannot take whole is the mechanism of back-pressure here: it is
+// counted (a partial write, or an EAGAIN retried), the rest waits for EPOLLOUT without any
+// send from the owner, and it leaves in order once the peer reads again.
+#[test]
+fn blocked_write_waits_for_writability() {
+    let mut r = EpollReactor::new(ReactorConfig {
+        socket_send_buffer: Some(4096),
+        ..config(2, 64 * 1024)
+    })
+    .unwrap();
+    let (_, addr) = r.listen(loopback()).unwrap();
+    let mut events = Vec::new();
+    let (mut peer, conn) = accept_one(&mut r, addr, &mut events);
+    let payload: Vec<u8> = (0..64 * 1024u32).map(|i| (i % 239) as u8).collect();
+    // Queue 64 KiB at a time while the peer reads nothing, until some stays queued.
+    let mut sent = 0;
+    for _ in 0..1_000 {
+        if r.send(conn, &payload).is_ok() {
+            sent += payload.len();
+        }
+        r.poll(0, 0, &mut events).unwrap();
+        if r.send_pending(conn) > 0 {
+            break;
+        }
+    }
+    let stats = r.stats();
+    assert!(r.send_pending(conn) > 0, "the kernel took everything");
+    assert!(stats.partial_sends + stats.retries > 0, "{stats:?}");
+    // The peer reads; the transport finishes on writability alone (no more sends).
+    peer.set_nonblocking(true).unwrap();
+    let mut got = Vec::with_capacity(sent);
+    let mut buf = vec![0u8; 64 * 1024];
+    for _ in 0..100_000 {
+        r.poll(0, 0, &mut events).unwrap();
+        match peer.read(&mut buf) {
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("{e}"),
+        }
+        if got.len() == sent {
+            break;
+        }
+    }
+    assert_eq!(got.len(), sent);
+    assert_eq!(r.send_pending(conn), 0);
+    assert!(
+        got.chunks(payload.len()).all(|c| c == &payload[..]),
+        "bytes differ"
+    );
 }

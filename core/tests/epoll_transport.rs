@@ -1,0 +1,420 @@
+//! The epoll transport under keel's real drivers: the OUCH venue link, the market-data feed
+//! handler and the simulated venue (order entry and WebSocket market data) talk over it, alone
+//! and mixed with io_uring on the other side; and `keel venue --transport`, including the
+//! automatic fallback to epoll when io_uring is forbidden (a seccomp filter in the child, as a
+//! container profile would have it).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use keel::clock::{Clock, TscClock};
+use keel::dispatch::StrategyHandle;
+use keel::dispatch::{strategy_channel, venue_channel, Dispatcher, DispatcherConfig};
+use keel::feed::handler::{FeedConfig, FeedHandler};
+use keel::net::{
+    EpollReactor, NetEvent, Reactor, ReactorConfig, SocketTransport, TransportKind, WaitMode,
+};
+use keel::order::{
+    ClientOrderId, Command as Cmd, EventKind, NewOrder, Price, Side, StrategyId, SymbolId,
+    TimeInForce, VenueId,
+};
+use keel::proto::ouch::Dialect;
+use keel::proto::soupbin::alpha;
+use keel::session::link::VenueLink;
+use keel::session::ouch::{ClientConfig, OuchClient};
+use keel::venue::flow::FlowConfig;
+use keel::venue::md_server::MdConfig;
+use keel::venue::server::{VenueConfig, VenueServer};
+
+/// The engine side: dispatcher, one OUCH link and one feed handler on transport `T`.
+struct Engine<T> {
+    clock: TscClock,
+    net: T,
+    dispatcher: Dispatcher,
+    link: VenueLink,
+    feed: FeedHandler,
+    strategy: StrategyHandle,
+    book: keel::feed::fanout::Subscriber,
+    events: Vec<NetEvent>,
+}
+
+impl<T: SocketTransport> Engine<T> {
+    fn new<V: SocketTransport>(venue: &VenueServer<V>) -> Self {
+        let clock = TscClock::new();
+        // As an engine on an isolated core runs: busy-poll with spin reads.
+        let mut net = T::open(ReactorConfig {
+            conns_max: 4,
+            wait: WaitMode::BusyPoll,
+            spin_reads: true,
+            ..ReactorConfig::default()
+        })
+        .unwrap();
+        let config = DispatcherConfig {
+            strategies: 1,
+            venues: 1,
+            symbols: 4,
+            ..DispatcherConfig::default()
+        };
+        let (strategy, sport) = strategy_channel(1024, 1024);
+        let (vhandle, vport) = venue_channel(1024, 1024);
+        let dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns()).unwrap();
+        let symbols = ["AAPL", "MSFT", "AMZN", "NVDA"].map(alpha::<8>).to_vec();
+        let client = OuchClient::new(
+            ClientConfig {
+                username: "epoll".into(),
+                password: "keel".into(),
+                dialect: Dialect::SPEC,
+                orders_max: 1024,
+                symbols,
+                reconcile: Default::default(),
+                ack_timeout_ns: 2_000_000_000,
+            },
+            VenueId(0),
+        );
+        let mut link = VenueLink::new(venue.local_addr(), VenueId(0), client, vhandle);
+        link.start(clock.now_ns(), &mut net);
+        let mut feed = FeedHandler::new(FeedConfig {
+            addr: venue.market_data_addr().expect("market data on"),
+            symbols: vec!["AAPL".into()],
+            ..FeedConfig::default()
+        });
+        let book = feed.subscribe(1_024);
+        feed.start(clock.now_ns(), &mut net);
+        Self {
+            clock,
+            net,
+            dispatcher,
+            link,
+            feed,
+            strategy,
+            book,
+            events: Vec::with_capacity(256),
+        }
+    }
+
+    /// One pass of the venue and the engine.
+    fn step<V: SocketTransport>(&mut self, venue: &mut VenueServer<V>) {
+        let now = self.clock.now_ns();
+        venue.step(now, 0).unwrap();
+        self.events.clear();
+        self.net.poll(now, 0, &mut self.events).unwrap();
+        for e in &self.events {
+            self.link.on_event(now, &mut self.net, e);
+            self.feed.on_event(now, &mut self.net, e);
+        }
+        self.feed.step(now, &mut self.net);
+        self.link.step(now, &mut self.net);
+        self.dispatcher.poll(now);
+    }
+
+    fn until<V: SocketTransport>(
+        &mut self,
+        venue: &mut VenueServer<V>,
+        what: &str,
+        mut done: impl FnMut(&mut Self) -> bool,
+    ) {
+        for _ in 0..2_000_000 {
+            self.step(venue);
+            if done(self) {
+                return;
+            }
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    fn next_event<V: SocketTransport>(&mut self, venue: &mut VenueServer<V>) -> EventKind {
+        let mut seen = None;
+        self.until(venue, "a strategy event", |e| {
+            seen = e.strategy.events.pop().ok();
+            seen.is_some()
+        });
+        seen.unwrap().kind
+    }
+}
+
+fn order(seq: u64, side: Side, qty: u32, price: Price) -> NewOrder {
+    NewOrder {
+        id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
+        venue: VenueId(0),
+        symbol: SymbolId(0),
+        side,
+        price,
+        qty,
+        tif: TimeInForce::Day,
+    }
+}
+
+/// Engine on `T`, venue on `V`: login, an order accepted and shown in the market-data book the
+/// feed handler keeps, filled, a second order canceled.
+fn order_path_and_market_data<T: SocketTransport, V: SocketTransport>() {
+    let mut venue = VenueServer::<V>::open(VenueConfig {
+        flow: FlowConfig {
+            events_per_sec: 0,
+            ..FlowConfig::default()
+        },
+        market_data: Some(MdConfig {
+            conns_max: 8,
+            ..MdConfig::default()
+        }),
+        ..VenueConfig::default()
+    })
+    .expect("venue starts on loopback");
+    let mut engine = Engine::<T>::new(&venue);
+    engine.until(&mut venue, "login and market-data sync", |e| {
+        e.dispatcher.is_synced(0) && e.feed.synced()
+    });
+    let buy = order(1, Side::Buy, 100, Price::from_units(10, 0));
+    engine.strategy.commands.push(Cmd::New(buy)).unwrap();
+    assert_eq!(engine.next_event(&mut venue), EventKind::Accepted);
+    // The resting bid reaches the feed handler's book over the market-data connection.
+    let mut top = None;
+    engine.until(&mut venue, "the bid in the feed's book", |e| {
+        while let Some((_, t)) = e.book.next_book() {
+            top = Some(t);
+        }
+        top.is_some_and(|t| t.bids[0] == (Price::from_units(10, 0).0, 100))
+    });
+    let now = engine.clock.now_ns();
+    venue
+        .exchange_mut()
+        .synthetic(now, 0, Side::Sell, Price::from_units(9, 9000).0, 100, true);
+    assert_eq!(
+        engine.next_event(&mut venue),
+        EventKind::Filled {
+            qty: 100,
+            price: Price::from_units(10, 0)
+        }
+    );
+    let rest = order(2, Side::Sell, 50, Price::from_units(11, 0));
+    engine.strategy.commands.push(Cmd::New(rest)).unwrap();
+    assert_eq!(engine.next_event(&mut venue), EventKind::Accepted);
+    engine
+        .strategy
+        .commands
+        .push(Cmd::Cancel { id: rest.id })
+        .unwrap();
+    assert_eq!(engine.next_event(&mut venue), EventKind::Canceled);
+    assert!(venue.exchange().book(0).is_empty());
+    assert_eq!(engine.link.stats().decode_errors, 0);
+    assert_eq!(engine.dispatcher.guards().risk.position(SymbolId(0)), 100);
+    assert!(engine.feed.stats().deltas > 0, "{:?}", engine.feed.stats());
+}
+
+// Goal: keel's drivers behave on epoll as on io_uring: the whole order path and the market
+// data, with epoll on both sides.
+#[test]
+fn order_path_and_market_data_on_epoll() {
+    order_path_and_market_data::<EpollReactor, EpollReactor>();
+}
+
+// Goal: the two transports interoperate (they are only different ways to drive TCP): engine
+// on epoll against a venue on io_uring, and the other way round.
+#[test]
+fn order_path_and_market_data_mixed() {
+    order_path_and_market_data::<EpollReactor, Reactor>();
+    order_path_and_market_data::<Reactor, EpollReactor>();
+}
+
+// ----- keel venue --transport ----------------------------------------------------------------
+
+const KEEL: &str = env!("CARGO_BIN_EXE_keel");
+
+/// A `keel venue` child on free ports, its first stdout line, and its stderr.
+struct VenueProc {
+    child: Child,
+    line: String,
+}
+
+impl VenueProc {
+    fn spawn(extra: &[&str], forbid_io_uring: bool) -> Self {
+        let mut command = Command::new(KEEL);
+        command
+            .args([
+                "venue",
+                "--listen",
+                "127.0.0.1:0",
+                "--control",
+                "127.0.0.1:0",
+            ])
+            .args(["--md-listen", "127.0.0.1:0", "--duration-s", "60"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if forbid_io_uring {
+            // SAFETY: the hook runs in the child between fork and exec and only makes two
+            // prctl calls (async-signal-safe) on data it owns.
+            unsafe { command.pre_exec(forbid_io_uring_setup) };
+        }
+        let mut child = command.spawn().expect("keel venue");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the venue's first line");
+        Self { child, line }
+    }
+
+    /// The address after `label` in the first line ("... control on ADDR, ...").
+    fn addr(&self, label: &str) -> String {
+        let rest = &self.line[self.line.find(label).expect(label) + label.len()..];
+        rest.split([',', ' ', '\n']).next().unwrap().to_string()
+    }
+
+    /// Stops the venue and returns what it wrote to stderr.
+    fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut err = String::new();
+        self.child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut err)
+            .unwrap();
+        err
+    }
+}
+
+/// Asks the venue's control port for its status; the answer line.
+fn status(control: &str) -> String {
+    let mut s = TcpStream::connect(control).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"status\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    line.trim_end().to_string()
+}
+
+/// A WebSocket upgrade to the market-data server; the status line of its answer.
+fn md_upgrade(md: &str) -> String {
+    let host = md.trim_start_matches("ws://").trim_end_matches("/md");
+    let (request, _) = keel::proto::ws::request(host, "/md", [7; 16]);
+    let mut s = TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    line.trim_end().to_string()
+}
+
+/// In the child: io_uring_setup(2) fails with EPERM, as under a container's seccomp profile.
+fn forbid_io_uring_setup() -> std::io::Result<()> {
+    // Classic BPF opcodes: BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K.
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JEQ_K: u16 = 0x15;
+    const BPF_RET_K: u16 = 0x06;
+    let nr = libc::SYS_io_uring_setup as u32;
+    let filter = [
+        // Load the syscall number (offset 0 of struct seccomp_data).
+        libc::sock_filter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: BPF_JMP_JEQ_K,
+            jt: 0,
+            jf: 1,
+            k: nr,
+        },
+        libc::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        },
+        libc::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let program = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: prctl(2) with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: prctl(2) reading `program`, which points at `filter`; both live past the call.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER,
+            std::ptr::addr_of!(program),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+// Goal: `keel venue --transport epoll` serves order entry (control answers), market data (a
+// WebSocket upgrade) and says which transport it runs on; no warning.
+#[test]
+fn keel_venue_runs_on_epoll_when_asked() {
+    let v = VenueProc::spawn(&["--transport", "epoll"], false);
+    assert!(v.line.contains("transport epoll,"), "{}", v.line);
+    assert!(status(&v.addr("control on ")).starts_with("ok"));
+    assert_eq!(
+        md_upgrade(&v.addr("market data on ")),
+        "HTTP/1.1 101 Switching Protocols"
+    );
+    let err = v.stop();
+    assert!(!err.contains("warning"), "{err}");
+}
+
+// Goal: the default (io_uring) where io_uring is forbidden: the venue warns on stderr naming
+// the cause and the sysctl, falls back to epoll, and serves; epoll asked for under the same
+// filter runs without a warning; io_uring where it works needs no fallback.
+#[test]
+fn keel_venue_falls_back_to_epoll_when_io_uring_is_forbidden() {
+    let v = VenueProc::spawn(&[], true);
+    assert!(v.line.contains("transport epoll,"), "{}", v.line);
+    assert!(status(&v.addr("control on ")).starts_with("ok"));
+    assert_eq!(
+        md_upgrade(&v.addr("market data on ")),
+        "HTTP/1.1 101 Switching Protocols"
+    );
+    let err = v.stop();
+    assert!(err.contains("warning: io_uring unavailable"), "{err}");
+    assert!(err.contains("kernel.io_uring_disabled"), "{err}");
+    assert!(err.contains("Operation not permitted"), "{err}");
+    assert!(err.contains("running on the epoll transport"), "{err}");
+
+    let v = VenueProc::spawn(&["--transport", "epoll"], true);
+    assert!(v.line.contains("transport epoll,"), "{}", v.line);
+    assert!(status(&v.addr("control on ")).starts_with("ok"));
+    assert!(!v.stop().contains("warning"));
+
+    let v = VenueProc::spawn(&["--transport", "io_uring"], false);
+    assert!(v.line.contains("transport io_uring,"), "{}", v.line);
+    assert!(status(&v.addr("control on ")).starts_with("ok"));
+    assert!(!v.stop().contains("warning"));
+}
+
+// Goal: a transport name that is neither is refused at start (usage error, 64) with the value
+// and the choices.
+#[test]
+fn keel_venue_refuses_an_unknown_transport() {
+    for bad in ["uring", "EPOLL", ""] {
+        let out = Command::new(KEEL)
+            .args(["venue", "--transport", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{bad:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("unknown transport '{bad}'"))
+                && err.contains("io_uring or epoll"),
+            "{err}"
+        );
+    }
+    assert_eq!(TransportKind::default().to_string(), "io_uring");
+}
