@@ -6,92 +6,75 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+mod common;
+
 use keel::clock::{Clock, TscClock};
-use keel::dispatch::StrategyHandle;
-use keel::dispatch::{strategy_channel, venue_channel, Dispatcher, DispatcherConfig};
-use keel::feed::handler::{FeedConfig, FeedHandler};
-use keel::net::{
-    EpollReactor, NetEvent, Reactor, ReactorConfig, SocketTransport, TransportKind, WaitMode,
-};
+use keel::dispatch::{DispatcherConfig, StrategyHandle};
+use keel::engine::{EngineBuilder, EngineLoop};
+use keel::feed::handler::FeedConfig;
+use keel::net::{EpollReactor, Reactor, ReactorConfig, SocketTransport, TransportKind, WaitMode};
 use keel::order::{
     ClientOrderId, Command as Cmd, EventKind, NewOrder, Price, Side, StrategyId, SymbolId,
     TimeInForce, VenueId,
 };
-use keel::proto::ouch::Dialect;
-use keel::proto::soupbin::alpha;
-use keel::session::link::VenueLink;
-use keel::session::ouch::{ClientConfig, OuchClient};
 use keel::venue::flow::FlowConfig;
 use keel::venue::md_server::MdConfig;
 use keel::venue::server::{VenueConfig, VenueServer};
 
-/// The engine side: dispatcher, one OUCH link and one feed handler on transport `T`.
-struct Engine<T> {
+/// The engine's own loop (`EngineBuilder::build`: dispatcher, one OUCH link and one feed
+/// handler) on transport `T`, stepped with the venue on the test's thread.
+struct Engine<T: SocketTransport> {
     clock: TscClock,
-    net: T,
-    dispatcher: Dispatcher,
-    link: VenueLink,
-    feed: FeedHandler,
+    core: EngineLoop<T>,
     strategy: StrategyHandle,
     book: keel::feed::fanout::Subscriber,
-    events: Vec<NetEvent>,
 }
 
 impl<T: SocketTransport> Engine<T> {
     fn new<V: SocketTransport>(venue: &VenueServer<V>) -> Self {
         let clock = TscClock::new();
         // As an engine on an isolated core runs: busy-poll with spin reads.
-        let mut net = T::open(ReactorConfig {
+        let net = T::open(ReactorConfig {
             conns_max: 4,
             wait: WaitMode::BusyPoll,
             spin_reads: true,
             ..ReactorConfig::default()
         })
         .unwrap();
-        let config = DispatcherConfig {
+        let dispatcher = DispatcherConfig {
             strategies: 1,
-            venues: 1,
-            symbols: 4,
             ..DispatcherConfig::default()
         };
-        let (strategy, sport) = strategy_channel(1024, 1024);
-        let (vhandle, vport) = venue_channel(1024, 1024);
-        let dispatcher = Dispatcher::new(config, vec![sport], vec![vport], clock.now_ns()).unwrap();
-        let symbols = ["AAPL", "MSFT", "AMZN", "NVDA"].map(alpha::<8>).to_vec();
-        let client = OuchClient::new(
-            ClientConfig {
-                username: "epoll".into(),
-                password: "keel".into(),
-                dialect: Dialect::SPEC,
-                orders_max: 1024,
-                symbols,
-                reconcile: Default::default(),
-                ack_timeout_ns: 2_000_000_000,
-            },
-            VenueId(0),
+        let link = common::ouch_venue(
+            venue.local_addr(),
+            "epoll",
+            1024,
+            2_000_000_000,
+            Default::default(),
         );
-        let mut link = VenueLink::new(venue.local_addr(), VenueId(0), client, vhandle);
-        link.start(clock.now_ns(), &mut net);
-        let mut feed = FeedHandler::new(FeedConfig {
+        let mut config = common::engine_config(
+            &["AAPL", "MSFT", "AMZN", "NVDA"],
+            dispatcher,
+            vec![link],
+            1024,
+        );
+        config.feeds = vec![FeedConfig {
             addr: venue.market_data_addr().expect("market data on"),
             symbols: vec!["AAPL".into()],
             ..FeedConfig::default()
-        });
-        let book = feed.subscribe(1_024);
-        feed.start(clock.now_ns(), &mut net);
+        }];
+        let mut builder = EngineBuilder::new(config);
+        let book = builder.market_data(0, 1_024).unwrap();
+        let mut core = builder.build(net, clock.now_ns()).unwrap();
+        let strategy = core.take_strategy(StrategyId(0)).unwrap();
         Self {
             clock,
-            net,
-            dispatcher,
-            link,
-            feed,
+            core,
             strategy,
             book,
-            events: Vec::with_capacity(256),
         }
     }
 
@@ -99,15 +82,8 @@ impl<T: SocketTransport> Engine<T> {
     fn step<V: SocketTransport>(&mut self, venue: &mut VenueServer<V>) {
         let now = self.clock.now_ns();
         venue.step(now, 0).unwrap();
-        self.events.clear();
-        self.net.poll(now, 0, &mut self.events).unwrap();
-        for e in &self.events {
-            self.link.on_event(now, &mut self.net, e);
-            self.feed.on_event(now, &mut self.net, e);
-        }
-        self.feed.step(now, &mut self.net);
-        self.link.step(now, &mut self.net);
-        self.dispatcher.poll(now);
+        self.core.pass(now);
+        assert_eq!(self.core.poll_errors(), 0);
     }
 
     fn until<V: SocketTransport>(
@@ -164,7 +140,7 @@ fn order_path_and_market_data<T: SocketTransport, V: SocketTransport>() {
     .expect("venue starts on loopback");
     let mut engine = Engine::<T>::new(&venue);
     engine.until(&mut venue, "login and market-data sync", |e| {
-        e.dispatcher.is_synced(0) && e.feed.synced()
+        e.core.dispatcher().is_synced(VenueId(0)) && e.core.feeds()[0].synced()
     });
     let buy = order(1, Side::Buy, 100, Price::from_units(10, 0));
     engine.strategy.commands.push(Cmd::New(buy)).unwrap();
@@ -198,9 +174,13 @@ fn order_path_and_market_data<T: SocketTransport, V: SocketTransport>() {
         .unwrap();
     assert_eq!(engine.next_event(&mut venue), EventKind::Canceled);
     assert!(venue.exchange().book(0).is_empty());
-    assert_eq!(engine.link.stats().decode_errors, 0);
-    assert_eq!(engine.dispatcher.guards().risk.position(SymbolId(0)), 100);
-    assert!(engine.feed.stats().deltas > 0, "{:?}", engine.feed.stats());
+    assert_eq!(engine.core.links()[0].stats().decode_errors, 0);
+    assert_eq!(
+        engine.core.dispatcher().guards().risk.position(SymbolId(0)),
+        100
+    );
+    let feed = engine.core.feeds()[0].stats();
+    assert!(feed.deltas > 0, "{feed:?}");
 }
 
 // Goal: keel's drivers behave on epoll as on io_uring: the whole order path and the market
@@ -244,9 +224,7 @@ impl VenueProc {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if forbid_io_uring {
-            // SAFETY: the hook runs in the child between fork and exec and only makes two
-            // prctl calls (async-signal-safe) on data it owns.
-            unsafe { command.pre_exec(forbid_io_uring_setup) };
+            common::peers::without_io_uring(&mut command);
         }
         let mut child = command.spawn().expect("keel venue");
         let mut line = String::new();
@@ -297,62 +275,6 @@ fn md_upgrade(md: &str) -> String {
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line).unwrap();
     line.trim_end().to_string()
-}
-
-/// In the child: io_uring_setup(2) fails with EPERM, as under a container's seccomp profile.
-fn forbid_io_uring_setup() -> std::io::Result<()> {
-    // Classic BPF opcodes: BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K.
-    const BPF_LD_W_ABS: u16 = 0x20;
-    const BPF_JMP_JEQ_K: u16 = 0x15;
-    const BPF_RET_K: u16 = 0x06;
-    let nr = libc::SYS_io_uring_setup as u32;
-    let filter = [
-        // Load the syscall number (offset 0 of struct seccomp_data).
-        libc::sock_filter {
-            code: BPF_LD_W_ABS,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        libc::sock_filter {
-            code: BPF_JMP_JEQ_K,
-            jt: 0,
-            jf: 1,
-            k: nr,
-        },
-        libc::sock_filter {
-            code: BPF_RET_K,
-            jt: 0,
-            jf: 0,
-            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
-        },
-        libc::sock_filter {
-            code: BPF_RET_K,
-            jt: 0,
-            jf: 0,
-            k: libc::SECCOMP_RET_ALLOW,
-        },
-    ];
-    let program = libc::sock_fprog {
-        len: filter.len() as u16,
-        filter: filter.as_ptr().cast_mut(),
-    };
-    // SAFETY: prctl(2) with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: prctl(2) reading `program`, which points at `filter`; both live past the call.
-    let rc = unsafe {
-        libc::prctl(
-            libc::PR_SET_SECCOMP,
-            libc::SECCOMP_MODE_FILTER,
-            std::ptr::addr_of!(program),
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 // Goal: `keel venue --transport epoll` serves order entry (control answers), market data (a
