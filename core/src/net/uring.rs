@@ -18,7 +18,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{SocketAddr, SocketAddrV4, TcpListener};
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use io_uring::{cqueue, opcode, types, IoUring};
 
@@ -122,6 +122,10 @@ fn split(data: u64) -> (u64, u32, u32) {
 /// An io_uring TCP reactor. See the module docs.
 pub struct Reactor {
     ring: IoUring,
+    /// Each slot's socket, owned (closed when the slot is released or the reactor dropped,
+    /// after the ring: fields drop in order, so no operation can outlive its descriptor).
+    /// `Conn::fd` is its raw value, for submissions.
+    fds: Vec<Option<OwnedFd>>,
     config: ReactorConfig,
     conns: Vec<Conn>,
     free: Vec<u32>,
@@ -209,6 +213,7 @@ impl Reactor {
         };
         Ok(Self {
             ring,
+            fds: (0..config.conns_max).map(|_| None).collect(),
             conns: vec![empty; config.conns_max as usize],
             free: (0..config.conns_max).rev().collect(),
             buffers,
@@ -249,25 +254,26 @@ impl Reactor {
             return Err(NetError::NotIpv4(addr));
         };
         // SAFETY: plain socket(2) call; the result is checked.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
+        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
             return Err(NetError::Io {
                 call: "socket",
                 source: std::io::Error::last_os_error(),
             });
         }
+        // SAFETY: `raw` is a descriptor socket(2) just returned to us; nothing else owns it.
+        let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = owned.as_raw_fd();
         set_nodelay(fd);
         if let Some(bytes) = self.config.socket_send_buffer {
             set_send_buffer(fd, bytes);
         }
         let Some(slot) = self.free.pop() else {
-            // SAFETY: fd was just created by us and is not shared.
-            unsafe { libc::close(fd) };
             return Err(NetError::NoFreeSlot {
                 conns_max: self.config.conns_max,
-            });
+            }); // `owned` closes the socket
         };
-        self.install(slot, fd);
+        self.install(slot, owned);
         let conn = &mut self.conns[slot as usize];
         *conn = Conn {
             fd,
@@ -472,18 +478,19 @@ impl Reactor {
         }
     }
 
-    fn adopt(&mut self, listener: u32, fd: RawFd, events: &mut Vec<NetEvent>) {
+    fn adopt(&mut self, listener: u32, raw: RawFd, events: &mut Vec<NetEvent>) {
+        // SAFETY: `raw` is a descriptor accept just handed to us; nothing else owns it.
+        let owned = unsafe { OwnedFd::from_raw_fd(raw) };
         let Some(slot) = self.free.pop() else {
             self.stats.accept_refused += 1;
-            // SAFETY: fd was handed to us by accept and is not shared.
-            unsafe { libc::close(fd) };
-            return;
+            return; // `owned` closes the socket
         };
+        let fd = owned.as_raw_fd();
         set_nodelay(fd);
         if let Some(bytes) = self.config.socket_send_buffer {
             set_send_buffer(fd, bytes);
         }
-        self.install(slot, fd);
+        self.install(slot, owned);
         self.stats.accepted += 1;
         let conn = &mut self.conns[slot as usize];
         *conn = Conn {
@@ -599,7 +606,7 @@ impl Reactor {
     }
 
     fn arm_accept(&mut self, listener: u32) {
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.listeners[listener as usize]);
+        let fd = self.listeners[listener as usize].as_raw_fd();
         let entry = if self.multishot_accept {
             opcode::AcceptMulti::new(types::Fd(fd))
                 .flags(libc::SOCK_CLOEXEC)
@@ -690,8 +697,10 @@ impl Reactor {
         }
     }
 
-    /// Puts a connection's fd in the fixed file table at its slot.
-    fn install(&mut self, slot: u32, fd: RawFd) {
+    /// Gives the slot its socket and puts it in the fixed file table at its slot.
+    fn install(&mut self, slot: u32, owned: OwnedFd) {
+        let fd = owned.as_raw_fd();
+        self.fds[slot as usize] = Some(owned);
         if self.fixed_files
             && self
                 .ring
@@ -709,9 +718,9 @@ impl Reactor {
         if self.fixed_files {
             let _ = self.ring.submitter().register_files_update(slot, &[-1]);
         }
+        // No operation on the socket is in flight: dropping it closes it.
+        self.fds[slot as usize] = None;
         let conn = &mut self.conns[slot as usize];
-        // SAFETY: fd is owned by this slot; no operation on it is in flight.
-        unsafe { libc::close(conn.fd) };
         *conn = Conn {
             fd: -1,
             generation: conn.generation.wrapping_add(1) & 0x00FF_FFFF,
@@ -767,17 +776,6 @@ impl Reactor {
 
     fn send_base(&self, slot: u32) -> usize {
         self.recv_base(slot) + self.config.recv_buffer_bytes as usize
-    }
-}
-
-impl Drop for Reactor {
-    fn drop(&mut self) {
-        for conn in &self.conns {
-            if conn.state != State::Free {
-                // SAFETY: the slot owns this fd; the ring (and its operations) goes with us.
-                unsafe { libc::close(conn.fd) };
-            }
-        }
     }
 }
 
