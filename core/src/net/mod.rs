@@ -227,75 +227,48 @@ pub trait Transport {
     }
 }
 
-impl Transport for Reactor {
-    fn listen(&mut self, addr: SocketAddr) -> Result<(ListenerId, SocketAddr), NetError> {
-        Reactor::listen(self, addr)
-    }
-    fn connect(&mut self, addr: SocketAddr) -> Result<ConnId, NetError> {
-        Reactor::connect(self, addr)
-    }
-    fn send(&mut self, conn: ConnId, bytes: &[u8]) -> Result<(), NetError> {
-        Reactor::send(self, conn, bytes)
-    }
-    fn received(&self, conn: ConnId) -> &[u8] {
-        Reactor::received(self, conn)
-    }
-    fn consume(&mut self, conn: ConnId, n: usize) {
-        Reactor::consume(self, conn, n)
-    }
-    fn close(&mut self, conn: ConnId) {
-        Reactor::close(self, conn)
-    }
-    fn poll(
-        &mut self,
-        now_ns: u64,
-        timeout_ns: u64,
-        events: &mut Vec<NetEvent>,
-    ) -> Result<(), NetError> {
-        Reactor::poll(self, now_ns, timeout_ns, events)
-    }
-    fn flush(&mut self) -> Result<(), NetError> {
-        Reactor::flush(self)
-    }
-    fn send_pending(&self, conn: ConnId) -> u32 {
-        Reactor::send_pending(self, conn)
-    }
+/// Implements [`Transport`] for a socket transport by its inherent methods of the same names.
+macro_rules! socket_transport {
+    ($t:ty) => {
+        impl Transport for $t {
+            fn listen(&mut self, addr: SocketAddr) -> Result<(ListenerId, SocketAddr), NetError> {
+                <$t>::listen(self, addr)
+            }
+            fn connect(&mut self, addr: SocketAddr) -> Result<ConnId, NetError> {
+                <$t>::connect(self, addr)
+            }
+            fn send(&mut self, conn: ConnId, bytes: &[u8]) -> Result<(), NetError> {
+                <$t>::send(self, conn, bytes)
+            }
+            fn received(&self, conn: ConnId) -> &[u8] {
+                <$t>::received(self, conn)
+            }
+            fn consume(&mut self, conn: ConnId, n: usize) {
+                <$t>::consume(self, conn, n)
+            }
+            fn close(&mut self, conn: ConnId) {
+                <$t>::close(self, conn)
+            }
+            fn poll(
+                &mut self,
+                now_ns: u64,
+                timeout_ns: u64,
+                events: &mut Vec<NetEvent>,
+            ) -> Result<(), NetError> {
+                <$t>::poll(self, now_ns, timeout_ns, events)
+            }
+            fn flush(&mut self) -> Result<(), NetError> {
+                <$t>::flush(self)
+            }
+            fn send_pending(&self, conn: ConnId) -> u32 {
+                <$t>::send_pending(self, conn)
+            }
+        }
+    };
 }
 
-impl Transport for EpollReactor {
-    fn listen(&mut self, addr: SocketAddr) -> Result<(ListenerId, SocketAddr), NetError> {
-        EpollReactor::listen(self, addr)
-    }
-    fn connect(&mut self, addr: SocketAddr) -> Result<ConnId, NetError> {
-        EpollReactor::connect(self, addr)
-    }
-    fn send(&mut self, conn: ConnId, bytes: &[u8]) -> Result<(), NetError> {
-        EpollReactor::send(self, conn, bytes)
-    }
-    fn received(&self, conn: ConnId) -> &[u8] {
-        EpollReactor::received(self, conn)
-    }
-    fn consume(&mut self, conn: ConnId, n: usize) {
-        EpollReactor::consume(self, conn, n)
-    }
-    fn close(&mut self, conn: ConnId) {
-        EpollReactor::close(self, conn)
-    }
-    fn poll(
-        &mut self,
-        now_ns: u64,
-        timeout_ns: u64,
-        events: &mut Vec<NetEvent>,
-    ) -> Result<(), NetError> {
-        EpollReactor::poll(self, now_ns, timeout_ns, events)
-    }
-    fn flush(&mut self) -> Result<(), NetError> {
-        EpollReactor::flush(self)
-    }
-    fn send_pending(&self, conn: ConnId) -> u32 {
-        EpollReactor::send_pending(self, conn)
-    }
-}
+socket_transport!(Reactor);
+socket_transport!(EpollReactor);
 
 /// A transport over real sockets, built from a [`ReactorConfig`]: what a driver that opens its
 /// own transport (the venue servers; the engine) is generic over, so the same code runs on
