@@ -20,7 +20,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command as Process, Stdio};
+use std::process::Command as Process;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -121,7 +121,7 @@ fn engine_process(config: &Path, log: &Path) -> Proc {
                 "0",
             ])
             .stdout(out)
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(log.with_extension("err")).unwrap())
             .spawn()
             .unwrap(),
     )
@@ -835,11 +835,26 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
         control(&venue.control, undo);
     }
     s.cancel_pct = 0;
-    wait_until("SYNCED after the faults", Duration::from_secs(60), || {
+    let synced_by = Instant::now() + Duration::from_secs(60);
+    while !s.channel.venue_synced(VenueId(0)) {
         s.channel.beat_strategy();
         s.drain();
-        s.channel.venue_synced(VenueId(0))
-    });
+        if Instant::now() > synced_by {
+            // Say why before failing: the engine's report (link state, contradictions, the last
+            // reconciliation), the venue's counters and the engine's warnings.
+            let log = epoch_logs.last().unwrap().clone();
+            let report = stop_engine(engine, &log);
+            let errors = std::fs::read_to_string(log.with_extension("err")).unwrap_or_default();
+            let tail: Vec<&str> = errors.lines().rev().take(40).collect();
+            panic!(
+                "not SYNCED 60 s after the faults stopped\nengine report:\n{report}\nvenue: {}\n\
+                 engine stderr (last lines, newest first):\n{}",
+                control(&venue.control, "stats"),
+                tail.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
     let quiet = Instant::now();
     while quiet.elapsed() < Duration::from_secs(60)
         && (s.book.pending() > 0 || s.book.unresolved() > 0 || quiet.elapsed().as_secs() < 3)

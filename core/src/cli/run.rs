@@ -181,6 +181,23 @@ fn print_report(report: &EngineReport, venues: &[String]) {
             l.client.duplicates_skipped,
             l.client.timeouts
         );
+        let r = l.client.last_reconciliation;
+        let _ = writeln!(
+            out,
+            "venue {name}: contradictions {} (last {:?}), last reconciliation: {} in doubt, {} \
+             unknown at keel, {} contradictions open; {} late reports absorbed; {} decode errors \
+             (last {:?}); {} reconciliation queries, {} refused read-only",
+            l.client.contradictions,
+            l.client.last_contradiction,
+            r.in_doubt,
+            r.unknown_at_keel,
+            r.contradictions,
+            l.client.late_reports_absorbed,
+            l.link.decode_errors,
+            l.link.last_decode_error,
+            l.link.reconcile_queries,
+            l.link.refused_read_only
+        );
     }
     for (strategy, b) in &report.bridges {
         let _ = writeln!(
