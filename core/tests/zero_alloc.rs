@@ -144,11 +144,13 @@ fn one_million_commands_allocate_nothing() {
     let mut config = roomy_config();
     config.orders_max = 65_536;
     let mut rig = Rig::with_rings(config, 1_024, 1_024);
-    // With the order journal on the decision path, as in production (sized not to roll over).
+    // With the order journal on the decision path, as in production, its files small enough
+    // that it rolls over several times inside the measured million commands (a rollover is a
+    // swap to the file its keeper thread prepared: nothing on the decision path allocates).
     let dir = tempfile::tempdir().unwrap();
     let journal_config = keel::journal::JournalConfig {
         dir: dir.path().to_path_buf(),
-        file_bytes: 4_000_000 * keel::journal::RECORD_LEN as u64,
+        file_bytes: 150_000 * keel::journal::RECORD_LEN as u64,
     };
     let (journal, _) = keel::journal::Journal::open(journal_config, |_| {}).unwrap();
     rig.dispatcher.attach_journal(journal);
@@ -159,6 +161,7 @@ fn one_million_commands_allocate_nothing() {
     };
     driver.run(&mut rig, 100_000);
     let before = *rig.dispatcher.stats();
+    let rollovers_before = rig.dispatcher.journal_mut().unwrap().rollovers();
 
     ARMED.with(|a| a.set(true));
     driver.run(&mut rig, 1_000_000);
@@ -179,6 +182,8 @@ fn one_million_commands_allocate_nothing() {
     assert_eq!(allocations, 0, "heap allocations on the hot path");
     assert_eq!(rig.dispatcher.stats().journal_errors, 0);
     assert!(rig.dispatcher.journal_mut().unwrap().next_index() > 500_000);
+    let rollovers = rig.dispatcher.journal_mut().unwrap().rollovers() - rollovers_before;
+    assert!(rollovers >= 3, "{rollovers} rollovers inside the measured commands");
 }
 
 // Goal: appending to the journal (intent, ack, fill, close) allocates nothing: 100,000
