@@ -2,8 +2,10 @@
 //!
 //! The crate is organised one folder per concern. State machines (`order`, `guard`,
 //! `dispatch`) take `now_ns: u64` from their caller and write into caller-owned buffers; they
-//! never read a clock, touch a socket or allocate after start-up. Drivers (threads, io_uring,
-//! files) wrap them. See docs/architecture.md for the map.
+//! never read a clock, touch a socket or allocate after start-up. Drivers (threads, the io_uring
+//! and epoll transports, files) wrap them; `engine` runs them in one loop. The simulated venue,
+//! the simulated network, the demo and the command line are behind the `simulator` feature
+//! (off for an embedder). See docs/architecture.md for the map.
 
 #![deny(unsafe_code)]
 

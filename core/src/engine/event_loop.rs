@@ -1,9 +1,10 @@
 //! The engine's loop, written once: the dispatcher side ([`Front`]: strategy bridges, the
 //! dispatcher and its journal) and the executor side ([`Executor`]: the transport, the venue
 //! links and the feed handlers). `inline` runs both in one thread as an [`EngineLoop`];
-//! `split` runs each in its own. The deterministic simulation, the tests and the benchmarks
+//! `split` runs each in its own. The demo, the deterministic simulation and the engine's tests
 //! drive an [`EngineLoop`] built by `EngineBuilder::build` with their own clock, over the
-//! simulated network or a real transport: the code they exercise is the code `keel run` runs.
+//! simulated network or a real transport: the code they exercise is the code `keel run` runs
+//! (the end-to-end benchmark runs `EngineBuilder::start` itself).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

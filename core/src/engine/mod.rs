@@ -169,7 +169,8 @@ pub enum EngineError {
     /// A shared-memory channel could not be created.
     #[error(transparent)]
     Ipc(#[from] crate::ipc::IpcError),
-    /// The io_uring transport could not start.
+    /// The executor loop's transport could not start (io_uring or epoll; io_uring that is
+    /// unavailable has already fallen back to epoll).
     #[error("transport: {0}")]
     Transport(#[from] crate::net::NetError),
     /// More in-process strategies than configured.
