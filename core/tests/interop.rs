@@ -58,6 +58,16 @@ fn spawn(python: &str, args: &[String]) -> (Child, mpsc::Receiver<String>) {
 // venue's market and has a duplicate UserRefNum rejected, all decoded by its own codec.
 #[test]
 fn ouch_connect_client_trades_on_keel_venue() {
+    client_trades_on_keel_venue::<Reactor>();
+}
+
+// Goal: the same with keel's venue on the epoll transport.
+#[test]
+fn ouch_connect_client_trades_on_keel_venue_on_epoll() {
+    client_trades_on_keel_venue::<EpollReactor>();
+}
+
+fn client_trades_on_keel_venue<T: SocketTransport>() {
     let Some(python) = python() else { return };
     let config = VenueConfig {
         exchange: ExchangeConfig {
@@ -70,7 +80,7 @@ fn ouch_connect_client_trades_on_keel_venue() {
         },
         ..VenueConfig::default()
     };
-    let mut venue = VenueServer::new(config).unwrap();
+    let mut venue = VenueServer::<T>::open(config).unwrap();
     let (mut child, lines) = spawn(
         &python,
         &[script("ouch_client.py"), venue.local_addr().to_string()],

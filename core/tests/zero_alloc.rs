@@ -183,7 +183,10 @@ fn one_million_commands_allocate_nothing() {
     assert_eq!(rig.dispatcher.stats().journal_errors, 0);
     assert!(rig.dispatcher.journal_mut().unwrap().next_index() > 500_000);
     let rollovers = rig.dispatcher.journal_mut().unwrap().rollovers() - rollovers_before;
-    assert!(rollovers >= 3, "{rollovers} rollovers inside the measured commands");
+    assert!(
+        rollovers >= 3,
+        "{rollovers} rollovers inside the measured commands"
+    );
 }
 
 // Goal: appending to the journal (intent, ack, fill, close) allocates nothing: 100,000

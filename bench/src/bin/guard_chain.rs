@@ -75,7 +75,10 @@ fn order(i: u64) -> NewOrder {
 #[inline(never)]
 fn keel_decision(chain: &mut GuardChain, now_ns: u64, order: &NewOrder) -> bool {
     let admitted = chain.admit(now_ns, order, 10, 0).is_ok();
-    let cleared = admitted && chain.clear_to_send(now_ns, 0, 1, Release::Call).is_ok();
+    let cleared = admitted
+        && chain
+            .clear_to_send(now_ns, VenueId(0), 1, Release::Call)
+            .is_ok();
     if admitted {
         chain.bulkhead.release(order.venue, order.symbol);
         chain.risk.release(order.symbol, order.side, order.qty);

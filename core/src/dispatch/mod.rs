@@ -832,7 +832,7 @@ impl Dispatcher {
         let weight = self.config.limiter.weights.query;
         match self
             .guards
-            .clear_to_send(now_ns, v, weight, Release::Cancel)
+            .clear_to_send(now_ns, VenueId(v as u16), weight, Release::Cancel)
         {
             Ok(()) => {
                 self.venues[v].cancels.pop();
@@ -847,7 +847,7 @@ impl Dispatcher {
         let weight = self.config.limiter.weights.cancel;
         match self
             .guards
-            .clear_to_send(now_ns, v, weight, Release::Cancel)
+            .clear_to_send(now_ns, VenueId(v as u16), weight, Release::Cancel)
         {
             Ok(()) => {
                 self.venues[v].cancels.pop();
@@ -902,7 +902,7 @@ impl Dispatcher {
         }
         match self.guards.clear_to_send(
             now_ns,
-            v,
+            VenueId(v as u16),
             self.config.limiter.weights.replace,
             Release::Call,
         ) {
@@ -958,10 +958,12 @@ impl Dispatcher {
             self.abandon_new(now_ns, id, EventKind::Throttled);
             return Step::Progress;
         }
-        match self
-            .guards
-            .clear_to_send(now_ns, v, self.config.limiter.weights.new, Release::Call)
-        {
+        match self.guards.clear_to_send(
+            now_ns,
+            VenueId(v as u16),
+            self.config.limiter.weights.new,
+            Release::Call,
+        ) {
             Ok(()) => {
                 self.venues[v].news.pop();
                 // The invariant that protects the venue: only a SYNCED link carries new orders.

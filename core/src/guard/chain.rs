@@ -87,17 +87,21 @@ impl GuardChain {
     /// Release of a request at the head of its lane. New orders and replaces ask the breaker
     /// (`Release::Call`); cancels and queries never do, and may use the cancel reserve. Rate
     /// budget is taken only if everything else agrees.
+    ///
+    /// # Panics
+    /// For a venue with no guards (the dispatcher only releases from the lanes of configured
+    /// venues: routes are checked at admission).
     #[inline]
     pub fn clear_to_send(
         &mut self,
         now_ns: u64,
-        venue: usize,
+        venue: crate::order::VenueId,
         weight: u32,
         release: Release,
     ) -> Result<(), SendBlock> {
         let is_call = release == Release::Call;
         let is_cancel = release == Release::Cancel;
-        let guards = &mut self.venues[venue];
+        let guards = &mut self.venues[venue.index()];
         if is_call {
             // Peek first: a call that then waits for budget must not burn a half-open probe.
             guards.breaker.check(now_ns).map_err(SendBlock::Breaker)?;
