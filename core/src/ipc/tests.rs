@@ -222,6 +222,123 @@ fn command_event_and_reason_codes_are_pinned_to_the_docs() {
     }
 }
 
+// Goal: the rest of what crosses the boundary is pinned too: side, time in force and
+// mass-cancel scope (command bytes), the malformed-command sub-codes, the header's engine
+// states and channel-fault codes — each number as code and docs/ipc.md say it.
+#[test]
+fn field_header_and_fault_codes_are_pinned_to_the_docs() {
+    let doc = include_str!("../../../docs/ipc.md");
+    let id = ClientOrderId::new(StrategyId(1), 1).unwrap();
+    let new = |side, tif| {
+        codec::encode_command(&Command::New(NewOrder {
+            id,
+            venue: VenueId(0),
+            symbol: SymbolId(0),
+            side,
+            price: Price(1),
+            qty: 1,
+            tif,
+        }))
+    };
+    assert_eq!(new(Side::Buy, TimeInForce::Day)[5..7], [1, 1]);
+    assert_eq!(
+        new(Side::Sell, TimeInForce::ImmediateOrCancel)[5..7],
+        [2, 2]
+    );
+    let row = doc_row(doc, "### Commands", 1);
+    assert!(
+        row.contains("side@5: 1 buy, 2 sell; tif@6: 1 day, 2 immediate-or-cancel"),
+        "{row}"
+    );
+    let scope = |scope| codec::encode_command(&Command::MassCancel { scope })[5];
+    assert_eq!(scope(MassCancelScope::Strategy), 1);
+    assert_eq!(scope(MassCancelScope::Symbol(SymbolId(3))), 2);
+    let row = doc_row(doc, "### Commands", 4);
+    assert!(
+        row.contains("scope@5: 1 all of this strategy's orders, 2 one symbol"),
+        "{row}"
+    );
+    let malformed = |error| codec::encode_event(&IpcEvent::Malformed(error))[5];
+    let checksum = RecordError::Checksum {
+        position: 0,
+        found: 0,
+        computed: 1,
+    };
+    let position = RecordError::Position {
+        position: 0,
+        found: 1,
+    };
+    let field = RecordError::Field {
+        position: 0,
+        field: "kind",
+        value: 99,
+    };
+    assert_eq!(
+        [malformed(checksum), malformed(position), malformed(field)],
+        [1, 2, 3]
+    );
+    let row = doc_row(doc, "### Events", 13);
+    assert!(row.contains("code@5 1 checksum, 2 position"), "{row}");
+    assert!(row.contains("3 a field value"), "{row}");
+    let states = [
+        (EngineState::Absent, 0, "absent"),
+        (EngineState::Starting, 1, "starting"),
+        (EngineState::Running, 2, "running"),
+        (EngineState::Stopped, 3, "stopped"),
+    ];
+    let line = doc.lines().find(|l| l.contains("engine state:")).unwrap();
+    for (state, code, name) in states {
+        assert_eq!(state as u64, code);
+        assert!(line.contains(&format!("{code} {name}")), "{line}");
+    }
+    let faults = [
+        (
+            ChannelFault::Backwards {
+                ring: RingKind::Commands,
+                last: 2,
+                found: 1,
+            },
+            1,
+            "command tail went back",
+        ),
+        (
+            ChannelFault::Beyond {
+                ring: RingKind::Commands,
+                found: 9,
+                limit: 8,
+            },
+            2,
+            "command tail beyond the ring",
+        ),
+        (
+            ChannelFault::Backwards {
+                ring: RingKind::Events,
+                last: 2,
+                found: 1,
+            },
+            3,
+            "event head went back",
+        ),
+        (
+            ChannelFault::Beyond {
+                ring: RingKind::Events,
+                found: 9,
+                limit: 8,
+            },
+            4,
+            "event head beyond the event tail",
+        ),
+    ];
+    let line = doc
+        .lines()
+        .find(|l| l.contains("channel fault the engine declared"))
+        .unwrap();
+    for (fault, code, name) in faults {
+        assert_eq!(fault.code(), code);
+        assert!(line.contains(&format!("{code} {name}")), "{line}");
+    }
+}
+
 // Goal: every command and event survives the ring unchanged, in order, across wrap-around,
 // and a full ring refuses instead of overwriting.
 #[test]

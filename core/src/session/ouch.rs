@@ -1291,6 +1291,38 @@ mod tests {
         feed(c, &packet).0
     }
 
+    // Goal: keel's venue reject codes (what the simulated venue writes and keel's default
+    // table reads) are the numbers docs/protocol.md gives, with the meaning it gives.
+    #[test]
+    fn reject_codes_are_pinned_to_the_protocol_doc() {
+        let doc = include_str!("../../../docs/protocol.md");
+        let table = RejectTable::keel();
+        let rows = [
+            (RejectCode::InvalidQuantity, "`Invalid`"),
+            (RejectCode::InvalidPrice, "`Invalid`"),
+            (RejectCode::UnknownSymbol, "`Invalid`"),
+            (RejectCode::DuplicateId, "`DuplicateId`"),
+            (RejectCode::Throttled, "`VenueThrottle`"),
+            (RejectCode::SystemUnavailable, "`VenueSystem`"),
+            (RejectCode::UnknownOrder, "`Invalid`"),
+        ];
+        for (code, reason) in rows {
+            let n = code as u16;
+            assert_eq!(RejectCode::from_wire(n), Some(code));
+            let row = doc
+                .lines()
+                .skip_while(|l| !l.starts_with("### Reject reasons"))
+                .find(|l| l.starts_with(&format!("| {n} | ")))
+                .unwrap_or_else(|| panic!("docs/protocol.md has no row for reject code {n}"));
+            assert!(
+                row.ends_with(&format!("| {reason} |")) || row.contains(&format!("| {reason} (")),
+                "{row}"
+            );
+            assert_eq!(format!("`{:?}`", table.reason(n)), reason, "{row}");
+        }
+        assert_eq!(RejectCode::from_wire(8), None);
+    }
+
     // Goal: what a venue's reject codes mean comes from the table the client is given: keel's
     // own by default, the venue's when configured; a code nobody listed is `Other`, and the
     // table refuses a code twice or past its bound.
