@@ -340,3 +340,27 @@ fn keel_venue_refuses_an_unknown_transport() {
     }
     assert_eq!(TransportKind::default().to_string(), "io_uring");
 }
+
+// Goal: the main job runs where io_uring is blocked: `keel demo` under a seccomp filter that
+// refuses the io_uring calls says why, runs engine and venue on epoll, and keeps every
+// invariant.
+#[test]
+fn keel_demo_falls_back_to_epoll_where_io_uring_is_blocked() {
+    let mut command = Command::new(KEEL);
+    command
+        .args(["demo", "--quick", "--idle", "backoff", "--scenario", "calm"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let output = common::peers::without_io_uring(&mut command)
+        .output()
+        .expect("keel demo");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("io_uring unavailable"), "{stderr}");
+    assert!(stdout.contains("transport epoll"), "{stdout}");
+    assert!(
+        stdout.contains("invariants: ") && stdout.contains(" 0 violated"),
+        "{stdout}"
+    );
+}

@@ -14,7 +14,7 @@ use crate::dispatch::{Dispatcher, DispatcherConfig, StrategyHandle};
 use crate::engine::{EngineBuilder, EngineConfig, EngineLoop, LoopConfig};
 use crate::feed::handler::{FeedConfig, FeedHandler};
 use crate::guard::limiter::WindowLimit;
-use crate::net::{Reactor, ReactorConfig};
+use crate::net::{EpollReactor, Reactor, ReactorConfig, SocketTransport, TransportKind};
 use crate::order::{
     ClientOrderId, Command, EventKind, NewOrder, OrderState, Price, Side, StrategyId, SymbolId,
     TimeInForce, VenueId,
@@ -82,6 +82,10 @@ pub struct DemoArgs {
     /// Journal every order to this directory (created; must not hold another run's journal).
     #[arg(long)]
     pub journal: Option<std::path::PathBuf>,
+    /// Socket transport of the engine and the simulated venue: `io_uring` or `epoll`. When
+    /// io_uring cannot be set up, the demo says why on stderr and runs on epoll.
+    #[arg(long, default_value_t = TransportKind::IoUring)]
+    pub transport: TransportKind,
 }
 
 /// `--idle`.
@@ -163,12 +167,12 @@ impl Invariants {
 
 /// The simulated venue and the engine's own loop (built by `EngineBuilder`, the `inline`
 /// topology's pass), stepped one after the other in this thread.
-struct Engine {
-    venue: VenueServer,
-    core: EngineLoop<Reactor>,
+struct Engine<T: SocketTransport> {
+    venue: VenueServer<T>,
+    core: EngineLoop<T>,
 }
 
-impl Engine {
+impl<T: SocketTransport> Engine<T> {
     /// One pass: the venue, then the engine. True if anything moved.
     fn pass(&mut self, now: u64) -> bool {
         let _ = self.venue.step(now, 0);
@@ -343,13 +347,35 @@ impl Trader {
     }
 }
 
-/// Runs the demo; returns the process exit code (0, or 1 on a violated invariant).
+/// Runs the demo; returns the process exit code (0, or 1 on a violated invariant). The engine
+/// and the venue run on the transport asked for (`--transport`); io_uring that cannot be set
+/// up falls back to epoll, said on stderr with the cause (docs/operations.md, "Transports").
 pub fn run(args: &DemoArgs) -> Result<u8, String> {
+    let mut kind = args.transport;
+    if kind == TransportKind::IoUring {
+        if let Err(e) = Reactor::new(ReactorConfig {
+            conns_max: 4,
+            ..ReactorConfig::default()
+        }) {
+            if kind.fallback(&e) != Some(TransportKind::Epoll) {
+                return Err(format!("engine transport: {e}"));
+            }
+            eprintln!("keel demo: warning: {e}; running on the epoll transport instead");
+            kind = TransportKind::Epoll;
+        }
+    }
+    match kind {
+        TransportKind::IoUring => run_on::<Reactor>(args),
+        TransportKind::Epoll => run_on::<EpollReactor>(args),
+    }
+}
+
+fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
     pin_or_warn(args.core);
     let scale = if args.quick { 5 } else { 1 };
     let phase_ns = |ms: u64| ms * MS / scale;
     let clock = TscClock::new();
-    let (mut engine, strategy) = build(&clock, args.journal.as_deref())?;
+    let (mut engine, strategy) = build::<T>(&clock, args.journal.as_deref())?;
     let mut trader = Trader {
         strategy,
         rng: SplitMix64::new(2026),
@@ -563,9 +589,9 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
 }
 
 /// Runs passes (events drained, invariants checked) until the link is SYNCED.
-fn until_synced(
+fn until_synced<T: SocketTransport>(
     clock: &TscClock,
-    engine: &mut Engine,
+    engine: &mut Engine<T>,
     trader: &mut Trader,
     inv: &mut Invariants,
     bound_ns: u64,
@@ -589,11 +615,11 @@ fn until_synced(
 
 /// The venue on loopback and the engine connected to it, built by `EngineBuilder` like every
 /// engine (journal included).
-fn build(
+fn build<T: SocketTransport>(
     clock: &TscClock,
     journal: Option<&std::path::Path>,
-) -> Result<(Engine, StrategyHandle), String> {
-    let venue = VenueServer::new(VenueConfig {
+) -> Result<(Engine<T>, StrategyHandle), String> {
+    let venue = VenueServer::<T>::open(VenueConfig {
         flow: FlowConfig {
             seed: 11,
             events_per_sec: 400,
@@ -607,7 +633,7 @@ fn build(
         ..VenueConfig::default()
     })
     .map_err(|e| format!("venue: {e}"))?;
-    let reactor = Reactor::new(ReactorConfig {
+    let reactor = T::open(ReactorConfig {
         conns_max: 4,
         ..ReactorConfig::default()
     })
@@ -682,9 +708,9 @@ struct Peak {
     outage_attempts: Option<u64>,
 }
 
-fn report(
+fn report<T: SocketTransport>(
     args: &DemoArgs,
-    engine: &Engine,
+    engine: &Engine<T>,
     trader: &Trader,
     inv: &Invariants,
     peak: &Peak,
@@ -700,9 +726,10 @@ fn report(
     let r = link.client().stats().last_reconciliation;
     let _ = writeln!(
         out,
-        "\nkeel demo — scenario {:?}{}",
+        "\nkeel demo — scenario {:?}{}, transport {}",
         args.scenario,
-        if args.quick { " (quick)" } else { "" }
+        if args.quick { " (quick)" } else { "" },
+        T::KIND
     );
     let _ = writeln!(
         out,
