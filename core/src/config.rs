@@ -75,7 +75,7 @@ pub enum FileConfigError {
 
 type Result<T> = std::result::Result<T, FileConfigError>;
 
-/// The engine reactor's per-connection receive buffer (`net::uring::ReactorConfig` default).
+/// The engine reactor's per-connection receive buffer (`net::ReactorConfig` default).
 const LINK_RECV_BUFFER_BYTES: usize = 64 * 1024;
 /// Smallest `max_packet_len`: room for every message the session itself receives.
 const PACKET_LEN_MIN: usize = 256;

@@ -126,7 +126,7 @@ pub struct VenueArgs {
     #[arg(long)]
     no_market_data: bool,
     /// Market-data connections at most.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::net::uring::CONNS_MAX)))]
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::net::CONNS_MAX)))]
     md_connections: u32,
     /// Messages queued per market-data connection before its book conflates (snapshot later)
     /// or, for trades, it is disconnected (close code 4001).

@@ -32,7 +32,7 @@
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use super::uring::{set_nodelay, set_send_buffer, slot_buffers, sockaddr, CONNS_MAX};
+use super::socket::{set_nodelay, set_send_buffer, slot_buffers, sockaddr, CONNS_MAX};
 use super::{
     CloseReason, ConnId, ListenerId, NetError, NetEvent, NetStats, ReactorConfig, WaitMode,
 };

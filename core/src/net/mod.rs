@@ -18,6 +18,7 @@
 pub mod epoll;
 #[cfg(feature = "simulator")]
 pub mod sim;
+pub mod socket;
 pub mod uring;
 
 use std::net::SocketAddr;
@@ -366,7 +367,8 @@ impl FromStr for TransportKind {
 }
 
 pub use epoll::EpollReactor;
-pub use uring::{Reactor, ReactorConfig, WaitMode};
+pub use socket::{ReactorConfig, WaitMode, CONNS_MAX};
+pub use uring::Reactor;
 
 #[cfg(test)]
 mod tests;

@@ -432,7 +432,7 @@ fn full_receive_buffer_stops_reading_until_consumed<T: SocketTransport>() {
     // A small kernel send buffer on the peer (it would otherwise autotune to megabytes), and
     // far more bytes than the kernel buffers on both sides then hold while nobody reads (about
     // 80 KB on a stock loopback).
-    uring::set_send_buffer(std::os::fd::AsRawFd::as_raw_fd(&peer), 4096);
+    socket::set_send_buffer(std::os::fd::AsRawFd::as_raw_fd(&peer), 4096);
     let payload: Vec<u8> = (0..1024 * 1024u32).map(|i| (i * 7 % 253) as u8).collect();
     peer.set_nonblocking(true).unwrap();
     let mut written = 0;
@@ -708,22 +708,22 @@ fn impossible_buffers_are_refused<T: SocketTransport>() {
             "{err:?}"
         );
     }
-    let err = T::open(config(uring::CONNS_MAX, u32::MAX)).unwrap_err();
+    let err = T::open(config(CONNS_MAX, u32::MAX)).unwrap_err();
     assert!(
         matches!(
             err,
             NetError::BufferSizes {
-                conns_max: uring::CONNS_MAX,
+                conns_max: CONNS_MAX,
                 ..
             }
         ),
         "{err:?}"
     );
     assert!(err.to_string().contains("4294967295"), "{err}");
-    let err = T::open(config(uring::CONNS_MAX + 1, 1024)).unwrap_err();
+    let err = T::open(config(CONNS_MAX + 1, 1024)).unwrap_err();
     assert!(
         matches!(err, NetError::TooManyConnections { conns_max, limit }
-            if conns_max == uring::CONNS_MAX + 1 && limit == uring::CONNS_MAX),
+            if conns_max == CONNS_MAX + 1 && limit == CONNS_MAX),
         "{err:?}"
     );
 }
@@ -752,7 +752,7 @@ fn transport_kind_names() {
 fn fallback_rule() {
     let other = NetError::TooManyConnections {
         conns_max: 9_999,
-        limit: uring::CONNS_MAX,
+        limit: CONNS_MAX,
     };
     assert_eq!(TransportKind::IoUring.fallback(&other), None);
     assert_eq!(TransportKind::Epoll.fallback(&other), None);
