@@ -146,14 +146,33 @@ fn config_check(file: &std::path::Path) -> ExitCode {
             let _ = writeln!(out, "{}: ok", file.display());
             let _ = writeln!(out, "symbols: {}", symbols.join(" "));
             for v in &config.venues {
+                let crate::session::ProtocolConfig::Ouch {
+                    dialect,
+                    reconcile,
+                    rejects,
+                } = v.protocol;
+                let table = if rejects == crate::session::ouch::RejectTable::keel() {
+                    "keel's own table (docs/protocol.md): set reject_codes_* from your venue's \
+                     specification"
+                        .to_string()
+                } else {
+                    let codes: Vec<String> = rejects
+                        .entries()
+                        .iter()
+                        .map(|(code, reason)| format!("{code} {reason:?}"))
+                        .collect();
+                    codes.join(", ")
+                };
                 let _ = writeln!(
                     out,
-                    "venue {}: {} as {} ({} {:?}, ack timeout {} ms)",
+                    "venue {}: {} as {} ({}, {:?}, reconcile {:?}, ack timeout {} ms); reject \
+                     codes: {table}",
                     v.name,
                     v.address,
                     v.username,
                     v.protocol.name(),
-                    v.protocol,
+                    dialect,
+                    reconcile,
                     v.ack_timeout_ns / 1_000_000
                 );
             }

@@ -1193,6 +1193,11 @@ impl RejectTable {
         Ok(())
     }
 
+    /// The codes listed, with their meanings.
+    pub fn entries(&self) -> &[(u16, RejectReason)] {
+        &self.entries[..self.len]
+    }
+
     /// What `code` means.
     pub fn reason(&self, code: u16) -> RejectReason {
         self.entries[..self.len]
