@@ -6,10 +6,10 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command as Process, Stdio};
+use std::process::Command as Process;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -348,42 +348,6 @@ fn keel_run_config(entry: &str, layout: Layout) -> (tempfile::TempDir, std::path
     (dir, config)
 }
 
-fn engine_process(config: &Path, log: &Path) -> Proc {
-    let out = std::fs::File::create(log).unwrap();
-    Proc(
-        Process::new(KEEL)
-            .args([
-                "run",
-                "--config",
-                config.to_str().unwrap(),
-                "--status-s",
-                "0",
-            ])
-            .stdout(out)
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    )
-}
-
-/// Stops `keel run` with SIGTERM and returns its stdout.
-fn stop_engine(mut engine: Proc, log: &Path) -> String {
-    let pid = engine.0.id() as i32;
-    // SAFETY: sending a signal to our own child process.
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-    assert_eq!(rc, 0);
-    let status = engine.0.wait().unwrap();
-    assert!(status.success(), "keel run exited {status}");
-    std::mem::forget(engine);
-    let mut text = String::new();
-    std::fs::File::open(log)
-        .unwrap()
-        .read_to_string(&mut text)
-        .unwrap();
-    text
-}
-
 fn open_channel(path: &Path, epoch_above: u64) -> Channel {
     let mut channel = None;
     wait_until("the engine's channel", Duration::from_secs(10), || {
@@ -416,7 +380,7 @@ fn python_example_trades_through_keel_run() {
         },
     );
     let log = dir.path().join("run.log");
-    let engine = engine_process(&config, &log);
+    let engine = common::peers::keel_run(&config, &log);
     let path = dir.path().join("ipc").join("strategy-1");
     let _ = open_channel(&path, 0);
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python/keel_strategy.py");
@@ -435,7 +399,7 @@ fn python_example_trades_through_keel_run() {
     assert!(stdout.contains("\"placed\": 25"), "{stdout}");
     assert!(stdout.contains("\"accepted\": 25"), "{stdout}");
     assert!(stdout.contains("\"canceled\": 25"), "{stdout}");
-    let report = stop_engine(engine, &log);
+    let report = common::peers::stop_keel_run(engine, &log);
     assert!(report.contains("open orders: 0"), "{report}");
     assert!(report.contains("strategy 1: 50 commands"), "{report}");
 }
@@ -573,7 +537,7 @@ fn kill_dash_nine_mid_storm(layout: Layout) {
     let (dir, config) = keel_run_config(&entry, layout);
     let path = dir.path().join("ipc").join("strategy-0");
     let log1 = dir.path().join("run1.log");
-    let engine = engine_process(&config, &log1);
+    let engine = common::peers::keel_run(&config, &log1);
     let channel = open_channel(&path, 0);
     wait_synced(&channel);
     let mut storm = Storm {
@@ -616,7 +580,7 @@ fn kill_dash_nine_mid_storm(layout: Layout) {
     storm.step(30);
 
     let log2 = dir.path().join("run2.log");
-    let engine = engine_process(&config, &log2);
+    let engine = common::peers::keel_run(&config, &log2);
     storm.channel = open_channel(&path, 1);
     wait_synced(&storm.channel);
     for _ in 0..50 {
@@ -635,7 +599,7 @@ fn kill_dash_nine_mid_storm(layout: Layout) {
         storm.drain();
         std::thread::sleep(Duration::from_millis(5));
     }
-    let report = stop_engine(engine, &log2);
+    let report = common::peers::stop_keel_run(engine, &log2);
     let ran = format!("keel run: executor transport {}", layout.transport);
     assert!(report.lines().any(|l| l == ran), "{report}");
     eprintln!(
@@ -688,26 +652,13 @@ fn keel_run_falls_back_to_epoll_where_io_uring_is_blocked() {
     let (_venue, entry, _control) = venue_process();
     let (dir, config) = keel_run_config(&entry, INLINE);
     let log = dir.path().join("run.log");
-    let errors = dir.path().join("run.err");
+    let errors = log.with_extension("err");
     let mut command = Process::new(KEEL);
-    command
-        .args([
-            "run",
-            "--config",
-            config.to_str().unwrap(),
-            "--status-s",
-            "0",
-        ])
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(std::fs::File::create(&errors).unwrap());
-    let engine = Proc(
-        common::peers::without_io_uring(&mut command)
-            .spawn()
-            .unwrap(),
-    );
+    let engine =
+        common::peers::keel_run_with(common::peers::without_io_uring(&mut command), &config, &log);
     let channel = open_channel(&dir.path().join("ipc").join("strategy-0"), 0);
     wait_synced(&channel);
-    let report = stop_engine(engine, &log);
+    let report = common::peers::stop_keel_run(engine, &log);
     assert!(
         report
             .lines()

@@ -17,10 +17,9 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::Command as Process;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,7 +33,6 @@ use keel::order::{
 
 mod common;
 
-use common::peers::{Proc, KEEL};
 
 /// The in-process strategy ring of the engine (`[engine] strategy_ring`, set below): with the
 /// commands of one bridge pass, the most a kill -9 can lose of one strategy's commands or
@@ -107,42 +105,6 @@ fn stat(line: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("{key} in {line}"))
         .parse()
         .unwrap()
-}
-
-fn engine_process(config: &Path, log: &Path) -> Proc {
-    let out = std::fs::File::create(log).unwrap();
-    Proc(
-        Process::new(KEEL)
-            .args([
-                "run",
-                "--config",
-                config.to_str().unwrap(),
-                "--status-s",
-                "0",
-            ])
-            .stdout(out)
-            .stderr(std::fs::File::create(log.with_extension("err")).unwrap())
-            .spawn()
-            .unwrap(),
-    )
-}
-
-/// Stops `keel run` with SIGTERM and returns its stdout.
-fn stop_engine(mut engine: Proc, log: &Path) -> String {
-    let pid = engine.0.id() as i32;
-    // SAFETY: sending a signal to our own child process.
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-    assert_eq!(rc, 0);
-    let status = engine.0.wait().unwrap();
-    assert!(status.success(), "keel run exited {status}");
-    std::mem::forget(engine);
-    let mut text = String::new();
-    std::fs::File::open(log)
-        .unwrap()
-        .read_to_string(&mut text)
-        .unwrap();
-    text
 }
 
 /// (VmRSS, VmHWM, RssAnon) of a process, in bytes.
@@ -752,7 +714,7 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
     std::fs::write(&config, config_text(&venue.entry, dir.path())).unwrap();
     let path = dir.path().join("ipc").join("strategy-0");
     let mut epoch_logs = vec![dir.path().join("run0.log")];
-    let mut engine = engine_process(&config, &epoch_logs[0]);
+    let mut engine = common::peers::keel_run(&config, &epoch_logs[0]);
     let channel = open_channel(&path, 0, None);
     wait_until("SYNCED", Duration::from_secs(30), || {
         channel.beat_strategy();
@@ -811,7 +773,7 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
                 std::thread::sleep(Duration::from_millis(1));
             }
             let log = dir.path().join(format!("run{next_kill}.log"));
-            engine = engine_process(&config, &log);
+            engine = common::peers::keel_run(&config, &log);
             epoch_logs.push(log);
             s.channel = open_channel(&path, epoch, Some(&s.channel));
             control(&venue.control, "latency 0");
@@ -843,7 +805,7 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
             // Say why before failing: the engine's report (link state, contradictions, the last
             // reconciliation), the venue's counters and the engine's warnings.
             let log = epoch_logs.last().unwrap().clone();
-            let report = stop_engine(engine, &log);
+            let report = common::peers::stop_keel_run(engine, &log);
             let errors = std::fs::read_to_string(log.with_extension("err")).unwrap_or_default();
             let tail: Vec<&str> = errors.lines().rev().take(40).collect();
             panic!(
@@ -865,7 +827,7 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
     }
     let rss_end = memory(engine.0.id());
     let log = epoch_logs.last().unwrap().clone();
-    let report = stop_engine(engine, &log);
+    let report = common::peers::stop_keel_run(engine, &log);
     let stats = control(&venue.control, "stats");
     let venue_open: BTreeSet<String> = control(&venue.control, "open-orders")
         .split_whitespace()

@@ -122,3 +122,45 @@ pub fn without_io_uring(command: &mut Command) -> &mut Command {
         })
     }
 }
+
+/// `keel run --config CONFIG` with its stdout in `log` and its stderr in `log` with the
+/// extension `err` (warnings: read them when a test fails).
+pub fn keel_run(config: &std::path::Path, log: &std::path::Path) -> Proc {
+    keel_run_with(&mut Command::new(KEEL), config, log)
+}
+
+/// [`keel_run`] on a prepared command (e.g. [`without_io_uring`]).
+pub fn keel_run_with(
+    command: &mut Command,
+    config: &std::path::Path,
+    log: &std::path::Path,
+) -> Proc {
+    Proc(
+        command
+            .args([
+                "run",
+                "--config",
+                config.to_str().unwrap(),
+                "--status-s",
+                "0",
+            ])
+            .stdout(std::fs::File::create(log).unwrap())
+            .stderr(std::fs::File::create(log.with_extension("err")).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Stops `keel run` with SIGTERM (it must exit cleanly) and returns its stdout.
+pub fn stop_keel_run(mut engine: Proc, log: &std::path::Path) -> String {
+    let pid = engine.0.id() as i32;
+    // SAFETY: sending a signal to our own child process.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let status = engine.0.wait().unwrap();
+    let stderr = std::fs::read_to_string(log.with_extension("err")).unwrap_or_default();
+    assert!(status.success(), "keel run exited {status}: {stderr}");
+    std::mem::forget(engine);
+    std::fs::read_to_string(log).unwrap()
+}
