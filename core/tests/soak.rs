@@ -33,7 +33,6 @@ use keel::order::{
 
 mod common;
 
-
 /// The in-process strategy ring of the engine (`[engine] strategy_ring`, set below): with the
 /// commands of one bridge pass, the most a kill -9 can lose of one strategy's commands or
 /// answers (read from shared memory but not yet journaled, or answered but not yet written
