@@ -55,6 +55,10 @@ const ORDERS_MAX: u32 = 8_192;
 /// Live day orders the strategy keeps at most: above it, every command is a cancel.
 const LIVE_MAX: usize = 400;
 
+/// An upper bound on the sequenced messages the venue writes to the account per second of
+/// soak (acks, fills, cancels, status answers: about 1,200 measured; twice that for margin).
+const STREAM_MESSAGES_PER_SEC: u64 = 2_500;
+
 fn soak_secs() -> u64 {
     std::env::var("KEEL_SOAK_SECS")
         .ok()
@@ -707,7 +711,12 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
         .collect();
     let warm_at = total.mul_f64(0.7);
 
-    let venue = common::peers::venue(&["--flow-rate", "200"]);
+    // The venue's account stream keeps every message of the run for replay: about 1,200 a
+    // second here (the hour-long run of 2026-11-30 filled the default 4,000,000 after ~55
+    // minutes, and the venue stopped sequencing: keel, seeing no answers, never traded again
+    // on that link, as it must — but the run could not end SYNCED).
+    let stream_max = (secs * STREAM_MESSAGES_PER_SEC).max(4_000_000).to_string();
+    let venue = common::peers::venue(&["--flow-rate", "200", "--stream-messages-max", &stream_max]);
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("keel.toml");
     std::fs::write(&config, config_text(&venue.entry, dir.path())).unwrap();
@@ -943,6 +952,11 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
         "{lost} commands lost in {kills} kills"
     );
     assert_eq!(stat(&stats, "duplicate_ids"), 0, "{stats}");
+    assert_eq!(
+        stat(&stats, "stream_full_drops"),
+        0,
+        "the venue's stream filled up: {stats}"
+    );
     assert!(
         stat(&stats, "accepted") + stat(&stats, "rejected") <= b.news,
         "the venue saw more orders than the strategy sent: {stats}"

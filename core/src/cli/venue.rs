@@ -132,6 +132,10 @@ pub struct VenueArgs {
     /// or, for trades, it is disconnected (close code 4001).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     md_queue: u32,
+    /// Messages each account's stream keeps for replay; past it messages are dropped and
+    /// counted (`stats`: `stream_full_drops`). About 50 bytes each: 4,000,000 is ~200 MB.
+    #[arg(long, default_value_t = 4_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    stream_messages_max: u64,
     /// Seconds between pings to market-data clients (silent for 3 intervals: closed, 4002).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     md_ping_s: u64,
@@ -161,6 +165,7 @@ pub fn run(args: VenueArgs) -> ExitCode {
             },
             price_max: args.price_max,
             price_band_pct: args.price_band_pct,
+            stream_messages_max: args.stream_messages_max as usize,
             reference_price: (args.price_band_pct > 0)
                 .then_some(FlowConfig::default().reference_price),
             ..ExchangeConfig::default()

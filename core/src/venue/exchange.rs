@@ -35,7 +35,9 @@ pub struct ExchangeConfig {
     pub rate_limit_messages: u32,
     /// Window of the account message limit.
     pub rate_window_ns: u64,
-    /// Messages kept per account stream for replay; beyond it the session ends.
+    /// Messages kept per account stream for replay. A message past it is not sequenced and
+    /// not sent (counted: `ExchangeStats::stream_full_drops`): the simulator's memory bound,
+    /// never a trading day's (`keel venue --stream-messages-max`).
     pub stream_messages_max: usize,
     /// Wire layout.
     pub dialect: Dialect,
@@ -307,6 +309,9 @@ pub struct ExchangeStats {
     pub price_rejects: u64,
     /// Lies told by the hostile-venue fault ([`Exchange::lie`]).
     pub lies: u64,
+    /// Messages not sequenced because their account's stream was full
+    /// (`stream_messages_max`): an engine then sees no answers; it must not trade on that link.
+    pub stream_full_drops: u64,
 }
 
 /// The exchange core.
@@ -1056,6 +1061,8 @@ impl Exchange {
             a.stream_bytes.extend_from_slice(&self.scratch[..n]);
             a.stream_ends.push(a.stream_bytes.len());
             a.stream_final.push(final_report);
+        } else {
+            self.stats.stream_full_drops += 1;
         }
     }
 

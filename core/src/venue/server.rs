@@ -1168,14 +1168,15 @@ impl<T: Transport> VenueServer<T> {
                 let s = self.exchange.stats();
                 return Ok(format!(
                     "accepted={} rejected={} canceled={} matches={} duplicate_ids={} \
-                     price_rejects={} lies={}",
+                     price_rejects={} lies={} stream_full_drops={}",
                     s.accepted,
                     s.rejected,
                     s.canceled,
                     s.matches,
                     s.duplicate_ids,
                     s.price_rejects,
-                    s.lies
+                    s.lies,
+                    s.stream_full_drops
                 ));
             }
             other => return Err(format!("unknown command '{other}'")),

@@ -599,3 +599,25 @@ fn lies_contradict_the_account_orders() {
     assert_eq!(ex.stats().matches, 0, "the book is untouched");
     assert!(ex.order_of(a, 2).is_some_and(|o| o.open_qty == 5));
 }
+
+// Goal: an account stream at its bound drops what it cannot keep, and says so: the messages
+// past `stream_messages_max` are counted, never silently lost.
+#[test]
+fn a_full_stream_counts_what_it_drops() {
+    let mut ex = Exchange::new(ExchangeConfig {
+        stream_messages_max: 2,
+        ..ExchangeConfig::default()
+    });
+    let a = login(&mut ex, "keel");
+    for user_ref in 1..=4 {
+        enter(
+            &mut ex,
+            a,
+            user_ref,
+            fields(b'B', 10, 100_000, b'0', &format!("c{user_ref}")),
+        );
+    }
+    assert_eq!(stream(&ex, a).len(), 2);
+    assert_eq!(ex.stats().accepted, 4);
+    assert_eq!(ex.stats().stream_full_drops, 2);
+}
