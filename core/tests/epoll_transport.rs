@@ -12,7 +12,7 @@ use std::time::Duration;
 mod common;
 
 use keel::clock::{Clock, TscClock};
-use keel::dispatch::{DispatcherConfig, StrategyHandle};
+use keel::dispatch::StrategyHandle;
 use keel::engine::{EngineBuilder, EngineLoop};
 use keel::feed::handler::FeedConfig;
 use keel::net::{EpollReactor, Reactor, ReactorConfig, SocketTransport, TransportKind, WaitMode};
@@ -44,23 +44,7 @@ impl<T: SocketTransport> Engine<T> {
             ..ReactorConfig::default()
         })
         .unwrap();
-        let dispatcher = DispatcherConfig {
-            strategies: 1,
-            ..DispatcherConfig::default()
-        };
-        let link = common::ouch_venue(
-            venue.local_addr(),
-            "epoll",
-            1024,
-            2_000_000_000,
-            Default::default(),
-        );
-        let mut config = common::engine_config(
-            &["AAPL", "MSFT", "AMZN", "NVDA"],
-            dispatcher,
-            vec![link],
-            1024,
-        );
+        let mut config = common::one_venue_config(venue.local_addr(), "epoll");
         config.feeds = vec![FeedConfig {
             addr: venue.market_data_addr().expect("market data on"),
             symbols: vec!["AAPL".into()],

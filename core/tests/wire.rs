@@ -8,7 +8,7 @@ use std::net::TcpStream;
 mod common;
 
 use keel::clock::{Clock, TscClock};
-use keel::dispatch::{DispatcherConfig, StrategyHandle};
+use keel::dispatch::StrategyHandle;
 use keel::engine::{EngineBuilder, EngineLoop};
 use keel::net::{Reactor, ReactorConfig};
 use keel::order::{
@@ -52,23 +52,7 @@ impl Engine {
             ..ReactorConfig::default()
         })
         .unwrap();
-        let dispatcher = DispatcherConfig {
-            strategies: 1,
-            ..DispatcherConfig::default()
-        };
-        let link = common::ouch_venue(
-            venue.local_addr(),
-            "engine",
-            1024,
-            2_000_000_000,
-            Default::default(),
-        );
-        let config = common::engine_config(
-            &["AAPL", "MSFT", "AMZN", "NVDA"],
-            dispatcher,
-            vec![link],
-            1024,
-        );
+        let config = common::one_venue_config(venue.local_addr(), "engine");
         let mut core = EngineBuilder::new(config)
             .build(reactor, clock.now_ns())
             .unwrap();

@@ -262,3 +262,23 @@ pub fn engine_config(
         feeds: Vec::new(),
     }
 }
+
+/// The engine configuration of the wire-level tests: one in-process strategy, the four
+/// symbols, one OUCH venue at `address` logged in as `username` (1,024 orders, 2 s ack
+/// timeout, default link timing), rings of 1,024.
+pub fn one_venue_config(
+    address: std::net::SocketAddr,
+    username: &str,
+) -> keel::engine::EngineConfig {
+    let dispatcher = DispatcherConfig {
+        strategies: 1,
+        ..DispatcherConfig::default()
+    };
+    let link = ouch_venue(address, username, 1024, 2 * SEC, Default::default());
+    engine_config(
+        &["AAPL", "MSFT", "AMZN", "NVDA"],
+        dispatcher,
+        vec![link],
+        1024,
+    )
+}
