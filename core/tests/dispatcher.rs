@@ -1179,3 +1179,105 @@ fn bad_prices_are_refused_before_they_leave() {
     }
     assert!(rig.requests(0).is_empty());
 }
+
+// Goal: every cancel is answered exactly once, also when its order closes some other way after
+// the cancel left (the soak's failure: a burst of cancels written into a connection that dropped
+// before the venue read them; their new orders, never received either, were resolved "rejected"
+// by status queries, and the cancels were never answered). Method: a sent order and its sent
+// cancel both time out; the query's answer closes the order rejected; then the venue's refusal
+// of the cancel arrives anyway. The strategy hears Unknown, Rejected, one CancelRejected.
+#[test]
+fn a_cancel_lost_on_the_wire_is_answered_when_its_order_closes() {
+    let mut rig = Rig::new(roomy_config());
+    let id = rig.new_order(0, 1, 10);
+    rig.settle();
+    rig.send(0, Command::Cancel { id });
+    rig.settle();
+    let sent: Vec<_> = rig.requests(0).iter().map(|r| r.kind).collect();
+    assert_eq!(sent.len(), 2, "the new order and its cancel left: {sent:?}");
+    assert_eq!(sent[1], RequestKind::Cancel { id });
+    // Neither reached the venue: both answers are overdue.
+    rig.advance(2 * SEC);
+    rig.outcome(0, OutcomeKind::Timeout { id });
+    rig.outcome(0, OutcomeKind::Timeout { id });
+    rig.settle();
+    assert_eq!(rig.state(id), OrderState::Unknown);
+    assert_eq!(rig.kinds(0), vec![(id, EventKind::Unknown)]);
+    // The status query: the venue never received the order.
+    let reason = RejectReason::NotReceived;
+    rig.outcome(0, OutcomeKind::Rejected { id, reason });
+    rig.settle();
+    let too_late = EventKind::CancelRejected {
+        reason: CancelRejectReason::TooLateToCancel,
+    };
+    assert_eq!(
+        rig.kinds(0),
+        vec![(id, EventKind::Rejected { reason }), (id, too_late)],
+        "the close answers the new order and, at once, the cancel"
+    );
+    assert_eq!(rig.dispatcher.stats().moot_cancels, 1);
+    // A venue's refusal of that cancel, late: absorbed, not a second answer.
+    let reason = CancelRejectReason::TooLateToCancel;
+    rig.outcome(0, OutcomeKind::CancelRejected { id, reason });
+    rig.settle();
+    rig.advance(2 * SEC);
+    rig.settle();
+    assert_eq!(rig.kinds(0), vec![], "one answer per command");
+    assert_eq!(rig.dispatcher.stats().late_cancel_answers, 1);
+    assert_eq!(rig.dispatcher.stats().contradictions, 0);
+}
+
+// Goal: the three ways a cancel on the wire can meet its order's close answer it once each.
+// Method: for a fill, a rejection and a venue cancel that close the order while its cancel is
+// out, the venue's refusal of the cancel then arrives; count each order's cancel answers.
+#[test]
+fn a_cancel_crossing_its_orders_close_is_answered_once() {
+    let mut rig = Rig::new(roomy_config());
+    let filled = rig.live_order(0, 1, 10);
+    let canceled = rig.live_order(0, 3, 10);
+    let rejected = rig.new_order(0, 2, 10);
+    rig.settle();
+    rig.events(0);
+    for id in [filled, rejected, canceled] {
+        rig.send(0, Command::Cancel { id });
+    }
+    rig.settle();
+    assert_eq!(rig.requests(0).len(), 4, "the new order and three cancels");
+    let price = Price::from_units(10, 0);
+    rig.outcome(
+        0,
+        OutcomeKind::Fill {
+            id: filled,
+            qty: 10,
+            price,
+        },
+    );
+    let reason = RejectReason::Invalid;
+    rig.outcome(
+        0,
+        OutcomeKind::Rejected {
+            id: rejected,
+            reason,
+        },
+    );
+    rig.outcome(0, OutcomeKind::Canceled { id: canceled });
+    let reason = CancelRejectReason::TooLateToCancel;
+    for id in [filled, rejected, canceled] {
+        rig.outcome(0, OutcomeKind::CancelRejected { id, reason });
+    }
+    rig.settle();
+    let kinds = rig.kinds(0);
+    let answers = |id| {
+        kinds
+            .iter()
+            .filter(|(i, k)| {
+                *i == id && matches!(k, EventKind::CancelRejected { .. } | EventKind::Canceled)
+            })
+            .count()
+    };
+    for id in [filled, rejected, canceled] {
+        assert_eq!(answers(id), 1, "{id}: {kinds:?}");
+    }
+    assert_eq!(rig.dispatcher.stats().late_cancel_answers, 3);
+    assert_eq!(rig.dispatcher.stats().contradictions, 0);
+}

@@ -787,17 +787,17 @@ impl Dispatcher {
         self.send_cancel(now_ns, v, id)
     }
 
-    /// A cancel that waited in its lane while its order closed or reopened: every command
-    /// gets an answer, so the strategy hears `CancelRejected { TooLateToCancel }` unless the
-    /// order closed as canceled (that event answered it).
+    /// A cancel that waited in its lane while its order reopened (or closed unseen): every
+    /// command gets one answer, so the strategy hears `CancelRejected` unless something
+    /// answered the cancel already (an order's close answers it at once, see `emit`).
     fn answer_moot_cancel(&mut self, now_ns: u64, id: ClientOrderId) {
         let Some(order) = self.table.get(id) else {
-            return; // evicted after closing: its close event answered the strategy
+            return; // evicted after closing: its close answered the cancel (see `emit`)
         };
-        if order.state == OrderState::Canceled {
-            return;
-        }
         let (strategy, closed) = (order.strategy, order.state.is_terminal());
+        if !self.table.take_cancel_owed(id) {
+            return; // already answered: `Canceled`, a venue's refusal, or the order's close
+        }
         let reason = if closed {
             CancelRejectReason::TooLateToCancel
         } else {
@@ -1388,6 +1388,17 @@ impl Dispatcher {
         id: ClientOrderId,
         reason: CancelRejectReason,
     ) {
+        // The order closed (filled, rejected) and its close already answered the cancel
+        // "too late": the venue's own refusal arriving after it is absorbed, never a second
+        // answer. Counted.
+        let answered = self
+            .table
+            .get(id)
+            .is_some_and(|o| o.state.is_terminal() && !o.cancel_owed);
+        if answered {
+            self.stats.late_cancel_answers += 1;
+            return;
+        }
         let Some(applied) = self.report(id, OrderEvent::CancelRejected, 0) else {
             return;
         };
@@ -1505,7 +1516,35 @@ impl Dispatcher {
         }
     }
 
+    /// Sends `kind` to the strategy. Keeps "every command answered once" for cancels: an
+    /// order that closes in any other way than `Canceled` (filled, rejected, refused) while
+    /// its strategy's cancel is unanswered can no longer be canceled, so the cancel is
+    /// answered `CancelRejected { TooLateToCancel }` right after the close — whether the
+    /// cancel still waits in its lane, is on the wire, or was lost with a dropped connection
+    /// (then no venue answer would ever come).
     fn emit(&mut self, strategy: StrategyId, id: ClientOrderId, kind: EventKind, at_ns: u64) {
+        self.push_event(strategy, id, kind, at_ns);
+        match kind {
+            EventKind::Canceled | EventKind::CancelRejected { .. } => {
+                self.table.take_cancel_owed(id);
+            }
+            _ => {
+                let closed = self
+                    .table
+                    .get(id)
+                    .is_some_and(|o| o.state.is_terminal() && o.cancel_owed);
+                if closed {
+                    self.table.take_cancel_owed(id);
+                    self.stats.moot_cancels += 1;
+                    let reason = CancelRejectReason::TooLateToCancel;
+                    let answer = EventKind::CancelRejected { reason };
+                    self.push_event(strategy, id, answer, at_ns);
+                }
+            }
+        }
+    }
+
+    fn push_event(&mut self, strategy: StrategyId, id: ClientOrderId, kind: EventKind, at_ns: u64) {
         let port = &mut self.strategies[usize::from(strategy.0)];
         if port.events.push(Event { id, kind, at_ns }).is_err() {
             // The order table keeps the truth; the strategy is behind and is told so by the

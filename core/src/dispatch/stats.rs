@@ -35,9 +35,13 @@ pub struct DispatchStats {
     pub contradictions: u64,
     /// The most recent contradiction, for the operator's first look.
     pub last_contradiction: Option<crate::order::Contradiction>,
-    /// Commands answered without reaching a venue because the order closed first (a cancel
-    /// that waited while its order filled): answered `CancelRejected { TooLateToCancel }`.
+    /// Cancels keel answered itself because their order closed first (filled, rejected or
+    /// refused while the cancel waited in its lane, was on the wire, or was lost with a
+    /// dropped connection): answered `CancelRejected { TooLateToCancel }` at the close.
     pub moot_cancels: u64,
+    /// A venue's refusal of a cancel whose order had already closed and whose cancel keel had
+    /// therefore already answered: absorbed, never a second answer.
+    pub late_cancel_answers: u64,
     /// New orders shed.
     pub shed: u64,
     /// Orders that waited past the acquire deadline.

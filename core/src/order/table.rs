@@ -57,6 +57,9 @@ pub struct Order {
     /// The venue has said anything at all about this order (ack, fill, reject, cancel).
     /// Until then the order counts as in flight for the bulkheads.
     pub answered: bool,
+    /// The strategy asked to cancel and has not been answered yet (`Canceled` or
+    /// `CancelRejected`). Set by `CancelRequested`; the dispatcher clears it when it answers.
+    pub cancel_owed: bool,
 }
 
 impl Order {
@@ -266,6 +269,7 @@ impl OrderTable {
             sent_ns: 0,
             needs_reconcile: false,
             answered: false,
+            cancel_owed: false,
         });
         self.index_insert(new.id, slot);
         self.link_open(strategy, slot);
@@ -341,6 +345,7 @@ impl OrderTable {
         }
         remember_origin(order, from, to, event);
         order.state = to;
+        order.cancel_owed |= event == OrderEvent::CancelRequested;
         let first_answer = !order.answered && is_venue_answer(event);
         order.answered |= first_answer;
         let applied = Applied {
@@ -355,6 +360,12 @@ impl OrderTable {
             self.unlink_open(applied.order.strategy, slot);
         }
         Ok(applied)
+    }
+
+    /// Clears the order's owed cancel answer; true if one was owed.
+    pub fn take_cancel_owed(&mut self, id: ClientOrderId) -> bool {
+        self.get_mut(id)
+            .is_some_and(|o| std::mem::replace(&mut o.cancel_owed, false))
     }
 
     fn get_mut(&mut self, id: ClientOrderId) -> Option<&mut Order> {
