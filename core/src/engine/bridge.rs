@@ -55,6 +55,10 @@ pub(super) struct Bridge {
     pending_cancel: bool,
     /// Whether the header says `Running` yet (set by the first pass of the loop).
     running: bool,
+    /// The id floor last published: the highest sequence of this strategy's ids the engine
+    /// has read (journaled ones at start, then every new order and replacement as it is
+    /// read), so a strategy that re-attaches while the engine runs allocates above it.
+    id_floor: u64,
     stats: BridgeStats,
 }
 
@@ -62,13 +66,28 @@ impl Bridge {
     pub(super) fn new(channel: Channel, handle: StrategyHandle, ipc: &IpcConfig, now: u64) -> Self {
         let monitor = PeerMonitor::new(now, channel.strategy_heartbeat(), ipc.strategy_timeout_ns);
         Self {
-            channel,
             handle,
             monitor,
             cancel_on_loss: ipc.cancel_on_strategy_loss,
             pending_cancel: false,
             running: false,
+            id_floor: channel.id_floor(),
+            channel,
             stats: BridgeStats::default(),
+        }
+    }
+
+    /// Raises the published id floor past `command`'s new id (one header store, only when
+    /// it rises). Ids of another strategy are the dispatcher's to refuse, not a floor.
+    fn raise_id_floor(&mut self, command: &Command) {
+        let id = match command {
+            Command::New(order) => order.id,
+            Command::Replace(r) => r.new_id,
+            Command::Cancel { .. } | Command::MassCancel { .. } => return,
+        };
+        if id.strategy() == self.channel.strategy() && id.sequence() > self.id_floor {
+            self.id_floor = id.sequence();
+            self.channel.set_id_floor(self.id_floor);
         }
     }
 
@@ -112,6 +131,7 @@ impl Bridge {
             match self.channel.pop_command() {
                 None => break,
                 Some(Ok(command)) => {
+                    self.raise_id_floor(&command);
                     let pushed = self.handle.commands.push(command);
                     debug_assert!(pushed.is_ok(), "room was checked");
                     self.stats.commands += 1;
@@ -267,6 +287,48 @@ mod tests {
             assert_eq!(port.commands.pop(), Ok(cancel(seq)));
         }
         assert_eq!(bridge.stats.commands, 1_000);
+    }
+
+    // Goal: the id floor is live (issue 12, rail 3): a strategy that re-attaches while the
+    // engine runs reads a floor above every id the engine has read, not the one published at
+    // start. Method: start from a journaled floor of 7; new orders and a replace raise it, a
+    // lower id, a cancel and another strategy's id do not.
+    #[test]
+    fn the_id_floor_follows_every_new_id_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("strategy-1");
+        let engine = Channel::create_or_attach(&path, STRATEGY, 64, 64).unwrap();
+        engine.set_id_floor(7);
+        let strategy = Channel::open(&path).unwrap();
+        let (handle, _port) = strategy_channel(64, 64);
+        let mut bridge = Bridge::new(engine, handle, &IpcConfig::default(), 0);
+        let new = |strategy, seq| {
+            let id = ClientOrderId::new(strategy, seq).unwrap();
+            Command::New(crate::order::NewOrder {
+                id,
+                venue: crate::order::VenueId(0),
+                symbol: crate::order::SymbolId(0),
+                side: crate::order::Side::Buy,
+                price: crate::order::Price(1),
+                qty: 1,
+                tif: crate::order::TimeInForce::Day,
+            })
+        };
+        assert!(strategy.push_command(&new(STRATEGY, 12)));
+        assert!(strategy.push_command(&new(STRATEGY, 9)));
+        assert!(strategy.push_command(&cancel(40)));
+        assert!(strategy.push_command(&new(StrategyId(2), 50)));
+        bridge.pump_commands(1);
+        assert_eq!(strategy.id_floor(), 12);
+        let replace = Command::Replace(crate::order::Replace {
+            id: ClientOrderId::new(STRATEGY, 12).unwrap(),
+            new_id: ClientOrderId::new(STRATEGY, 13).unwrap(),
+            price: crate::order::Price(2),
+            qty: 1,
+        });
+        assert!(strategy.push_command(&replace));
+        bridge.pump_commands(2);
+        assert_eq!(strategy.id_floor(), 13);
     }
 
     // Goal: every malformed record gets its answer, even when the event ring is nearly full:

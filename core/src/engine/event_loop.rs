@@ -31,6 +31,8 @@ pub(super) struct Front {
     shared: Arc<Shared>,
     first_journal_index: u64,
     synced_mask: u64,
+    /// The journal and IPC directory locks, held as long as the dispatcher runs.
+    _locks: Vec<super::lock::DirLock>,
 }
 
 /// The dispatcher loop's part of the engine's report.
@@ -47,6 +49,7 @@ impl Front {
         bridges: Vec<Bridge>,
         shared: Arc<Shared>,
         first_journal_index: u64,
+        locks: Vec<super::lock::DirLock>,
     ) -> Self {
         Self {
             dispatcher,
@@ -54,6 +57,7 @@ impl Front {
             shared,
             first_journal_index,
             synced_mask: 0,
+            _locks: locks,
         }
     }
 

@@ -21,6 +21,7 @@
 
 mod bridge;
 mod event_loop;
+pub mod lock;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -184,6 +185,9 @@ pub enum EngineError {
     /// A loop thread panicked (a bug); its message.
     #[error("engine loop panicked: {0}")]
     Panicked(String),
+    /// Another engine holds the journal or IPC directory (its pid in the message).
+    #[error(transparent)]
+    Locked(#[from] lock::LockError),
 }
 
 /// What the journal gave back at start.
@@ -346,6 +350,11 @@ impl EngineBuilder {
             id_floor: vec![0; usize::from(strategies)],
             ..Restored::default()
         };
+        // One engine per journal and per IPC directory, before either is touched.
+        let locks = lock::lock_dirs(
+            config.journal.as_ref().map(|j| j.dir.as_path()),
+            config.ipc.as_ref().map(|i| i.dir.as_path()),
+        )?;
         // Channels before the journal: from this moment their headers say "starting, nothing
         // SYNCED" with this engine's pid, never a dead engine's state (a start that fails from
         // here on leaves them "stopped": see `Channel`'s drop).
@@ -410,6 +419,7 @@ impl EngineBuilder {
             bridges,
             Arc::clone(&shared),
             first_journal_index,
+            locks,
         );
         let reactor = ReactorConfig {
             conns_max: (links.len() as u32 + feeds.len() as u32 + 2).max(4),

@@ -1,0 +1,205 @@
+//! Safe to operate: `keel run` as an operator meets it — a second engine on the same
+//! directories, a strategy re-attaching to a running engine.
+
+// A test driver waits on other processes by the wall clock; the core never does.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, Stdio};
+use std::time::{Duration, Instant};
+
+use keel::ipc::{Channel, EngineState, IpcEvent};
+use keel::order::{
+    ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
+    VenueId,
+};
+
+mod common;
+
+use common::peers::{keel_run, stop_keel_run, venue, Proc, KEEL};
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A `keel run` configuration for the venue at `entry` with the given journal and IPC
+/// directories; written to `dir/name`.
+fn write_config(dir: &Path, name: &str, entry: &str, journal: &Path, ipc: &Path) -> PathBuf {
+    let text = format!(
+        "symbols = [\"AAPL\", \"MSFT\"]\n\
+         [dispatcher]\nstrategies = 1\n\
+         [engine]\nidle = \"backoff\"\n\
+         [journal]\ndir = \"{}\"\n\
+         [ipc]\ndir = \"{}\"\nstrategy_timeout_ns = 500_000_000\n\
+         [[venue]]\nname = \"sim\"\naddress = \"{entry}\"\nusername = \"keel\"\n\
+         password = \"keel\"\nbackoff_base_ns = 20_000_000\nbackoff_cap_ns = 200_000_000\n",
+        journal.display(),
+        ipc.display()
+    );
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The engine's channel for strategy 0, once an engine of epoch above `epoch_above` made it
+/// and says it runs with venue 0 SYNCED.
+fn synced_channel(ipc: &Path, epoch_above: u64) -> Channel {
+    let path = ipc.join("strategy-0");
+    let mut channel = None;
+    wait_until("a running, SYNCED engine", Duration::from_secs(20), || {
+        if channel.is_none() {
+            channel = Channel::open(&path)
+                .ok()
+                .filter(|c| c.engine_epoch() > epoch_above);
+        }
+        channel.as_ref().is_some_and(|c| {
+            c.beat_strategy();
+            c.engine_state() == EngineState::Running && c.venue_synced(VenueId(0))
+        })
+    });
+    channel.unwrap()
+}
+
+/// `keel run` expected to refuse to start: its exit status and stderr.
+fn refused_run(config: &Path) -> (std::process::ExitStatus, String) {
+    let out = Process::new(KEEL)
+        .args(["run", "--config", config.to_str().unwrap(), "--status-s", "0"])
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+// Goal (issue 12, rail 1): one engine per journal and per IPC directory. Method: an engine
+// runs; a second one on the same configuration, and a third sharing only the IPC directory,
+// are refused naming the directory and the holder's pid; the first is killed with SIGKILL and
+// a restart takes the directories over without any cleanup; three engines started at the same
+// instant on fresh directories leave exactly one running.
+#[test]
+fn a_second_engine_on_the_same_directories_is_refused_with_the_holders_pid() {
+    let v = venue(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, ipc) = (dir.path().join("journal"), dir.path().join("ipc"));
+    let config = write_config(dir.path(), "keel.toml", &v.entry, &journal, &ipc);
+    let log = dir.path().join("run1.log");
+    let first = keel_run(&config, &log);
+    let holder = first.0.id();
+    synced_channel(&ipc, 0);
+
+    let (status, stderr) = refused_run(&config);
+    assert!(!status.success(), "a second engine started: {stderr}");
+    assert!(
+        stderr.contains(&format!("pid {holder}")) && stderr.contains("journal directory"),
+        "{stderr}"
+    );
+    let other_journal = dir.path().join("journal-2");
+    let shares_ipc = write_config(dir.path(), "ipc.toml", &v.entry, &other_journal, &ipc);
+    let (status, stderr) = refused_run(&shares_ipc);
+    assert!(!status.success(), "an engine on a used ipc directory: {stderr}");
+    assert!(
+        stderr.contains(&format!("pid {holder}")) && stderr.contains("ipc directory"),
+        "{stderr}"
+    );
+
+    drop(first); // SIGKILL: the lock goes with the process
+    let log = dir.path().join("run2.log");
+    let second = keel_run(&config, &log);
+    synced_channel(&ipc, 1);
+    let report = stop_keel_run(second, &log);
+    assert!(report.contains("open orders: 0"), "{report}");
+
+    // Started together: one wins, the others are refused.
+    let race = dir.path().join("race");
+    std::fs::create_dir_all(&race).unwrap();
+    let (journal, ipc) = (race.join("journal"), race.join("ipc"));
+    let config = write_config(&race, "keel.toml", &v.entry, &journal, &ipc);
+    let mut engines: Vec<Proc> = (0..3)
+        .map(|i| keel_run(&config, &race.join(format!("run{i}.log"))))
+        .collect();
+    let mut refused = 0;
+    wait_until("two of three engines refused", Duration::from_secs(20), || {
+        refused = engines
+            .iter_mut()
+            .map(|e| e.0.try_wait().unwrap())
+            .filter(|s| s.is_some_and(|s| !s.success()))
+            .count();
+        refused == 2
+    });
+    synced_channel(&ipc, 0);
+    let alive = engines
+        .iter_mut()
+        .map(|e| e.0.try_wait().unwrap())
+        .filter(Option::is_none)
+        .count();
+    assert_eq!(alive, 1);
+}
+
+fn resting(seq: u64) -> Command {
+    Command::New(NewOrder {
+        id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
+        venue: VenueId(0),
+        symbol: SymbolId(1),
+        side: Side::Buy,
+        price: Price::from_units(50, 0),
+        qty: 1,
+        tif: TimeInForce::Day,
+    })
+}
+
+/// Waits for `kind`-matching events for every id in `ids`; returns every event seen.
+fn await_events(
+    channel: &Channel,
+    ids: &[u64],
+    want: impl Fn(&EventKind) -> bool,
+) -> Vec<(u64, EventKind)> {
+    let mut seen = Vec::new();
+    wait_until("the engine's answers", Duration::from_secs(20), || {
+        channel.beat_strategy();
+        while let Some(e) = channel.pop_event() {
+            if let Ok(IpcEvent::Event(e)) = e {
+                seen.push((e.id.sequence(), e.kind));
+            }
+        }
+        ids.iter()
+            .all(|id| seen.iter().any(|(s, k)| s == id && want(k)))
+    });
+    seen
+}
+
+// Goal (issue 12, rail 3): the id floor is live. A strategy restarted while the engine keeps
+// running takes `id_floor() + 1` as documented; before, the floor was published only at engine
+// start, so every order of the restarted strategy was refused as a duplicate. Method: a
+// strategy sends orders 1..=5 and goes away; a new process's view of the channel reads a floor
+// of 5, and its next order, at 6, is accepted.
+#[test]
+fn a_strategy_reattaching_to_a_running_engine_reads_a_floor_above_its_ids() {
+    let v = venue(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, ipc) = (dir.path().join("journal"), dir.path().join("ipc"));
+    let config = write_config(dir.path(), "keel.toml", &v.entry, &journal, &ipc);
+    let log = dir.path().join("run.log");
+    let engine = keel_run(&config, &log);
+    let first = synced_channel(&ipc, 0);
+    assert_eq!(first.id_floor(), 0, "a fresh journal");
+    for seq in 1..=5 {
+        assert!(first.push_command(&resting(seq)));
+    }
+    await_events(&first, &[1, 2, 3, 4, 5], |k| *k == EventKind::Accepted);
+    drop(first);
+
+    let again = synced_channel(&ipc, 0);
+    assert_eq!(again.id_floor(), 5, "the floor covers every id the engine read");
+    let next = again.id_floor() + 1;
+    assert!(again.push_command(&resting(next)));
+    let seen = await_events(&again, &[next], |k| *k != EventKind::Unknown);
+    assert!(
+        seen.contains(&(next, EventKind::Accepted)),
+        "the re-attached strategy's order: {seen:?}"
+    );
+    let report = stop_keel_run(engine, &log);
+    assert!(report.contains("open orders: 6"), "{report}");
+}
