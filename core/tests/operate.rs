@@ -67,11 +67,20 @@ fn synced_channel(ipc: &Path, epoch_above: u64) -> Channel {
 /// `keel run` expected to refuse to start: its exit status and stderr.
 fn refused_run(config: &Path) -> (std::process::ExitStatus, String) {
     let out = Process::new(KEEL)
-        .args(["run", "--config", config.to_str().unwrap(), "--status-s", "0"])
+        .args([
+            "run",
+            "--config",
+            config.to_str().unwrap(),
+            "--status-s",
+            "0",
+        ])
         .stdout(Stdio::null())
         .output()
         .unwrap();
-    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 // Goal (issue 12, rail 1): one engine per journal and per IPC directory. Method: an engine
@@ -99,7 +108,10 @@ fn a_second_engine_on_the_same_directories_is_refused_with_the_holders_pid() {
     let other_journal = dir.path().join("journal-2");
     let shares_ipc = write_config(dir.path(), "ipc.toml", &v.entry, &other_journal, &ipc);
     let (status, stderr) = refused_run(&shares_ipc);
-    assert!(!status.success(), "an engine on a used ipc directory: {stderr}");
+    assert!(
+        !status.success(),
+        "an engine on a used ipc directory: {stderr}"
+    );
     assert!(
         stderr.contains(&format!("pid {holder}")) && stderr.contains("ipc directory"),
         "{stderr}"
@@ -121,14 +133,18 @@ fn a_second_engine_on_the_same_directories_is_refused_with_the_holders_pid() {
         .map(|i| keel_run(&config, &race.join(format!("run{i}.log"))))
         .collect();
     let mut refused = 0;
-    wait_until("two of three engines refused", Duration::from_secs(20), || {
-        refused = engines
-            .iter_mut()
-            .map(|e| e.0.try_wait().unwrap())
-            .filter(|s| s.is_some_and(|s| !s.success()))
-            .count();
-        refused == 2
-    });
+    wait_until(
+        "two of three engines refused",
+        Duration::from_secs(20),
+        || {
+            refused = engines
+                .iter_mut()
+                .map(|e| e.0.try_wait().unwrap())
+                .filter(|s| s.is_some_and(|s| !s.success()))
+                .count();
+            refused == 2
+        },
+    );
     synced_channel(&ipc, 0);
     let alive = engines
         .iter_mut()
@@ -192,7 +208,11 @@ fn a_strategy_reattaching_to_a_running_engine_reads_a_floor_above_its_ids() {
     drop(first);
 
     let again = synced_channel(&ipc, 0);
-    assert_eq!(again.id_floor(), 5, "the floor covers every id the engine read");
+    assert_eq!(
+        again.id_floor(),
+        5,
+        "the floor covers every id the engine read"
+    );
     let next = again.id_floor() + 1;
     assert!(again.push_command(&resting(next)));
     let seen = await_events(&again, &[next], |k| *k != EventKind::Unknown);

@@ -91,7 +91,10 @@ impl DirLock {
         file.set_len(0).map_err(io)?;
         file.seek(SeekFrom::Start(0)).map_err(io)?;
         writeln!(file, "{}", std::process::id()).map_err(io)?;
-        Ok(Self { _file: file, path: lock })
+        Ok(Self {
+            _file: file,
+            path: lock,
+        })
     }
 
     /// The lock file.
@@ -139,7 +142,13 @@ mod tests {
             text.contains(&format!("pid {}", std::process::id())),
             "{text}"
         );
-        assert!(matches!(again, LockError::Held { what: "journal", .. }));
+        assert!(matches!(
+            again,
+            LockError::Held {
+                what: "journal",
+                ..
+            }
+        ));
         drop(first);
         let second = DirLock::take(dir.path(), "journal").unwrap();
         assert_eq!(second.path(), dir.path().join(LOCK_FILE));

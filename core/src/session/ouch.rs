@@ -55,7 +55,10 @@ pub enum ReconcileMode {
     KeelExtension,
     /// Standard OUCH only: an Account Query is the barrier — its answer comes after the
     /// replayed stream, so every missed report has been applied when it arrives. Orders keel
-    /// believes open are not checked against the venue.
+    /// believes open are not checked against the venue. An order in doubt is settled the same
+    /// way (never with keel's `q` status query, which a standard venue does not know): every
+    /// answer the venue sequenced before the barrier's response has arrived, so a new order
+    /// still unanswered was never received, and an unanswered cancel never arrived.
     AccountQueryBarrier,
 }
 
@@ -82,6 +85,12 @@ struct SessionOrder {
     /// Shares booked from a status answer whose execution reports have not arrived yet: the
     /// next reports for this order are those executions (absorbed, never booked twice).
     inferred: u32,
+    /// Account Query barrier mode: the number of the Account Query whose response settles
+    /// this order (0: none asked).
+    barrier: u64,
+    /// Put in doubt by a sequence gap: a barrier cannot say whether it filled in the reports
+    /// the gap skipped, so it stays in doubt (an operator settles it).
+    gap_doubt: bool,
 }
 
 /// The OUCH client state.
@@ -95,8 +104,17 @@ pub struct OuchClient {
     by_id: FxHashMap<ClientOrderId, u32>,
     /// UserRefNums the venue reported open in the reconciliation answer being received.
     venue_open: Vec<u32>,
-    /// An Account Query barrier is outstanding.
-    awaiting_barrier: bool,
+    /// The number of the Account Query whose response is the reconciliation barrier (0: none
+    /// outstanding).
+    awaiting_barrier: u64,
+    /// Account Queries written on the current connection, numbered from 1 (the reconciliation
+    /// barrier and the queries settling orders in doubt).
+    barriers_sent: u64,
+    /// Their responses received.
+    barriers_answered: u64,
+    /// Account Queries written on earlier connections and never answered there: their
+    /// responses may come in a replay and are skipped (a skip too many only delays).
+    barriers_stale: u64,
     /// Token of the reconciliation query in flight.
     reconcile_token: u32,
     /// The highest sequence number applied; a replay overlapping it is skipped up to here.
@@ -133,7 +151,10 @@ impl OuchClient {
             next_user_ref: 1,
             next_seq: 1,
             venue_open: Vec::with_capacity(config.orders_max as usize),
-            awaiting_barrier: false,
+            awaiting_barrier: 0,
+            barriers_sent: 0,
+            barriers_answered: 0,
+            barriers_stale: 0,
             reconcile_token: 0,
             applied_through: 0,
             deadlines: std::collections::VecDeque::with_capacity(cap),
@@ -202,6 +223,8 @@ impl OuchClient {
             awaiting_since_ns: None,
             contradicted: false,
             inferred: 0,
+            barrier: 0,
+            gap_doubt: false,
         };
         // Restores run before the first login; one past `orders_max` would make the map grow.
         if self.by_user_ref.len() >= self.config.orders_max as usize {
@@ -258,13 +281,19 @@ impl OuchClient {
                 }
             }
             ReconcileMode::AccountQueryBarrier => {
-                self.awaiting_barrier = true;
+                self.awaiting_barrier = self.next_barrier();
                 Inbound::AccountQuery
             }
         };
         let mut msg = [0u8; 8];
         let n = encode_inbound(&mut msg, &query, self.config.dialect)?;
         soupbin::encode_client(out, &ClientPacket::Unsequenced(&msg[..n]))
+    }
+
+    /// Numbers the next Account Query written on this connection.
+    fn next_barrier(&mut self) -> u64 {
+        self.barriers_sent += 1;
+        self.barriers_sent
     }
 
     /// Orders sent and not yet answered (their outcome is unknown if the link drops).
@@ -278,6 +307,15 @@ impl OuchClient {
     /// The link dropped: every order sent and not yet answered is now of unknown outcome.
     /// Reports each as a timeout (never failed, never resent); returns how many.
     pub fn mark_in_flight_unknown(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> u64 {
+        // Account Queries this connection never saw answered: a replay may bring their
+        // responses; they answer nothing asked on the next connection.
+        self.barriers_stale += self.barriers_sent - self.barriers_answered;
+        self.barriers_sent = 0;
+        self.barriers_answered = 0;
+        self.awaiting_barrier = 0;
+        for order in self.by_user_ref.values_mut() {
+            order.barrier = 0; // its query is lost with the connection; its deadline re-asks
+        }
         let mut marked = 0;
         for order in self
             .by_user_ref
@@ -342,7 +380,15 @@ impl OuchClient {
             RequestKind::Query { id } => {
                 let user_ref = self.user_ref(id).ok_or(RequestError::UnknownOrder(id))?;
                 self.await_answer(user_ref, request.sent_ns);
-                encode_inbound(&mut msg, &Inbound::OrderStatusQuery { user_ref }, dialect)?
+                let query = match self.config.reconcile {
+                    ReconcileMode::KeelExtension => Inbound::OrderStatusQuery { user_ref },
+                    ReconcileMode::AccountQueryBarrier => {
+                        let barrier = self.next_barrier();
+                        self.update(user_ref, |o| o.barrier = barrier);
+                        Inbound::AccountQuery
+                    }
+                };
+                encode_inbound(&mut msg, &query, dialect)?
             }
             // Handled by the link (it reconciles); nothing of it goes on the wire.
             RequestKind::Reconcile { .. } => return Err(RequestError::NotWire),
@@ -419,6 +465,8 @@ impl OuchClient {
             awaiting_since_ns: None,
             contradicted: false,
             inferred: 0,
+            barrier: 0,
+            gap_doubt: false,
         };
         self.by_user_ref.insert(user_ref, order);
         self.by_id.insert(id, user_ref);
@@ -555,13 +603,24 @@ impl OuchClient {
                 kind,
             })
         };
-        let barrier = matches!(msg, Outbound::AccountQueryResponse { .. })
-            && std::mem::take(&mut self.awaiting_barrier);
-        if barrier {
-            let result = self.barrier_verdict(emit);
-            self.stats.reconciliations += 1;
-            self.stats.last_reconciliation = result;
-            return SessionNews::Reconciled(result);
+        if let Outbound::AccountQueryResponse { .. } = msg {
+            if self.barriers_stale > 0 {
+                // An answer to a query of a dropped connection, replayed: not this one's.
+                self.barriers_stale -= 1;
+                self.stats.stale_barriers += 1;
+                return SessionNews::Nothing;
+            }
+            self.barriers_answered += 1;
+            let answered = self.barriers_answered;
+            self.settle_by_barrier(answered, emit);
+            if self.awaiting_barrier != 0 && self.awaiting_barrier <= answered {
+                self.awaiting_barrier = 0;
+                let result = self.barrier_verdict(emit);
+                self.stats.reconciliations += 1;
+                self.stats.last_reconciliation = result;
+                return SessionNews::Reconciled(result);
+            }
+            return SessionNews::Nothing;
         }
         if let Outbound::ReconcileEnd { token, .. } = *msg {
             if token != self.reconcile_token {
@@ -604,14 +663,55 @@ impl OuchClient {
             ..Reconciliation::default()
         };
         if std::mem::take(&mut self.gap_open) {
-            for order in self.by_user_ref.values() {
+            for order in self.by_user_ref.values_mut() {
                 if !order.closed && !order.contradicted {
                     result.in_doubt += 1;
+                    order.gap_doubt = true;
                     emit(OutcomeKind::Timeout { id: order.id });
                 }
             }
         }
         result
+    }
+
+    /// Account Query `answered` has come back: every report the venue sequenced before it
+    /// has arrived. Each order whose query it answers is settled by what is still missing:
+    /// a new order with no answer never reached the venue (rejected: not received); a cancel
+    /// with no answer never arrived (refused: not applied, the order open as keel knew it);
+    /// anything else is open as keel knew it. An order put in doubt by a sequence gap is left
+    /// in doubt (the barrier cannot see the reports the gap skipped).
+    fn settle_by_barrier(&mut self, answered: u64, emit: &mut impl FnMut(OutcomeKind)) {
+        for (&user_ref, order) in self.by_user_ref.iter_mut() {
+            if order.barrier == 0 || order.barrier > answered {
+                continue;
+            }
+            order.barrier = 0;
+            order.awaiting_since_ns = None;
+            if order.closed || order.contradicted || order.gap_doubt {
+                continue;
+            }
+            let id = order.id;
+            let kind = if !order.accepted {
+                // Closed here as `close` does (the map is being walked).
+                order.closed = true;
+                if self.closed_order.len() < self.closed_order.capacity() {
+                    self.closed_order.push_back(user_ref);
+                }
+                OutcomeKind::Rejected {
+                    id,
+                    reason: RejectReason::NotReceived,
+                }
+            } else if std::mem::take(&mut order.cancel_pending) {
+                OutcomeKind::CancelRejected {
+                    id,
+                    reason: CancelRejectReason::NotApplied,
+                }
+            } else {
+                OutcomeKind::StillOpen { id }
+            };
+            self.stats.resolutions += 1;
+            emit(kind);
+        }
     }
 
     /// The answer to this session's reconciliation query says where it sits in the venue's own
@@ -1216,7 +1316,7 @@ impl Default for RejectTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::ouch::encode_outbound;
+    use crate::proto::ouch::{decode_inbound, encode_outbound};
     use crate::proto::soupbin::encode_server;
 
     fn client(orders_max: u32) -> OuchClient {
@@ -1294,6 +1394,97 @@ mod tests {
             sequence,
         };
         feed(c, &packet).0
+    }
+
+    /// What the client wrote for `request` (decoded back): the OUCH message type.
+    fn written_type(c: &mut OuchClient, kind: RequestKind) -> u8 {
+        let request = VenueRequest {
+            venue: VenueId(0),
+            sent_ns: 5,
+            wire_ref: 0,
+            kind,
+        };
+        let mut out = [0u8; 256];
+        let n = c.encode_request(&request, &mut out).unwrap();
+        match soupbin::decode_client(out[2], &out[3..n]).unwrap() {
+            ClientPacket::Unsequenced(msg) => {
+                decode_inbound(msg, Dialect::SPEC).expect("a message OUCH defines");
+                msg[0]
+            }
+            other => panic!("not an OUCH message: {other:?}"),
+        }
+    }
+
+    // Goal (issue 12, rail 4): in standard-OUCH mode an order in doubt is settled with what a
+    // standard venue offers — an Account Query, whose response follows everything the venue
+    // sequenced before it — never with keel's `q` extension. Method: a new order and a cancel
+    // go unanswered; their queries are written as Account Queries; the response settles the
+    // new order "not received" and the cancel "not applied". After a dropped connection, a
+    // replayed response to a query of the old connection settles nothing; the next does.
+    #[test]
+    fn standard_ouch_settles_orders_in_doubt_with_account_queries_only() {
+        let mut c = client(8);
+        c.config.reconcile = ReconcileMode::AccountQueryBarrier;
+        login(&mut c, 1).unwrap();
+        let order = |n| NewOrder {
+            id: id(n),
+            venue: VenueId(0),
+            symbol: crate::order::SymbolId(0),
+            side: Side::Buy,
+            price: Price(100),
+            qty: 10,
+            tif: TimeInForce::Day,
+        };
+        c.restore_order(&order(1), 1, 0, true).unwrap();
+        enter(&mut c, 2).unwrap();
+        enter(&mut c, 3).unwrap();
+        assert_eq!(
+            written_type(&mut c, RequestKind::Cancel { id: id(1) }),
+            b'X'
+        );
+        for n in [1, 2] {
+            assert_eq!(written_type(&mut c, RequestKind::Query { id: id(n) }), b'Q');
+        }
+        let response = Outbound::AccountQueryResponse {
+            timestamp: 0,
+            next_user_ref: 4,
+        };
+        // Each response settles the orders whose own query it answers (responses come back in
+        // the order the queries were written).
+        let (news, got) = sequenced(&mut c, &response);
+        assert_eq!(news, SessionNews::Nothing);
+        assert_eq!(
+            got,
+            vec![OutcomeKind::CancelRejected {
+                id: id(1),
+                reason: CancelRejectReason::NotApplied
+            }]
+        );
+        let (_, got) = sequenced(&mut c, &response);
+        assert_eq!(
+            got,
+            vec![OutcomeKind::Rejected {
+                id: id(2),
+                reason: RejectReason::NotReceived
+            }],
+            "order 3 was not asked about"
+        );
+        // A query for 3, then the connection drops before its answer.
+        assert_eq!(written_type(&mut c, RequestKind::Query { id: id(3) }), b'Q');
+        c.mark_in_flight_unknown(20, &mut |_| {});
+        login(&mut c, 3).unwrap();
+        let (_, got) = sequenced(&mut c, &response);
+        assert_eq!(got, vec![], "the old connection's answer, replayed");
+        assert_eq!(c.stats().stale_barriers, 1);
+        assert_eq!(written_type(&mut c, RequestKind::Query { id: id(3) }), b'Q');
+        let (_, got) = sequenced(&mut c, &response);
+        assert_eq!(
+            got,
+            vec![OutcomeKind::Rejected {
+                id: id(3),
+                reason: RejectReason::NotReceived
+            }]
+        );
     }
 
     // Goal: keel's venue reject codes (what the simulated venue writes and keel's default

@@ -127,6 +127,9 @@ pub struct ClientStats {
     pub resolutions: u64,
     /// Replayed reports already applied before a reconnect, skipped by sequence number.
     pub duplicates_skipped: u64,
+    /// Account Query responses skipped as answers to queries of a dropped connection
+    /// (standard-OUCH barrier mode).
+    pub stale_barriers: u64,
     /// Reconciliations completed.
     pub reconciliations: u64,
     /// The last reconciliation's result.

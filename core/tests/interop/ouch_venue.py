@@ -1,10 +1,11 @@
 """An independent OUCH venue (the ouch-connect package) that keel's engine trades with.
 
-Usage: python ouch_venue.py HOST:PORT SECONDS
+Usage: python ouch_venue.py HOST:PORT SECONDS [--ignore-enter N,...]
 Accepts a login, answers every Enter Order with Order Accepted, every Cancel Order with
 Order Canceled and every Account Query with its response, built from the ouch-connect
-package's own message samples. Prints READY once
-listening and a summary line at the end.
+package's own message samples. Enter Orders with the UserRefNums given to --ignore-enter get
+no answer and are not kept (an order lost on its way). Any other message is counted under
+"other:<name>" (heartbeats aside). Prints READY once listening and a summary line at the end.
 """
 import json
 import sys
@@ -14,6 +15,7 @@ from links_connect.callbacks import DecoratorDriver, on_recv, on_sent
 from ouch_connect import SvcManual
 
 ORDERS = {}
+IGNORE = set()
 
 
 def sample(name):
@@ -41,6 +43,9 @@ class Venue(DecoratorDriver):
     def on_enter(self, con_id, msg):
         self.count("enter")
         order = msg["UPayload"]["EnterOrder"]
+        if int(order["user_ref_number"]) in IGNORE:
+            self.count("ignored")
+            return
         ORDERS[order["user_ref_number"]] = order
         reply = sample("OrderAccepted")
         acc = reply["SPayload"]["OrderAccepted"]
@@ -69,7 +74,11 @@ class Venue(DecoratorDriver):
 
     @on_recv({})
     def on_other(self, con_id, msg):
-        pass
+        name = next(iter(msg), "?")
+        if name == "UPayload":
+            name = next(iter(msg["UPayload"]), "?")
+        if "Beat" not in name:
+            self.count(f"other:{name}")
 
     @on_sent({})
     def on_any_sent(self, con_id, msg):
@@ -77,6 +86,8 @@ class Venue(DecoratorDriver):
 
 
 def main():
+    if len(sys.argv) > 4 and sys.argv[3] == "--ignore-enter":
+        IGNORE.update(int(n) for n in sys.argv[4].split(","))
     venue = Venue()
     with SvcManual(sys.argv[1], venue, name="ouch-connect-venue"):
         print("READY", flush=True)
