@@ -96,7 +96,8 @@ fn config_text(entry: &str, max_packet_len: u16) -> String {
 struct Drill {
     venue: Venue,
     control: Control,
-    engine: RunningEngine,
+    /// Always running between calls (empty only inside `restart`).
+    running: Option<RunningEngine>,
     strategy: StrategyHandle,
     events: Vec<(ClientOrderId, EventKind)>,
     next_seq: u64,
@@ -113,7 +114,7 @@ impl Drill {
         Self {
             venue,
             control,
-            engine,
+            running: Some(engine),
             strategy,
             events: Vec::new(),
             next_seq: 0,
@@ -135,13 +136,21 @@ impl Drill {
 
     /// Stops the engine (cleanly) and starts a new one from the same configuration (and
     /// journal), against the same venue; returns the first engine's report.
+    /// (The first stops before the second starts: one engine per journal directory.)
     fn restart(&mut self) -> EngineReport {
+        let old = self.running.take().expect("an engine runs");
+        assert!(!old.has_failed(), "an engine loop ended on its own");
+        let report = old.stop().expect("the engine stops cleanly");
         let (engine, strategy) = Self::engine(&self.text);
-        let old = std::mem::replace(&mut self.engine, engine);
+        self.running = Some(engine);
         self.strategy = strategy;
         self.events.clear();
-        assert!(!old.has_failed(), "an engine loop ended on its own");
-        old.stop().expect("the engine stops cleanly")
+        report
+    }
+
+    /// The running engine.
+    fn running(&self) -> &RunningEngine {
+        self.running.as_ref().expect("an engine runs")
     }
 
     fn order(&mut self, symbol: u16, side: Side, tif: TimeInForce) -> NewOrder {
@@ -209,7 +218,7 @@ impl Drill {
     /// Waits until the link is SYNCED, then places a resting buy (as [`Drill::resting`]).
     fn resting_when_trading(&mut self, symbol: u16) -> ClientOrderId {
         let what = format!("SYNCED again before an order on symbol {symbol}");
-        wait_until(&what, || self.engine.venue_synced(VenueId(0)));
+        wait_until(&what, || self.running().venue_synced(VenueId(0)));
         self.resting(symbol)
     }
 
@@ -219,7 +228,7 @@ impl Drill {
         let deadline = Instant::now() + LIMIT;
         loop {
             assert!(Instant::now() < deadline, "never trading again");
-            wait_until("SYNCED", || self.engine.venue_synced(VenueId(0)));
+            wait_until("SYNCED", || self.running().venue_synced(VenueId(0)));
             let o = self.order(symbol, Side::Buy, TimeInForce::Day);
             let answer = self.expect(Some(Command::New(o)), o.id, "an answer", |k| {
                 matches!(k, EventKind::Accepted | EventKind::Refused { .. })
@@ -251,9 +260,10 @@ impl Drill {
     }
 
     /// Stops the engine: it must not have failed, and must stop cleanly (no panic).
-    fn stop(self) -> (EngineReport, Control, Venue) {
-        assert!(!self.engine.has_failed(), "an engine loop ended on its own");
-        let report = self.engine.stop().expect("the engine stops cleanly");
+    fn stop(mut self) -> (EngineReport, Control, Venue) {
+        let engine = self.running.take().expect("an engine runs");
+        assert!(!engine.has_failed(), "an engine loop ended on its own");
+        let report = engine.stop().expect("the engine stops cleanly");
         (report, self.control, self.venue)
     }
 }
@@ -277,7 +287,7 @@ fn long_debug_packets_within_the_maximum_keep_the_link_trading() {
     let b = d.resting(1);
     d.cancel(a);
     d.cancel(b);
-    assert!(d.engine.venue_synced(VenueId(0)));
+    assert!(d.running().venue_synced(VenueId(0)));
     let (report, mut control, _venue) = d.stop();
     let link = &report.links[0];
     assert_eq!(
@@ -299,8 +309,8 @@ fn an_oversize_packet_is_refused_and_the_link_resyncs() {
     let mut d = Drill::start(1024);
     let a = d.resting(0);
     assert_eq!(d.control.ok("oversize 1025"), "ok oversize 1025 sessions=1");
-    wait_until("the link to drop", || !d.engine.venue_synced(VenueId(0)));
-    wait_until("SYNCED again", || d.engine.venue_synced(VenueId(0)));
+    wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
+    wait_until("SYNCED again", || d.running().venue_synced(VenueId(0)));
     let b = d.resting(1);
     d.cancel(a);
     d.cancel(b);
@@ -324,7 +334,7 @@ fn assert_read_only_after(
     what: Contradiction,
 ) -> (EngineReport, Drill2) {
     wait_until("the link to leave SYNCED", || {
-        !d.engine.venue_synced(VenueId(0))
+        !d.running().venue_synced(VenueId(0))
     });
     let before = d.control.stats();
     let o = d.order(2, Side::Buy, TimeInForce::Day);
@@ -348,7 +358,7 @@ fn assert_read_only_after(
     );
     assert_eq!(after["canceled"], before["canceled"] + 1);
     assert!(
-        !d.engine.venue_synced(VenueId(0)),
+        !d.running().venue_synced(VenueId(0)),
         "the link stays untrusted"
     );
     let events = std::mem::take(&mut d.events);
@@ -580,7 +590,7 @@ fn a_fill_skipped_by_a_login_gap_is_recovered() {
     other.enter(1, b'S', b"AAPL    ");
     d.control.ok("refuse on");
     d.control.ok("drop");
-    wait_until("the link to drop", || !d.engine.venue_synced(VenueId(0)));
+    wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
     let control = &mut d.control;
     wait_until("the venue to match the sell", || {
         control.stats()["matches"] == 1
@@ -595,7 +605,7 @@ fn a_fill_skipped_by_a_login_gap_is_recovered() {
         )
     });
     assert!(matches!(fill, EventKind::Filled { qty: 3, .. }), "{fill:?}");
-    wait_until("SYNCED again", || d.engine.venue_synced(VenueId(0)));
+    wait_until("SYNCED again", || d.running().venue_synced(VenueId(0)));
     // Trading again: a new order is accepted.
     let b = d.resting(1);
     d.cancel(b);
@@ -632,8 +642,8 @@ fn impossible_login_sequences_are_refused_and_the_link_resyncs() {
     for (i, sequence) in [u64::MAX, 0].into_iter().enumerate() {
         d.control.ok(&format!("login-seq {sequence}"));
         d.control.ok("drop");
-        wait_until("the link to drop", || !d.engine.venue_synced(VenueId(0)));
-        wait_until("SYNCED again", || d.engine.venue_synced(VenueId(0)));
+        wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
+        wait_until("SYNCED again", || d.running().venue_synced(VenueId(0)));
         // Not wedged: a new order's acceptance comes back through the stream.
         let b = d.resting(1 + i as u16);
         d.cancel(b);
@@ -727,11 +737,11 @@ fn a_login_answer_that_shifts_the_numbering_does_not_wedge_the_link() {
     let a = d.resting(0);
     d.control.ok("login-seq 1000");
     d.control.ok("drop");
-    wait_until("the link to drop", || !d.engine.venue_synced(VenueId(0)));
+    wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
     // The lie is caught one way or another; what matters is what follows.
     let b = d.resting_when_trading(1);
     d.control.ok("drop");
-    wait_until("the link to drop", || !d.engine.venue_synced(VenueId(0)));
+    wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
     let c = d.resting_when_trading(2);
     for id in [a, b, c] {
         d.cancel(id);
@@ -799,12 +809,12 @@ fn packets_at_the_largest_maximum_are_read_or_refused_without_panic() {
         "ok debug-packet 65532 sessions=1"
     );
     let b = d.resting(1);
-    assert!(d.engine.venue_synced(VenueId(0)));
+    assert!(d.running().venue_synced(VenueId(0)));
     assert_eq!(
         d.control.ok("oversize 65535"),
         "ok oversize 65535 sessions=1"
     );
-    wait_until("the link to drop", || !d.engine.venue_synced(VenueId(0)));
+    wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
     let c = d.resting_when_trading(2);
     for id in [a, b, c] {
         d.cancel(id);
@@ -832,7 +842,7 @@ fn a_login_answer_that_announces_a_replay_it_does_not_send_does_not_wedge_the_li
     d.cancel(b);
     d.control.ok("login-seq 1");
     d.control.ok("drop");
-    wait_until("the link to drop", || !d.engine.venue_synced(VenueId(0)));
+    wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
     let c = d.resting_when_trading(2);
     for id in [a, c] {
         d.cancel(id);
@@ -908,7 +918,7 @@ fn a_restart_after_a_shifted_numbering_resyncs() {
     let a = d.resting(0);
     d.control.ok("login-seq 1000");
     d.control.ok("drop");
-    wait_until("the link to drop", || !d.engine.venue_synced(VenueId(0)));
+    wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
     let b = d.resting_when_trading(1);
     let first = d.restart();
     assert_eq!(first.open_orders.len(), 2, "{:?}", first.open_orders);

@@ -223,3 +223,73 @@ fn a_strategy_reattaching_to_a_running_engine_reads_a_floor_above_its_ids() {
     let report = stop_keel_run(engine, &log);
     assert!(report.contains("open orders: 6"), "{report}");
 }
+
+// Goal (issue 12, rail 2): a fresh journal against a venue that already saw the account today
+// starts its wire references where the venue says (the Account Query's next UserRefNum), instead
+// of having every order rejected as a duplicate. Method: an engine trades three orders and
+// stops; a second engine with a new journal (and new ipc directory) on the same account trades
+// again with new ids: its orders are accepted, and it reports the reference floor it adopted;
+// an id reused from the first run is refused by the venue and counted as a duplicate. (Each run
+// cancels its orders: an order open at the venue that a journal does not know keeps the link
+// from trading, as it must.)
+#[test]
+fn a_fresh_journal_against_a_venue_with_history_trades() {
+    let v = venue(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut reports = Vec::new();
+    for run in 0..2_usize {
+        let (journal, ipc) = (
+            dir.path().join(format!("journal-{run}")),
+            dir.path().join(format!("ipc-{run}")),
+        );
+        let config = write_config(dir.path(), "keel.toml", &v.entry, &journal, &ipc);
+        let log = dir.path().join(format!("run{run}.log"));
+        let engine = keel_run(&config, &log);
+        let channel = synced_channel(&ipc, 0);
+        // Ids the venue has not seen (a fresh journal cannot know which ids the account used
+        // today: the venue refuses a reused one, below).
+        let first = channel.id_floor() + [201, 101][run];
+        let ids: Vec<u64> = (first..first + 3).collect();
+        for &seq in &ids {
+            assert!(channel.push_command(&resting(seq)));
+        }
+        let seen = await_events(&channel, &ids, |k| *k != EventKind::Unknown);
+        for &seq in &ids {
+            assert!(
+                seen.contains(&(seq, EventKind::Accepted)),
+                "run {run}, order {seq}: {seen:?}"
+            );
+            let id = ClientOrderId::new(StrategyId(0), seq).unwrap();
+            assert!(channel.push_command(&Command::Cancel { id }));
+        }
+        // Nothing left open: an order the next journal does not know, open at the venue,
+        // would (rightly) keep its reconciliation from settling.
+        await_events(&channel, &ids, |k| *k == EventKind::Canceled);
+        if run == 1 {
+            // An id the account used in the first run (above this journal's floor, so keel
+            // lets it go): the venue refuses it, and keel counts that under its own name.
+            assert!(channel.push_command(&resting(201)));
+            let seen = await_events(&channel, &[201], |k| *k != EventKind::Unknown);
+            let duplicate = EventKind::Rejected {
+                reason: keel::order::RejectReason::DuplicateId,
+            };
+            assert!(seen.contains(&(201, duplicate)), "{seen:?}");
+        }
+        reports.push(stop_keel_run(engine, &log));
+    }
+    assert!(
+        reports[1].contains("wire references adopted 1"),
+        "{}",
+        reports[1]
+    );
+    assert!(
+        reports[1].contains("duplicate-id rejects 1"),
+        "{}",
+        reports[1]
+    );
+    assert!(
+        reports[0].contains("wire references adopted 0"),
+        "{}",
+        reports[0]
+    );
+}

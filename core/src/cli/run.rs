@@ -154,7 +154,8 @@ fn print_report(report: &EngineReport, venues: &[String]) {
     let _ = writeln!(
         out,
         "keel run: stopped. commands {} | sent new {} cancel {} replace {} query {} | shed {} \
-         throttled {} breaker-refused {} | report errors {} | journal records {} ({} errors)",
+         throttled {} breaker-refused {} | report errors {} | journal records {} ({} errors) \
+         | duplicate-id rejects {} | cancels answered at their order's close {}",
         d.commands,
         d.sent_new,
         d.sent_cancel,
@@ -165,7 +166,9 @@ fn print_report(report: &EngineReport, venues: &[String]) {
         d.breaker_refused,
         d.report_errors,
         report.journal_records,
-        d.journal_errors
+        d.journal_errors,
+        d.duplicate_id_rejects,
+        d.moot_cancels
     );
     for (name, l) in venues.iter().zip(&report.links) {
         let _ = writeln!(
@@ -186,7 +189,8 @@ fn print_report(report: &EngineReport, venues: &[String]) {
             out,
             "venue {name}: contradictions {} (last {:?}), last reconciliation: {} in doubt, {} \
              unknown at keel, {} contradictions open; {} late reports absorbed; {} decode errors \
-             (last {:?}); {} reconciliation queries, {} refused read-only",
+             (last {:?}); {} reconciliation queries, {} refused read-only; wire references \
+             adopted {}",
             l.client.contradictions,
             l.client.last_contradiction,
             r.in_doubt,
@@ -196,7 +200,8 @@ fn print_report(report: &EngineReport, venues: &[String]) {
             l.link.decode_errors,
             l.link.last_decode_error,
             l.link.reconcile_queries,
-            l.link.refused_read_only
+            l.link.refused_read_only,
+            l.client.wire_refs_adopted
         );
     }
     for (strategy, b) in &report.bridges {

@@ -1124,6 +1124,13 @@ impl Dispatcher {
                 }
             }
             OutcomeKind::NotSent { id, request } => self.on_not_sent(v, at_ns, id, request),
+            OutcomeKind::WireRefFloor { next } => {
+                let link = &mut self.venues[v];
+                if next > link.next_wire_ref {
+                    link.next_wire_ref = next;
+                    self.stats.wire_refs_adopted += 1;
+                }
+            }
             OutcomeKind::Refused { id, reason } => self.on_link_refused(at_ns, id, reason),
             OutcomeKind::Timeout { id } => {
                 // Unknown, never failed: the order may be live or filled. Nothing is resent.
@@ -1365,6 +1372,9 @@ impl Dispatcher {
             {
                 self.report(old, OrderEvent::ReplaceRejected, 0);
             }
+        }
+        if reason == RejectReason::DuplicateId {
+            self.stats.duplicate_id_rejects += 1;
         }
         let guards = &mut self.guards.venues[v];
         if reason == RejectReason::VenueThrottle {

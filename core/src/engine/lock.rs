@@ -4,8 +4,9 @@
 //! holder dies in any way (kill -9 included): a restart takes over without manual cleanup,
 //! and a stale pid left in the file by a dead holder means nothing.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// The lock file's name inside a locked directory.
@@ -69,9 +70,9 @@ impl DirLock {
             .truncate(false)
             .open(&lock)
             .map_err(io)?;
-        match file.try_lock() {
+        match try_lock(&file) {
             Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 let mut text = String::new();
                 let _ = file.read_to_string(&mut text);
                 let holder = text.trim();
@@ -86,7 +87,7 @@ impl DirLock {
                     },
                 });
             }
-            Err(TryLockError::Error(e)) => return Err(io(e)),
+            Err(e) => return Err(io(e)),
         }
         file.set_len(0).map_err(io)?;
         file.seek(SeekFrom::Start(0)).map_err(io)?;
@@ -100,6 +101,20 @@ impl DirLock {
     /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// An exclusive, non-blocking `flock` on `file` (`WouldBlock` when another open file holds
+/// it). The lock lives as long as the open file.
+fn try_lock(file: &File) -> std::io::Result<()> {
+    // SAFETY: `flock` on a descriptor this `File` owns and keeps open for the call; it touches
+    // no memory.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -241,6 +241,13 @@ pub enum OutcomeKind {
         /// Why.
         reason: CancelRejectReason,
     },
+    /// The venue expects this account's wire references (OUCH UserRefNums) from `next` on: it
+    /// saw references this journal never issued (an account that traded before the journal
+    /// began). New ones start there, instead of being refused as duplicates one by one.
+    WireRefFloor {
+        /// The first reference the venue will accept.
+        next: u32,
+    },
     /// A status answer: the order is open at the venue exactly as keel last knew it. Settles
     /// an order keel has as `Unknown`; changes nothing otherwise.
     StillOpen {

@@ -244,7 +244,16 @@ impl OuchClient {
         self.by_id.get(&id).copied()
     }
 
-    /// Encodes the login request (asking to resume at the next expected sequence).
+    /// A session with nothing to resume: no journaled stream position and no order. Its login
+    /// asks for the stream from the venue's current end (SoupBinTCP sequence 0), not a replay
+    /// of the day: another session's reports on this account (a journal that began late)
+    /// would only be reports about orders this one never sent.
+    fn nothing_to_resume(&self) -> bool {
+        self.applied_through == 0 && self.by_user_ref.is_empty()
+    }
+
+    /// Encodes the login request (asking to resume at the next expected sequence, or from
+    /// the stream's current end when there is nothing to resume).
     pub fn encode_login(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
         // Fixed-width fields: a longer value is refused, never cut (two configured accounts
         // must never log in as one).
@@ -264,7 +273,11 @@ impl OuchClient {
             username: soupbin::alpha(&self.config.username),
             password: soupbin::alpha(&self.config.password),
             session: [b' '; soupbin::SESSION_LEN],
-            sequence: self.applied_through.saturating_add(1),
+            sequence: if self.nothing_to_resume() {
+                0
+            } else {
+                self.applied_through.saturating_add(1)
+            },
             heartbeat_timeout_ms: None,
         };
         soupbin::encode_client(out, &ClientPacket::LoginRequest(login))
@@ -286,8 +299,16 @@ impl OuchClient {
             }
         };
         let mut msg = [0u8; 8];
+        let mut at = 0;
+        if self.config.reconcile == ReconcileMode::KeelExtension {
+            // An Account Query first: its response (before the reconciliation's answer) says
+            // which wire reference the venue expects next.
+            self.next_barrier();
+            let n = encode_inbound(&mut msg, &Inbound::AccountQuery, self.config.dialect)?;
+            at = soupbin::encode_client(out, &ClientPacket::Unsequenced(&msg[..n]))?;
+        }
         let n = encode_inbound(&mut msg, &query, self.config.dialect)?;
-        soupbin::encode_client(out, &ClientPacket::Unsequenced(&msg[..n]))
+        Ok(at + soupbin::encode_client(&mut out[at..], &ClientPacket::Unsequenced(&msg[..n]))?)
     }
 
     /// Numbers the next Account Query written on this connection.
@@ -577,7 +598,8 @@ impl OuchClient {
             });
         }
         self.next_seq = sequence;
-        if sequence > asked {
+        // Asked from the current end: wherever the stream stands is no gap.
+        if sequence > asked && !self.nothing_to_resume() {
             self.gap_open = true;
             self.note_contradiction(Contradiction::SequenceGap);
         }
@@ -603,10 +625,24 @@ impl OuchClient {
                 kind,
             })
         };
-        if let Outbound::AccountQueryResponse { .. } = msg {
+        if let Outbound::AccountQueryResponse { next_user_ref, .. } = *msg {
+            if next_user_ref > self.next_user_ref {
+                // The account used references this session never issued: start above them.
+                self.next_user_ref = next_user_ref;
+                self.stats.wire_refs_adopted += 1;
+                emit(OutcomeKind::WireRefFloor {
+                    next: next_user_ref,
+                });
+            }
             if self.barriers_stale > 0 {
                 // An answer to a query of a dropped connection, replayed: not this one's.
                 self.barriers_stale -= 1;
+                self.stats.stale_barriers += 1;
+                return SessionNews::Nothing;
+            }
+            if self.barriers_answered >= self.barriers_sent {
+                // A response to no query of this connection (a venue that sends them
+                // unasked): it settles nothing.
                 self.stats.stale_barriers += 1;
                 return SessionNews::Nothing;
             }

@@ -127,8 +127,11 @@ pub struct ClientStats {
     pub resolutions: u64,
     /// Replayed reports already applied before a reconnect, skipped by sequence number.
     pub duplicates_skipped: u64,
-    /// Account Query responses skipped as answers to queries of a dropped connection
-    /// (standard-OUCH barrier mode).
+    /// Times the venue's Account Query response said the account's next UserRefNum is above
+    /// this session's (it traded before this journal began).
+    pub wire_refs_adopted: u64,
+    /// Account Query responses skipped: answers to queries of a dropped connection, or
+    /// responses to no query at all (they settle nothing).
     pub stale_barriers: u64,
     /// Reconciliations completed.
     pub reconciliations: u64,
