@@ -28,6 +28,7 @@ pub mod proto;
 pub mod ring;
 pub mod rng;
 pub mod runtime;
+mod say;
 pub mod session;
 pub mod strategy;
 #[cfg(feature = "simulator")]

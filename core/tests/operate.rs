@@ -293,3 +293,69 @@ fn a_fresh_journal_against_a_venue_with_history_trades() {
         reports[0]
     );
 }
+
+/// The write end of a pipe whose read end is already closed: every write fails (EPIPE).
+fn closed_pipe() -> Stdio {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: `pipe` fills the two descriptors it creates; each is owned exactly once below.
+    #[allow(unsafe_code)]
+    let (read, write) = unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    drop(read);
+    Stdio::from(write)
+}
+
+// Goal (issue 12, CLI): a closed stdout or stderr never panics a command. Method: `keel
+// defaults` and `keel config-check` write into a pipe nobody reads (they end quietly, as a Unix
+// filter does, never with a panic); `keel run` with both stdout and stderr closed trades its
+// way to SYNCED and stops cleanly on SIGTERM (before, its first line panicked it).
+#[test]
+fn a_closed_stdout_or_stderr_never_panics_a_command() {
+    let v = venue(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, ipc) = (dir.path().join("journal"), dir.path().join("ipc"));
+    let config = write_config(dir.path(), "keel.toml", &v.entry, &journal, &ipc);
+    for args in [
+        vec!["defaults"],
+        vec!["config-check", config.to_str().unwrap()],
+    ] {
+        let out = Process::new(KEEL)
+            .args(&args)
+            .stdout(closed_pipe())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
+    }
+    let mut engine = Proc(
+        Process::new(KEEL)
+            .args([
+                "run",
+                "--config",
+                config.to_str().unwrap(),
+                "--status-s",
+                "1",
+            ])
+            .stdout(closed_pipe())
+            .stderr(closed_pipe())
+            .spawn()
+            .unwrap(),
+    );
+    synced_channel(&ipc, 0);
+    std::thread::sleep(Duration::from_millis(1_500)); // a status line or two, into the void
+    let pid = engine.0.id() as i32;
+    // SAFETY: a signal to our own child.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let status = engine.0.wait().unwrap();
+    assert!(status.success(), "keel run with closed outputs: {status}");
+}

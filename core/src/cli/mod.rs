@@ -107,18 +107,27 @@ where
             };
         }
     };
+    if matches!(
+        cli.command,
+        Command::Defaults | Command::ConfigCheck { .. } | Command::Demo(_)
+    ) {
+        // A report to a reader that went away (`keel defaults | head`): end quietly, as
+        // Unix filters do, instead of panicking on the write. (`run` and `venue` keep the
+        // signal ignored and never fail on a closed output: see `say_line!`.)
+        restore_sigpipe();
+    }
     match cli.command {
         Command::Venue(args) => venue::run(args),
         Command::Run(args) => run::run(args),
         Command::Defaults => {
-            println!("{:#?}", DispatcherConfig::default());
+            crate::say_line!("{:#?}", DispatcherConfig::default());
             ExitCode::SUCCESS
         }
         Command::ConfigCheck { file } => config_check(&file),
         Command::Demo(args) => match crate::demo::run(&args) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {
-                eprintln!("keel demo: {e}");
+                crate::warn_line!("keel demo: {e}");
                 ExitCode::from(2)
             }
         },
@@ -129,7 +138,7 @@ fn config_check(file: &std::path::Path) -> ExitCode {
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(e) => {
-            eprintln!("keel: cannot read {}: {e}", file.display());
+            crate::warn_line!("keel: cannot read {}: {e}", file.display());
             return ExitCode::from(66);
         }
     };
@@ -210,8 +219,17 @@ fn config_check(file: &std::path::Path) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("keel: {}: {e}", file.display());
+            crate::warn_line!("keel: {}: {e}", file.display());
             ExitCode::from(65)
         }
+    }
+}
+
+/// Default SIGPIPE disposition: a write to a closed pipe ends the process, silently.
+fn restore_sigpipe() {
+    // SAFETY: sets the disposition of one signal to the default; no handler, no memory.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -34,19 +34,19 @@ pub fn run(args: RunArgs) -> ExitCode {
     let text = match std::fs::read_to_string(&args.config) {
         Ok(text) => text,
         Err(e) => {
-            eprintln!("keel run: cannot read {}: {e}", args.config.display());
+            crate::warn_line!("keel run: cannot read {}: {e}", args.config.display());
             return ExitCode::from(66);
         }
     };
     let config = match EngineConfig::from_toml(&text) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("keel run: {}: {e}", args.config.display());
+            crate::warn_line!("keel run: {}: {e}", args.config.display());
             return ExitCode::from(65);
         }
     };
     let (Some(journal), Some(ipc)) = (config.journal.clone(), config.ipc.clone()) else {
-        eprintln!(
+        crate::warn_line!(
             "keel run: {}: needs a [journal] table (orders must survive a crash) and an [ipc] \
              table (where strategies connect)",
             args.config.display()
@@ -56,7 +56,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         if let Err(e) = signal_hook::flag::register(signal, Arc::clone(&stop)) {
-            eprintln!("keel run: cannot watch signal {signal}: {e}");
+            crate::warn_line!("keel run: cannot watch signal {signal}: {e}");
             return ExitCode::from(71);
         }
     }
@@ -67,12 +67,12 @@ pub fn run(args: RunArgs) -> ExitCode {
     let engine = match EngineBuilder::new(config).start() {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("keel run: {e}");
+            crate::warn_line!("keel run: {e}");
             return ExitCode::from(1);
         }
     };
     let r = engine.restored();
-    println!(
+    crate::say_line!(
         "keel run: {} topology, {} transport asked, {} venue(s), {} strategies over shared \
          memory in {}",
         match topology {
@@ -84,7 +84,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         strategies,
         ipc.dir.display()
     );
-    println!(
+    crate::say_line!(
         "keel run: journal {}: {} records replayed ({} torn-tail bytes ignored); {} orders \
          restored live, {} in doubt (queried, never resent); streams resume after {:?}; id \
          floors {:?}",
@@ -125,7 +125,7 @@ pub fn run(args: RunArgs) -> ExitCode {
                     }
                 })
                 .collect();
-            eprintln!(
+            crate::warn_line!(
                 "keel run: {:>6.1}s synced [{}] passes {}",
                 elapsed.as_secs_f64(),
                 synced.join(" "),
@@ -139,7 +139,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             ExitCode::from(u8::from(failed))
         }
         Err(e) => {
-            eprintln!("keel run: {e}");
+            crate::warn_line!("keel run: {e}");
             ExitCode::from(1)
         }
     }

@@ -145,7 +145,7 @@ pub struct VenueArgs {
 pub fn run(args: VenueArgs) -> ExitCode {
     for s in &args.symbols {
         if s.is_empty() || s.len() > 8 || !s.bytes().all(|b| b.is_ascii_graphic()) {
-            eprintln!("keel venue: --symbols: '{s}' must be 1 to 8 printable characters");
+            crate::warn_line!("keel venue: --symbols: '{s}' must be 1 to 8 printable characters");
             return ExitCode::from(64);
         }
     }
@@ -208,7 +208,7 @@ pub fn run(args: VenueArgs) -> ExitCode {
         if args.transport.fallback(&e) != Some(TransportKind::Epoll) {
             return refused(&e);
         }
-        eprintln!(
+        crate::warn_line!(
             "keel venue: warning: {e}; running on the epoll transport instead \
              (docs/operations.md, \"Transports\")"
         );
@@ -220,7 +220,7 @@ pub fn run(args: VenueArgs) -> ExitCode {
 }
 
 fn refused(e: &NetError) -> ExitCode {
-    eprintln!("keel venue: {e}");
+    crate::warn_line!("keel venue: {e}");
     ExitCode::from(1)
 }
 
@@ -230,7 +230,7 @@ fn serve<T: SocketTransport>(mut server: VenueServer<T>, args: &VenueArgs) -> Ex
     server.exchange_mut().reject_burst_remaining = args.reject_burst;
     // Scripts read the addresses by position (the market data last): the transport goes
     // between them.
-    println!(
+    crate::say_line!(
         "keel venue: order entry on {}, control on {}, symbols {}, transport {}, market data on {}",
         server.local_addr(),
         server.control_addr().map_or("-".into(), |a| a.to_string()),
@@ -250,12 +250,12 @@ fn serve<T: SocketTransport>(mut server: VenueServer<T>, args: &VenueArgs) -> Ex
             break;
         }
         if let Err(e) = server.step(now, MS) {
-            eprintln!("keel venue: {e}");
+            crate::warn_line!("keel venue: {e}");
             return ExitCode::from(1);
         }
     }
     let stats = server.exchange().stats();
-    println!(
+    crate::say_line!(
         "keel venue: done: {} logins, {} accepted, {} rejected, {} matches",
         server.stats().logins,
         stats.accepted,

@@ -175,7 +175,7 @@ impl Bridge {
         self.channel.publish_fault(fault);
         self.pending_cancel |= self.cancel_on_loss;
         // Once per channel per run: a cold path.
-        eprintln!(
+        crate::warn_line!(
             "keel: strategy {}: channel {} broken: {fault}; no more commands are read from \
              it{}",
             self.channel.strategy().0,

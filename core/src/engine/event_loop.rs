@@ -93,7 +93,7 @@ impl Front {
         let journal_records = match self.dispatcher.journal_mut() {
             Some(j) => {
                 if let Err(e) = j.sync() {
-                    eprintln!("keel: journal sync at stop: {e}");
+                    crate::warn_line!("keel: journal sync at stop: {e}");
                 }
                 j.next_index() - self.first_journal_index
             }

@@ -600,7 +600,9 @@ fn open_transport(kind: TransportKind, config: ReactorConfig) -> Result<Opened, 
             Ok(r) => Ok(Opened::IoUring(r)),
             Err(e) => match kind.fallback(&e) {
                 Some(TransportKind::Epoll) => {
-                    eprintln!("keel: warning: {e}; running the executor loop on epoll instead");
+                    crate::warn_line!(
+                        "keel: warning: {e}; running the executor loop on epoll instead"
+                    );
                     Ok(Opened::Epoll(EpollReactor::new(config)?))
                 }
                 _ => Err(e),

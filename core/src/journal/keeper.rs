@@ -172,7 +172,7 @@ impl Drop for Keeper {
         self.shared.work.notify_one();
         if let Some(thread) = self.thread.take() {
             if thread.join().is_err() {
-                eprintln!("keel: journal keeper thread panicked");
+                crate::warn_line!("keel: journal keeper thread panicked");
             }
         }
     }
@@ -273,7 +273,7 @@ fn run(shared: &Shared, start: KeeperStart) {
 fn release(retired: &mut Vec<MmapMut>) {
     for map in retired.drain(..) {
         if let Err(e) = map.flush() {
-            eprintln!("keel: journal: sync of a completed file: {e}");
+            crate::warn_line!("keel: journal: sync of a completed file: {e}");
         }
     }
 }
@@ -293,7 +293,7 @@ fn spare_from(
         }
         Err(e) => {
             if !retry {
-                eprintln!("keel: journal: next file not reserved ({e}); retrying");
+                crate::warn_line!("keel: journal: next file not reserved ({e}); retrying");
             }
             let errno = io_errno(&e);
             state.failure = Some((n, errno));
@@ -336,7 +336,7 @@ impl Compactor {
         if let Err(e) = folded {
             // The state is no longer the journal's: stop checkpointing (a restart replays
             // from the last good checkpoint and reports the file).
-            eprintln!("keel: journal: checkpoint of file {n} stopped: {e}");
+            crate::warn_line!("keel: journal: checkpoint of file {n} stopped: {e}");
             self.broken = true;
             return;
         }
@@ -358,7 +358,7 @@ impl Compactor {
                 self.newest_checkpoint = Some(n);
             }
             // Not fatal: a restart replays from the previous checkpoint.
-            Err(e) => eprintln!("keel: journal: checkpoint {n} not written: {e}"),
+            Err(e) => crate::warn_line!("keel: journal: checkpoint {n} not written: {e}"),
         }
     }
 }

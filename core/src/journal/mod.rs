@@ -357,7 +357,7 @@ impl Journal {
 fn tidy(dir: &Path, report: &mut OpenReport) -> Result<files::Listing, JournalError> {
     let mut listing = files::list(dir)?;
     for leftover in &listing.leftovers {
-        eprintln!(
+        crate::warn_line!(
             "keel: journal: removing {} (a creation cut short)",
             leftover.display()
         );
@@ -370,7 +370,7 @@ fn tidy(dir: &Path, report: &mut OpenReport) -> Result<files::Listing, JournalEr
             Shape::Data => break,
             // A prepared spare, or a file a crash left before its first record: nothing lost.
             Shape::Empty => {}
-            Shape::Partial => eprintln!(
+            Shape::Partial => crate::warn_line!(
                 "keel: journal: removing {}: no valid header and no records (a creation cut \
                  short)",
                 path.display()
@@ -472,7 +472,7 @@ fn newest_checkpoint(
                 report.records += records.len() as u64;
                 return (Some(c), next_index);
             }
-            Err(e) => eprintln!("keel: journal: checkpoint {c} not used: {e}"),
+            Err(e) => crate::warn_line!("keel: journal: checkpoint {c} not used: {e}"),
         }
     }
     (None, 1)

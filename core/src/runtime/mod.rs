@@ -180,7 +180,9 @@ pub fn pin_or_warn(core: usize) -> bool {
     match pin_current_thread(core) {
         Pinning::Pinned(_) => true,
         Pinning::Unpinned { core, cores } => {
-            eprintln!("warning: could not pin to core {core} ({cores} cores); running unpinned");
+            crate::warn_line!(
+                "warning: could not pin to core {core} ({cores} cores); running unpinned"
+            );
             false
         }
     }
