@@ -1930,9 +1930,9 @@ impl Sent {
             | OutcomeKind::Refused { id, .. }
             | OutcomeKind::Contradiction { id: Some(id), .. } => id,
             // A report for an order this session never sent: nothing to check against.
-            OutcomeKind::Contradiction { id: None, .. } | OutcomeKind::WireRefFloor { .. } => {
-                return Ok(())
-            }
+            OutcomeKind::Contradiction { id: None, .. }
+            | OutcomeKind::WireRefFloor { .. }
+            | OutcomeKind::VenueSession { .. } => return Ok(()),
             OutcomeKind::Replaced { id, new_id } => {
                 prop_assert!(
                     self.qty.contains_key(&new_id),

@@ -359,3 +359,68 @@ fn a_closed_stdout_or_stderr_never_panics_a_command() {
     let status = engine.0.wait().unwrap();
     assert!(status.success(), "keel run with closed outputs: {status}");
 }
+
+// Goal (issue 12, rail 6): a new venue session (a new trading day: the session name changes at
+// login) is detected, never traded on with the old day's journal, and the operator is told the
+// exact command that resolves it. Method: an engine trades on session DAY1 and stops; the venue
+// comes back as DAY2; the engine on the same journal runs but never reaches SYNCED, says why
+// with the command, and counts the refusals; the command run, the engine trades on DAY2.
+#[test]
+fn a_new_venue_session_is_detected_and_the_fix_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, ipc) = (dir.path().join("journal"), dir.path().join("ipc"));
+    let day1 = venue(&["--session", "DAY1"]);
+    let config = write_config(dir.path(), "keel.toml", &day1.entry, &journal, &ipc);
+    let log = dir.path().join("run1.log");
+    let engine = keel_run(&config, &log);
+    let channel = synced_channel(&ipc, 0);
+    assert!(channel.push_command(&resting(1)));
+    await_events(&channel, &[1], |k| *k == EventKind::Accepted);
+    let id = ClientOrderId::new(StrategyId(0), 1).unwrap();
+    assert!(channel.push_command(&Command::Cancel { id }));
+    await_events(&channel, &[1], |k| *k == EventKind::Canceled);
+    stop_keel_run(engine, &log);
+    drop(channel);
+    drop(day1);
+
+    let day2 = venue(&["--session", "DAY2"]);
+    let config = write_config(dir.path(), "keel.toml", &day2.entry, &journal, &ipc);
+    let log = dir.path().join("run2.log");
+    let engine = keel_run(&config, &log);
+    let channel = Channel::open(&ipc.join("strategy-0")).unwrap();
+    wait_until("the engine running", Duration::from_secs(20), || {
+        channel.beat_strategy();
+        channel.engine_epoch() >= 2 && channel.engine_state() == EngineState::Running
+    });
+    let stderr = log.with_extension("err");
+    wait_until("the refusal on stderr", Duration::from_secs(20), || {
+        std::fs::read_to_string(&stderr).is_ok_and(|e| e.contains("began session"))
+    });
+    assert!(
+        !channel.venue_synced(VenueId(0)),
+        "traded on the old day's journal"
+    );
+    let err = std::fs::read_to_string(&stderr).unwrap();
+    let command = format!("mv {0} {0}.DAY1", journal.display());
+    assert!(
+        err.contains("began session \"DAY2\"") && err.contains("session \"DAY1\""),
+        "{err}"
+    );
+    assert!(err.contains(&command), "{err}");
+    assert_eq!(err.matches("began session").count(), 1, "said once: {err}");
+    let report = stop_keel_run(engine, &log);
+    assert!(
+        !report.contains("logins refused for a new venue session 0"),
+        "{report}"
+    );
+
+    // The command named, then a start on the new journal: it trades on DAY2.
+    std::fs::rename(&journal, format!("{}.DAY1", journal.display())).unwrap();
+    let log = dir.path().join("run3.log");
+    let engine = keel_run(&config, &log);
+    let channel = synced_channel(&ipc, 2);
+    let next = channel.id_floor() + 1;
+    assert!(channel.push_command(&resting(next + 10)));
+    await_events(&channel, &[next + 10], |k| *k == EventKind::Accepted);
+    stop_keel_run(engine, &log);
+}

@@ -190,7 +190,7 @@ fn print_report(report: &EngineReport, venues: &[String]) {
             "venue {name}: contradictions {} (last {:?}), last reconciliation: {} in doubt, {} \
              unknown at keel, {} contradictions open; {} late reports absorbed; {} decode errors \
              (last {:?}); {} reconciliation queries, {} refused read-only; wire references \
-             adopted {}",
+             adopted {}; logins refused for a new venue session {}",
             l.client.contradictions,
             l.client.last_contradiction,
             r.in_doubt,
@@ -201,7 +201,8 @@ fn print_report(report: &EngineReport, venues: &[String]) {
             l.link.last_decode_error,
             l.link.reconcile_queries,
             l.link.refused_read_only,
-            l.client.wire_refs_adopted
+            l.client.wire_refs_adopted,
+            l.client.new_session_refused
         );
     }
     for (strategy, b) in &report.bridges {

@@ -63,6 +63,10 @@ pub struct VenueArgs {
     /// Accept a ClOrdID the account already used today (real venues differ).
     #[arg(long)]
     allow_duplicate_cl_ord_id: bool,
+    /// The session (trading day) name announced at login: 1 to 10 letters or digits. A
+    /// venue started with another name is a new day to a client that journaled this one.
+    #[arg(long, default_value = "KEELSIM001")]
+    session: String,
     /// Server-side rate limit: messages per window per account (0: none); excess orders are
     /// rejected with code 5 (throttled), excess cancels get a Cancel Reject.
     #[arg(long, default_value_t = 0)]
@@ -150,6 +154,17 @@ pub fn run(args: VenueArgs) -> ExitCode {
         }
     }
     const MS: u64 = 1_000_000;
+    let session_ok = (1..=10).contains(&args.session.len())
+        && args.session.bytes().all(|b| b.is_ascii_alphanumeric());
+    if !session_ok {
+        crate::warn_line!(
+            "keel venue: --session '{}' must be 1 to 10 letters or digits",
+            args.session
+        );
+        return ExitCode::from(64);
+    }
+    let mut session = [b' '; 10];
+    session[..args.session.len()].copy_from_slice(args.session.as_bytes());
     let config = VenueConfig {
         listen: args.listen,
         control: Some(args.control),
@@ -157,6 +172,7 @@ pub fn run(args: VenueArgs) -> ExitCode {
             symbols: args.symbols.clone(),
             password: args.password.clone(),
             reject_duplicate_cl_ord_id: !args.allow_duplicate_cl_ord_id,
+            session,
             rate_limit_messages: args.rate_limit,
             rate_window_ns: args.rate_window_ms * MS,
             dialect: match args.dialect {

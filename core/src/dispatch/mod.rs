@@ -1124,6 +1124,10 @@ impl Dispatcher {
                 }
             }
             OutcomeKind::NotSent { id, request } => self.on_not_sent(v, at_ns, id, request),
+            OutcomeKind::VenueSession { session } => {
+                let venue = VenueId(v as u16);
+                self.journal(crate::journal::JournalRecord::VenueSession { venue, session });
+            }
             OutcomeKind::WireRefFloor { next } => {
                 let link = &mut self.venues[v];
                 if next > link.next_wire_ref {

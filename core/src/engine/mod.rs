@@ -382,6 +382,14 @@ impl EngineBuilder {
                     restored.applied_through[usize::from(venue.0)] = seq;
                 }
             }
+            for (venue, &session) in &recovery.venue_session {
+                if let Some(link) = links.get_mut(usize::from(venue.0)) {
+                    let old = String::from_utf8_lossy(&session).trim_end().to_string();
+                    let dir = jc.dir.display();
+                    let resolve = format!("mv {dir} {dir}.{old} && keel run --config <this file>");
+                    link.client_mut().resume_session(session, resolve);
+                }
+            }
             for r in recovery.open.values() {
                 // Routes were checked by `restore`.
                 links[usize::from(r.order.venue.0)]

@@ -112,6 +112,16 @@ pub enum JournalRecord {
         /// Next unused wire reference.
         next_wire_ref: u32,
     },
+    /// The venue session (trading day) this journal's records for `venue` belong to, as the
+    /// venue named it at login (SoupBinTCP's 10-character Session). Written at the first
+    /// login; a later login into another session is refused (the journal's sequence numbers
+    /// and orders belong to the old one).
+    VenueSession {
+        /// The venue.
+        venue: VenueId,
+        /// The session's name.
+        session: [u8; 10],
+    },
 }
 
 /// Why the journal takes no record right now. Small and `Copy`: an append on the decision
@@ -501,6 +511,7 @@ const KIND_SESSION_SEQ: u8 = 5;
 const KIND_ID_HIGH_WATER: u8 = 6;
 const KIND_OPEN_ORDER: u8 = 7;
 const KIND_WIRE_REF_FLOOR: u8 = 8;
+const KIND_VENUE_SESSION: u8 = 9;
 
 fn encode_order(o: &NewOrder, wire_ref: u32, p: &mut [u8]) {
     p[20..24].copy_from_slice(&wire_ref.to_le_bytes());
@@ -584,6 +595,11 @@ fn encode(record: &JournalRecord, index: u64, slot: &mut [u8]) {
             p[8..12].copy_from_slice(&next_wire_ref.to_le_bytes());
             KIND_WIRE_REF_FLOOR
         }
+        JournalRecord::VenueSession { venue, session } => {
+            p[0..2].copy_from_slice(&venue.0.to_le_bytes());
+            p[8..18].copy_from_slice(&session);
+            KIND_VENUE_SESSION
+        }
     };
     slot[4] = kind;
     slot[8..16].copy_from_slice(&index.to_le_bytes());
@@ -634,6 +650,10 @@ fn decode(slot: &[u8]) -> Result<JournalRecord, &'static str> {
         KIND_WIRE_REF_FLOOR => JournalRecord::WireRefFloor {
             venue: VenueId(u16_at(0)),
             next_wire_ref: u32_at(8),
+        },
+        KIND_VENUE_SESSION => JournalRecord::VenueSession {
+            venue: VenueId(u16_at(0)),
+            session: p[8..18].try_into().expect("10"),
         },
         KIND_ACCEPTED => JournalRecord::Accepted {
             id,
@@ -725,6 +745,14 @@ mod tests {
                 "open order",
             ),
             (
+                JournalRecord::VenueSession {
+                    venue: VenueId(0),
+                    session: *b"DAY0000001",
+                },
+                9,
+                "venue session",
+            ),
+            (
                 JournalRecord::WireRefFloor {
                     venue: VenueId(0),
                     next_wire_ref: 2,
@@ -793,6 +821,12 @@ mod tests {
                     filled,
                 }
             ),
+            (0u16..3, any::<[u8; 10]>()).prop_map(|(v, session)| {
+                JournalRecord::VenueSession {
+                    venue: VenueId(v),
+                    session,
+                }
+            }),
             (0u16..3, any::<u32>()).prop_map(|(v, w)| JournalRecord::WireRefFloor {
                 venue: VenueId(v),
                 next_wire_ref: w,

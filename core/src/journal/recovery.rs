@@ -42,6 +42,8 @@ pub struct Recovery {
     pub applied_through: BTreeMap<VenueId, u64>,
     /// Next unused wire reference per venue: above every one journaled.
     pub next_wire_ref: BTreeMap<VenueId, u32>,
+    /// The venue session (trading day) each venue's records belong to (the last recorded).
+    pub venue_session: BTreeMap<VenueId, [u8; 10]>,
     /// Records that referred to an order the journal never saw the intent of.
     pub orphans: u64,
 }
@@ -106,6 +108,9 @@ impl Recovery {
                 let next = self.next_sequence.entry(strategy).or_default();
                 *next = (*next).max(high_water_mark.saturating_add(1));
             }
+            JournalRecord::VenueSession { venue, session } => {
+                self.venue_session.insert(venue, session);
+            }
         }
     }
 
@@ -134,8 +139,12 @@ impl Recovery {
             self.next_wire_ref.len()
                 + self.next_sequence.len()
                 + self.applied_through.len()
+                + self.venue_session.len()
                 + self.open.len(),
         );
+        for (&venue, &session) in &self.venue_session {
+            records.push(JournalRecord::VenueSession { venue, session });
+        }
         for (&venue, &next_wire_ref) in &self.next_wire_ref {
             records.push(JournalRecord::WireRefFloor {
                 venue,

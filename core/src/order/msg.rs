@@ -241,6 +241,13 @@ pub enum OutcomeKind {
         /// Why.
         reason: CancelRejectReason,
     },
+    /// The venue session (trading day) the link logged into, the first time this journal
+    /// sees one: the dispatcher journals it, so a restart knows which session its sequence
+    /// numbers and orders belong to.
+    VenueSession {
+        /// The session's name (SoupBinTCP: 10 characters).
+        session: [u8; 10],
+    },
     /// The venue expects this account's wire references (OUCH UserRefNums) from `next` on: it
     /// saw references this journal never issued (an account that traded before the journal
     /// began). New ones start there, instead of being refused as duplicates one by one.

@@ -129,6 +129,11 @@ pub struct OuchClient {
     /// Reports that contradicted keel's view and named no order keel knows (a fill for an
     /// order never sent): sticky, counted unresolved until an operator clears them.
     orphan_contradictions: u32,
+    /// The venue session the journal's records belong to (`None`: not known yet; the first
+    /// login records it).
+    journal_session: Option<[u8; 10]>,
+    /// What an operator runs to start a new journal when the venue began another session.
+    new_session_resolve: String,
     stats: ClientStats,
 }
 
@@ -148,6 +153,8 @@ impl OuchClient {
             closed_order: std::collections::VecDeque::with_capacity(config.orders_max as usize),
             gap_open: false,
             orphan_contradictions: 0,
+            journal_session: None,
+            new_session_resolve: String::new(),
             next_user_ref: 1,
             next_seq: 1,
             venue_open: Vec::with_capacity(config.orders_max as usize),
@@ -197,6 +204,13 @@ impl OuchClient {
     pub fn resume_after(&mut self, seq: u64) {
         self.applied_through = seq;
         self.next_seq = seq.saturating_add(1);
+    }
+
+    /// Restores the venue session the journal's records belong to, before the first login;
+    /// `resolve` is the command an operator runs when the venue has begun another one.
+    pub fn resume_session(&mut self, session: [u8; 10], resolve: String) {
+        self.journal_session = Some(session);
+        self.new_session_resolve = resolve;
     }
 
     /// Rebuilds one order from the journal in a fresh client (before its first login), so
@@ -558,7 +572,10 @@ impl OuchClient {
         emit: &mut impl FnMut(Outcome),
     ) -> Result<SessionNews, DecodeError> {
         match decode_server(packet_type, payload)? {
-            ServerPacket::LoginAccepted { sequence, .. } => self.on_login_accepted(sequence),
+            ServerPacket::LoginAccepted { sequence, session } => {
+                self.check_session(session, emit)?;
+                self.on_login_accepted(sequence)
+            }
             ServerPacket::LoginRejected(_) => Ok(SessionNews::LoginRejected),
             ServerPacket::EndOfSession => Ok(SessionNews::EndOfSession),
             ServerPacket::Heartbeat | ServerPacket::Debug(_) => Ok(SessionNews::Nothing),
@@ -580,6 +597,56 @@ impl OuchClient {
                 }
                 self.applied_through = seq;
                 Ok(self.on_sequenced(now_ns, seq, &msg, emit))
+            }
+        }
+    }
+
+    /// The venue session this login entered. The first one is recorded (an outcome the
+    /// dispatcher journals); another session than the journal's — a new trading day, or a
+    /// venue that lost its state — is refused: the journal's sequence numbers and open
+    /// orders belong to the old session, and trading on them would be trading on a state
+    /// known to be wrong. The connection closes (and retries with backoff: the link never
+    /// trades on this journal); the operator is told, once, the command that resolves it.
+    fn check_session(
+        &mut self,
+        session: [u8; 10],
+        emit: &mut impl FnMut(Outcome),
+    ) -> Result<(), DecodeError> {
+        match self.journal_session {
+            None => {
+                self.journal_session = Some(session);
+                emit(Outcome {
+                    venue: self.venue,
+                    received_ns: 0,
+                    seq: 0,
+                    kind: OutcomeKind::VenueSession { session },
+                });
+                Ok(())
+            }
+            Some(known) if known == session => Ok(()),
+            Some(known) => {
+                self.stats.new_session_refused += 1;
+                if self.stats.new_session_refused == 1 {
+                    let name = |s: &[u8; 10]| String::from_utf8_lossy(s).trim_end().to_string();
+                    crate::warn_line!(
+                        "keel: venue {}: the venue began session \"{}\" but the journal's records \
+                         belong to session \"{}\": no trading on this journal (its sequence \
+                         numbers and open orders are the old session's). Stop keel, start a new \
+                         journal: {}",
+                        self.venue.0,
+                        name(&session),
+                        name(&known),
+                        if self.new_session_resolve.is_empty() {
+                            "move the journal directory aside and start again"
+                        } else {
+                            &self.new_session_resolve
+                        }
+                    );
+                }
+                Err(DecodeError::BadField {
+                    field: "Session (not the journal's)",
+                    value: u64::from_be_bytes(session[..8].try_into().expect("8")),
+                })
             }
         }
     }
@@ -1234,6 +1301,9 @@ impl VenueProtocol for OuchClient {
     }
     fn resume_after(&mut self, seq: u64) {
         OuchClient::resume_after(self, seq)
+    }
+    fn resume_session(&mut self, session: [u8; 10], resolve: String) {
+        OuchClient::resume_session(self, session, resolve);
     }
     fn restore_order(
         &mut self,

@@ -70,6 +70,10 @@ pub trait VenueProtocol {
     fn clear_contradictions(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> u32;
     /// Journal restore, before the first login: resume the venue's stream after `seq`.
     fn resume_after(&mut self, seq: u64);
+    /// Journal restore, before the first login: the venue session (trading day) the
+    /// journal's records belong to. A login into another session is refused, and the
+    /// operator told `resolve` (the exact command that starts a new journal).
+    fn resume_session(&mut self, session: [u8; 10], resolve: String);
     /// Journal restore, before the first login: one open order and its wire reference.
     fn restore_order(
         &mut self,
@@ -130,6 +134,9 @@ pub struct ClientStats {
     /// Times the venue's Account Query response said the account's next UserRefNum is above
     /// this session's (it traded before this journal began).
     pub wire_refs_adopted: u64,
+    /// Logins refused because the venue began another session than the journal's (a new
+    /// trading day, or a venue that lost its state): the link never trades on that journal.
+    pub new_session_refused: u64,
     /// Account Query responses skipped: answers to queries of a dropped connection, or
     /// responses to no query at all (they settle nothing).
     pub stale_barriers: u64,
@@ -310,6 +317,9 @@ macro_rules! protocols {
             }
             fn resume_after(&mut self, seq: u64) {
                 match self { $(Self::$variant(p) => p.resume_after(seq),)+ }
+            }
+            fn resume_session(&mut self, session: [u8; 10], resolve: String) {
+                match self { $(Self::$variant(p) => p.resume_session(session, resolve),)+ }
             }
             fn restore_order(
                 &mut self,

@@ -343,6 +343,11 @@ pub struct Exchange {
     pub login_gap_once: u64,
     /// Login answers that really skipped messages (the gap fault found something to skip).
     pub login_gaps_made: u64,
+    /// Of those, gaps the client could not have seen: its next login asked again from at or
+    /// before where the gapped one asked (the gapped answer never reached it).
+    pub login_gaps_covered: u64,
+    /// Where the last gapped login asked from, until the next login.
+    login_gap_asked: Option<u64>,
     /// Each symbol's reference price for the collar: its last trade (or the configured start).
     reference: Vec<Option<i64>>,
     /// Match numbers of lies count down from here, never meeting the real ones.
@@ -383,6 +388,8 @@ impl Exchange {
             replay_from_start_once: false,
             login_gap_once: 0,
             login_gaps_made: 0,
+            login_gaps_covered: 0,
+            login_gap_asked: None,
             reference: vec![config.reference_price; config.symbols.len()],
             next_lie_match: u64::MAX,
             config,
@@ -423,6 +430,12 @@ impl Exchange {
             (self.accounts.len() - 1) as u32
         });
         let next = self.accounts[account as usize].stream_len() + 1;
+        // A gap made at the previous login is covered when this login asks again from at or
+        // before where that one asked: the client never applied past the gap (its answer was
+        // lost to a cut, say), so there was nothing it could have noticed.
+        if let Some(asked) = self.login_gap_asked.take() {
+            self.login_gaps_covered += u64::from(requested != 0 && requested <= asked);
+        }
         // 0 asks for "from now on"; anything past the end is clamped to the end.
         let start = if std::mem::take(&mut self.replay_from_start_once) {
             1 // fault: a venue that replays the whole day, duplicates included
@@ -431,7 +444,11 @@ impl Exchange {
         } else {
             let gap = std::mem::take(&mut self.login_gap_once);
             let start = requested.saturating_add(gap).min(next);
-            self.login_gaps_made += u64::from(start > requested.min(next));
+            let made = start > requested.min(next);
+            self.login_gaps_made += u64::from(made);
+            if made {
+                self.login_gap_asked = Some(requested);
+            }
             start
         };
         Ok((account, start))
