@@ -66,21 +66,33 @@ fn synced_channel(ipc: &Path, epoch_above: u64) -> Channel {
 
 /// `keel run` expected to refuse to start: its exit status and stderr.
 fn refused_run(config: &Path) -> (std::process::ExitStatus, String) {
-    let out = Process::new(KEEL)
-        .args([
-            "run",
-            "--config",
-            config.to_str().unwrap(),
-            "--status-s",
-            "0",
-        ])
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let log = config.with_extension("refused.log");
+    let mut engine = keel_run(config, &log);
+    let status = engine.0.wait().unwrap();
+    let stderr = std::fs::read_to_string(log.with_extension("err")).unwrap();
+    (status, stderr)
+}
+
+/// One engine's world: a venue, a directory, the journal and ipc directories in it, and a
+/// configuration (`keel.toml`) that joins them.
+struct Setup {
+    venue: common::peers::Venue,
+    dir: tempfile::TempDir,
+    ipc: PathBuf,
+    config: PathBuf,
+}
+
+fn setup() -> Setup {
+    let venue = venue(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, ipc) = (dir.path().join("journal"), dir.path().join("ipc"));
+    let config = write_config(dir.path(), "keel.toml", &venue.entry, &journal, &ipc);
+    Setup {
+        venue,
+        dir,
+        ipc,
+        config,
+    }
 }
 
 // Goal (issue 12, rail 1): one engine per journal and per IPC directory. Method: an engine
@@ -90,10 +102,12 @@ fn refused_run(config: &Path) -> (std::process::ExitStatus, String) {
 // instant on fresh directories leave exactly one running.
 #[test]
 fn a_second_engine_on_the_same_directories_is_refused_with_the_holders_pid() {
-    let v = venue(&[]);
-    let dir = tempfile::tempdir().unwrap();
-    let (journal, ipc) = (dir.path().join("journal"), dir.path().join("ipc"));
-    let config = write_config(dir.path(), "keel.toml", &v.entry, &journal, &ipc);
+    let Setup {
+        venue: v,
+        dir,
+        ipc,
+        config,
+    } = setup();
     let log = dir.path().join("run1.log");
     let first = keel_run(&config, &log);
     let holder = first.0.id();
@@ -193,10 +207,12 @@ fn await_events(
 // of 5, and its next order, at 6, is accepted.
 #[test]
 fn a_strategy_reattaching_to_a_running_engine_reads_a_floor_above_its_ids() {
-    let v = venue(&[]);
-    let dir = tempfile::tempdir().unwrap();
-    let (journal, ipc) = (dir.path().join("journal"), dir.path().join("ipc"));
-    let config = write_config(dir.path(), "keel.toml", &v.entry, &journal, &ipc);
+    let Setup {
+        venue: _venue,
+        dir,
+        ipc,
+        config,
+    } = setup();
     let log = dir.path().join("run.log");
     let engine = keel_run(&config, &log);
     let first = synced_channel(&ipc, 0);
@@ -317,10 +333,12 @@ fn closed_pipe() -> Stdio {
 // way to SYNCED and stops cleanly on SIGTERM (before, its first line panicked it).
 #[test]
 fn a_closed_stdout_or_stderr_never_panics_a_command() {
-    let v = venue(&[]);
-    let dir = tempfile::tempdir().unwrap();
-    let (journal, ipc) = (dir.path().join("journal"), dir.path().join("ipc"));
-    let config = write_config(dir.path(), "keel.toml", &v.entry, &journal, &ipc);
+    let Setup {
+        venue: _venue,
+        dir: _dir,
+        ipc,
+        config,
+    } = setup();
     for args in [
         vec!["defaults"],
         vec!["config-check", config.to_str().unwrap()],

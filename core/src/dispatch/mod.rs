@@ -1129,11 +1129,9 @@ impl Dispatcher {
                 self.journal(crate::journal::JournalRecord::VenueSession { venue, session });
             }
             OutcomeKind::WireRefFloor { next } => {
+                // Counted by the session (`ClientStats::wire_refs_adopted`).
                 let link = &mut self.venues[v];
-                if next > link.next_wire_ref {
-                    link.next_wire_ref = next;
-                    self.stats.wire_refs_adopted += 1;
-                }
+                link.next_wire_ref = link.next_wire_ref.max(next);
             }
             OutcomeKind::Refused { id, reason } => self.on_link_refused(at_ns, id, reason),
             OutcomeKind::Timeout { id } => {
@@ -1543,12 +1541,8 @@ impl Dispatcher {
                 self.table.take_cancel_owed(id);
             }
             _ => {
-                let closed = self
-                    .table
-                    .get(id)
-                    .is_some_and(|o| o.state.is_terminal() && o.cancel_owed);
-                if closed {
-                    self.table.take_cancel_owed(id);
+                let closed = self.table.get(id).is_some_and(|o| o.state.is_terminal());
+                if closed && self.table.take_cancel_owed(id) {
                     self.stats.moot_cancels += 1;
                     let reason = CancelRejectReason::TooLateToCancel;
                     let answer = EventKind::CancelRejected { reason };

@@ -39,9 +39,6 @@ pub struct DispatchStats {
     /// refused while the cancel waited in its lane, was on the wire, or was lost with a
     /// dropped connection): answered `CancelRejected { TooLateToCancel }` at the close.
     pub moot_cancels: u64,
-    /// Times a venue said it expects wire references above the ones keel would have used
-    /// next (an account that traded before this journal began): new ones start there.
-    pub wire_refs_adopted: u64,
     /// New orders the venue rejected as duplicate ids (its reject code for it): each is a
     /// wire reference the venue had seen — a journal that does not match the venue's day.
     pub duplicate_id_rejects: u64,

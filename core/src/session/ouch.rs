@@ -1443,17 +1443,22 @@ mod tests {
         ClientOrderId::new(crate::order::StrategyId(0), n).unwrap()
     }
 
-    /// Sends new order `n` (UserRefNum `n`, quantity 10).
-    fn enter(c: &mut OuchClient, n: u32) -> Result<usize, RequestError> {
-        let order = NewOrder {
-            id: id(u64::from(n)),
+    /// Day order `n`: buy 10 of symbol 0 at 100.
+    fn order(n: u64) -> NewOrder {
+        NewOrder {
+            id: id(n),
             venue: VenueId(0),
             symbol: crate::order::SymbolId(0),
             side: Side::Buy,
             price: Price(100),
             qty: 10,
             tif: TimeInForce::Day,
-        };
+        }
+    }
+
+    /// Sends new order `n` (UserRefNum `n`, quantity 10).
+    fn enter(c: &mut OuchClient, n: u32) -> Result<usize, RequestError> {
+        let order = order(u64::from(n));
         let request = VenueRequest {
             venue: VenueId(0),
             sent_ns: 1,
@@ -1532,15 +1537,6 @@ mod tests {
         let mut c = client(8);
         c.config.reconcile = ReconcileMode::AccountQueryBarrier;
         login(&mut c, 1).unwrap();
-        let order = |n| NewOrder {
-            id: id(n),
-            venue: VenueId(0),
-            symbol: crate::order::SymbolId(0),
-            side: Side::Buy,
-            price: Price(100),
-            qty: 10,
-            tif: TimeInForce::Day,
-        };
         c.restore_order(&order(1), 1, 0, true).unwrap();
         enter(&mut c, 2).unwrap();
         enter(&mut c, 3).unwrap();
