@@ -1007,7 +1007,8 @@ impl Dispatcher {
     fn take_wire_ref(&mut self, v: usize) -> u32 {
         let link = &mut self.venues[v];
         let wire_ref = link.next_wire_ref;
-        link.next_wire_ref += 1;
+        // Saturates: at 2^32 - 1 the session refuses the order (`WireRefsExhausted`).
+        link.next_wire_ref = link.next_wire_ref.saturating_add(1);
         wire_ref
     }
 

@@ -485,6 +485,11 @@ impl OuchClient {
             }
             r => r,
         };
+        // The last reference OUCH can carry is never used, so a venue's "next is 2^32 - 1"
+        // (its worst legal answer) refuses new orders instead of wrapping or reusing one.
+        if user_ref == u32::MAX {
+            return Err(RequestError::WireRefsExhausted { next: user_ref });
+        }
         self.make_room()?;
         self.next_user_ref = user_ref.saturating_add(1);
         let order = SessionOrder {
@@ -1587,6 +1592,42 @@ mod tests {
                 reason: RejectReason::NotReceived
             }]
         );
+    }
+
+    // Goal: the worst legal Account Query answer — next UserRefNum 2^32 - 1 — is adopted and
+    // fails safe: no new order is written (refused, never wrapped to a used reference); the
+    // worst illegal ones (0, below ours) change nothing.
+    #[test]
+    fn a_venue_that_says_every_wire_reference_is_used_refuses_new_orders() {
+        let mut c = client(8);
+        login(&mut c, 1).unwrap();
+        enter(&mut c, 5).unwrap();
+        for next in [0, 3] {
+            let answer = Outbound::AccountQueryResponse {
+                timestamp: 0,
+                next_user_ref: next,
+            };
+            assert_eq!(sequenced(&mut c, &answer).1, vec![]);
+        }
+        let answer = Outbound::AccountQueryResponse {
+            timestamp: 0,
+            next_user_ref: u32::MAX,
+        };
+        assert_eq!(
+            sequenced(&mut c, &answer).1,
+            vec![OutcomeKind::WireRefFloor { next: u32::MAX }]
+        );
+        let request = VenueRequest {
+            venue: VenueId(0),
+            sent_ns: 1,
+            wire_ref: u32::MAX,
+            kind: RequestKind::New(order(6)),
+        };
+        assert_eq!(
+            c.encode_request(&request, &mut [0u8; 256]),
+            Err(RequestError::WireRefsExhausted { next: u32::MAX })
+        );
+        assert!(c.user_ref(id(6)).is_none(), "nothing half-recorded");
     }
 
     // Goal: keel's venue reject codes (what the simulated venue writes and keel's default

@@ -175,6 +175,13 @@ pub enum RequestError {
         /// The last one used.
         last: u32,
     },
+    /// The account's wire references are used up (the venue said the next is 2^32 − 1, the
+    /// last one OUCH can carry): no new order can be sent on this account.
+    #[error("wire references exhausted: the venue expects {next} next")]
+    WireRefsExhausted {
+        /// The next reference the venue expects.
+        next: u32,
+    },
     /// The session's order map is full of open orders: a new one cannot be tracked.
     #[error("session order map full: {orders_max} open orders")]
     SessionFull {
