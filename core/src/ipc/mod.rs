@@ -29,6 +29,8 @@
 //! word) from a live one by the engine heartbeat and process id (docs/ipc.md).
 
 mod codec;
+mod names;
+pub use names::{fingerprint, VENUE_NAME_LEN};
 
 use std::cell::Cell;
 use std::fs::OpenOptions;
@@ -87,6 +89,8 @@ pub mod offset {
     pub const STRATEGY_HEARTBEAT: usize = 128;
     /// u64 strategy process id.
     pub const STRATEGY_PID: usize = 136;
+    /// u64 the symbol/venue table fingerprint the strategy was built for (0: none declared).
+    pub const DECLARED_FINGERPRINT: usize = 144;
     /// u64 commands published (written by the strategy).
     pub const COMMAND_TAIL: usize = 192;
     /// u64 commands consumed (written by the engine).
@@ -99,6 +103,12 @@ pub mod offset {
     pub const FAULT_FOUND: usize = 448;
     /// u64 the value it was checked against (the last value seen, or the limit).
     pub const FAULT_LIMIT: usize = 456;
+    /// u64 the engine's symbol/venue table fingerprint (see `names`).
+    pub const CONFIG_FINGERPRINT: usize = 512;
+    /// u64 name counts (see `names`).
+    pub const NAME_COUNTS: usize = 1024;
+    /// First name word.
+    pub const NAMES: usize = 1032;
 }
 
 /// The engine's state as published in the header.
@@ -147,6 +157,23 @@ pub enum IpcError {
     /// A capacity is not a power of two in 2..=2^20.
     #[error("ipc capacity {0}: must be a power of two in 2..=1048576")]
     BadCapacity(u32),
+    /// The strategy's symbol/venue table is not the engine's.
+    #[error(
+        "ipc {path}: this strategy's table (symbols {ours:?}, fingerprint {ours_fingerprint:#018x}) \
+         is not the engine's (symbols {engine:?}, fingerprint {engine_fingerprint:#018x})"
+    )]
+    TableMismatch {
+        /// The file.
+        path: PathBuf,
+        /// The strategy's symbols.
+        ours: Vec<String>,
+        /// The engine's symbols.
+        engine: Vec<String>,
+        /// The strategy's fingerprint.
+        ours_fingerprint: u64,
+        /// The engine's fingerprint.
+        engine_fingerprint: u64,
+    },
 }
 
 /// Why one record was refused (it is skipped and counted; the ring goes on).
@@ -225,6 +252,18 @@ pub enum ChannelFault {
         /// The largest value allowed.
         limit: u64,
     },
+    /// The strategy declared a symbol/venue table other than the engine's: its indices
+    /// would name other symbols.
+    #[error(
+        "the strategy's symbol/venue table (fingerprint {declared:#018x}) is not the engine's \
+         ({engine:#018x})"
+    )]
+    TableMismatch {
+        /// The strategy's declared fingerprint.
+        declared: u64,
+        /// The engine's.
+        engine: u64,
+    },
 }
 
 impl ChannelFault {
@@ -248,6 +287,7 @@ impl ChannelFault {
                 ring: RingKind::Events,
                 ..
             } => 4,
+            Self::TableMismatch { .. } => 5,
         }
     }
 
@@ -255,6 +295,7 @@ impl ChannelFault {
         match *self {
             Self::Backwards { last, found, .. } => (found, last),
             Self::Beyond { found, limit, .. } => (found, limit),
+            Self::TableMismatch { declared, engine } => (declared, engine),
         }
     }
 
@@ -264,6 +305,12 @@ impl ChannelFault {
             2 => (RingKind::Commands, false),
             3 => (RingKind::Events, true),
             4 => (RingKind::Events, false),
+            5 => {
+                return Some(Self::TableMismatch {
+                    declared: found,
+                    engine: limit,
+                })
+            }
             _ => return None,
         };
         Some(if backwards {
