@@ -386,9 +386,9 @@ fn python_example_trades_through_keel_run() {
     let _ = open_channel(&path, 0);
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python/keel_strategy.py");
     let out = Process::new("python3")
-        .arg(example)
+        .arg(&example)
         .arg(&path)
-        .args(["--orders", "25", "--symbol", "3"])
+        .args(["--orders", "25", "--symbol", "NVDA", "--venue", "sim"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -400,9 +400,34 @@ fn python_example_trades_through_keel_run() {
     assert!(stdout.contains("\"placed\": 25"), "{stdout}");
     assert!(stdout.contains("\"accepted\": 25"), "{stdout}");
     assert!(stdout.contains("\"canceled\": 25"), "{stdout}");
+    // A strategy built for another symbol order is refused at attach, and the engine
+    // declares its channel broken (fault 5): none of its orders would reach NVDA as MSFT.
+    let out = Process::new("python3")
+        .arg(&example)
+        .arg(&path)
+        .args(["--orders", "5", "--table", "MSFT,AAPL,AMZN,NVDA"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("['MSFT', 'AAPL', 'AMZN', 'NVDA']")
+            && stderr.contains("['AAPL', 'MSFT', 'AMZN', 'NVDA']"),
+        "{stderr}"
+    );
+    let channel = Channel::open(&path).unwrap();
+    wait_until("the table-mismatch fault", Duration::from_secs(10), || {
+        channel.published_fault().map(|f| f.code()) == Some(5)
+    });
     let report = common::peers::stop_keel_run(engine, &log);
     assert!(report.contains("open orders: 0"), "{report}");
     assert!(report.contains("strategy 1: 50 commands"), "{report}");
+    assert!(
+        std::fs::read_to_string(log.with_extension("err"))
+            .unwrap()
+            .contains("symbol/venue table"),
+        "the broken channel is logged"
+    );
 }
 
 /// A Rust strategy over shared memory that storms: new orders (some marketable) and cancels.

@@ -30,7 +30,8 @@ HEADER_LEN = 4096
 OFF_VERSION, OFF_RECORD_LEN, OFF_CMD_CAP, OFF_EVT_CAP, OFF_STRATEGY = 8, 12, 16, 20, 24
 OFF_ENGINE_HEARTBEAT, OFF_ENGINE_EPOCH, OFF_ENGINE_STATE = 64, 72, 80
 OFF_ID_FLOOR, OFF_VENUES_SYNCED, OFF_ENGINE_PID, OFF_CHANNEL_FAULT = 88, 96, 104, 112
-OFF_STRATEGY_HEARTBEAT, OFF_STRATEGY_PID = 128, 136
+OFF_STRATEGY_HEARTBEAT, OFF_STRATEGY_PID, OFF_DECLARED_FINGERPRINT = 128, 136, 144
+OFF_CONFIG_FINGERPRINT, OFF_NAME_COUNTS, OFF_NAMES = 512, 1024, 1032
 OFF_CMD_TAIL, OFF_CMD_HEAD, OFF_EVT_TAIL, OFF_EVT_HEAD = 192, 256, 320, 384
 
 ENGINE_RUNNING = 2
@@ -131,6 +132,48 @@ class Channel:
             return False
         return self._engine_beat_changed is not None and now - self._engine_beat_changed < stale_after_s
 
+    # Symbols and venues by name (docs/ipc.md, "Symbols and venues by name") -----------
+    def config_fingerprint(self):
+        """The engine's symbol/venue table fingerprint (0: no engine published one yet)."""
+        return self._u64(OFF_CONFIG_FINGERPRINT)
+
+    def _names(self):
+        counts = self._u64(OFF_NAME_COUNTS)
+        listed_symbols, listed_venues = (counts >> 16) & 0xFFFF, counts >> 48
+        room = (HEADER_LEN - OFF_NAMES) // 8
+        listed_symbols = min(listed_symbols, room)
+        listed_venues = min(listed_venues, (room - listed_symbols) // 2)
+        at = OFF_NAMES
+        symbols = []
+        for _ in range(listed_symbols):
+            symbols.append(self._u64(at).to_bytes(8, "little").rstrip(b" ").decode("ascii", "replace"))
+            at += 8
+        venues = []
+        for _ in range(listed_venues):
+            raw = self._u64(at).to_bytes(8, "little") + self._u64(at + 8).to_bytes(8, "little")
+            venues.append(raw.rstrip(b" ").decode("utf-8", "replace"))
+            at += 16
+        return symbols, venues
+
+    def symbol_names(self):
+        """The engine's symbols; a command's symbol is the index of its name here."""
+        return self._names()[0]
+
+    def venue_names(self):
+        """The engine's venues; a command's venue is the index of its name here."""
+        return self._names()[1]
+
+    def declare_table(self, symbols, venues):
+        """Declares the table this strategy was built for. The engine refuses the channel
+        (fault 5) if its own table differs; refused here at once if it already does."""
+        ours = fingerprint(symbols, venues)
+        self._set_u64(OFF_DECLARED_FINGERPRINT, ours)
+        engine = self.config_fingerprint()
+        if engine not in (0, ours):
+            raise ChannelError(
+                f"this strategy's table (symbols {list(symbols)}, fingerprint {ours:#018x}) is not "
+                f"the engine's (symbols {self.symbol_names()}, fingerprint {engine:#018x})")
+
     def engine_epoch(self):
         return self._u64(OFF_ENGINE_EPOCH)
 
@@ -214,6 +257,17 @@ class Channel:
                 "price": price, "other": other, "at_ns": at_ns}
 
 
+def fingerprint(symbols, venues):
+    """FNV-1a (64-bit) over each symbol name, a 0 byte, a 1 byte, each venue name and a 0
+    byte; never 0. The same function as the engine's (docs/ipc.md)."""
+    h = 0xCBF29CE484222325
+    data = b"".join(s.encode("ascii").rstrip(b" ") + b"\0" for s in symbols) + b"\1"
+    data += b"".join(v.encode("utf-8") + b"\0" for v in venues)
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return max(h, 1)
+
+
 def pid_alive(pid):
     """Whether process `pid` exists (signal 0 checks without sending anything)."""
     if pid <= 0:
@@ -241,8 +295,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("channel", help="the strategy's channel file, e.g. /dev/shm/keel/strategy-0")
     ap.add_argument("--orders", type=int, default=20)
-    ap.add_argument("--venue", type=int, default=0)
-    ap.add_argument("--symbol", type=int, default=0)
+    ap.add_argument("--venue", default=None, help="venue name (default: the engine's first)")
+    ap.add_argument("--symbol", default=None, help="symbol name (default: the engine's first)")
+    ap.add_argument("--table", default=None,
+                    help="the symbols this strategy was built for, comma-separated, in the "
+                         "engine's order (default: trust the engine's table)")
     ap.add_argument("--timeout-s", type=float, default=20.0)
     args = ap.parse_args()
     try:
@@ -252,7 +309,25 @@ def main():
         return 2
     # A header alone may be a dead engine's: wait for a live engine (heartbeat moving, pid
     # alive) that says the venue is SYNCED.
-    if not wait_for(ch, lambda: ch.engine_live() and ch.venue_synced(args.venue), args.timeout_s):
+    if not wait_for(ch, lambda: ch.engine_live() and ch.config_fingerprint(), args.timeout_s):
+        print("keel_strategy: no live engine", file=sys.stderr)
+        return 1
+    # Symbols and venues by name, never by a number guessed from a configuration file.
+    symbols, venues = ch.symbol_names(), ch.venue_names()
+    try:
+        if args.table is not None:
+            ch.declare_table(args.table.split(","), venues)
+        else:
+            ch.declare_table(symbols, venues)
+    except ChannelError as e:
+        print(f"keel_strategy: {e}", file=sys.stderr)
+        return 2
+    if args.symbol and args.symbol not in symbols or args.venue and args.venue not in venues:
+        print(f"keel_strategy: the engine trades symbols {symbols} on venues {venues}", file=sys.stderr)
+        return 2
+    symbol = symbols.index(args.symbol) if args.symbol else 0
+    venue = venues.index(args.venue) if args.venue else 0
+    if not wait_for(ch, lambda: ch.engine_live() and ch.venue_synced(venue), args.timeout_s):
         print("keel_strategy: no live engine, or venue not SYNCED", file=sys.stderr)
         return 1
     # Ids above everything the engine has seen from this strategy (the floor survives restarts).
@@ -261,7 +336,7 @@ def main():
     placed, seen = [], {}
     for i in range(args.orders):
         oid = ch.order_id(next_seq + i)
-        while not ch.new_order(oid, args.venue, args.symbol, True, resting, 1 + i % 5):
+        while not ch.new_order(oid, venue, symbol, True, resting, 1 + i % 5):
             ch.beat()
             time.sleep(0.001)
         placed.append(oid)

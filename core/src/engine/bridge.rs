@@ -121,6 +121,7 @@ impl Bridge {
         // ring or the event ring full): a bad index is declared at once, not when the strategy
         // next reads its events.
         let _ = self.channel.commands_pending();
+        self.channel.check_declared_table();
         self.check_fault();
         let mut moved = 0;
         // Room for the answer first: a malformed record is answered at once, never dropped.

@@ -361,12 +361,18 @@ impl EngineBuilder {
         let mut channels = Vec::new();
         if let Some(ipc) = &config.ipc {
             for s in self.in_process..strategies {
-                channels.push(crate::ipc::Channel::create_or_attach(
+                let channel = crate::ipc::Channel::create_or_attach(
                     &ipc.channel_path(StrategyId(s)),
                     StrategyId(s),
                     ipc.command_capacity,
                     ipc.event_capacity,
-                )?);
+                )?;
+                // Symbols and venues by name, before the header says "running": a strategy
+                // resolves names here and is refused if built against another table.
+                let venue_names: Vec<&[u8]> =
+                    config.venues.iter().map(|v| v.name.as_bytes()).collect();
+                channel.publish_names(&config.symbols, &venue_names);
+                channels.push(channel);
             }
         }
         let mut channels = channels.into_iter();

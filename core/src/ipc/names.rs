@@ -157,9 +157,11 @@ impl Channel {
             let list = |names: &mut dyn Iterator<Item = String>| names.collect::<Vec<_>>();
             return Err(IpcError::TableMismatch {
                 path: self.path().to_path_buf(),
-                ours: list(&mut symbols
-                    .iter()
-                    .map(|s| String::from_utf8_lossy(trim(s.as_ref())).into_owned())),
+                ours: list(
+                    &mut symbols
+                        .iter()
+                        .map(|s| String::from_utf8_lossy(trim(s.as_ref())).into_owned()),
+                ),
                 engine: self.symbol_names(),
                 ours_fingerprint: ours,
                 engine_fingerprint: engine,
@@ -179,10 +181,8 @@ impl Channel {
         }
         let engine = self.config_fingerprint();
         if declared != engine {
-            self.fault.set(Some(ChannelFault::TableMismatch {
-                declared,
-                engine,
-            }));
+            self.fault
+                .set(Some(ChannelFault::TableMismatch { declared, engine }));
         }
     }
 }

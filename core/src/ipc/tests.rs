@@ -328,6 +328,14 @@ fn field_header_and_fault_codes_are_pinned_to_the_docs() {
             4,
             "event head beyond the event tail",
         ),
+        (
+            ChannelFault::TableMismatch {
+                declared: 1,
+                engine: 2,
+            },
+            5,
+            "the strategy declared another symbol/venue table",
+        ),
     ];
     let line = doc
         .lines()
@@ -624,6 +632,13 @@ fn fault_codes_are_pinned() {
         (beyond(RingKind::Commands, 99, 13), 2),
         (back(RingKind::Events, 7, 6), 3),
         (beyond(RingKind::Events, u64::MAX, 2), 4),
+        (
+            ChannelFault::TableMismatch {
+                declared: 7,
+                engine: 9,
+            },
+            5,
+        ),
     ];
     for (fault, code) in faults {
         assert_eq!(fault.code(), code);
@@ -631,7 +646,7 @@ fn fault_codes_are_pinned() {
         assert_eq!(ChannelFault::from_header(code, found, limit), Some(fault));
     }
     assert_eq!(ChannelFault::from_header(0, 1, 2), None);
-    assert_eq!(ChannelFault::from_header(5, 1, 2), None);
+    assert_eq!(ChannelFault::from_header(6, 1, 2), None);
 }
 
 // Goal: an engine attaching to a file a dead engine left "running, venue 0 SYNCED" shows its
@@ -770,4 +785,96 @@ proptest::proptest! {
             proptest::prop_assert_eq!(decode_command(position, &again), Ok(c));
         }
     }
+}
+
+// Goal: symbols and venues cross the boundary by name: a strategy reads the engine's table
+// (index = position), resolves names to indices, and the fingerprint covers order and every
+// name — reordering `symbols` changes it.
+#[test]
+fn names_and_fingerprint_are_published_and_resolved() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, strategy) = channel(dir.path());
+    assert_eq!(strategy.config_fingerprint(), 0, "nothing published yet");
+    let symbols = [*b"AAPL    ", *b"MSFT    ", *b"NVDA    "];
+    let venues = ["sim", "a-venue-with-a-very-long-name"];
+    engine.publish_names(&symbols, &venues);
+    assert_eq!(strategy.symbol_names(), ["AAPL", "MSFT", "NVDA"]);
+    assert_eq!(
+        strategy.venue_names(),
+        ["sim", "a-venue-with-a-v"],
+        "venue names are cut at 16 bytes"
+    );
+    assert_eq!(strategy.symbol_id("NVDA"), Some(SymbolId(2)));
+    assert_eq!(strategy.symbol_id("TSLA"), None);
+    assert_eq!(strategy.venue_id("sim"), Some(VenueId(0)));
+    let fp = strategy.config_fingerprint();
+    assert_eq!(fp, crate::ipc::fingerprint(&symbols, &venues));
+    let reordered = [*b"MSFT    ", *b"AAPL    ", *b"NVDA    "];
+    assert_ne!(fp, crate::ipc::fingerprint(&reordered, &venues));
+    assert_ne!(fp, crate::ipc::fingerprint(&symbols, &["sim"]));
+    assert_ne!(fp, 0);
+    // Pinned: examples/python/keel_strategy.py's `fingerprint` gives the same value.
+    assert_eq!(
+        crate::ipc::fingerprint(
+            &[*b"AAPL    ", *b"MSFT    ", *b"AMZN    ", *b"NVDA    "],
+            &["sim"]
+        ),
+        0xd949_da2d_3f7a_cea0
+    );
+}
+
+// Goal: the worst legal table — more symbols than the header lists — still publishes a
+// fingerprint over all of them, lists what fits, and never writes past the header.
+#[test]
+fn a_table_larger_than_the_header_lists_what_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, strategy) = channel(dir.path());
+    let symbols: Vec<[u8; 8]> = (0..1000u32)
+        .map(|i| {
+            let mut n = [b' '; 8];
+            let s = format!("S{i}");
+            n[..s.len()].copy_from_slice(s.as_bytes());
+            n
+        })
+        .collect();
+    engine.publish_names(&symbols, &["sim"]);
+    let listed = strategy.symbol_names();
+    assert_eq!(listed.len(), (crate::ipc::HEADER_LEN - offset::NAMES) / 8);
+    assert_eq!(listed[0], "S0");
+    assert!(strategy.venue_names().is_empty(), "no room left for venues");
+    assert_eq!(
+        strategy.config_fingerprint(),
+        crate::ipc::fingerprint(&symbols, &["sim"])
+    );
+}
+
+// Goal: a strategy built against another table is refused at attach (naming both tables),
+// and the engine declares the channel broken with code 5 — before any of its commands is
+// acted on; the same table is accepted.
+#[test]
+fn a_strategy_with_another_table_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, strategy) = channel(dir.path());
+    let symbols = [*b"AAPL    ", *b"MSFT    "];
+    engine.publish_names(&symbols, &["sim"]);
+    strategy.declare_table(&symbols, &["sim"]).unwrap();
+    engine.check_declared_table();
+    assert_eq!(engine.fault(), None, "the same table is accepted");
+    let swapped = [*b"MSFT    ", *b"AAPL    "];
+    let err = strategy.declare_table(&swapped, &["sim"]).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("[\"MSFT\", \"AAPL\"]") && text.contains("[\"AAPL\", \"MSFT\"]"),
+        "{text}"
+    );
+    engine.check_declared_table();
+    let fault = engine.fault().expect("declared broken");
+    assert_eq!(fault.code(), 5);
+    assert_eq!(
+        fault.values(),
+        (
+            crate::ipc::fingerprint(&swapped, &["sim"]),
+            crate::ipc::fingerprint(&symbols, &["sim"])
+        )
+    );
 }
