@@ -1,6 +1,7 @@
 //! The `keel` command line (clap). Each subcommand is a thin driver over the library.
 
 mod ctl;
+mod dump;
 mod run;
 mod venue;
 
@@ -87,6 +88,10 @@ enum Command {
     /// docs/operations.md ("Operator control") explains each answer. Exit 0 on `ok`, 1 on
     /// `error`, 69 when the engine cannot be reached.
     Ctl(ctl::CtlArgs),
+    /// The order journal: `keel journal dump DIR` prints every record as text.
+    Journal(dump::JournalArgs),
+    /// The wire log: `keel log dump FILE` prints every message to and from the venues.
+    Log(dump::LogArgs),
     /// Print the dispatcher's default bounds (see docs/config.md).
     Defaults,
     /// Check an engine configuration file (TOML; see docs/keel.example.toml): prints the
@@ -116,7 +121,12 @@ where
     };
     if matches!(
         cli.command,
-        Command::Defaults | Command::ConfigCheck { .. } | Command::Demo(_) | Command::Ctl(_)
+        Command::Defaults
+            | Command::ConfigCheck { .. }
+            | Command::Demo(_)
+            | Command::Ctl(_)
+            | Command::Journal(_)
+            | Command::Log(_)
     ) {
         // A report to a reader that went away (`keel defaults | head`): end quietly, as
         // Unix filters do, instead of panicking on the write. (`run` and `venue` keep the
@@ -127,6 +137,8 @@ where
         Command::Venue(args) => venue::run(args),
         Command::Run(args) => run::run(args),
         Command::Ctl(args) => ctl::run(args),
+        Command::Journal(args) => dump::journal(args),
+        Command::Log(args) => dump::log(args),
         Command::Defaults => {
             crate::say_line!("{:#?}", DispatcherConfig::default());
             ExitCode::SUCCESS
