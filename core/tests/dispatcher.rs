@@ -1281,3 +1281,134 @@ fn a_cancel_crossing_its_orders_close_is_answered_once() {
     assert_eq!(rig.dispatcher.stats().late_cancel_answers, 3);
     assert_eq!(rig.dispatcher.stats().contradictions, 0);
 }
+
+// Goal (operator control): the kill switch is the fail-safe read-only state. Method: two new
+// orders fill a venue ring of two, a third waits in its lane; the switch goes on: the queued
+// one is withdrawn (`Canceled`, nothing on the wire), a new order and a replace are refused
+// `KillSwitch`, and a cancel still leaves. Off again, new orders flow.
+#[test]
+fn the_kill_switch_withdraws_queued_orders_refuses_new_and_lets_cancels_through() {
+    let mut rig = Rig::with_rings(roomy_config(), 64, 2);
+    let live = rig.live_order(0, 1, 10);
+    let queued: Vec<ClientOrderId> = (0..3).map(|_| rig.new_order(0, 2, 5)).collect();
+    rig.poll();
+    assert_eq!(rig.requests(0).len(), 2, "the ring took two");
+    rig.kinds(0);
+    let now = rig.now_ns;
+    assert_eq!(rig.dispatcher.set_kill_switch(now, true), 1);
+    assert_eq!(rig.kinds(0), vec![(queued[2], EventKind::Canceled)]);
+    assert_eq!(rig.state(queued[2]), OrderState::Canceled);
+    let refused = EventKind::Refused {
+        reason: RefusalReason::KillSwitch,
+    };
+    let blocked = rig.new_order(0, 1, 1);
+    let replacement = rig.id(0);
+    rig.send(
+        0,
+        Command::Replace(Replace {
+            id: live,
+            new_id: replacement,
+            price: Price::from_units(99, 0),
+            qty: 10,
+        }),
+    );
+    rig.send(0, Command::Cancel { id: live });
+    rig.settle();
+    assert_eq!(
+        rig.kinds(0),
+        vec![(blocked, refused), (replacement, refused)]
+    );
+    let sent: Vec<RequestKind> = rig.requests(0).iter().map(|r| r.kind).collect();
+    assert!(
+        sent.contains(&RequestKind::Cancel { id: live }),
+        "cancels flow: {sent:?}"
+    );
+    assert!(sent.iter().all(|k| !k.enters_order()), "{sent:?}");
+    assert_eq!(
+        rig.dispatcher
+            .stats()
+            .refused_for(RefusalReason::KillSwitch),
+        2
+    );
+    rig.dispatcher.set_kill_switch(now, false);
+    let after = rig.new_order(0, 1, 1);
+    rig.settle();
+    assert!(rig
+        .requests(0)
+        .iter()
+        .any(|r| matches!(r.kind, RequestKind::New(o) if o.id == after)));
+}
+
+// Goal (operator control): `cancel-all` covers exactly its scope, is never all-or-nothing,
+// and says what it could not do: orders in doubt are counted (their query goes first), a full
+// cancel lane leaves the rest for a second run, a disabled strategy and a shed symbol refuse
+// only their own new orders, and a scope naming what is not configured is refused.
+#[test]
+fn operator_cancel_covers_its_scope_and_says_what_it_could_not() {
+    use keel::dispatch::{OperatorError, OperatorScope};
+    let mut config = roomy_config();
+    config.lane_cancel_capacity = 4;
+    let mut rig = Rig::new(config);
+    let a: Vec<ClientOrderId> = (0..3).map(|_| rig.live_order(0, 1, 10)).collect();
+    let b: Vec<ClientOrderId> = (0..3).map(|_| rig.live_order(1, 1, 10)).collect();
+    let other = rig.live_order(1, 2, 10);
+    rig.outcome(0, OutcomeKind::Timeout { id: b[2] });
+    rig.settle();
+    assert_eq!(rig.state(b[2]), OrderState::Unknown);
+    let now = rig.now_ns;
+    let symbol1 = OperatorScope {
+        symbol: Some(SymbolId(1)),
+        ..OperatorScope::default()
+    };
+    let done = rig.dispatcher.operator_cancel(now, symbol1).unwrap();
+    assert_eq!(done.covered, 6);
+    assert_eq!(done.in_doubt, 1);
+    assert_eq!(done.queued, 4, "the lane holds four");
+    assert_eq!(done.lane_full, 1);
+    assert_eq!(rig.state(other), OrderState::Live, "outside the scope");
+    rig.settle();
+    let again = rig.dispatcher.operator_cancel(now, symbol1).unwrap();
+    assert_eq!((again.queued, again.already, again.lane_full), (1, 4, 0));
+    for id in a.iter().chain(&b[..2]) {
+        assert_eq!(rig.state(*id), OrderState::PendingCancel, "{id}");
+    }
+    // Holds refuse only their own.
+    rig.dispatcher
+        .set_strategy_enabled(now, keel::order::StrategyId(0), false)
+        .unwrap();
+    rig.dispatcher
+        .set_symbol_shed(now, SymbolId(3), true)
+        .unwrap();
+    let from_disabled = rig.new_order(0, 2, 1);
+    let on_shed = rig.new_order(1, 3, 1);
+    let fine = rig.new_order(1, 2, 1);
+    rig.settle();
+    let kinds = rig.kinds(0);
+    assert!(kinds.contains(&(
+        from_disabled,
+        EventKind::Refused {
+            reason: RefusalReason::StrategyDisabled
+        }
+    )));
+    let kinds = rig.kinds(1);
+    assert!(kinds.contains(&(
+        on_shed,
+        EventKind::Refused {
+            reason: RefusalReason::SymbolShed
+        }
+    )));
+    assert!(!kinds.iter().any(|(id, _)| *id == fine), "{kinds:?}");
+    // Nothing that is not configured.
+    let bad = OperatorScope {
+        venue: Some(VenueId(9)),
+        ..OperatorScope::default()
+    };
+    assert_eq!(
+        rig.dispatcher.operator_cancel(now, bad),
+        Err(OperatorError::NoVenue(9, 1))
+    );
+    assert!(rig
+        .dispatcher
+        .set_symbol_shed(now, SymbolId(8), true)
+        .is_err());
+}

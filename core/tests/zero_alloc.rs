@@ -12,9 +12,10 @@ use std::cell::Cell;
 use common::alloc::{CountingAllocator, ALLOCATIONS, ARMED};
 
 use common::{roomy_config, Rig};
+use keel::dispatch::OperatorScope;
 use keel::order::{
     ClientOrderId, Command, LinkMode, MassCancelScope, OutcomeKind, Price, Replace, RequestKind,
-    Side, SymbolId,
+    Side, StrategyId, SymbolId, VenueId,
 };
 use keel::rng::{Rng64, SplitMix64};
 
@@ -165,10 +166,32 @@ fn one_million_commands_allocate_nothing() {
 
     ARMED.with(|a| a.set(true));
     driver.run(&mut rig, 1_000_000);
+    let after = *rig.dispatcher.stats();
+    // The operator's commands (`keel ctl`) on a loaded table: holds on and off (withdrawing
+    // queued orders), a breaker forced both ways, cancels by strategy, symbol and venue.
+    let now = rig.now_ns;
+    let d = &mut rig.dispatcher;
+    let open_before = d.table().open_count();
+    d.set_kill_switch(now, true);
+    d.set_kill_switch(now, false);
+    d.set_strategy_enabled(now, StrategyId(1), false).unwrap();
+    d.set_strategy_enabled(now, StrategyId(1), true).unwrap();
+    d.set_symbol_shed(now, SymbolId(3), true).unwrap();
+    d.set_symbol_shed(now, SymbolId(3), false).unwrap();
+    d.force_breaker(now, VenueId(0), true).unwrap();
+    d.force_breaker(now, VenueId(0), false).unwrap();
+    let by_symbol = OperatorScope {
+        symbol: Some(SymbolId(2)),
+        ..OperatorScope::default()
+    };
+    let cancels = [
+        d.operator_cancel(now, by_symbol).unwrap(),
+        d.operator_cancel(now, OperatorScope::default()).unwrap(),
+    ];
     ARMED.with(|a| a.set(false));
+    assert!(open_before > 0 && cancels[1].covered > 0, "{cancels:?}");
 
     let allocations = ALLOCATIONS.with(Cell::get);
-    let after = *rig.dispatcher.stats();
     // The run did real work of every kind; otherwise zero would prove nothing.
     assert_eq!(after.commands - before.commands, 1_000_000);
     assert!(after.sent_new - before.sent_new > 200_000, "{after:?}");
