@@ -698,3 +698,77 @@ fn a_venue_that_is_down_is_logged_with_the_os_error_and_the_next_retry() {
     );
     stop_keel_run(engine, &log);
 }
+
+// Goal (issue 12): a stop never hangs on a slow venue, and a second signal stops at once with
+// the journal synced. Method: the venue holds every report 3 s; one engine gets SIGTERM and
+// its bounded wait (`stop_timeout_ns = 300ms`) ends with the orders listed as still open; a
+// second engine gets SIGTERM twice and stops at once, listing them; a third, on the same
+// journal, restores them (the journal was synced) and its cancels, answered late, close them.
+#[test]
+fn a_stop_is_bounded_and_a_second_signal_stops_at_once() {
+    let Setup {
+        venue: v,
+        dir,
+        ipc,
+        config,
+    } = setup();
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "cancel_on_stop = false",
+        "cancel_on_stop = true\nstop_timeout_ns = 300_000_000",
+    );
+    std::fs::write(&config, &text).unwrap();
+    let signal = |engine: &Proc| {
+        // SAFETY: a signal to our own child.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::kill(engine.0.id() as i32, libc::SIGTERM) };
+        assert_eq!(rc, 0);
+    };
+    let mut next = 1;
+    for run in 0..2 {
+        let log = dir.path().join(format!("run{run}.log"));
+        let mut engine = keel_run(&config, &log);
+        let channel = synced_channel(&ipc, run);
+        let ids: Vec<u64> = (next..next + 3).collect();
+        next += 3;
+        for &seq in &ids {
+            assert!(channel.push_command(&new_order(seq, 1)));
+        }
+        await_events(&channel, &ids, |k| *k == EventKind::Accepted);
+        venue_control(&v.control, "delay-reports 3000");
+        signal(&engine);
+        let err = log.with_extension("err");
+        wait_until("the stop's cancels", Duration::from_secs(10), || {
+            std::fs::read_to_string(&err)
+                .unwrap_or_default()
+                .contains("canceling every open order")
+        });
+        if run == 1 {
+            signal(&engine);
+        }
+        let status = engine.0.wait().unwrap();
+        std::mem::forget(engine);
+        assert!(status.success(), "{status}");
+        let logged = std::fs::read_to_string(&err).unwrap();
+        let said = [
+            "stop timeout: orders still open",
+            "second signal: stopping now",
+        ][run as usize];
+        assert!(logged.contains(said), "{logged}");
+        let report = std::fs::read_to_string(&log).unwrap();
+        let open = report
+            .lines()
+            .filter(|l| l.starts_with("open ") && l.contains("state=pending-cancel"))
+            .count();
+        assert_eq!(open, 3, "the stop lists what is still open: {report}");
+        venue_control(&v.control, "delay-reports 0");
+    }
+    // The journal was synced at the forced stop: a new engine restores every order (in doubt:
+    // their cancels' answers went to a closed connection) and the venue's view settles them.
+    let log = dir.path().join("run2.log");
+    let engine = keel_run(&config, &log);
+    let _channel = synced_channel(&ipc, 2);
+    let (code, status) = ctl(&config, "status");
+    assert_eq!(code, 0, "{status}");
+    stop_keel_run(engine, &log);
+    assert_eq!(venue_open(&v.control), 0, "every order canceled in the end");
+}
