@@ -45,6 +45,9 @@ pub fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(65);
         }
     };
+    for w in config.warnings() {
+        crate::warn_line!("keel: warning: {w}");
+    }
     let (Some(journal), Some(ipc)) = (config.journal.clone(), config.ipc.clone()) else {
         crate::warn_line!(
             "keel run: {}: needs a [journal] table (orders must survive a crash) and an [ipc] \
