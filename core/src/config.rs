@@ -87,7 +87,8 @@ const PACKET_LEN_MIN: usize = 256;
 const DURATION_FORM: &str = "a duration: an integer of nanoseconds, or a whole number and a unit \
                              in a string: \"250ns\", \"50us\", \"50ms\", \"2s\", \"1m\"";
 /// The range of a duration (the text of `OutOfRange::allowed`).
-const DURATION_RANGE: &str = "0 to 18446744073709551615 ns (about 584 years)";
+const DURATION_RANGE: &str =
+    "0 to 9223372036854775807 ns (about 292 years, a TOML integer's range)";
 
 /// The units a duration string may carry, with their nanoseconds, largest first (the printer
 /// picks the largest that divides a value exactly).
@@ -104,12 +105,13 @@ pub const DURATION_UNITS: [(&str, u64); 5] = [
 pub enum DurationError {
     /// Not a whole number followed by a known unit.
     Form,
-    /// More nanoseconds than a u64 holds.
+    /// More than [`DURATION_NS_MAX`] nanoseconds.
     Range,
 }
 
 /// Parses `"<digits><unit>"` (unit `ns`, `us` or `µs`, `ms`, `s`, `m`; no sign, no fraction, no
-/// space, `_` allowed between digits as in TOML integers) into nanoseconds. A bare number is
+/// space, `_` allowed between digits as in TOML integers) into nanoseconds, at most
+/// [`DURATION_NS_MAX`]. A bare number is
 /// refused: in a string the unit is what makes it readable (write nanoseconds as an integer).
 pub fn parse_duration(text: &str) -> std::result::Result<u64, DurationError> {
     let split = text
@@ -135,8 +137,16 @@ pub fn parse_duration(text: &str) -> std::result::Result<u64, DurationError> {
             .and_then(|v| v.checked_add(u64::from(digit - b'0')))
             .ok_or(DurationError::Range)?;
     }
-    value.checked_mul(per_unit).ok_or(DurationError::Range)
+    // The integers' ceiling for strings too: no duration reaches the engine that a TOML
+    // integer could not (deadlines are `now_ns + duration`, checked up to this bound).
+    value
+        .checked_mul(per_unit)
+        .filter(|ns| *ns <= DURATION_NS_MAX)
+        .ok_or(DurationError::Range)
 }
+
+/// The longest duration a file may give, ns (`i64::MAX`, what a TOML integer holds).
+pub const DURATION_NS_MAX: u64 = i64::MAX as u64;
 
 /// Reads one table's keys, each at most once; whatever is left at `finish` is unknown.
 struct Section<'a> {
