@@ -48,6 +48,7 @@ enum Command {
     ///   stats                    accepted, rejected, canceled, matches, duplicate ids,
     ///                            price rejects, lies
     ///   status                   answer ok (liveness check)
+    ///   help                     every command, one line each, then `ok help`
     ///
     /// A hostile venue, for drills against a client (every logged-in client or account):
     ///
