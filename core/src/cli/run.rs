@@ -176,7 +176,7 @@ fn print_report(report: &EngineReport, venues: &[String]) {
     for (name, l) in venues.iter().zip(&report.links) {
         let _ = writeln!(
             out,
-            "venue {name}: {:?}; {} connects, {} synced, {} reconciliations ({} not received, \
+            "venue {name}: {}; {} connects, {} synced, {} reconciliations ({} not received, \
              {} unresolved), {} duplicates skipped, {} timeouts",
             l.state,
             l.session.connects,
@@ -190,12 +190,14 @@ fn print_report(report: &EngineReport, venues: &[String]) {
         let r = l.client.last_reconciliation;
         let _ = writeln!(
             out,
-            "venue {name}: contradictions {} (last {:?}), last reconciliation: {} in doubt, {} \
+            "venue {name}: contradictions {} (last {}), last reconciliation: {} in doubt, {} \
              unknown at keel, {} contradictions open; {} late reports absorbed; {} decode errors \
              (last {:?}); {} reconciliation queries, {} refused read-only; wire references \
              adopted {}; logins refused for a new venue session {}",
             l.client.contradictions,
-            l.client.last_contradiction,
+            l.client
+                .last_contradiction
+                .map_or_else(|| "none".to_string(), |c| c.to_string()),
             r.in_doubt,
             r.unknown_at_keel,
             r.contradictions,
@@ -243,7 +245,7 @@ fn print_report(report: &EngineReport, venues: &[String]) {
     for o in &report.open_orders {
         let _ = writeln!(
             out,
-            "open {} venue={} state={:?} filled={}/{}",
+            "open {} venue={} state={} filled={}/{}",
             o.id, o.venue.0, o.state, o.filled_qty, o.qty
         );
     }
