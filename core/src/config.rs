@@ -322,6 +322,10 @@ impl EngineConfig {
             Some(t) => Some(read_ipc(Section::new("ipc", t))?),
             None => None,
         };
+        let operator = match top.subtable("operator")? {
+            Some(t) => read_operator(Section::new("operator", t))?,
+            None => crate::engine::OperatorConfig::default(),
+        };
         let mut feeds = Vec::new();
         for (i, v) in top.array("feed")?.iter().enumerate() {
             let prefix = format!("feed[{i}]");
@@ -360,6 +364,7 @@ impl EngineConfig {
             loops,
             ipc,
             feeds,
+            operator,
         };
         config.check_memory()?;
         Ok(config)
@@ -737,6 +742,32 @@ fn read_ipc(mut s: Section<'_>) -> Result<IpcConfig> {
             key: s.key("strategy_timeout_ns"),
             value: "0".into(),
             allowed: ">= 1",
+        });
+    }
+    s.finish()?;
+    Ok(c)
+}
+
+fn read_operator(mut s: Section<'_>) -> Result<crate::engine::OperatorConfig> {
+    let mut c = crate::engine::OperatorConfig::default();
+    if let Some(path) = s.string("admin_socket")? {
+        // A Unix socket path longer than the kernel's sun_path (108 bytes) cannot be bound.
+        if path.is_empty() || path.len() > 107 {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key("admin_socket"),
+                value: format!("{path:?}"),
+                allowed: "a path of 1 to 107 bytes (a Unix socket's limit)",
+            });
+        }
+        c.admin_socket = Some(PathBuf::from(path));
+    }
+    s.bool("cancel_on_stop", &mut c.cancel_on_stop)?;
+    s.duration("stop_timeout_ns", &mut c.stop_timeout_ns)?;
+    if c.stop_timeout_ns > 600_000_000_000 {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("stop_timeout_ns"),
+            value: c.stop_timeout_ns.to_string(),
+            allowed: "0..=600000000000 (10 minutes)",
         });
     }
     s.finish()?;

@@ -22,6 +22,7 @@ pub mod guard;
 pub mod hash;
 pub mod ipc;
 pub mod journal;
+pub mod log;
 pub mod net;
 pub mod order;
 pub mod proto;

@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 
 use keel::demo::Scenario;
-use keel::order::{Contradiction, OrderState};
+use keel::order::Contradiction;
 use keel::session::machine::LinkState;
 
 const KEEL: &str = env!("CARGO_BIN_EXE_keel");
@@ -31,7 +31,6 @@ fn names_are_the_documented_ones() {
         assert_eq!(Scenario::from_str(&name, false), Ok(*scenario), "{name}");
     }
     assert_eq!(Scenario::ReconnectStorm.to_string(), "reconnect-storm");
-    assert_eq!(OrderState::PartiallyFilled.to_string(), "PartiallyFilled");
     assert_eq!(Contradiction::AfterClose.to_string(), "AfterClose");
     assert_eq!(
         keel::proto::ouch::Dialect::OUCH_CONNECT.to_string(),

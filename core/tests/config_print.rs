@@ -118,6 +118,11 @@ cancel_on_strategy_loss = false
 dir = "relative/journal"
 file_bytes = 192
 
+[operator]
+admin_socket = "/run/keel/admin.sock"
+cancel_on_stop = false
+stop_timeout_ns = "10m"
+
 [[feed]]
 address = "10.1.2.3:9999"
 path = "/other"
@@ -184,6 +189,7 @@ fn assert_every_section(text: &str) {
         "\n[engine]\n",
         "\n[ipc]\n",
         "\n[journal]\n",
+        "\n[operator]\n",
         "\n[[feed]]\n",
         "\n[[venue]]\n",
     ] {

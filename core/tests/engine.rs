@@ -104,7 +104,8 @@ fn config_text(venue: &str, journal: Option<&Path>, ipc: Option<&Path>, layout: 
         "symbols = [\"AAPL\", \"MSFT\", \"AMZN\", \"NVDA\"]\n\
          [dispatcher]\nstrategies = 2\n\
          [dispatcher.bulkhead]\nin_flight_per_symbol_max = 512\nin_flight_per_venue_max = 2048\n\
-         [engine]\ntopology = \"{topology}\"\ntransport = \"{transport}\"\nidle = \"backoff\"\n"
+         [engine]\ntopology = \"{topology}\"\ntransport = \"{transport}\"\nidle = \"backoff\"\n\
+         [operator]\ncancel_on_stop = false\n"
     );
     if let Some(j) = journal {
         text += &format!("[journal]\ndir = \"{}\"\n", j.display());
@@ -536,7 +537,12 @@ fn open_lines(report: &str) -> BTreeSet<String> {
         .lines()
         .filter(|l| !l.starts_with("open orders:"))
         .filter_map(|l| l.strip_prefix("open "))
-        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("clordid="))
+                .unwrap()
+                .to_string()
+        })
         .collect()
 }
 

@@ -33,6 +33,7 @@ fn write_config(dir: &Path, name: &str, entry: &str, journal: &Path, ipc: &Path)
         "symbols = [\"AAPL\", \"MSFT\"]\n\
          [dispatcher]\nstrategies = 1\n\
          [engine]\nidle = \"backoff\"\n\
+         [operator]\ncancel_on_stop = false\n\
          [journal]\ndir = \"{}\"\n\
          [ipc]\ndir = \"{}\"\nstrategy_timeout_ns = 500_000_000\n\
          [[venue]]\nname = \"sim\"\naddress = \"{entry}\"\nusername = \"keel\"\n\
@@ -440,5 +441,260 @@ fn a_new_venue_session_is_detected_and_the_fix_is_named() {
     let next = channel.id_floor() + 1;
     assert!(channel.push_command(&resting(next + 10)));
     await_events(&channel, &[next + 10], |k| *k == EventKind::Accepted);
+    stop_keel_run(engine, &log);
+}
+
+/// `keel ctl --config CONFIG WORDS…`: exit code and answer.
+fn ctl(config: &Path, words: &str) -> (i32, String) {
+    let out = Process::new(KEEL)
+        .args(["ctl", "--config", config.to_str().unwrap()])
+        .args(words.split_whitespace())
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// One line to the venue's control port; its answer.
+fn venue_control(addr: &str, command: &str) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(format!("{command}\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    assert!(line.starts_with("ok"), "{command}: {line}");
+    line.trim_end().to_string()
+}
+
+/// How many orders the venue holds open for the account (its own `open-orders`).
+fn venue_open(addr: &str) -> usize {
+    let line = venue_control(addr, "open-orders");
+    line.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+fn new_order(seq: u64, symbol: u16) -> Command {
+    Command::New(NewOrder {
+        id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
+        venue: VenueId(0),
+        symbol: SymbolId(symbol),
+        side: Side::Buy,
+        price: Price::from_units(50, 0),
+        qty: 2,
+        tif: TimeInForce::Day,
+    })
+}
+
+fn refused(reason: keel::order::RefusalReason) -> impl Fn(&EventKind) -> bool {
+    move |k| *k == EventKind::Refused { reason }
+}
+
+// Goal (issue 12, operator control): every `keel ctl` command against a running engine and a
+// venue on loopback does what it says and is answered, logged and counted. Method: a strategy
+// over shared memory rests 6 orders; `open-orders` lists them with symbol, side, price,
+// quantity, strategy and the strategy's own ids; the kill switch refuses a new order while a
+// cancel flows; `disable` and `shed` refuse theirs with their own reasons and lift cleanly;
+// `cancel-all` by symbol then everything leaves the venue's own `open-orders` empty; forcing
+// the breaker and a reconnect are answered and seen in `status`; bad commands are refused with
+// exit 1; and the stop report counts every command.
+#[test]
+fn operator_commands_act_on_a_running_engine() {
+    use keel::order::RefusalReason as R;
+    let Setup {
+        venue: v,
+        dir,
+        ipc,
+        config,
+    } = setup();
+    let log = dir.path().join("run.log");
+    let engine = keel_run(&config, &log);
+    let channel = synced_channel(&ipc, 0);
+    for seq in 1..=6 {
+        assert!(channel.push_command(&new_order(seq, (seq % 2) as u16)));
+    }
+    await_events(&channel, &[1, 2, 3, 4, 5, 6], |k| *k == EventKind::Accepted);
+    assert_eq!(venue_open(&v.control), 6);
+
+    let (code, listing) = ctl(&config, "open-orders symbol MSFT");
+    assert_eq!(code, 0, "{listing}");
+    assert!(listing.starts_with("ok: 3 open orders"), "{listing}");
+    let id1 = ClientOrderId::new(StrategyId(0), 1).unwrap().0;
+    assert!(
+        listing.contains(&format!(
+            "order {id1} strategy=0 seq=1 venue=sim symbol=MSFT side=buy price=50.0000 qty=2 \
+             filled=0 state=live age="
+        )),
+        "{listing}"
+    );
+
+    // Kill switch: new orders refused, cancels flow.
+    let (code, answer) = ctl(&config, "kill-switch on");
+    assert_eq!(code, 0, "{answer}");
+    assert!(channel.push_command(&new_order(7, 0)));
+    await_events(&channel, &[7], refused(R::KillSwitch));
+    let cancel = |seq| Command::Cancel {
+        id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
+    };
+    assert!(channel.push_command(&cancel(2)));
+    await_events(&channel, &[2], |k| *k == EventKind::Canceled);
+    assert!(ctl(&config, "status").1.contains("kill switch ON"));
+    assert_eq!(ctl(&config, "kill-switch off").0, 0);
+
+    // A disabled strategy and a shed symbol, each refused under its own name.
+    assert_eq!(ctl(&config, "disable 0").0, 0);
+    assert!(channel.push_command(&new_order(8, 0)));
+    await_events(&channel, &[8], refused(R::StrategyDisabled));
+    assert_eq!(ctl(&config, "enable 0").0, 0);
+    assert_eq!(ctl(&config, "shed AAPL on").0, 0);
+    assert!(channel.push_command(&new_order(9, 0)));
+    await_events(&channel, &[9], refused(R::SymbolShed));
+    assert!(channel.push_command(&new_order(10, 1)));
+    await_events(&channel, &[10], |k| *k == EventKind::Accepted);
+    assert_eq!(ctl(&config, "shed AAPL off").0, 0);
+
+    // Cancel by symbol, then everything: the venue's own view ends empty.
+    let (code, answer) = ctl(&config, "cancel-all symbol MSFT");
+    assert_eq!(code, 0, "{answer}");
+    assert!(
+        answer.contains("4 open orders covered: 4 cancels queued"),
+        "{answer}"
+    );
+    await_events(&channel, &[1, 3, 5, 10], |k| *k == EventKind::Canceled);
+    assert_eq!(ctl(&config, "cancel-all all").0, 0);
+    await_events(&channel, &[4, 6], |k| *k == EventKind::Canceled);
+    wait_until(
+        "the venue's open orders empty",
+        Duration::from_secs(10),
+        || venue_open(&v.control) == 0,
+    );
+    assert!(ctl(&config, "open-orders")
+        .1
+        .starts_with("ok: 0 open orders"));
+
+    // Drills: the breaker forced open refuses, closed again trades; a reconnect resyncs.
+    assert_eq!(ctl(&config, "breaker sim open").0, 0);
+    assert!(channel.push_command(&new_order(11, 0)));
+    await_events(&channel, &[11], |k| {
+        matches!(k, EventKind::BreakerOpen { .. })
+    });
+    assert!(ctl(&config, "status").1.contains("breaker open"));
+    assert_eq!(ctl(&config, "breaker sim close").0, 0);
+    let (code, answer) = ctl(&config, "reconnect sim");
+    assert_eq!(code, 0, "{answer}");
+    wait_until("the reconnect", Duration::from_secs(10), || {
+        ctl(&config, "status").1.contains("connects 2")
+    });
+    wait_until("SYNCED again", Duration::from_secs(10), || {
+        ctl(&config, "status").1.contains("link SYNCED")
+    });
+
+    // Nonsense is refused, with exit 1, and counted.
+    for bad in [
+        "bogus",
+        "disable 9",
+        "shed TSLA on",
+        "cancel-all",
+        "breaker sim ajar",
+    ] {
+        let (code, answer) = ctl(&config, bad);
+        assert_eq!(code, 1, "{bad}: {answer}");
+        assert!(answer.starts_with("error: "), "{bad}: {answer}");
+    }
+    let stats = ctl(&config, "stats").1;
+    assert!(
+        stats.contains("refused{reason=\"kill switch\"} 1"),
+        "{stats}"
+    );
+    let report = stop_keel_run(engine, &log);
+    assert!(report.contains("open orders: 0"), "{report}");
+    assert!(report.contains(" 5 errors"), "{report}");
+    let logged = std::fs::read_to_string(log.with_extension("err")).unwrap();
+    assert!(
+        logged.contains("request=\"kill-switch on\""),
+        "every command is logged: {logged}"
+    );
+}
+
+// Goal (issue 12): SIGTERM with `cancel_on_stop = true` (the default) cancels every open order
+// and waits for the answers before the engine exits: nothing is left working at the venue.
+#[test]
+fn sigterm_with_cancel_on_stop_leaves_nothing_open_at_the_venue() {
+    let Setup {
+        venue: v,
+        dir,
+        ipc,
+        config,
+    } = setup();
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("cancel_on_stop = false", "cancel_on_stop = true");
+    std::fs::write(&config, text).unwrap();
+    let log = dir.path().join("run.log");
+    let engine = keel_run(&config, &log);
+    let channel = synced_channel(&ipc, 0);
+    let ids: Vec<u64> = (1..=8).collect();
+    for &seq in &ids {
+        assert!(channel.push_command(&new_order(seq, 1)));
+    }
+    await_events(&channel, &ids, |k| *k == EventKind::Accepted);
+    assert_eq!(venue_open(&v.control), 8);
+    let report = stop_keel_run(engine, &log);
+    assert!(report.contains("open orders: 0"), "{report}");
+    assert_eq!(
+        venue_open(&v.control),
+        0,
+        "every order canceled at the venue"
+    );
+    let logged = std::fs::read_to_string(log.with_extension("err")).unwrap();
+    assert!(logged.contains("canceling every open order"), "{logged}");
+    assert!(logged.contains("no order open"), "{logged}");
+}
+
+// Goal (issue 12): a venue that is down is said, with the OS error and the next retry, and
+// `keel ctl status` shows it — instead of `synced [-]` every second and nothing else.
+#[test]
+fn a_venue_that_is_down_is_logged_with_the_os_error_and_the_next_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on: bound, then closed.
+    let entry = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let (journal, ipc) = (dir.path().join("journal"), dir.path().join("ipc"));
+    let config = write_config(dir.path(), "keel.toml", &entry, &journal, &ipc);
+    let log = dir.path().join("run.log");
+    let engine = keel_run(&config, &log);
+    let err = log.with_extension("err");
+    let mut logged = String::new();
+    wait_until(
+        "the connect failure logged",
+        Duration::from_secs(20),
+        || {
+            logged = std::fs::read_to_string(&err).unwrap_or_default();
+            logged.contains("connect failed")
+        },
+    );
+    let line = logged
+        .lines()
+        .find(|l| l.contains("connect failed"))
+        .unwrap();
+    assert!(
+        line.contains("WARN")
+            && line.contains("venue=\"sim\"")
+            && line.contains("Connection refused (os error 111)")
+            && line.contains("next attempt in"),
+        "{line}"
+    );
+    let (code, status) = ctl(&config, "status");
+    assert_eq!(code, 0, "{status}");
+    assert!(
+        status.contains("link DISCONNECTED") || status.contains("link CONNECTING"),
+        "{status}"
+    );
+    assert!(
+        status.contains("(last: Connection refused (os error 111))"),
+        "{status}"
+    );
     stop_keel_run(engine, &log);
 }

@@ -75,6 +75,7 @@ fn config_text(venue: &str, dir: &Path) -> String {
          [[dispatcher.limiter.window]]\nwindow_ns = 1_000_000_000\nlimit_weight = 5_000\n\
          burst_weight = 1_000\n\
          [engine]\ntopology = \"inline\"\nidle = \"backoff\"\nstrategy_ring = {STRATEGY_RING}\n\
+         [operator]\ncancel_on_stop = false\n\
          [journal]\ndir = \"{journal}\"\nfile_bytes = 8_388_608\n\
          [ipc]\ndir = \"{ipc}\"\nstrategy_timeout_ns = 2_000_000_000\n\
          [[venue]]\nname = \"sim\"\naddress = \"{venue}\"\nusername = \"keel\"\npassword = \"keel\"\n\
@@ -687,7 +688,12 @@ fn open_lines(report: &str) -> BTreeSet<String> {
         .lines()
         .filter(|l| !l.starts_with("open orders:"))
         .filter_map(|l| l.strip_prefix("open "))
-        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("clordid="))
+                .unwrap()
+                .to_string()
+        })
         .collect()
 }
 

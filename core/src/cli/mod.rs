@@ -1,5 +1,6 @@
 //! The `keel` command line (clap). Each subcommand is a thin driver over the library.
 
+mod ctl;
 mod run;
 mod venue;
 
@@ -79,6 +80,12 @@ enum Command {
     /// Python example: examples/python/keel_strategy.py). Stops on SIGINT/SIGTERM, syncs the
     /// journal and prints its counters and every order still open.
     Run(run::RunArgs),
+    /// Act on a running engine (`keel run`) through its admin socket: status, stats,
+    /// open-orders, cancel-all, disable/enable a strategy, shed a symbol, kill-switch,
+    /// reconnect a venue, force a breaker. `keel ctl --config FILE help` lists the commands;
+    /// docs/operations.md ("Operator control") explains each answer. Exit 0 on `ok`, 1 on
+    /// `error`, 69 when the engine cannot be reached.
+    Ctl(ctl::CtlArgs),
     /// Print a complete configuration file with every key at its default value (one example
     /// venue and feed, to be edited; see docs/config.md).
     Defaults,
@@ -112,7 +119,7 @@ where
     };
     if matches!(
         cli.command,
-        Command::Defaults | Command::ConfigCheck { .. } | Command::Demo(_)
+        Command::Defaults | Command::ConfigCheck { .. } | Command::Demo(_) | Command::Ctl(_)
     ) {
         // A report to a reader that went away (`keel defaults | head`): end quietly, as
         // Unix filters do, instead of panicking on the write. (`run` and `venue` keep the
@@ -122,6 +129,7 @@ where
     match cli.command {
         Command::Venue(args) => venue::run(args),
         Command::Run(args) => run::run(args),
+        Command::Ctl(args) => ctl::run(args),
         Command::Defaults => defaults(),
         Command::ConfigCheck { file } => config_check(&file),
         Command::Demo(args) => match crate::demo::run(&args) {

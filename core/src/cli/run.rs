@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,24 +56,61 @@ pub fn run(args: RunArgs) -> ExitCode {
         );
         return ExitCode::from(65);
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        if let Err(e) = signal_hook::flag::register(signal, Arc::clone(&stop)) {
-            crate::warn_line!("keel run: cannot watch signal {signal}: {e}");
+    crate::log::install();
+    // Signals are counted: the first stops (cancel-on-stop first, if configured), the second
+    // stops at once.
+    let signals = Arc::new(AtomicUsize::new(0));
+    match signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ]) {
+        Ok(mut incoming) => {
+            let count = Arc::clone(&signals);
+            let _ = std::thread::Builder::new()
+                .name("keel-signals".into())
+                .spawn(move || {
+                    for _ in incoming.forever() {
+                        count.fetch_add(1, Ordering::AcqRel);
+                    }
+                });
+        }
+        Err(e) => {
+            crate::warn_line!("keel run: cannot watch SIGINT/SIGTERM: {e}");
             return ExitCode::from(71);
         }
     }
     let venues: Vec<String> = config.venues.iter().map(|v| v.name.clone()).collect();
+    let symbols: Vec<String> = config
+        .symbols
+        .iter()
+        .map(|s| String::from_utf8_lossy(s).trim_end().to_string())
+        .collect();
+    let operator = config.operator.clone();
+    let admin_socket = config.admin_socket();
     let topology = config.loops.topology;
     let transport = config.loops.transport;
     let strategies = config.dispatcher.strategies;
-    let engine = match EngineBuilder::new(config).start() {
+    let mut engine = match EngineBuilder::new(config).start() {
         Ok(e) => e,
         Err(e) => {
             crate::warn_line!("keel run: {e}");
             return ExitCode::from(1);
         }
     };
+    let mut admin = None;
+    if let Some(path) = &admin_socket {
+        match engine.serve_admin(path) {
+            Ok(counters) => {
+                admin = counters;
+                tracing::info!(target: "keel::ctl", socket = %path.display(), "admin socket open");
+            }
+            Err(e) => {
+                crate::warn_line!("keel run: {e}");
+                let _ = engine.stop();
+                return ExitCode::from(1);
+            }
+        }
+    }
     let r = engine.restored();
     crate::say_line!(
         "keel run: {} topology, {} transport asked, {} venue(s), {} strategies over shared \
@@ -104,7 +141,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     let started = clock.now_ns();
     let mut last_status = started;
     let mut failed = false;
-    while !stop.load(Ordering::Relaxed) {
+    while signals.load(Ordering::Acquire) == 0 {
         std::thread::sleep(Duration::from_millis(20));
         if engine.has_failed() {
             failed = true;
@@ -136,9 +173,21 @@ pub fn run(args: RunArgs) -> ExitCode {
             );
         }
     }
+    if signals.load(Ordering::Acquire) > 0 && operator.cancel_on_stop && !failed {
+        cancel_on_stop(&engine, &signals, operator.stop_timeout_ns, &clock);
+    }
+    if let Some(a) = &admin {
+        crate::say_line!(
+            "keel run: operator commands: {} ok, {} errors, {} unanswered, {} unreadable",
+            a.ok.load(Ordering::Relaxed),
+            a.errors.load(Ordering::Relaxed),
+            a.timeouts.load(Ordering::Relaxed),
+            a.bad_requests.load(Ordering::Relaxed)
+        );
+    }
     match engine.stop() {
         Ok(report) => {
-            print_report(&report, &venues);
+            print_report(&report, &venues, &symbols);
             ExitCode::from(u8::from(failed))
         }
         Err(e) => {
@@ -148,7 +197,47 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
 }
 
-fn print_report(report: &EngineReport, venues: &[String]) {
+/// Cancel-on-stop: kill switch on, every open order canceled, answers awaited until none is
+/// open, the bound passes, or a second signal comes.
+fn cancel_on_stop(
+    engine: &crate::engine::RunningEngine,
+    signals: &AtomicUsize,
+    timeout_ns: u64,
+    clock: &TscClock,
+) {
+    let open = engine.open_orders();
+    tracing::warn!(
+        target: "keel::stop",
+        open_orders = open,
+        timeout_ms = timeout_ns / 1_000_000,
+        "stopping: kill switch on, canceling every open order (a second signal stops at once)"
+    );
+    engine.cancel_everything();
+    let start = clock.now_ns();
+    loop {
+        let open = engine.open_orders();
+        let waited = clock.now_ns() - start;
+        if open == 0 {
+            tracing::info!(target: "keel::stop", waited_ms = waited / 1_000_000, "no order open");
+            return;
+        }
+        if signals.load(Ordering::Acquire) > 1 {
+            tracing::warn!(target: "keel::stop", open_orders = open, "second signal: stopping now");
+            return;
+        }
+        if waited >= timeout_ns {
+            tracing::error!(
+                target: "keel::stop",
+                open_orders = open,
+                "stop timeout: orders still open (listed below); they stay at the venue"
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn print_report(report: &EngineReport, venues: &[String], symbols: &[String]) {
     let mut out = std::io::stdout().lock();
     let d = &report.dispatch;
     if let Some(t) = report.transport {
@@ -242,11 +331,31 @@ fn print_report(report: &EngineReport, venues: &[String]) {
         );
     }
     let _ = writeln!(out, "open orders: {}", report.open_orders.len());
+    let name = |names: &[String], i: u16| {
+        names
+            .get(usize::from(i))
+            .cloned()
+            .unwrap_or_else(|| i.to_string())
+    };
     for o in &report.open_orders {
         let _ = writeln!(
             out,
-            "open {} venue={} state={} filled={}/{}",
-            o.id, o.venue.0, o.state, o.filled_qty, o.qty
+            "open {} strategy={} seq={} venue={} symbol={} side={} price={} qty={} filled={} \
+             state={} clordid={}",
+            o.id.0,
+            o.strategy.0,
+            o.id.sequence(),
+            name(venues, o.venue.0),
+            name(symbols, o.symbol.0),
+            match o.side {
+                crate::order::Side::Buy => "buy",
+                crate::order::Side::Sell => "sell",
+            },
+            crate::engine::admin::price_text(o.price.0),
+            o.qty,
+            o.filled_qty,
+            crate::engine::admin::state_name(o.state),
+            o.id
         );
     }
 }

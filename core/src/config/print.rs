@@ -47,6 +47,7 @@ pub fn to_toml(config: &EngineConfig) -> String {
         Some(journal) => self::journal(&mut out, journal),
         None => out.comment("no [journal]: nothing journaled (keel run requires [journal])"),
     }
+    operator(&mut out, &config.operator);
     for feed in &config.feeds {
         self::feed(&mut out, feed);
     }
@@ -93,6 +94,7 @@ pub fn example_config() -> EngineConfig {
         loops: LoopConfig::default(),
         ipc: Some(IpcConfig::default()),
         feeds: vec![feed],
+        operator: crate::engine::OperatorConfig::default(),
     }
 }
 
@@ -210,6 +212,17 @@ fn journal(out: &mut Out, c: &JournalConfig) {
     out.section("[journal]");
     out.path("dir", &c.dir);
     out.int("file_bytes", c.file_bytes);
+}
+
+fn operator(out: &mut Out, c: &crate::engine::OperatorConfig) {
+    out.section("[operator]");
+    match &c.admin_socket {
+        Some(path) => out.path("admin_socket", path),
+        None => out
+            .comment("admin_socket absent: admin.sock in the [ipc] directory (else the journal's)"),
+    }
+    out.bool("cancel_on_stop", c.cancel_on_stop);
+    out.duration("stop_timeout_ns", c.stop_timeout_ns);
 }
 
 fn feed(out: &mut Out, c: &FeedConfig) {

@@ -744,6 +744,7 @@ fn build<T: SocketTransport>(
             symbols: SYMBOLS.map(str::to_string).to_vec(),
             ..FeedConfig::default()
         }],
+        operator: crate::engine::OperatorConfig::default(),
     };
     let mut core = EngineBuilder::new(config)
         .build(reactor, clock.now_ns())

@@ -12,12 +12,14 @@
 
 mod config;
 pub mod lanes;
+mod operator;
 mod stats;
 
 pub use crate::ring::{
     strategy_channel, venue_channel, StrategyHandle, StrategyPort, VenueHandle, VenuePort,
 };
 pub use config::{ConfigError, DispatcherConfig};
+pub use operator::{OperatorCancel, OperatorError, OperatorScope};
 pub use stats::{DispatchStats, REFUSAL_REASONS};
 
 use crate::guard::breaker::{Breaker, CallOutcome};
@@ -112,6 +114,8 @@ pub struct Dispatcher {
     /// Venue sequence number of the outcome being applied (0 outside one): journaled with
     /// the records it causes.
     outcome_seq: u64,
+    /// Operator holds on new orders (kill switch, disabled strategies, shed symbols).
+    holds: operator::Holds,
     stats: DispatchStats,
 }
 
@@ -183,6 +187,7 @@ impl Dispatcher {
             mass_cancel_need: vec![0; usize::from(config.venues)],
             id_floor: vec![0; usize::from(config.strategies)],
             outcome_seq: 0,
+            holds: operator::Holds::new(config.strategies, config.symbols),
             stats: DispatchStats::default(),
             config,
         })
@@ -201,6 +206,11 @@ impl Dispatcher {
     /// Strategies configured (one port each).
     pub fn strategy_count(&self) -> usize {
         self.strategies.len()
+    }
+
+    /// Symbols configured.
+    pub fn symbol_count(&self) -> u32 {
+        u32::from(self.config.symbols)
     }
 
     /// Counters.
@@ -448,6 +458,9 @@ impl Dispatcher {
             return Err(refuse(RefusalReason::DuplicateId));
         }
         self.raise_id_floor(order.id);
+        if let Some(reason) = self.holds.block(strategy, order.symbol) {
+            return Err(refuse(reason));
+        }
         let venue = &self.venues[usize::from(order.venue.0)];
         if let Some(reason) = new_order_block(venue.mode) {
             return Err(refuse(reason));
@@ -539,6 +552,9 @@ impl Dispatcher {
             return Err(refuse(RefusalReason::DuplicateId));
         }
         self.raise_id_floor(r.new_id);
+        if let Some(reason) = self.holds.block(strategy, old.symbol) {
+            return Err(refuse(reason));
+        }
         if self.table.open_count() >= self.table.capacity() {
             return Err(refuse(RefusalReason::OrderTableFull));
         }

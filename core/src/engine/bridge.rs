@@ -91,6 +91,11 @@ impl Bridge {
         }
     }
 
+    /// Counters so far.
+    pub(super) fn stats(&self) -> BridgeStats {
+        self.stats
+    }
+
     pub(super) fn strategy(&self) -> StrategyId {
         self.channel.strategy()
     }

@@ -9,19 +9,25 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::admin::AdminPort;
 use super::bridge::{Bridge, BridgeStats};
 use super::{LinkReport, Restored, Shared};
 use crate::dispatch::{DispatchStats, Dispatcher, StrategyHandle};
 use crate::feed::handler::{FeedHandler, FeedStats};
+use crate::log::{BreakerChange, LogRecord, LogTx, StrategyChange};
 use crate::net::{NetEvent, Transport};
 use crate::order::{Order, StrategyId, VenueId};
 use crate::runtime::watchdog::LoopHeartbeat;
 use crate::session::link::VenueLink;
+use crate::session::machine::LinkState;
 use crate::session::protocol::VenueProtocol;
 
 /// Network events one executor pass takes from the transport at most is not bounded here:
 /// the transport bounds them (one per connection and completion); the buffer is sized once.
 const NET_EVENTS_CAPACITY: usize = 256;
+
+/// Refusals are summarized in the log once per this interval.
+const REFUSAL_LOG_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// The dispatcher side: strategy bridges, the dispatcher (and its journal).
 #[derive(Debug)]
@@ -31,8 +37,23 @@ pub(super) struct Front {
     shared: Arc<Shared>,
     first_journal_index: u64,
     synced_mask: u64,
+    /// The operator's requests (`keel ctl`) and their answers.
+    admin: AdminPort,
+    /// What this loop says (to the logger thread).
+    log: LogTx,
+    watch: FrontWatch,
     /// The journal and IPC directory locks, held as long as the dispatcher runs.
     _locks: Vec<super::lock::DirLock>,
+}
+
+/// What the dispatcher loop last logged, to notice changes (sized at start).
+#[derive(Debug)]
+struct FrontWatch {
+    breakers: Vec<crate::guard::breaker::BreakerStats>,
+    bridges: Vec<(u64, u64, u64)>,
+    refused: [u64; crate::dispatch::REFUSAL_REASONS],
+    refused_at_ns: u64,
+    open_orders: u64,
 }
 
 /// The dispatcher loop's part of the engine's report.
@@ -44,20 +65,101 @@ pub(super) struct FrontReport {
 }
 
 impl Front {
+    #[allow(clippy::too_many_arguments)] // each part is owned by the loop from here on
     pub(super) fn new(
         dispatcher: Dispatcher,
         bridges: Vec<Bridge>,
         shared: Arc<Shared>,
         first_journal_index: u64,
         locks: Vec<super::lock::DirLock>,
+        admin: AdminPort,
+        log: LogTx,
+        now_ns: u64,
     ) -> Self {
+        let watch = FrontWatch {
+            breakers: dispatcher
+                .guards()
+                .venues
+                .iter()
+                .map(|v| v.breaker.stats())
+                .collect(),
+            bridges: vec![(0, 0, 0); bridges.len()],
+            refused: dispatcher.stats().refused,
+            refused_at_ns: now_ns,
+            open_orders: u64::MAX,
+        };
         Self {
             dispatcher,
             bridges,
             shared,
             first_journal_index,
             synced_mask: 0,
+            admin,
+            log,
+            watch,
             _locks: locks,
+        }
+    }
+
+    /// Notices what is worth a log line and hands it to the logger (no formatting here).
+    fn watch(&mut self, now: u64) {
+        for (v, seen) in self.watch.breakers.iter_mut().enumerate() {
+            let now_stats = self.dispatcher.guards().venues[v].breaker.stats();
+            if now_stats == *seen {
+                continue;
+            }
+            let venue = VenueId(v as u16);
+            let changes = [
+                (now_stats.opened > seen.opened, BreakerChange::Opened),
+                (
+                    now_stats.half_opened > seen.half_opened,
+                    BreakerChange::HalfOpened,
+                ),
+                (now_stats.closed > seen.closed, BreakerChange::Closed),
+            ];
+            for (changed, to) in changes {
+                if changed {
+                    self.log.send(LogRecord::Breaker { venue, to });
+                }
+            }
+            *seen = now_stats;
+        }
+        for (b, seen) in self.bridges.iter().zip(&mut self.watch.bridges) {
+            let st = b.stats();
+            let strategy = b.strategy();
+            let changes = [
+                (st.attached > seen.0, StrategyChange::Attached),
+                (st.lost > seen.1, StrategyChange::Lost),
+                (st.broken > seen.2, StrategyChange::Broken),
+            ];
+            for (changed, what) in changes {
+                if changed {
+                    self.log.send(LogRecord::Strategy { strategy, what });
+                }
+            }
+            *seen = (st.attached, st.lost, st.broken);
+        }
+        let interval_ns = now.saturating_sub(self.watch.refused_at_ns);
+        if interval_ns >= REFUSAL_LOG_INTERVAL_NS {
+            self.watch.refused_at_ns = now;
+            let refused = self.dispatcher.stats().refused;
+            for (reason, _) in crate::ipc::codec::REFUSAL_CODES {
+                let i = reason as usize;
+                let count = refused[i] - self.watch.refused[i];
+                if count > 0 {
+                    self.log.send(LogRecord::Refusals {
+                        reason,
+                        count,
+                        interval_ns,
+                    });
+                }
+            }
+            self.watch.refused = refused;
+        }
+        let open = u64::from(self.dispatcher.table().open_count());
+        if open != self.watch.open_orders {
+            self.watch.open_orders = open;
+            self.shared.open_orders.store(open, Ordering::Release);
         }
     }
 
@@ -69,9 +171,13 @@ impl Front {
             work += b.pump_commands(now);
         }
         work += self.dispatcher.poll(now);
+        work += self
+            .admin
+            .serve(now, &mut self.dispatcher, &self.bridges, &self.shared);
         for b in &mut self.bridges {
             work += b.pump_events();
         }
+        self.watch(now);
         let mut mask = 0u64;
         for v in 0..self.dispatcher.guards().venues.len().min(64) {
             if self.dispatcher.is_synced(VenueId(v as u16)) {
@@ -134,6 +240,18 @@ pub struct Executor<T: Transport> {
     feeds: Vec<FeedHandler>,
     net: Vec<NetEvent>,
     heartbeat: Option<LoopHeartbeat>,
+    shared: Arc<Shared>,
+    /// What this loop says (to the logger thread).
+    log: LogTx,
+    /// Per link: the state and failed connects last logged, and when it began connecting.
+    seen: Vec<LinkSeen>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LinkSeen {
+    state: LinkState,
+    connect_failures: u64,
+    connecting_since_ns: u64,
 }
 
 impl<T: Transport> Executor<T> {
@@ -143,21 +261,103 @@ impl<T: Transport> Executor<T> {
         mut links: Vec<VenueLink>,
         mut feeds: Vec<FeedHandler>,
         heartbeat: Option<LoopHeartbeat>,
+        shared: Arc<Shared>,
+        log: LogTx,
         now_ns: u64,
     ) -> Self {
+        let seen = links
+            .iter()
+            .map(|_| LinkSeen {
+                state: LinkState::Disconnected,
+                connect_failures: 0,
+                connecting_since_ns: now_ns,
+            })
+            .collect();
         for link in &mut links {
             link.start(now_ns, &mut transport);
         }
         for feed in &mut feeds {
             feed.start(now_ns, &mut transport);
         }
-        Self {
+        let mut exec = Self {
             transport,
             poll_errors: 0,
             links,
             feeds,
             net: Vec::with_capacity(NET_EVENTS_CAPACITY),
             heartbeat,
+            shared,
+            log,
+            seen,
+        };
+        exec.watch(now_ns);
+        exec
+    }
+
+    /// Operator reconnects asked for since the last pass.
+    fn take_reconnects(&mut self, now: u64) {
+        if self.shared.reconnect.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let asked = self.shared.reconnect.swap(0, Ordering::AcqRel);
+        for (v, link) in self.links.iter_mut().enumerate().take(64) {
+            if asked & (1 << v) != 0 {
+                link.reconnect(now, &mut self.transport);
+            }
+        }
+    }
+
+    /// Notices link changes worth a log line, publishes them for the admin thread.
+    fn watch(&mut self, now: u64) {
+        for (v, (link, seen)) in self.links.iter().zip(&mut self.seen).enumerate() {
+            let state = link.state();
+            let failures = link.connect_failures();
+            if state == seen.state && failures == seen.connect_failures {
+                continue;
+            }
+            let venue = VenueId(v as u16);
+            let retry_in_ns = link
+                .reconnect_at_ns()
+                .map_or(0, |at| at.saturating_sub(now));
+            let stats = link.stats();
+            if failures > seen.connect_failures {
+                self.log.send(LogRecord::ConnectFailed {
+                    venue,
+                    os_error: stats.last_os_error,
+                    failures,
+                    retry_in_ns,
+                });
+            }
+            if state != seen.state {
+                if seen.state == LinkState::Disconnected {
+                    seen.connecting_since_ns = now;
+                }
+                let ns = match state {
+                    LinkState::Synced => now.saturating_sub(seen.connecting_since_ns),
+                    LinkState::Disconnected => retry_in_ns,
+                    _ => 0,
+                };
+                // A failed connect is said by its own record.
+                let failed_connect =
+                    seen.state == LinkState::Connecting && state == LinkState::Disconnected;
+                if !failed_connect {
+                    self.log.send(LogRecord::Link {
+                        venue,
+                        from: seen.state,
+                        to: state,
+                        ns,
+                        reconciliation: link.client().stats().last_reconciliation,
+                    });
+                }
+            }
+            seen.state = state;
+            seen.connect_failures = failures;
+            self.shared.link(venue).publish(
+                state,
+                link.session_stats().connects,
+                failures,
+                stats.last_os_error,
+            );
         }
     }
 
@@ -188,6 +388,8 @@ impl<T: Transport> Executor<T> {
             link.step(now, &mut self.transport);
             sent += link.stats().requests_sent;
         }
+        self.take_reconnects(now);
+        self.watch(now);
         if let Some(h) = &self.heartbeat {
             h.beat();
         }

@@ -19,6 +19,7 @@
 //! stream after the last report on record and knows every open order's wire reference again;
 //! the link then reconciles before SYNCED.
 
+pub mod admin;
 mod bridge;
 mod event_loop;
 pub mod lock;
@@ -31,6 +32,7 @@ use std::thread::JoinHandle;
 use bridge::Bridge;
 pub use bridge::{BridgeStats, COMMANDS_PER_PASS_MAX, EVENTS_PER_PASS_MAX};
 pub use event_loop::{EngineLoop, Executor};
+
 use event_loop::{Front, FrontReport};
 
 use crate::clock::{Clock, TscClock};
@@ -158,6 +160,43 @@ pub struct EngineConfig {
     pub ipc: Option<IpcConfig>,
     /// Market-data feeds (`[[feed]]`), each kept by a feed handler in the executor loop.
     pub feeds: Vec<crate::feed::handler::FeedConfig>,
+    /// The operator's side: admin socket, what a stop does (`[operator]`).
+    pub operator: OperatorConfig,
+}
+
+/// The operator's side of `keel run` (the `[operator]` table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorConfig {
+    /// Where `keel ctl` finds the engine (`None`: `admin.sock` in the `[ipc]` directory).
+    pub admin_socket: Option<PathBuf>,
+    /// At SIGTERM/SIGINT, turn the kill switch on, cancel every open order and wait for the
+    /// answers (at most `stop_timeout_ns`) before stopping. A second signal stops at once.
+    pub cancel_on_stop: bool,
+    /// How long a stop waits for the cancels' answers.
+    pub stop_timeout_ns: u64,
+}
+
+impl Default for OperatorConfig {
+    fn default() -> Self {
+        Self {
+            admin_socket: None,
+            cancel_on_stop: true,
+            stop_timeout_ns: 5_000_000_000,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Where the admin socket is: `[operator] admin_socket`, else `admin.sock` in the
+    /// `[ipc]` directory, else in the journal's (`None`: neither is configured).
+    pub fn admin_socket(&self) -> Option<PathBuf> {
+        self.operator.admin_socket.clone().or_else(|| {
+            self.ipc
+                .as_ref()
+                .map(|i| i.dir.join("admin.sock"))
+                .or_else(|| self.journal.as_ref().map(|j| j.dir.join("admin.sock")))
+        })
+    }
 }
 
 /// Why the engine could not start or stop cleanly.
@@ -244,7 +283,7 @@ pub struct EngineReport {
     pub transport: Option<TransportKind>,
 }
 
-/// State shared between the loops and the handle (atomics only).
+/// State shared between the loops, the admin thread and the handle (atomics only).
 #[derive(Debug, Default)]
 struct Shared {
     stop: AtomicBool,
@@ -252,6 +291,76 @@ struct Shared {
     synced: AtomicU64,
     /// Dispatcher passes (liveness for the handle).
     passes: AtomicU64,
+    /// Open orders in the dispatcher's table (published when it changes).
+    open_orders: AtomicU64,
+    /// Cancel-on-stop asked: the dispatcher turns the kill switch on and cancels everything.
+    stop_cancel: AtomicBool,
+    /// Bit per venue: an operator asked for a reconnect (the executor loop takes it).
+    reconnect: AtomicU64,
+    /// Per venue: the link as the executor loop last published it.
+    links: Vec<LinkShared>,
+}
+
+impl Shared {
+    fn new(venues: usize) -> Self {
+        Self {
+            links: (0..venues).map(|_| LinkShared::default()).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Venue `v`'s published link (a blank one for a venue that is not configured).
+    fn link(&self, v: VenueId) -> &LinkShared {
+        static NONE: LinkShared = LinkShared {
+            state: AtomicU64::new(0),
+            connects: AtomicU64::new(0),
+            connect_failures: AtomicU64::new(0),
+            last_os_error: AtomicU64::new(0),
+        };
+        self.links.get(usize::from(v.0)).unwrap_or(&NONE)
+    }
+}
+
+/// One venue link as the executor loop publishes it (on change) for the admin thread.
+#[derive(Debug, Default)]
+struct LinkShared {
+    /// `LinkState` as 0 disconnected, 1 connecting, 2 connected, 3 reconciling, 4 synced,
+    /// 5 read-only.
+    state: AtomicU64,
+    connects: AtomicU64,
+    connect_failures: AtomicU64,
+    last_os_error: AtomicU64,
+}
+
+impl LinkShared {
+    fn publish(&self, state: LinkState, connects: u64, failures: u64, os_error: i32) {
+        let code = match state {
+            LinkState::Disconnected => 0,
+            LinkState::Connecting => 1,
+            LinkState::Connected => 2,
+            LinkState::Reconciling => 3,
+            LinkState::Synced => 4,
+            LinkState::ReadOnly => 5,
+        };
+        self.state.store(code, Ordering::Relaxed);
+        self.connects.store(connects, Ordering::Relaxed);
+        self.connect_failures.store(failures, Ordering::Relaxed);
+        self.last_os_error
+            .store(os_error as u32 as u64, Ordering::Relaxed);
+    }
+
+    fn state_name(&self) -> &'static str {
+        use LinkState::*;
+        let state = match self.state.load(Ordering::Relaxed) {
+            1 => Connecting,
+            2 => Connected,
+            3 => Reconciling,
+            4 => Synced,
+            5 => ReadOnly,
+            _ => Disconnected,
+        };
+        crate::log::link_state_name(state)
+    }
 }
 
 /// Starts an engine. See the module docs.
@@ -432,13 +541,28 @@ impl EngineBuilder {
                 _ => in_process.push(Some(handle)),
             }
         }
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared::new(links.len()));
+        let (admin_port, admin) = admin::admin_channel();
+        let (front_log, front_log_rx) = crate::log::log_ring();
+        let (exec_log, exec_log_rx) = crate::log::log_ring();
+        let names = admin::AdminNames {
+            symbols: config
+                .symbols
+                .iter()
+                .map(|s| String::from_utf8_lossy(s).trim_end().to_string())
+                .collect(),
+            venues: config.venues.iter().map(|v| v.name.clone()).collect(),
+            strategies,
+        };
         let front = Front::new(
             dispatcher,
             bridges,
             Arc::clone(&shared),
             first_journal_index,
             locks,
+            admin_port,
+            front_log,
+            now_ns,
         );
         let reactor = ReactorConfig {
             conns_max: (links.len() as u32 + feeds.len() as u32 + 2).max(4),
@@ -453,6 +577,10 @@ impl EngineBuilder {
             shared,
             loops,
             reactor,
+            admin,
+            exec_log,
+            log_rings: vec![front_log_rx, exec_log_rx],
+            names,
         })
     }
 
@@ -466,7 +594,17 @@ impl EngineBuilder {
         now_ns: u64,
     ) -> Result<EngineLoop<T>, EngineError> {
         let parts = self.assemble(now_ns)?;
-        let exec = Executor::new(transport, parts.links, parts.feeds, None, now_ns);
+        // No admin thread and no logger here: the loop's records wait in (then overflow and
+        // are counted by) their rings, exactly as the running loop hands them over.
+        let exec = Executor::new(
+            transport,
+            parts.links,
+            parts.feeds,
+            None,
+            parts.shared,
+            parts.exec_log,
+            now_ns,
+        );
         Ok(EngineLoop::new(
             parts.front,
             exec,
@@ -488,7 +626,25 @@ impl EngineBuilder {
             shared,
             loops,
             reactor,
+            admin,
+            exec_log,
+            log_rings,
+            names,
         } = parts;
+        let log_stop = Arc::new(AtomicBool::new(false));
+        let logger = {
+            let logger = crate::log::Logger::new(
+                log_rings,
+                crate::log::LogNames {
+                    venues: names.venues.clone(),
+                },
+            );
+            let stop = Arc::clone(&log_stop);
+            std::thread::Builder::new()
+                .name("keel-logger".into())
+                .spawn(move || logger.run(&stop, std::time::Duration::from_millis(5)))
+                .expect("spawning the logger thread")
+        };
         let threads = match loops.topology {
             Topology::Inline => {
                 let shared = Arc::clone(&shared);
@@ -499,6 +655,7 @@ impl EngineBuilder {
                         links,
                         feeds,
                         shared,
+                        log: exec_log,
                         idle: loops.idle,
                     };
                     match open_transport(loops.transport, reactor)? {
@@ -523,6 +680,7 @@ impl EngineBuilder {
                         feeds,
                         heartbeat,
                         shared: exec_shared,
+                        log: exec_log,
                         idle: loops.executor_idle,
                     };
                     match open_transport(loops.transport, reactor)? {
@@ -558,6 +716,11 @@ impl EngineBuilder {
             shared,
             threads,
             restored,
+            admin: Some(admin),
+            names,
+            logger: Some(logger),
+            log_stop,
+            admin_thread: None,
         })
     }
 }
@@ -573,6 +736,13 @@ struct Parts {
     shared: Arc<Shared>,
     loops: LoopConfig,
     reactor: ReactorConfig,
+    /// The admin thread's end of the operator rings.
+    admin: admin::AdminClient,
+    /// The executor loop's log ring (the dispatcher loop's is in `front`).
+    exec_log: crate::log::LogTx,
+    /// The logger's ends of both.
+    log_rings: Vec<crate::log::LogRx>,
+    names: admin::AdminNames,
 }
 
 type LoopResult = Result<Halves, EngineError>;
@@ -637,13 +807,22 @@ struct Inline {
     links: Vec<VenueLink>,
     feeds: Vec<FeedHandler>,
     shared: Arc<Shared>,
+    log: crate::log::LogTx,
     idle: IdlePolicy,
 }
 
 impl Inline {
     fn run<T: Transport>(self, transport: T, kind: TransportKind) -> LoopResult {
         let clock = TscClock::new();
-        let exec = Executor::new(transport, self.links, self.feeds, None, clock.now_ns());
+        let exec = Executor::new(
+            transport,
+            self.links,
+            self.feeds,
+            None,
+            Arc::clone(&self.shared),
+            self.log,
+            clock.now_ns(),
+        );
         let mut engine = EngineLoop::new(self.front, exec, Vec::new(), Restored::default());
         let mut idler = Idler::new(self.idle);
         while !self.shared.stop.load(Ordering::Relaxed) {
@@ -664,6 +843,7 @@ struct ExecutorOnly {
     feeds: Vec<FeedHandler>,
     heartbeat: LoopHeartbeat,
     shared: Arc<Shared>,
+    log: crate::log::LogTx,
     idle: IdlePolicy,
 }
 
@@ -671,7 +851,15 @@ impl ExecutorOnly {
     fn run<T: Transport>(self, transport: T, kind: TransportKind) -> LoopResult {
         let clock = TscClock::new();
         let now = clock.now_ns();
-        let mut exec = Executor::new(transport, self.links, self.feeds, Some(self.heartbeat), now);
+        let mut exec = Executor::new(
+            transport,
+            self.links,
+            self.feeds,
+            Some(self.heartbeat),
+            Arc::clone(&self.shared),
+            self.log,
+            now,
+        );
         let mut idler = Idler::new(self.idle);
         while !self.shared.stop.load(Ordering::Relaxed) {
             if exec.pass(clock.now_ns()) {
@@ -709,6 +897,12 @@ pub struct RunningEngine {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<LoopResult>>,
     restored: Restored,
+    /// The operator rings' far end, until an admin thread takes it.
+    admin: Option<admin::AdminClient>,
+    names: admin::AdminNames,
+    logger: Option<JoinHandle<()>>,
+    log_stop: Arc<AtomicBool>,
+    admin_thread: Option<JoinHandle<()>>,
 }
 
 impl RunningEngine {
@@ -730,6 +924,38 @@ impl RunningEngine {
     /// What the journal gave back.
     pub fn restored(&self) -> &Restored {
         &self.restored
+    }
+
+    /// Opens the admin socket at `path` and serves `keel ctl` on it from a thread of its
+    /// own until the engine stops (once; later calls do nothing and return `Ok(None)`).
+    pub fn serve_admin(
+        &mut self,
+        path: &std::path::Path,
+    ) -> Result<Option<Arc<admin::AdminCounters>>, admin::AdminSocketError> {
+        let Some(client) = self.admin.take() else {
+            return Ok(None);
+        };
+        let server =
+            admin::AdminServer::bind(path, client, self.names.clone(), Arc::clone(&self.shared))?;
+        let counters = server.counters();
+        self.admin_thread = Some(
+            std::thread::Builder::new()
+                .name("keel-admin".into())
+                .spawn(move || server.run())
+                .expect("spawning the admin thread"),
+        );
+        Ok(Some(counters))
+    }
+
+    /// Cancel-on-stop: the kill switch goes on and every open order is canceled (again every
+    /// 100 ms, so orders in doubt are canceled once resolved). Watch [`Self::open_orders`].
+    pub fn cancel_everything(&self) {
+        self.shared.stop_cancel.store(true, Ordering::Release);
+    }
+
+    /// Open orders in the dispatcher's table, as last published by its loop.
+    pub fn open_orders(&self) -> u64 {
+        self.shared.open_orders.load(Ordering::Acquire)
     }
 
     /// Whether a loop has ended on its own (an error or a panic; `stop` says which).
@@ -777,6 +1003,15 @@ impl RunningEngine {
                     first_error.get_or_insert(EngineError::Panicked(what));
                 }
             }
+        }
+        // The loops are done: the logger writes what they left, the admin thread has seen
+        // the stop flag.
+        self.log_stop.store(true, Ordering::Release);
+        if let Some(logger) = self.logger {
+            let _ = logger.join();
+        }
+        if let Some(admin) = self.admin_thread {
+            let _ = admin.join();
         }
         match first_error {
             Some(e) => Err(e),

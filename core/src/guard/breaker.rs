@@ -184,6 +184,12 @@ impl Breaker {
         self.state
     }
 
+    /// Whether it is open as of its last transition (no timed transition applied: a read
+    /// for reports, not for admission).
+    pub fn is_open(&self) -> bool {
+        matches!(self.state, BreakerState::Open { .. })
+    }
+
     /// Counters.
     pub fn stats(&self) -> BreakerStats {
         self.stats
@@ -338,6 +344,25 @@ impl Breaker {
         );
         self.consecutive_trips = 0;
         self.stats.closed += 1;
+        self.state = BreakerState::Closed;
+        self.clear_window();
+    }
+
+    /// Operator drill: trips the breaker now (counted as a trip) unless it is already open.
+    pub fn force_open(&mut self, now_ns: u64) {
+        self.tick(now_ns);
+        if !matches!(self.state, BreakerState::Open { .. }) {
+            self.to_open(now_ns);
+        }
+    }
+
+    /// Operator: closes the breaker now with a clean window and no trip history (counted as
+    /// a close unless it was closed already).
+    pub fn force_close(&mut self) {
+        if self.state != BreakerState::Closed {
+            self.stats.closed += 1;
+        }
+        self.consecutive_trips = 0;
         self.state = BreakerState::Closed;
         self.clear_window();
     }

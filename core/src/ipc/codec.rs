@@ -45,7 +45,7 @@ const EV_MALFORMED: u8 = 13;
 
 /// Every refusal reason with its wire code: explicit numbers, written down in docs/ipc.md and
 /// pinned there by a test (a new reason takes the next number; none is ever renumbered).
-pub const REFUSAL_CODES: [(RefusalReason, u8); 20] = [
+pub const REFUSAL_CODES: [(RefusalReason, u8); 23] = [
     (RefusalReason::NotSynced, 1),
     (RefusalReason::RiskQty, 2),
     (RefusalReason::RiskNotional, 3),
@@ -66,6 +66,9 @@ pub const REFUSAL_CODES: [(RefusalReason, u8); 20] = [
     (RefusalReason::LinkReadOnly, 18),
     (RefusalReason::RiskPrice, 19),
     (RefusalReason::SessionFull, 20),
+    (RefusalReason::KillSwitch, 21),
+    (RefusalReason::StrategyDisabled, 22),
+    (RefusalReason::SymbolShed, 23),
 ];
 const _: () = assert!(REFUSAL_CODES.len() == crate::dispatch::REFUSAL_REASONS);
 
@@ -92,6 +95,9 @@ pub fn refusal_code(reason: RefusalReason) -> u8 {
         RefusalReason::LinkReadOnly => 18,
         RefusalReason::RiskPrice => 19,
         RefusalReason::SessionFull => 20,
+        RefusalReason::KillSwitch => 21,
+        RefusalReason::StrategyDisabled => 22,
+        RefusalReason::SymbolShed => 23,
     }
 }
 

@@ -28,7 +28,7 @@
 //! engine's state as this one's; a strategy tells a stale header (an engine killed without a
 //! word) from a live one by the engine heartbeat and process id (docs/ipc.md).
 
-mod codec;
+pub(crate) mod codec;
 mod names;
 pub use names::{fingerprint, VENUE_NAME_LEN};
 

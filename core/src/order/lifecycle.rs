@@ -30,24 +30,6 @@ pub enum OrderState {
     Unknown,
 }
 
-impl std::fmt::Display for OrderState {
-    /// The names docs/architecture.md's lifecycle table uses.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::PendingNew => "PendingNew",
-            Self::Live => "Live",
-            Self::PartiallyFilled => "PartiallyFilled",
-            Self::PendingCancel => "PendingCancel",
-            Self::PendingReplace => "PendingReplace",
-            Self::Filled => "Filled",
-            Self::Canceled => "Canceled",
-            Self::Replaced => "Replaced",
-            Self::Rejected => "Rejected",
-            Self::Unknown => "Unknown",
-        })
-    }
-}
-
 impl OrderState {
     /// True once nothing more can happen to the order at the venue.
     pub fn is_terminal(self) -> bool {

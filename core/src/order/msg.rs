@@ -408,6 +408,13 @@ pub enum RefusalReason {
     RiskPrice,
     /// The venue session's order map is full of open orders: nothing more can be tracked.
     SessionFull,
+    /// An operator turned the kill switch on (`keel ctl kill-switch on`): no new order or
+    /// replace leaves the engine; cancels flow.
+    KillSwitch,
+    /// An operator disabled this strategy (`keel ctl disable`); its cancels flow.
+    StrategyDisabled,
+    /// An operator shed this symbol (`keel ctl shed`); its cancels flow.
+    SymbolShed,
 }
 
 /// What happened, as a strategy sees it.

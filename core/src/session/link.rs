@@ -74,6 +74,13 @@ pub struct LinkStats {
     pub login_errors: u64,
     /// New orders and replaces handed back refused because the link was read-only.
     pub refused_read_only: u64,
+    /// Connection attempts that failed (refused, unreachable, timed out, no socket).
+    pub connect_failures: u64,
+    /// The OS error (errno) of the last failed connection attempt or lost connection (0:
+    /// none, or not an OS error, e.g. every connection slot in use).
+    pub last_os_error: i32,
+    /// Reconnects an operator asked for (`keel ctl reconnect`).
+    pub operator_reconnects: u64,
 }
 
 /// A venue link speaking protocol `P`. See the module docs.
@@ -174,6 +181,41 @@ impl<P: VenueProtocol> VenueLink<P> {
         })
     }
 
+    /// Connection attempts that failed so far.
+    pub fn connect_failures(&self) -> u64 {
+        self.stats.connect_failures
+    }
+
+    /// When the next connection attempt is due (`None`: none scheduled).
+    pub fn reconnect_at_ns(&self) -> Option<u64> {
+        self.reconnect_at_ns
+    }
+
+    /// An operator asks for a new session: a link waiting to reconnect tries now; a
+    /// connected one is closed as if the connection were lost (orders in flight become
+    /// unknown and are queried after the next login, never resent) and reconnects after the
+    /// first backoff delay. A connection attempt under way is left to finish.
+    pub fn reconnect(&mut self, now_ns: u64, reactor: &mut impl Transport) {
+        self.stats.operator_reconnects += 1;
+        match self.machine.state() {
+            LinkState::Connecting => {}
+            LinkState::Disconnected => {
+                if self.reconnect_at_ns.is_some() {
+                    self.reconnect_at_ns = Some(now_ns);
+                }
+            }
+            LinkState::Connected
+            | LinkState::Reconciling
+            | LinkState::Synced
+            | LinkState::ReadOnly => {
+                if let Some(conn) = self.conn.take() {
+                    reactor.close(conn);
+                }
+                self.event(now_ns, reactor, SessionEvent::ConnectionLost);
+            }
+        }
+    }
+
     /// Starts the session (first connection attempt).
     pub fn start(&mut self, now_ns: u64, reactor: &mut impl Transport) {
         self.event(now_ns, reactor, SessionEvent::Start);
@@ -187,8 +229,10 @@ impl<P: VenueProtocol> VenueLink<P> {
                 self.last_rx_ns = now_ns;
                 self.event(now_ns, reactor, SessionEvent::TcpConnected);
             }
-            NetEvent::ConnectFailed { conn: c, .. } if c == conn => {
+            NetEvent::ConnectFailed { conn: c, errno } if c == conn => {
                 self.conn = None;
+                self.stats.connect_failures += 1;
+                self.stats.last_os_error = errno;
                 self.event(now_ns, reactor, SessionEvent::TcpFailed);
             }
             NetEvent::Closed { conn: c, .. } if c == conn => {
@@ -288,7 +332,16 @@ impl<P: VenueProtocol> VenueLink<P> {
             Action::Connect => match reactor.connect(self.addr) {
                 Ok(conn) => self.conn = Some(conn),
                 // No slot or no socket: treat like a refused connect (backoff, retry).
-                Err(_) => self.event(now_ns, reactor, SessionEvent::TcpFailed),
+                Err(e) => {
+                    self.stats.connect_failures += 1;
+                    self.stats.last_os_error = match e {
+                        crate::net::NetError::Io { source, .. } => {
+                            source.raw_os_error().unwrap_or(0)
+                        }
+                        _ => 0,
+                    };
+                    self.event(now_ns, reactor, SessionEvent::TcpFailed)
+                }
             },
             Action::SendLogin => match self.client.encode_login(&mut self.scratch) {
                 Ok(n) => self.send(now_ns, reactor, n),

@@ -260,6 +260,7 @@ pub fn engine_config(
         },
         ipc: None,
         feeds: Vec::new(),
+        operator: Default::default(),
     }
 }
 

@@ -1,0 +1,71 @@
+//! `keel ctl`: one operator command to a running `keel run`, over its admin socket.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+#[derive(Debug, Args)]
+pub struct CtlArgs {
+    /// The engine's configuration: its admin socket is `[operator] admin_socket`, else
+    /// `admin.sock` in its `[ipc]` directory.
+    #[arg(long, conflicts_with = "socket")]
+    config: Option<PathBuf>,
+    /// The admin socket itself.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// The command and its arguments (`help` lists them).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+pub fn run(args: CtlArgs) -> ExitCode {
+    let socket = match (&args.socket, &args.config) {
+        (Some(s), _) => s.clone(),
+        (None, Some(file)) => {
+            let config = std::fs::read_to_string(file)
+                .map_err(|e| format!("cannot read {}: {e}", file.display()))
+                .and_then(|text| {
+                    crate::config::EngineConfig::from_toml(&text)
+                        .map_err(|e| format!("{}: {e}", file.display()))
+                });
+            match config.map(|c| c.admin_socket()) {
+                Ok(Some(path)) => path,
+                Ok(None) => {
+                    crate::warn_line!(
+                        "keel ctl: {}: no [operator] admin_socket and no [ipc] directory",
+                        file.display()
+                    );
+                    return ExitCode::from(65);
+                }
+                Err(e) => {
+                    crate::warn_line!("keel ctl: {e}");
+                    return ExitCode::from(65);
+                }
+            }
+        }
+        (None, None) => {
+            crate::warn_line!("keel ctl: give --config FILE or --socket PATH");
+            return ExitCode::from(64);
+        }
+    };
+    let line = args.command.join(" ");
+    match crate::engine::admin::request(&socket, &line) {
+        Ok(answer) => {
+            crate::say_line!("{}", answer.trim_end());
+            if answer.starts_with("ok") {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            crate::warn_line!(
+                "keel ctl: cannot reach the engine at {}: {e} (is `keel run` running with this \
+                 configuration?)",
+                socket.display()
+            );
+            ExitCode::from(69)
+        }
+    }
+}

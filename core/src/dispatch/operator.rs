@@ -1,0 +1,312 @@
+//! What an operator can do to a running dispatcher (`keel ctl`, docs/operations.md): cancel
+//! open orders by strategy, symbol and venue; hold new orders back engine-wide (the kill
+//! switch), per strategy or per symbol; force a venue's breaker open or closed for a drill.
+//! Each is a cold path taken once per operator command: it walks the order table but never
+//! allocates.
+//!
+//! Holding new orders back never touches cancels: they flow as always. New orders and
+//! replaces not yet released to the venue when a hold starts are withdrawn (each closes as
+//! `Canceled` to its strategy, a queued replace leaves its original standing): nothing held
+//! back leaves later by surprise.
+
+use super::{Dispatcher, MassCancelStep};
+use crate::order::{Order, OrderState, RefusalReason, StrategyId, SymbolId, VenueId};
+
+/// Which open orders an operator command covers: every order matching all the fields given
+/// (none given: every open order of the engine).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OperatorScope {
+    /// Only this strategy's orders.
+    pub strategy: Option<StrategyId>,
+    /// Only orders on this symbol.
+    pub symbol: Option<SymbolId>,
+    /// Only orders on this venue.
+    pub venue: Option<VenueId>,
+}
+
+impl OperatorScope {
+    /// Whether `order` is covered.
+    pub fn covers(&self, order: &Order) -> bool {
+        self.strategy.is_none_or(|s| order.strategy == s)
+            && self.symbol.is_none_or(|s| order.symbol == s)
+            && self.venue.is_none_or(|v| order.venue == v)
+    }
+}
+
+/// What an operator's cancel did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OperatorCancel {
+    /// Open orders the scope covered.
+    pub covered: u32,
+    /// Cancels queued for the wire (answered by the venue).
+    pub queued: u32,
+    /// Orders that had not left yet, closed here (`Canceled`).
+    pub withdrawn: u32,
+    /// Orders in doubt (`Unknown`): their status query goes first; cancel again once
+    /// resolved.
+    pub in_doubt: u32,
+    /// Orders already canceling (or covered through their replacement).
+    pub already: u32,
+    /// Orders left uncanceled because their venue's cancel lane was full: run it again.
+    pub lane_full: u32,
+}
+
+/// Why an operator command was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum OperatorError {
+    /// No such strategy in this configuration.
+    #[error("no strategy {0} (strategies are 0..{1})")]
+    NoStrategy(u16, u16),
+    /// No such symbol.
+    #[error("no symbol index {0} (symbols are 0..{1})")]
+    NoSymbol(u16, u16),
+    /// No such venue.
+    #[error("no venue index {0} (venues are 0..{1})")]
+    NoVenue(u16, u16),
+}
+
+/// Engine-wide and per-strategy / per-symbol holds on new orders.
+#[derive(Debug, Clone)]
+pub(super) struct Holds {
+    /// The kill switch: no new order or replace leaves; cancels and queries flow.
+    pub(super) kill_switch: bool,
+    /// Per strategy: disabled by an operator.
+    pub(super) strategy_disabled: Vec<bool>,
+    /// Per symbol: shed by an operator ("close non-core symbols").
+    pub(super) symbol_shed: Vec<bool>,
+}
+
+impl Holds {
+    pub(super) fn new(strategies: u16, symbols: u16) -> Self {
+        Self {
+            kill_switch: false,
+            strategy_disabled: vec![false; usize::from(strategies)],
+            symbol_shed: vec![false; usize::from(symbols)],
+        }
+    }
+
+    /// Why a new order or replace from `strategy` on `symbol` is held back, if it is.
+    #[inline]
+    pub(super) fn block(&self, strategy: StrategyId, symbol: SymbolId) -> Option<RefusalReason> {
+        if self.kill_switch {
+            Some(RefusalReason::KillSwitch)
+        } else if self.strategy_disabled[usize::from(strategy.0)] {
+            Some(RefusalReason::StrategyDisabled)
+        } else if self.symbol_shed[usize::from(symbol.0)] {
+            Some(RefusalReason::SymbolShed)
+        } else {
+            None
+        }
+    }
+}
+
+impl Dispatcher {
+    fn check_scope(&self, scope: OperatorScope) -> Result<(), OperatorError> {
+        let c = &self.config;
+        if let Some(s) = scope.strategy.filter(|s| s.0 >= c.strategies) {
+            return Err(OperatorError::NoStrategy(s.0, c.strategies));
+        }
+        if let Some(s) = scope.symbol.filter(|s| s.0 >= c.symbols) {
+            return Err(OperatorError::NoSymbol(s.0, c.symbols));
+        }
+        if let Some(v) = scope.venue.filter(|v| v.0 >= c.venues) {
+            return Err(OperatorError::NoVenue(v.0, c.venues));
+        }
+        Ok(())
+    }
+
+    /// Cancels every open order `scope` covers, as far as the cancel lanes have room (unlike
+    /// a strategy's mass cancel, never all-or-nothing: an operator's cancel takes what it
+    /// can and says what is left). Each strategy hears its orders' answers as usual.
+    pub fn operator_cancel(
+        &mut self,
+        now_ns: u64,
+        scope: OperatorScope,
+    ) -> Result<OperatorCancel, OperatorError> {
+        self.check_scope(scope)?;
+        let mut done = OperatorCancel::default();
+        for s in 0..self.config.strategies {
+            let mut at = self.table.first_open(StrategyId(s));
+            while let Some(slot) = at {
+                at = self.table.next_open(slot);
+                let order = *self
+                    .table
+                    .slot(slot)
+                    .expect("open list names occupied slots");
+                if !scope.covers(&order) {
+                    continue;
+                }
+                done.covered += 1;
+                match self.cancel_step(&order) {
+                    MassCancelStep::Skip => done.already += 1,
+                    MassCancelStep::SkipUnknown => {
+                        self.stats.mass_cancel_skipped += 1;
+                        done.in_doubt += 1;
+                    }
+                    MassCancelStep::Local => {
+                        self.withdraw(now_ns, &order);
+                        done.withdrawn += 1;
+                    }
+                    MassCancelStep::Wire => {
+                        let target = match order.linked.filter(|_| order.sent_ns == 0) {
+                            Some(original) => original,
+                            None => order.id,
+                        };
+                        let venue = usize::from(order.venue.0);
+                        if self.venues[venue].cancels.free() == 0 {
+                            self.stats.cancel_lane_full += 1;
+                            done.lane_full += 1;
+                            continue;
+                        }
+                        if target != order.id {
+                            self.withdraw_replacement(now_ns, &order, target);
+                        }
+                        self.queue_cancel(now_ns, target);
+                        done.queued += 1;
+                    }
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// The kill switch: on, no new order or replace is admitted (refused `KillSwitch`) and
+    /// those not yet released are withdrawn; cancels, queries and market data flow. Returns
+    /// how many were withdrawn.
+    pub fn set_kill_switch(&mut self, now_ns: u64, on: bool) -> u32 {
+        self.holds.kill_switch = on;
+        if on {
+            self.withdraw_unsent(now_ns, OperatorScope::default())
+        } else {
+            0
+        }
+    }
+
+    /// Whether the kill switch is on.
+    pub fn kill_switch(&self) -> bool {
+        self.holds.kill_switch
+    }
+
+    /// Disables (or enables) one strategy's new orders and replaces (refused
+    /// `StrategyDisabled`; its unreleased ones withdrawn). Its cancels flow.
+    pub fn set_strategy_enabled(
+        &mut self,
+        now_ns: u64,
+        strategy: StrategyId,
+        enabled: bool,
+    ) -> Result<u32, OperatorError> {
+        let scope = OperatorScope {
+            strategy: Some(strategy),
+            ..OperatorScope::default()
+        };
+        self.check_scope(scope)?;
+        self.holds.strategy_disabled[usize::from(strategy.0)] = !enabled;
+        Ok(if enabled {
+            0
+        } else {
+            self.withdraw_unsent(now_ns, scope)
+        })
+    }
+
+    /// Whether an operator disabled `strategy`.
+    pub fn strategy_disabled(&self, strategy: StrategyId) -> bool {
+        self.holds
+            .strategy_disabled
+            .get(usize::from(strategy.0))
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// Sheds (or stops shedding) one symbol's new orders and replaces on every venue
+    /// (refused `SymbolShed`; unreleased ones withdrawn). Its cancels flow.
+    pub fn set_symbol_shed(
+        &mut self,
+        now_ns: u64,
+        symbol: SymbolId,
+        on: bool,
+    ) -> Result<u32, OperatorError> {
+        let scope = OperatorScope {
+            symbol: Some(symbol),
+            ..OperatorScope::default()
+        };
+        self.check_scope(scope)?;
+        self.holds.symbol_shed[usize::from(symbol.0)] = on;
+        Ok(if on {
+            self.withdraw_unsent(now_ns, scope)
+        } else {
+            0
+        })
+    }
+
+    /// Whether an operator shed `symbol`.
+    pub fn symbol_shed(&self, symbol: SymbolId) -> bool {
+        self.holds
+            .symbol_shed
+            .get(usize::from(symbol.0))
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// Forces venue `venue`'s breaker open (for its configured open duration, as a trip) or
+    /// closed (a clean window), for drills. Every transition is counted in its stats.
+    pub fn force_breaker(
+        &mut self,
+        now_ns: u64,
+        venue: VenueId,
+        open: bool,
+    ) -> Result<(), OperatorError> {
+        let scope = OperatorScope {
+            venue: Some(venue),
+            ..OperatorScope::default()
+        };
+        self.check_scope(scope)?;
+        let breaker = &mut self.guards.venues[usize::from(venue.0)].breaker;
+        if open {
+            breaker.force_open(now_ns);
+        } else {
+            breaker.force_close();
+        }
+        Ok(())
+    }
+
+    /// Withdraws every covered new order or replace that has not left yet.
+    fn withdraw_unsent(&mut self, now_ns: u64, scope: OperatorScope) -> u32 {
+        let mut withdrawn = 0;
+        for s in 0..self.config.strategies {
+            let mut at = self.table.first_open(StrategyId(s));
+            while let Some(slot) = at {
+                at = self.table.next_open(slot);
+                let order = *self
+                    .table
+                    .slot(slot)
+                    .expect("open list names occupied slots");
+                if order.state != OrderState::PendingNew || order.sent_ns != 0 {
+                    continue;
+                }
+                if !scope.covers(&order) {
+                    continue;
+                }
+                match order.linked {
+                    Some(original) => self.withdraw_replacement(now_ns, &order, original),
+                    None => self.withdraw(now_ns, &order),
+                }
+                withdrawn += 1;
+            }
+        }
+        withdrawn
+    }
+
+    /// Closes a new order still in its lane (`Canceled`; nothing on the wire).
+    fn withdraw(&mut self, now_ns: u64, order: &Order) {
+        let removed = self.venues[usize::from(order.venue.0)]
+            .news
+            .remove(order.symbol, order.id);
+        assert!(removed.is_some(), "unsent new order is in its lane");
+        self.cancel_unsent(now_ns, order.id);
+    }
+
+    /// What cancelling one open order takes (as a strategy's mass cancel would).
+    fn cancel_step(&self, order: &Order) -> MassCancelStep {
+        self.mass_cancel_step(order, crate::order::MassCancelScope::Strategy)
+    }
+}

@@ -1,0 +1,1019 @@
+//! The operator's way in: `keel ctl` talks to an admin thread over a local (Unix) socket, the
+//! admin thread talks to the dispatcher loop through a pair of bounded SPSC rings. The loop
+//! takes at most one request per pass and answers with fixed-size records (no allocation, no
+//! formatting, no lock); the admin thread turns them into text. Reconnecting a venue goes
+//! to the executor loop through a bit per venue in [`Shared`]. Every command is answered,
+//! logged and counted (docs/operations.md, "Operator control").
+//!
+//! The socket speaks lines: one request line (at most [`REQUEST_LEN_MAX`] bytes), then the
+//! answer — a first line `ok: …` or `error: …`, data lines, and the connection is closed.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::{Clock, TscClock};
+
+use super::bridge::{Bridge, BridgeStats};
+use super::Shared;
+use crate::dispatch::{
+    DispatchStats, Dispatcher, OperatorCancel, OperatorError, OperatorScope, REFUSAL_REASONS,
+};
+use crate::guard::breaker::BreakerStats;
+use crate::order::{LinkMode, Order, OrderState, Side, StrategyId, SymbolId, VenueId};
+
+/// Longest request line accepted, bytes.
+pub const REQUEST_LEN_MAX: usize = 512;
+/// Capacity of the ring of requests (admin thread → loop).
+const REQUESTS_CAPACITY: usize = 16;
+/// Capacity of the ring of answers (loop → admin thread).
+const REPLIES_CAPACITY: usize = 1024;
+/// Order-table slots the loop scans per pass for a listing (bounds the pass).
+const SCAN_PER_PASS: u32 = 4096;
+/// How long the admin thread waits for the loop's answer.
+const ANSWER_WAIT: Duration = Duration::from_secs(5);
+/// How long a client may take to send its request line.
+const READ_WAIT: Duration = Duration::from_secs(2);
+
+/// What the loop is asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminCommand {
+    /// The dispatcher's summary, one row per venue and per strategy, then the end.
+    Status,
+    /// Every open order the scope covers, one row each, then the end.
+    OpenOrders(OperatorScope),
+    /// Cancel every open order the scope covers.
+    CancelAll(OperatorScope),
+    /// Enable (true) or disable a strategy's new orders.
+    Strategy(StrategyId, bool),
+    /// Shed (true) a symbol's new orders, or stop shedding.
+    Shed(SymbolId, bool),
+    /// The kill switch on (true) or off.
+    KillSwitch(bool),
+    /// Force a venue's breaker open (true) or closed.
+    Breaker(VenueId, bool),
+}
+
+/// One request: an id the answers carry, and the command.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminRequest {
+    id: u64,
+    command: AdminCommand,
+}
+
+/// One venue as the dispatcher sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct VenueRow {
+    venue: VenueId,
+    mode: LinkMode,
+    breaker_open: bool,
+    breaker: BreakerStats,
+    lanes: (u32, u32, u32),
+}
+
+/// One strategy as the dispatcher sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct StrategyRow {
+    strategy: StrategyId,
+    disabled: bool,
+    open: u32,
+    bridge: Option<BridgeStats>,
+}
+
+/// One answer record.
+#[derive(Debug, Clone, Copy)]
+#[allow(clippy::large_enum_variant)]
+enum Answer {
+    Summary {
+        dispatch: DispatchStats,
+        open_orders: u32,
+        kill_switch: bool,
+    },
+    Venue(VenueRow),
+    Strategy(StrategyRow),
+    ShedSymbol(SymbolId),
+    Order {
+        order: Order,
+        age_ns: u64,
+    },
+    /// The last record of a listing.
+    End,
+    Canceled(OperatorCancel),
+    /// A hold changed; this many unreleased orders were withdrawn.
+    Held {
+        withdrawn: u32,
+    },
+    Done,
+    Refused(OperatorError),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct AdminReply {
+    id: u64,
+    answer: Answer,
+}
+
+/// A listing the loop is part-way through (across passes).
+#[derive(Debug, Clone, Copy)]
+enum Listing {
+    Status {
+        id: u64,
+        stage: u32,
+    },
+    Orders {
+        id: u64,
+        scope: OperatorScope,
+        next_slot: u32,
+        rows: u32,
+    },
+}
+
+/// The loop's end of the admin rings.
+#[derive(Debug)]
+pub(super) struct AdminPort {
+    requests: rtrb::Consumer<AdminRequest>,
+    replies: rtrb::Producer<AdminReply>,
+    listing: Option<Listing>,
+    /// Scratch: the engine's start, for order ages (sent_ns is in the loop's clock).
+    stop_cancel: StopCancel,
+}
+
+/// The admin thread's end.
+#[derive(Debug)]
+pub struct AdminClient {
+    requests: rtrb::Producer<AdminRequest>,
+    replies: rtrb::Consumer<AdminReply>,
+    next_id: u64,
+}
+
+/// The two ends of a new pair of admin rings.
+pub(super) fn admin_channel() -> (AdminPort, AdminClient) {
+    let (req_tx, req_rx) = rtrb::RingBuffer::new(REQUESTS_CAPACITY);
+    let (rep_tx, rep_rx) = rtrb::RingBuffer::new(REPLIES_CAPACITY);
+    (
+        AdminPort {
+            requests: req_rx,
+            replies: rep_tx,
+            listing: None,
+            stop_cancel: StopCancel::default(),
+        },
+        AdminClient {
+            requests: req_tx,
+            replies: rep_rx,
+            next_id: 1,
+        },
+    )
+}
+
+/// Cancel-on-stop as the loop runs it: once asked, the kill switch goes on and every open
+/// order is canceled; the cancel is run again every interval (orders in doubt are canceled
+/// once resolved, a full cancel lane is retried) until the engine stops.
+#[derive(Debug, Clone, Copy, Default)]
+struct StopCancel {
+    started: bool,
+    last_ns: u64,
+}
+
+const STOP_CANCEL_INTERVAL_NS: u64 = 100_000_000;
+
+impl AdminPort {
+    /// One pass: cancel-on-stop if asked, a listing under way, or one new request. Returns the
+    /// units of work done.
+    pub(super) fn serve(
+        &mut self,
+        now_ns: u64,
+        dispatcher: &mut Dispatcher,
+        bridges: &[Bridge],
+        shared: &Shared,
+    ) -> u32 {
+        let mut work = 0;
+        if shared.stop_cancel.load(Ordering::Relaxed) {
+            work += self.stop_cancel(now_ns, dispatcher);
+        }
+        if let Some(listing) = self.listing {
+            return work + self.continue_listing(now_ns, listing, dispatcher, bridges);
+        }
+        // An answer needs room: leave the request in its ring until there is some.
+        if self.replies.slots() == 0 {
+            return work;
+        }
+        let Ok(request) = self.requests.pop() else {
+            return work;
+        };
+        let id = request.id;
+        let answer = match request.command {
+            AdminCommand::Status => {
+                self.listing = Some(Listing::Status { id, stage: 0 });
+                return work + 1;
+            }
+            AdminCommand::OpenOrders(scope) => {
+                self.listing = Some(Listing::Orders {
+                    id,
+                    scope,
+                    next_slot: 0,
+                    rows: 0,
+                });
+                return work + 1;
+            }
+            AdminCommand::CancelAll(scope) => match dispatcher.operator_cancel(now_ns, scope) {
+                Ok(done) => Answer::Canceled(done),
+                Err(e) => Answer::Refused(e),
+            },
+            AdminCommand::Strategy(s, enabled) => {
+                held(dispatcher.set_strategy_enabled(now_ns, s, enabled))
+            }
+            AdminCommand::Shed(symbol, on) => held(dispatcher.set_symbol_shed(now_ns, symbol, on)),
+            AdminCommand::KillSwitch(on) => Answer::Held {
+                withdrawn: dispatcher.set_kill_switch(now_ns, on),
+            },
+            AdminCommand::Breaker(venue, open) => {
+                match dispatcher.force_breaker(now_ns, venue, open) {
+                    Ok(()) => Answer::Done,
+                    Err(e) => Answer::Refused(e),
+                }
+            }
+        };
+        let pushed = self.replies.push(AdminReply { id, answer });
+        debug_assert!(pushed.is_ok(), "room was checked");
+        work + 1
+    }
+
+    fn stop_cancel(&mut self, now_ns: u64, dispatcher: &mut Dispatcher) -> u32 {
+        if self.stop_cancel.started
+            && now_ns.saturating_sub(self.stop_cancel.last_ns) < STOP_CANCEL_INTERVAL_NS
+        {
+            return 0;
+        }
+        if !self.stop_cancel.started {
+            self.stop_cancel.started = true;
+            dispatcher.set_kill_switch(now_ns, true);
+        }
+        self.stop_cancel.last_ns = now_ns;
+        let everything = OperatorScope::default();
+        match dispatcher.operator_cancel(now_ns, everything) {
+            Ok(done) => done.queued + done.withdrawn,
+            Err(_) => 0,
+        }
+    }
+
+    fn continue_listing(
+        &mut self,
+        now_ns: u64,
+        listing: Listing,
+        dispatcher: &Dispatcher,
+        bridges: &[Bridge],
+    ) -> u32 {
+        match listing {
+            Listing::Status { id, stage } => self.list_status(id, stage, dispatcher, bridges),
+            Listing::Orders {
+                id,
+                scope,
+                next_slot,
+                rows,
+            } => self.list_orders(now_ns, id, scope, next_slot, rows, dispatcher),
+        }
+    }
+
+    /// Stage 0: the summary; then one row per venue, per strategy, per shed symbol; the end.
+    fn list_status(
+        &mut self,
+        id: u64,
+        mut stage: u32,
+        dispatcher: &Dispatcher,
+        bridges: &[Bridge],
+    ) -> u32 {
+        let venues = dispatcher.guards().venues.len() as u32;
+        let strategies = dispatcher.strategy_count() as u32;
+        let symbols = dispatcher.symbol_count();
+        let last = 1 + venues + strategies + symbols;
+        let mut work = 0;
+        while stage <= last && self.replies.slots() > 0 {
+            let answer = if stage == 0 {
+                Some(Answer::Summary {
+                    dispatch: *dispatcher.stats(),
+                    open_orders: dispatcher.table().open_count(),
+                    kill_switch: dispatcher.kill_switch(),
+                })
+            } else if stage <= venues {
+                let v = VenueId((stage - 1) as u16);
+                let guards = &dispatcher.guards().venues[usize::from(v.0)];
+                Some(Answer::Venue(VenueRow {
+                    venue: v,
+                    mode: dispatcher.link_mode(v),
+                    breaker_open: guards.breaker.is_open(),
+                    breaker: guards.breaker.stats(),
+                    lanes: dispatcher.lane_depths(v).unwrap_or_default(),
+                }))
+            } else if stage <= venues + strategies {
+                let s = StrategyId((stage - 1 - venues) as u16);
+                let mut open = 0;
+                let mut at = dispatcher.table().first_open(s);
+                while let Some(slot) = at {
+                    open += 1;
+                    at = dispatcher.table().next_open(slot);
+                }
+                Some(Answer::Strategy(StrategyRow {
+                    strategy: s,
+                    disabled: dispatcher.strategy_disabled(s),
+                    open,
+                    bridge: bridges
+                        .iter()
+                        .find(|b| b.strategy() == s)
+                        .map(Bridge::stats),
+                }))
+            } else if stage <= venues + strategies + symbols {
+                let symbol = SymbolId((stage - 1 - venues - strategies) as u16);
+                dispatcher
+                    .symbol_shed(symbol)
+                    .then_some(Answer::ShedSymbol(symbol))
+            } else {
+                Some(Answer::End)
+            };
+            if let Some(answer) = answer {
+                let pushed = self.replies.push(AdminReply { id, answer });
+                debug_assert!(pushed.is_ok(), "room was checked");
+                work += 1;
+            }
+            stage += 1;
+        }
+        self.listing = (stage <= last).then_some(Listing::Status { id, stage });
+        work
+    }
+
+    fn list_orders(
+        &mut self,
+        now_ns: u64,
+        id: u64,
+        scope: OperatorScope,
+        mut next_slot: u32,
+        mut rows: u32,
+        dispatcher: &Dispatcher,
+    ) -> u32 {
+        let table = dispatcher.table();
+        let end = next_slot
+            .saturating_add(SCAN_PER_PASS)
+            .min(table.capacity());
+        while next_slot < end && self.replies.slots() > 1 {
+            if let Some(order) = table
+                .slot(next_slot)
+                .filter(|o| !o.state.is_terminal() && scope.covers(o))
+            {
+                let age_ns = if order.sent_ns == 0 {
+                    0
+                } else {
+                    now_ns.saturating_sub(order.sent_ns)
+                };
+                let answer = Answer::Order {
+                    order: *order,
+                    age_ns,
+                };
+                let pushed = self.replies.push(AdminReply { id, answer });
+                debug_assert!(pushed.is_ok(), "room was checked");
+                rows += 1;
+            }
+            next_slot += 1;
+        }
+        if next_slot >= table.capacity() && self.replies.slots() > 0 {
+            let pushed = self.replies.push(AdminReply {
+                id,
+                answer: Answer::End,
+            });
+            debug_assert!(pushed.is_ok(), "room was checked");
+            self.listing = None;
+        } else {
+            self.listing = Some(Listing::Orders {
+                id,
+                scope,
+                next_slot,
+                rows,
+            });
+        }
+        1
+    }
+}
+
+fn held(result: Result<u32, OperatorError>) -> Answer {
+    match result {
+        Ok(withdrawn) => Answer::Held { withdrawn },
+        Err(e) => Answer::Refused(e),
+    }
+}
+
+/// Names and counts the admin thread needs to read and write commands.
+#[derive(Debug, Clone)]
+pub struct AdminNames {
+    /// Symbols, in `SymbolId` order.
+    pub symbols: Vec<String>,
+    /// Venues, in `VenueId` order.
+    pub venues: Vec<String>,
+    /// Strategies configured.
+    pub strategies: u16,
+}
+
+/// Commands the admin thread served, by outcome (read by `keel run`'s report).
+#[derive(Debug, Default)]
+pub struct AdminCounters {
+    /// Requests answered `ok`.
+    pub ok: AtomicU64,
+    /// Requests answered `error` (unknown command, bad argument, refused by the engine).
+    pub errors: AtomicU64,
+    /// Requests the loop did not answer in time.
+    pub timeouts: AtomicU64,
+    /// Connections that sent no complete request line in time, or an oversized one.
+    pub bad_requests: AtomicU64,
+}
+
+/// The admin thread: accepts `keel ctl` connections on `path`, one at a time, until `stop`.
+#[derive(Debug)]
+pub struct AdminServer {
+    listener: UnixListener,
+    path: PathBuf,
+    client: AdminClient,
+    names: AdminNames,
+    shared: Arc<Shared>,
+    counters: Arc<AdminCounters>,
+    clock: TscClock,
+}
+
+/// Why the admin socket could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("admin socket {path}: {source}")]
+pub struct AdminSocketError {
+    /// The socket path.
+    pub path: PathBuf,
+    /// The error.
+    pub source: std::io::Error,
+}
+
+impl AdminServer {
+    /// Binds `path` (a stale socket file left by a killed engine is replaced: the caller
+    /// holds the directory's engine lock, so no live engine owns it).
+    pub(super) fn bind(
+        path: &Path,
+        client: AdminClient,
+        names: AdminNames,
+        shared: Arc<Shared>,
+    ) -> Result<Self, AdminSocketError> {
+        let err = |source| AdminSocketError {
+            path: path.to_path_buf(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(err)?;
+        }
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(err(e)),
+            _ => {}
+        }
+        let listener = UnixListener::bind(path).map_err(err)?;
+        listener.set_nonblocking(true).map_err(err)?;
+        Ok(Self {
+            listener,
+            path: path.to_path_buf(),
+            client,
+            names,
+            shared,
+            counters: Arc::default(),
+            clock: TscClock::new(),
+        })
+    }
+
+    /// The counters, shared with whoever reports them.
+    pub fn counters(&self) -> Arc<AdminCounters> {
+        Arc::clone(&self.counters)
+    }
+
+    /// Serves until the engine stops; removes the socket file at the end.
+    pub(super) fn run(mut self) {
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            match self.listener.accept() {
+                Ok((stream, _)) => self.serve_one(stream),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => {
+                    crate::warn_line!("keel: admin socket {}: accept: {e}", self.path.display());
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+
+    fn serve_one(&mut self, stream: UnixStream) {
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(READ_WAIT));
+        let _ = stream.set_write_timeout(Some(READ_WAIT));
+        let mut line = Vec::with_capacity(REQUEST_LEN_MAX);
+        let read = BufReader::new(&stream)
+            .take(REQUEST_LEN_MAX as u64 + 1)
+            .read_until(b'\n', &mut line);
+        let mut out = &stream;
+        let request = match read {
+            Ok(_) if line.last() == Some(&b'\n') => {
+                String::from_utf8(line).map_err(|_| "the request is not UTF-8".to_string())
+            }
+            Ok(n) if n > REQUEST_LEN_MAX => Err(format!(
+                "request longer than {REQUEST_LEN_MAX} bytes (one line per request)"
+            )),
+            Ok(_) => Err("no complete request line (end it with a newline)".to_string()),
+            Err(e) => Err(format!("reading the request: {e}")),
+        };
+        let text = match request {
+            Ok(line) => {
+                let line = line.trim().to_string();
+                let answer = self.answer(&line);
+                let ok = answer.starts_with("ok");
+                let counter = if ok {
+                    &self.counters.ok
+                } else if answer.starts_with("error: the engine did not answer") {
+                    &self.counters.timeouts
+                } else {
+                    &self.counters.errors
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                let first = answer.lines().next().unwrap_or_default();
+                crate::log::operator(&line, first);
+                answer
+            }
+            Err(why) => {
+                self.counters.bad_requests.fetch_add(1, Ordering::Relaxed);
+                crate::log::operator("(unreadable request)", &why);
+                format!("error: {why}\n")
+            }
+        };
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
+    }
+
+    /// The answer text to one request line.
+    fn answer(&mut self, line: &str) -> String {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let parsed = match parse(&words, &self.names) {
+            Ok(p) => p,
+            Err(e) => return format!("error: {e}\n"),
+        };
+        match parsed {
+            Parsed::Help => format!("ok: commands\n{HELP}"),
+            Parsed::Reconnect(v) => {
+                if v.0 >= 64 {
+                    return format!(
+                        "error: venue index {} above 63 cannot be reconnected\n",
+                        v.0
+                    );
+                }
+                self.shared.reconnect.fetch_or(1 << v.0, Ordering::AcqRel);
+                format!(
+                    "ok: reconnect of venue {} requested (its link state is in `keel ctl status`)\n",
+                    self.names.venues[usize::from(v.0)]
+                )
+            }
+            Parsed::Loop(command, stats) => match self.ask(command) {
+                Ok(answers) => self.format(command, stats, &answers),
+                Err(e) => format!("error: {e}\n"),
+            },
+        }
+    }
+
+    /// Sends `command` to the loop and collects its answers (one, or a listing's rows to its
+    /// end), discarding answers to earlier requests that timed out.
+    fn ask(&mut self, command: AdminCommand) -> Result<Vec<Answer>, String> {
+        let id = self.client.next_id;
+        self.client.next_id += 1;
+        let deadline = self.clock.now_ns() + ANSWER_WAIT.as_nanos() as u64;
+        while self
+            .client
+            .requests
+            .push(AdminRequest { id, command })
+            .is_err()
+        {
+            if self.clock.now_ns() >= deadline {
+                return Err("the engine did not answer: its admin ring is full".into());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let listing = matches!(command, AdminCommand::Status | AdminCommand::OpenOrders(_));
+        let mut answers = Vec::new();
+        loop {
+            match self.client.replies.pop() {
+                Ok(reply) if reply.id != id => {}
+                Ok(reply) => {
+                    let end = !listing || matches!(reply.answer, Answer::End);
+                    answers.push(reply.answer);
+                    if end {
+                        return Ok(answers);
+                    }
+                }
+                Err(_) => {
+                    if self.clock.now_ns() >= deadline {
+                        return Err(format!(
+                            "the engine did not answer within {} s (is its loop stalled?)",
+                            ANSWER_WAIT.as_secs()
+                        ));
+                    }
+                    if self.shared.stop.load(Ordering::Relaxed) {
+                        return Err("the engine is stopping".into());
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
+    }
+
+    fn symbol(&self, s: SymbolId) -> &str {
+        self.names
+            .symbols
+            .get(usize::from(s.0))
+            .map_or("?", String::as_str)
+    }
+
+    fn venue(&self, v: VenueId) -> &str {
+        self.names
+            .venues
+            .get(usize::from(v.0))
+            .map_or("?", String::as_str)
+    }
+
+    fn format(&self, command: AdminCommand, stats: bool, answers: &[Answer]) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let mut rows = Vec::new();
+        for a in answers {
+            match *a {
+                Answer::Refused(e) => return format!("error: {e}\n"),
+                Answer::Summary {
+                    dispatch,
+                    open_orders,
+                    kill_switch,
+                } => {
+                    if stats {
+                        let _ = writeln!(out, "ok: dispatcher counters");
+                        write_stats(&mut out, &dispatch);
+                    } else {
+                        let _ = writeln!(
+                            out,
+                            "ok: engine pid {}, up {:.1} s, kill switch {}, open orders {}",
+                            std::process::id(),
+                            self.clock.now_ns() as f64 / 1e9,
+                            on_off(kill_switch),
+                            open_orders
+                        );
+                    }
+                }
+                Answer::Venue(r) => {
+                    let link = self.shared.link(r.venue);
+                    let _ = writeln!(
+                        out,
+                        "venue {}: link {}, new orders {}, breaker {} (opened {}, closed {}, \
+                         refused {}), lanes cancel {} replace {} new {}, connects {}, connect \
+                         failures {}{}",
+                        self.venue(r.venue),
+                        link.state_name(),
+                        mode_name(r.mode),
+                        if r.breaker_open { "open" } else { "closed" },
+                        r.breaker.opened,
+                        r.breaker.closed,
+                        r.breaker.refused,
+                        r.lanes.0,
+                        r.lanes.1,
+                        r.lanes.2,
+                        link.connects.load(Ordering::Relaxed),
+                        link.connect_failures.load(Ordering::Relaxed),
+                        match link.last_os_error.load(Ordering::Relaxed) {
+                            0 => String::new(),
+                            e =>
+                                format!(" (last: {})", std::io::Error::from_raw_os_error(e as i32)),
+                        }
+                    );
+                }
+                Answer::Strategy(r) => {
+                    let _ = write!(
+                        out,
+                        "strategy {}: {}, open orders {}",
+                        r.strategy.0,
+                        if r.disabled { "DISABLED" } else { "enabled" },
+                        r.open
+                    );
+                    match r.bridge {
+                        Some(b) => {
+                            let _ = writeln!(
+                                out,
+                                ", shared memory: {} commands, attached {}, lost {}, broken {}",
+                                b.commands, b.attached, b.lost, b.broken
+                            );
+                        }
+                        None => {
+                            let _ = writeln!(out, ", in process");
+                        }
+                    }
+                }
+                Answer::ShedSymbol(s) => {
+                    let _ = writeln!(out, "symbol {}: SHED", self.symbol(s));
+                }
+                Answer::Order { order, age_ns } => rows.push((order, age_ns)),
+                Answer::End => {}
+                Answer::Canceled(c) => {
+                    let _ = writeln!(
+                        out,
+                        "ok: {} open orders covered: {} cancels queued, {} withdrawn before \
+                         leaving, {} already canceling, {} in doubt (their status query goes \
+                         first: run it again once resolved), {} not queued (cancel lane full: \
+                         run it again)",
+                        c.covered, c.queued, c.withdrawn, c.already, c.in_doubt, c.lane_full
+                    );
+                }
+                Answer::Held { withdrawn } => {
+                    let _ = writeln!(
+                        out,
+                        "ok: {}; {withdrawn} unreleased new orders withdrawn",
+                        describe(command, &self.names)
+                    );
+                }
+                Answer::Done => {
+                    let _ = writeln!(out, "ok: {}", describe(command, &self.names));
+                }
+            }
+        }
+        if let AdminCommand::OpenOrders(_) = command {
+            let _ = writeln!(out, "ok: {} open orders", rows.len());
+            for (o, age_ns) in rows {
+                let _ = writeln!(out, "{}", self.order_line(&o, age_ns));
+            }
+        }
+        out
+    }
+
+    fn order_line(&self, o: &Order, age_ns: u64) -> String {
+        format!(
+            "order {} strategy={} seq={} venue={} symbol={} side={} price={} qty={} filled={} \
+             state={} age={}",
+            o.id.0,
+            o.strategy.0,
+            o.id.sequence(),
+            self.venue(o.venue),
+            self.symbol(o.symbol),
+            match o.side {
+                Side::Buy => "buy",
+                Side::Sell => "sell",
+            },
+            price_text(o.price.0),
+            o.qty,
+            o.filled_qty,
+            state_name(o.state),
+            if o.sent_ns == 0 {
+                "unsent".to_string()
+            } else {
+                format!("{:.3}s", age_ns as f64 / 1e9)
+            }
+        )
+    }
+}
+
+/// The order's state as docs/architecture.md spells it.
+pub fn state_name(s: OrderState) -> &'static str {
+    match s {
+        OrderState::PendingNew => "pending-new",
+        OrderState::Live => "live",
+        OrderState::PartiallyFilled => "partially-filled",
+        OrderState::PendingCancel => "pending-cancel",
+        OrderState::PendingReplace => "pending-replace",
+        OrderState::Filled => "filled",
+        OrderState::Canceled => "canceled",
+        OrderState::Replaced => "replaced",
+        OrderState::Rejected => "rejected",
+        OrderState::Unknown => "unknown",
+    }
+}
+
+/// A fixed-point price as text (4 decimals).
+pub fn price_text(p: i64) -> String {
+    let scale = crate::order::Price::SCALE;
+    let sign = if p < 0 { "-" } else { "" };
+    let a = p.unsigned_abs();
+    format!("{sign}{}.{:04}", a / scale as u64, a % scale as u64)
+}
+
+fn mode_name(m: LinkMode) -> &'static str {
+    match m {
+        LinkMode::Down => "refused (link down)",
+        LinkMode::ReadOnly => "refused (read-only)",
+        LinkMode::Trading => "flow",
+    }
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "ON"
+    } else {
+        "off"
+    }
+}
+
+fn describe(command: AdminCommand, names: &AdminNames) -> String {
+    let sym = |s: SymbolId| names.symbols[usize::from(s.0)].clone();
+    let ven = |v: VenueId| names.venues[usize::from(v.0)].clone();
+    match command {
+        AdminCommand::Strategy(s, true) => format!("strategy {} enabled", s.0),
+        AdminCommand::Strategy(s, false) => format!(
+            "strategy {} disabled: its new orders are refused (strategy disabled), its cancels flow",
+            s.0
+        ),
+        AdminCommand::Shed(s, true) => format!(
+            "symbol {} shed: new orders on it are refused (symbol shed), cancels flow",
+            sym(s)
+        ),
+        AdminCommand::Shed(s, false) => format!("symbol {} no longer shed", sym(s)),
+        AdminCommand::KillSwitch(true) => {
+            "kill switch ON: no new order or replace leaves; cancels and market data flow".into()
+        }
+        AdminCommand::KillSwitch(false) => "kill switch off: new orders flow again".into(),
+        AdminCommand::Breaker(v, true) => format!(
+            "breaker of venue {} forced open (new orders refused `breaker open` until it \
+             half-opens or `breaker {} close`)",
+            ven(v),
+            ven(v)
+        ),
+        AdminCommand::Breaker(v, false) => format!("breaker of venue {} closed", ven(v)),
+        AdminCommand::Status | AdminCommand::OpenOrders(_) | AdminCommand::CancelAll(_) => {
+            String::new()
+        }
+    }
+}
+
+fn write_stats(out: &mut String, d: &DispatchStats) {
+    use std::fmt::Write as _;
+    let pairs: [(&str, u64); 24] = [
+        ("commands", d.commands),
+        ("outcomes", d.outcomes),
+        ("events", d.events),
+        ("events_lost", d.events_lost),
+        ("sent_new", d.sent_new),
+        ("sent_cancel", d.sent_cancel),
+        ("sent_replace", d.sent_replace),
+        ("sent_query", d.sent_query),
+        ("sent_reconcile", d.sent_reconcile),
+        ("contradictions", d.contradictions),
+        ("moot_cancels", d.moot_cancels),
+        ("duplicate_id_rejects", d.duplicate_id_rejects),
+        ("late_cancel_answers", d.late_cancel_answers),
+        ("shed", d.shed),
+        ("throttled", d.throttled),
+        ("breaker_refused", d.breaker_refused),
+        ("cancel_lane_full", d.cancel_lane_full),
+        ("executor_stalls", d.executor_stalls),
+        ("query_lane_full", d.query_lane_full),
+        ("not_sent", d.not_sent),
+        ("journal_errors", d.journal_errors),
+        ("mass_cancel_skipped", d.mass_cancel_skipped),
+        ("report_errors", d.report_errors),
+        ("polls", d.polls),
+    ];
+    for (k, v) in pairs {
+        let _ = writeln!(out, "{k} {v}");
+    }
+    for (reason, code) in crate::ipc::codec::REFUSAL_CODES {
+        let _ = writeln!(
+            out,
+            "refused{{reason=\"{}\"}} {}",
+            crate::log::refusal_name(reason),
+            d.refused[reason as usize]
+        );
+        let _ = code;
+    }
+    debug_assert_eq!(crate::ipc::codec::REFUSAL_CODES.len(), REFUSAL_REASONS);
+}
+
+/// The commands, as `help` prints them.
+pub const HELP: &str = "\
+status                                   engine, venues, strategies, shed symbols
+stats                                    the dispatcher's counters
+open-orders [strategy N] [symbol S] [venue V]
+cancel-all all | [strategy N] [symbol S] [venue V]
+disable N | enable N                     a strategy's new orders (its cancels flow)
+shed SYMBOL on|off                       a symbol's new orders on every venue
+kill-switch on|off                       no new order or replace leaves; cancels flow
+reconnect VENUE                          a new session for the venue
+breaker VENUE open|close                 force the venue's breaker (drills)
+help                                     this list
+";
+
+enum Parsed {
+    Help,
+    Reconnect(VenueId),
+    /// A command for the loop; `true`: print counters (`stats`).
+    Loop(AdminCommand, bool),
+}
+
+fn parse(words: &[&str], names: &AdminNames) -> Result<Parsed, String> {
+    let symbol = |w: &str| {
+        names
+            .symbols
+            .iter()
+            .position(|s| s == w)
+            .map(|i| SymbolId(i as u16))
+            .ok_or_else(|| format!("no symbol `{w}` (symbols: {})", names.symbols.join(" ")))
+    };
+    let venue = |w: &str| {
+        names
+            .venues
+            .iter()
+            .position(|v| v == w)
+            .map(|i| VenueId(i as u16))
+            .ok_or_else(|| format!("no venue `{w}` (venues: {})", names.venues.join(" ")))
+    };
+    let strategy = |w: &str| match w.parse::<u16>() {
+        Ok(s) if s < names.strategies => Ok(StrategyId(s)),
+        _ => Err(format!(
+            "no strategy `{w}` (strategies are 0..{})",
+            names.strategies
+        )),
+    };
+    let on = |w: Option<&&str>| match w.copied() {
+        Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        other => Err(format!("expected on or off, got `{}`", other.unwrap_or(""))),
+    };
+    let scope = |rest: &[&str]| -> Result<OperatorScope, String> {
+        let mut scope = OperatorScope::default();
+        let mut it = rest.iter();
+        while let Some(&key) = it.next() {
+            let value = it.next().ok_or_else(|| format!("`{key}` needs a value"))?;
+            match key {
+                "strategy" => scope.strategy = Some(strategy(value)?),
+                "symbol" => scope.symbol = Some(symbol(value)?),
+                "venue" => scope.venue = Some(venue(value)?),
+                other => {
+                    return Err(format!(
+                        "unknown filter `{other}` (strategy N, symbol S, venue V)"
+                    ))
+                }
+            }
+        }
+        Ok(scope)
+    };
+    let exact = |n: usize, usage: &str| {
+        if words.len() == n {
+            Ok(())
+        } else {
+            Err(format!("usage: {usage}"))
+        }
+    };
+    let loop_ = |c| Ok(Parsed::Loop(c, false));
+    match words.first().copied() {
+        None => Err("empty request (try `help`)".into()),
+        Some("help") => Ok(Parsed::Help),
+        Some("status") => exact(1, "status").and_then(|()| loop_(AdminCommand::Status)),
+        Some("stats") => exact(1, "stats").map(|()| Parsed::Loop(AdminCommand::Status, true)),
+        Some("open-orders") => loop_(AdminCommand::OpenOrders(scope(&words[1..])?)),
+        Some("cancel-all") => match &words[1..] {
+            [] => {
+                Err("say what to cancel: cancel-all all | [strategy N] [symbol S] [venue V]".into())
+            }
+            ["all"] => loop_(AdminCommand::CancelAll(OperatorScope::default())),
+            rest => loop_(AdminCommand::CancelAll(scope(rest)?)),
+        },
+        Some(w @ ("disable" | "enable")) => {
+            exact(2, &format!("{w} N"))?;
+            loop_(AdminCommand::Strategy(strategy(words[1])?, w == "enable"))
+        }
+        Some("shed") => {
+            exact(3, "shed SYMBOL on|off")?;
+            loop_(AdminCommand::Shed(symbol(words[1])?, on(words.get(2))?))
+        }
+        Some("kill-switch") => {
+            exact(2, "kill-switch on|off")?;
+            loop_(AdminCommand::KillSwitch(on(words.get(1))?))
+        }
+        Some("reconnect") => {
+            exact(2, "reconnect VENUE")?;
+            Ok(Parsed::Reconnect(venue(words[1])?))
+        }
+        Some("breaker") => {
+            exact(3, "breaker VENUE open|close")?;
+            let open = match words[2] {
+                "open" => true,
+                "close" => false,
+                other => return Err(format!("expected open or close, got `{other}`")),
+            };
+            loop_(AdminCommand::Breaker(venue(words[1])?, open))
+        }
+        Some(other) => Err(format!(
+            "unknown command `{}` (try `help`)",
+            other.chars().take(64).collect::<String>()
+        )),
+    }
+}
+
+/// `keel ctl`: sends one request line to the admin socket at `path` and returns the answer.
+pub fn request(path: &Path, line: &str) -> std::io::Result<String> {
+    let mut stream = UnixStream::connect(path)?;
+    stream.set_read_timeout(Some(ANSWER_WAIT + READ_WAIT))?;
+    stream.write_all(line.as_bytes())?;
+    stream.write_all(b"\n")?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}

@@ -1,0 +1,409 @@
+//! The engine's log: what happened, said once, with a timestamp, written off the hot path.
+//!
+//! The loops never format and never block on a log: they notice changes (a link's state, a
+//! failed connect, a breaker's transition, a strategy attached or lost, refusals per reason
+//! per interval) by comparing a few counters per pass, and hand a fixed-size [`LogRecord`] to
+//! a bounded SPSC ring ([`LogTx`]). A full ring drops the record and counts it
+//! ([`LogTx::dropped`]). The logger thread ([`Logger`]) empties the rings and writes each
+//! record through `tracing` (one line each, UTC timestamp, level, fields as `key=value`).
+//! Cold paths that run outside the loops (the admin thread, start and stop) log through
+//! `tracing` directly. docs/operations.md lists every line an operator will see.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::order::{RefusalReason, StrategyId, VenueId};
+use crate::session::machine::LinkState;
+use crate::session::protocol::Reconciliation;
+
+/// Records one loop's ring holds before it drops.
+pub const LOG_RING_CAPACITY: usize = 4096;
+
+/// One thing worth saying, as a loop hands it over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogRecord {
+    /// A connection attempt to a venue failed; the next is due in `retry_in_ns` (0: not
+    /// scheduled, e.g. attempts exhausted).
+    ConnectFailed {
+        /// The venue.
+        venue: VenueId,
+        /// The OS error (0: not an OS error, e.g. no free connection slot).
+        os_error: i32,
+        /// Failed attempts so far.
+        failures: u64,
+        /// Until the next attempt.
+        retry_in_ns: u64,
+    },
+    /// A venue link changed state.
+    Link {
+        /// The venue.
+        venue: VenueId,
+        /// From.
+        from: LinkState,
+        /// To.
+        to: LinkState,
+        /// For SYNCED: since the link began connecting; for DISCONNECTED: until the next
+        /// attempt (0: none scheduled).
+        ns: u64,
+        /// For SYNCED and READ-ONLY: what the reconciliation found.
+        reconciliation: Reconciliation,
+    },
+    /// A venue's breaker changed state.
+    Breaker {
+        /// The venue.
+        venue: VenueId,
+        /// Its new state.
+        to: BreakerChange,
+    },
+    /// A shared-memory strategy was seen beating, stopped beating, or broke its channel.
+    Strategy {
+        /// The strategy.
+        strategy: StrategyId,
+        /// What happened.
+        what: StrategyChange,
+    },
+    /// Commands refused for one reason during the last interval.
+    Refusals {
+        /// The reason.
+        reason: RefusalReason,
+        /// How many in the interval.
+        count: u64,
+        /// The interval.
+        interval_ns: u64,
+    },
+    /// Records the loop could not hand over (its ring was full), since the last such record.
+    Dropped {
+        /// How many.
+        count: u64,
+    },
+}
+
+/// A breaker transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerChange {
+    /// Tripped: new orders refused.
+    Opened,
+    /// Probing.
+    HalfOpened,
+    /// Closed: new orders flow.
+    Closed,
+}
+
+/// A strategy's change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrategyChange {
+    /// Its heartbeat started (attached, or came back).
+    Attached,
+    /// Its heartbeat stopped.
+    Lost,
+    /// Its channel was declared broken.
+    Broken,
+}
+
+/// A loop's end of its log ring.
+#[derive(Debug)]
+pub struct LogTx {
+    ring: rtrb::Producer<LogRecord>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl LogTx {
+    /// Hands `record` over; never blocks (a full ring counts a drop).
+    #[inline]
+    pub fn send(&mut self, record: LogRecord) {
+        if self.ring.push(record).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// The logger's end of one loop's ring.
+#[derive(Debug)]
+pub struct LogRx {
+    ring: rtrb::Consumer<LogRecord>,
+    dropped: Arc<AtomicU64>,
+    dropped_said: u64,
+}
+
+/// A new log ring.
+pub fn log_ring() -> (LogTx, LogRx) {
+    let (tx, rx) = rtrb::RingBuffer::new(LOG_RING_CAPACITY);
+    let dropped = Arc::new(AtomicU64::new(0));
+    (
+        LogTx {
+            ring: tx,
+            dropped: Arc::clone(&dropped),
+        },
+        LogRx {
+            ring: rx,
+            dropped,
+            dropped_said: 0,
+        },
+    )
+}
+
+/// Names the logger writes instead of indices.
+#[derive(Debug, Clone, Default)]
+pub struct LogNames {
+    /// Venues, in `VenueId` order.
+    pub venues: Vec<String>,
+}
+
+/// The logger: empties the loops' rings into `tracing`.
+#[derive(Debug)]
+pub struct Logger {
+    rings: Vec<LogRx>,
+    names: LogNames,
+}
+
+impl Logger {
+    /// A logger over `rings`.
+    pub fn new(rings: Vec<LogRx>, names: LogNames) -> Self {
+        Self { rings, names }
+    }
+
+    /// Writes every record waiting; returns how many.
+    pub fn drain(&mut self) -> usize {
+        let mut n = 0;
+        for i in 0..self.rings.len() {
+            while let Ok(record) = self.rings[i].ring.pop() {
+                self.write(&record);
+                n += 1;
+            }
+            let dropped = self.rings[i].dropped.load(Ordering::Relaxed);
+            let said = self.rings[i].dropped_said;
+            if dropped > said {
+                self.rings[i].dropped_said = dropped;
+                self.write(&LogRecord::Dropped {
+                    count: dropped - said,
+                });
+            }
+        }
+        n
+    }
+
+    /// Drains every `interval` until `stop` is set, then once more.
+    pub fn run(mut self, stop: &std::sync::atomic::AtomicBool, interval: Duration) {
+        while !stop.load(Ordering::Acquire) {
+            if self.drain() == 0 {
+                std::thread::sleep(interval);
+            }
+        }
+        self.drain();
+    }
+
+    fn venue(&self, v: VenueId) -> &str {
+        self.names
+            .venues
+            .get(usize::from(v.0))
+            .map_or("?", String::as_str)
+    }
+
+    fn write(&self, record: &LogRecord) {
+        match *record {
+            LogRecord::ConnectFailed {
+                venue,
+                os_error,
+                failures,
+                retry_in_ns,
+            } => tracing::warn!(
+                target: "keel::venue",
+                venue = self.venue(venue),
+                error = %os_error_text(os_error),
+                failures,
+                "connect failed; {}",
+                retry_text(retry_in_ns)
+            ),
+            LogRecord::Link {
+                venue,
+                from,
+                to,
+                ns,
+                reconciliation: r,
+            } => match to {
+                LinkState::Synced => tracing::info!(
+                    target: "keel::venue",
+                    venue = self.venue(venue),
+                    from = link_state_name(from),
+                    after_ms = ns / 1_000_000,
+                    not_received = r.not_received,
+                    missed_fills = r.missed_fills,
+                    in_doubt = r.in_doubt,
+                    unknown_at_keel = r.unknown_at_keel,
+                    contradictions = r.contradictions,
+                    "SYNCED: new orders flow"
+                ),
+                LinkState::ReadOnly => tracing::warn!(
+                    target: "keel::venue",
+                    venue = self.venue(venue),
+                    from = link_state_name(from),
+                    in_doubt = r.in_doubt,
+                    unknown_at_keel = r.unknown_at_keel,
+                    contradictions = r.contradictions,
+                    "READ-ONLY: new orders refused, cancels flow; reconciling"
+                ),
+                LinkState::Disconnected => tracing::warn!(
+                    target: "keel::venue",
+                    venue = self.venue(venue),
+                    from = link_state_name(from),
+                    "DISCONNECTED; {}",
+                    retry_text(ns)
+                ),
+                _ => tracing::info!(
+                    target: "keel::venue",
+                    venue = self.venue(venue),
+                    from = link_state_name(from),
+                    "{}",
+                    link_state_name(to)
+                ),
+            },
+            LogRecord::Breaker { venue, to } => match to {
+                BreakerChange::Opened => tracing::warn!(
+                    target: "keel::breaker",
+                    venue = self.venue(venue),
+                    "breaker OPEN: new orders refused"
+                ),
+                BreakerChange::HalfOpened => tracing::info!(
+                    target: "keel::breaker",
+                    venue = self.venue(venue),
+                    "breaker HALF-OPEN: probing"
+                ),
+                BreakerChange::Closed => tracing::info!(
+                    target: "keel::breaker",
+                    venue = self.venue(venue),
+                    "breaker CLOSED: new orders flow"
+                ),
+            },
+            LogRecord::Strategy { strategy, what } => match what {
+                StrategyChange::Attached => tracing::info!(
+                    target: "keel::strategy",
+                    strategy = strategy.0,
+                    "strategy attached (heartbeat seen)"
+                ),
+                StrategyChange::Lost => tracing::warn!(
+                    target: "keel::strategy",
+                    strategy = strategy.0,
+                    "strategy lost (heartbeat stopped)"
+                ),
+                StrategyChange::Broken => tracing::error!(
+                    target: "keel::strategy",
+                    strategy = strategy.0,
+                    "strategy channel broken: no more commands are read from it"
+                ),
+            },
+            LogRecord::Refusals {
+                reason,
+                count,
+                interval_ns,
+            } => tracing::warn!(
+                target: "keel::refusals",
+                reason = refusal_name(reason),
+                count,
+                interval_ms = interval_ns / 1_000_000,
+                "commands refused"
+            ),
+            LogRecord::Dropped { count } => tracing::error!(
+                target: "keel::log",
+                count,
+                "log records dropped (a loop's log ring was full)"
+            ),
+        }
+    }
+}
+
+/// How a retry delay reads in a log line.
+fn retry_text(retry_in_ns: u64) -> String {
+    if retry_in_ns == 0 {
+        "no retry scheduled".into()
+    } else {
+        format!("next attempt in {} ms", retry_in_ns.div_ceil(1_000_000))
+    }
+}
+
+/// An OS error number as text (`Connection refused (os error 111)`).
+pub fn os_error_text(errno: i32) -> String {
+    if errno == 0 {
+        "no OS error (no free connection slot or socket)".into()
+    } else {
+        std::io::Error::from_raw_os_error(errno).to_string()
+    }
+}
+
+/// A link state as the docs spell it.
+pub fn link_state_name(s: LinkState) -> &'static str {
+    match s {
+        LinkState::Disconnected => "DISCONNECTED",
+        LinkState::Connecting => "CONNECTING",
+        LinkState::Connected => "CONNECTED",
+        LinkState::Reconciling => "RECONCILING",
+        LinkState::Synced => "SYNCED",
+        LinkState::ReadOnly => "READ-ONLY",
+    }
+}
+
+/// A refusal reason as docs/ipc.md spells it.
+pub fn refusal_name(r: RefusalReason) -> &'static str {
+    match r {
+        RefusalReason::NotSynced => "not synced",
+        RefusalReason::RiskQty => "risk qty",
+        RefusalReason::RiskNotional => "risk notional",
+        RefusalReason::RiskPosition => "risk position",
+        RefusalReason::UnknownOrderOnSymbol => "unknown order on symbol",
+        RefusalReason::BulkheadSymbol => "bulkhead symbol",
+        RefusalReason::BulkheadVenue => "bulkhead venue",
+        RefusalReason::CancelLaneFull => "cancel lane full",
+        RefusalReason::ReplaceLaneFull => "replace lane full",
+        RefusalReason::NewLaneFull => "new lane full",
+        RefusalReason::DuplicateId => "duplicate id",
+        RefusalReason::OrderTableFull => "order table full",
+        RefusalReason::UnknownOrder => "unknown order",
+        RefusalReason::AlreadyPending => "already pending",
+        RefusalReason::ExecutorStalled => "executor stalled",
+        RefusalReason::JournalUnavailable => "journal unavailable",
+        RefusalReason::BadRoute => "bad route",
+        RefusalReason::LinkReadOnly => "link read-only",
+        RefusalReason::RiskPrice => "risk price",
+        RefusalReason::SessionFull => "session full",
+        RefusalReason::KillSwitch => "kill switch",
+        RefusalReason::StrategyDisabled => "strategy disabled",
+        RefusalReason::SymbolShed => "symbol shed",
+    }
+}
+
+/// An operator command and the first line of its answer (admin thread, a cold path).
+pub fn operator(request: &str, answer: &str) {
+    tracing::info!(target: "keel::ctl", request, answer, "operator command");
+}
+
+/// Installs the process's log subscriber: one line per record on stderr, UTC timestamps,
+/// no colour unless stderr is a terminal. Once per process; later calls do nothing.
+pub fn install() {
+    use std::io::IsTerminal;
+    let _ = tracing_subscriber::fmt()
+        .with_writer(|| QuietStderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(true)
+        .try_init();
+}
+
+/// Standard error that never fails: a log line to a closed or full stderr is lost, never a
+/// panic (the engine's state does not depend on its log).
+struct QuietStderr;
+
+impl std::io::Write for QuietStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
