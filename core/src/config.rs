@@ -322,6 +322,10 @@ impl EngineConfig {
             Some(t) => Some(read_ipc(Section::new("ipc", t))?),
             None => None,
         };
+        let wire_log = match top.subtable("wire_log")? {
+            Some(t) => Some(read_wire_log(Section::new("wire_log", t))?),
+            None => None,
+        };
         let operator = match top.subtable("operator")? {
             Some(t) => read_operator(Section::new("operator", t))?,
             None => crate::engine::OperatorConfig::default(),
@@ -365,6 +369,7 @@ impl EngineConfig {
             ipc,
             feeds,
             operator,
+            wire_log,
         };
         config.check_memory()?;
         Ok(config)
@@ -401,6 +406,12 @@ impl EngineConfig {
         need.add("engine.venue_ring", venue_rings * self.venues.len() as u64);
         if let Some(journal) = &self.journal {
             need.add("journal.file_bytes", journal.file_bytes.saturating_mul(2));
+        }
+        if let Some(w) = &self.wire_log {
+            need.add(
+                "wire_log.ring_bytes",
+                u64::from(w.ring_bytes) * self.venues.len() as u64,
+            );
         }
         if let Some(ipc) = &self.ipc {
             let channel = ring(ipc.command_capacity + ipc.event_capacity, 64) + 4_096;
@@ -448,12 +459,13 @@ pub enum ConfigWarning {
         /// The cores this process may use.
         cores: usize,
     },
-    /// A directory whose parent does not exist (a typo, or a mount missing on this host).
+    /// A directory (or the admin socket) whose parent does not exist (a typo, or a mount
+    /// missing on this host).
     #[error("{key} = \"{}\": its parent directory {} does not exist", dir.display(), parent.display())]
     ParentMissing {
-        /// `journal.dir` or `ipc.dir`.
+        /// `journal.dir`, `ipc.dir`, `wire_log.dir` or `operator.admin_socket`.
         key: &'static str,
-        /// The directory configured.
+        /// The path configured.
         dir: PathBuf,
         /// Its parent, missing.
         parent: PathBuf,
@@ -484,6 +496,8 @@ impl EngineConfig {
         let dirs = [
             ("journal.dir", self.journal.as_ref().map(|j| &j.dir)),
             ("ipc.dir", self.ipc.as_ref().map(|i| &i.dir)),
+            ("wire_log.dir", self.wire_log.as_ref().map(|w| &w.dir)),
+            ("operator.admin_socket", self.operator.admin_socket.as_ref()),
         ];
         for (key, dir) in dirs {
             let Some(dir) = dir else { continue };
@@ -742,6 +756,37 @@ fn read_ipc(mut s: Section<'_>) -> Result<IpcConfig> {
             key: s.key("strategy_timeout_ns"),
             value: "0".into(),
             allowed: ">= 1",
+        });
+    }
+    s.finish()?;
+    Ok(c)
+}
+
+fn read_wire_log(mut s: Section<'_>) -> Result<crate::wirelog::WireLogConfig> {
+    let mut c = crate::wirelog::WireLogConfig::default();
+    let dir = s.required_string("dir")?;
+    if dir.is_empty() {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("dir"),
+            value: "\"\"".into(),
+            allowed: "a directory",
+        });
+    }
+    c.dir = PathBuf::from(dir);
+    s.int("ring_bytes", &mut c.ring_bytes)?;
+    s.int("file_bytes_max", &mut c.file_bytes_max)?;
+    if !(4_096..=1 << 30).contains(&c.ring_bytes) {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("ring_bytes"),
+            value: c.ring_bytes.to_string(),
+            allowed: "4096..=1073741824",
+        });
+    }
+    if c.file_bytes_max < 1 << 20 {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("file_bytes_max"),
+            value: c.file_bytes_max.to_string(),
+            allowed: ">= 1048576",
         });
     }
     s.finish()?;

@@ -34,3 +34,4 @@ pub mod session;
 pub mod strategy;
 #[cfg(feature = "simulator")]
 pub mod venue;
+pub mod wirelog;

@@ -123,6 +123,11 @@ admin_socket = "/run/keel/admin.sock"
 cancel_on_stop = false
 stop_timeout_ns = "10m"
 
+[wire_log]
+dir = "/tmp/wire \u00e9"
+ring_bytes = 4096
+file_bytes_max = 1048576
+
 [[feed]]
 address = "10.1.2.3:9999"
 path = "/other"
@@ -190,6 +195,7 @@ fn assert_every_section(text: &str) {
         "\n[ipc]\n",
         "\n[journal]\n",
         "\n[operator]\n",
+        "[wire_log]\n",
         "\n[[feed]]\n",
         "\n[[venue]]\n",
     ] {
@@ -520,6 +526,22 @@ fn warnings_name_the_missing_core_and_parent() {
         cores: 4
     }));
     assert_eq!(split.warnings_for(5).len(), 1);
+    // The wire log's directory and the admin socket are checked the same way.
+    let mut more = c.clone();
+    more.operator.admin_socket = Some(dir.path().join("gone").join("admin.sock"));
+    more.wire_log = Some(keel::wirelog::WireLogConfig {
+        dir: dir.path().join("gone-too").join("wire"),
+        ..Default::default()
+    });
+    let keys: Vec<&str> = more
+        .warnings_for(4)
+        .iter()
+        .filter_map(|w| match w {
+            ConfigWarning::ParentMissing { key, .. } => Some(*key),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(keys, ["ipc.dir", "wire_log.dir", "operator.admin_socket"]);
 }
 
 /// Runs `keel ARGS` with `stdin`, returning (exit code, stdout, stderr).

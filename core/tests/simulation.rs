@@ -190,6 +190,7 @@ impl Sim {
             ipc: None,
             feeds: Vec::new(),
             operator: Default::default(),
+            wire_log: None,
         };
         // The link's first connection attempt is made here, at time 0.
         let mut engine = EngineBuilder::new(engine_config).build(net, 0).unwrap();

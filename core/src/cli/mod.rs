@@ -1,6 +1,7 @@
 //! The `keel` command line (clap). Each subcommand is a thin driver over the library.
 
 mod ctl;
+mod dump;
 mod run;
 mod venue;
 
@@ -86,6 +87,10 @@ enum Command {
     /// docs/operations.md ("Operator control") explains each answer. Exit 0 on `ok`, 1 on
     /// `error`, 69 when the engine cannot be reached.
     Ctl(ctl::CtlArgs),
+    /// The order journal: `keel journal dump DIR` prints every record as text.
+    Journal(dump::JournalArgs),
+    /// The wire log: `keel log dump FILE` prints every message to and from the venues.
+    Log(dump::LogArgs),
     /// Print a complete configuration file with every key at its default value (one example
     /// venue and feed, to be edited; see docs/config.md).
     Defaults,
@@ -119,7 +124,12 @@ where
     };
     if matches!(
         cli.command,
-        Command::Defaults | Command::ConfigCheck { .. } | Command::Demo(_) | Command::Ctl(_)
+        Command::Defaults
+            | Command::ConfigCheck { .. }
+            | Command::Demo(_)
+            | Command::Ctl(_)
+            | Command::Journal(_)
+            | Command::Log(_)
     ) {
         // A report to a reader that went away (`keel defaults | head`): end quietly, as
         // Unix filters do, instead of panicking on the write. (`run` and `venue` keep the
@@ -130,6 +140,8 @@ where
         Command::Venue(args) => venue::run(args),
         Command::Run(args) => run::run(args),
         Command::Ctl(args) => ctl::run(args),
+        Command::Journal(args) => dump::journal(args),
+        Command::Log(args) => dump::log(args),
         Command::Defaults => defaults(),
         Command::ConfigCheck { file } => config_check(&file),
         Command::Demo(args) => match crate::demo::run(&args) {

@@ -24,11 +24,24 @@ pub struct TscClock {
 }
 
 impl TscClock {
-    /// Calibrates the TSC (quanta does this once per process) and fixes the origin at now.
+    /// Calibrates the TSC (quanta does this once per process). Every `TscClock` of a process
+    /// shares one origin (the first one's creation), so times read on different threads — a
+    /// loop's, the logger's, the wire log's — are on one line.
     pub fn new() -> Self {
+        static ORIGIN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
         let inner = quanta::Clock::new();
-        let origin_raw = inner.raw();
+        let origin_raw = *ORIGIN.get_or_init(|| inner.raw());
         Self { inner, origin_raw }
+    }
+
+    /// The wall clock (Unix ns) at this clock's `now_ns() == 0`, measured now: for logs that
+    /// print loop times as dates. Never drives a timeout.
+    #[allow(clippy::disallowed_methods)] // the edge where wall time meets loop time: logs only
+    pub fn unix_ns_at_origin(&self) -> u64 {
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        unix.saturating_sub(self.now_ns())
     }
 
     /// The raw counter value, for hot loops that stamp many events and scale later.

@@ -48,6 +48,7 @@ pub fn to_toml(config: &EngineConfig) -> String {
         None => out.comment("no [journal]: nothing journaled (keel run requires [journal])"),
     }
     operator(&mut out, &config.operator);
+    wire_log(&mut out, config.wire_log.as_ref());
     for feed in &config.feeds {
         self::feed(&mut out, feed);
     }
@@ -95,6 +96,7 @@ pub fn example_config() -> EngineConfig {
         ipc: Some(IpcConfig::default()),
         feeds: vec![feed],
         operator: crate::engine::OperatorConfig::default(),
+        wire_log: None,
     }
 }
 
@@ -223,6 +225,26 @@ fn operator(out: &mut Out, c: &crate::engine::OperatorConfig) {
     }
     out.bool("cancel_on_stop", c.cancel_on_stop);
     out.duration("stop_timeout_ns", c.stop_timeout_ns);
+}
+
+/// `[wire_log]`; when absent, the table with its defaults as comments (a file that has none
+/// must print as one that has none).
+fn wire_log(out: &mut Out, c: Option<&crate::wirelog::WireLogConfig>) {
+    let Some(c) = c else {
+        let d = crate::wirelog::WireLogConfig::default();
+        out.line(format_args!(
+            "\n# no [wire_log]: venue messages are not recorded. To record them:\n\
+             # [wire_log]\n# dir = \"{}\"\n# ring_bytes = {}\n# file_bytes_max = {}",
+            d.dir.display(),
+            d.ring_bytes,
+            d.file_bytes_max
+        ));
+        return;
+    };
+    out.section("[wire_log]");
+    out.path("dir", &c.dir);
+    out.int("ring_bytes", c.ring_bytes);
+    out.int("file_bytes_max", c.file_bytes_max);
 }
 
 fn feed(out: &mut Out, c: &FeedConfig) {

@@ -745,6 +745,7 @@ fn build<T: SocketTransport>(
             ..FeedConfig::default()
         }],
         operator: crate::engine::OperatorConfig::default(),
+        wire_log: None,
     };
     let mut core = EngineBuilder::new(config)
         .build(reactor, clock.now_ns())

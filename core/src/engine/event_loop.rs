@@ -425,6 +425,11 @@ pub struct EngineLoop<T: Transport> {
     exec: Executor<T>,
     strategies: Vec<Option<StrategyHandle>>,
     restored: Restored,
+    /// The wire log's side thread and its stop flag, if one is configured.
+    wire: Option<(
+        std::thread::JoinHandle<()>,
+        Arc<std::sync::atomic::AtomicBool>,
+    )>,
 }
 
 impl<T: Transport> EngineLoop<T> {
@@ -439,7 +444,24 @@ impl<T: Transport> EngineLoop<T> {
             exec,
             strategies,
             restored,
+            wire: None,
         }
+    }
+
+    /// Opens the wire log and starts its side thread (stopped by `finish`).
+    pub(super) fn run_wire_log(
+        &mut self,
+        mut writer: crate::wirelog::WireLogWriter,
+    ) -> Result<(), crate::wirelog::WireLogError> {
+        writer.open()?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("keel-wire".into())
+            .spawn(move || writer.run(&flag, std::time::Duration::from_millis(2)))
+            .expect("spawning the wire log thread");
+        self.wire = Some((thread, stop));
+        Ok(())
     }
 
     /// One pass at `now_ns`: the executor side, then the dispatcher side. Returns whether
@@ -502,8 +524,13 @@ impl<T: Transport> EngineLoop<T> {
         (self.front, self.exec)
     }
 
-    /// Stops the loop (the journal is synced) and returns what it measured.
-    pub fn finish(self) -> super::EngineReport {
+    /// Stops the loop (the journal is synced, the wire log written out) and returns what it
+    /// measured.
+    pub fn finish(mut self) -> super::EngineReport {
+        if let Some((thread, stop)) = self.wire.take() {
+            stop.store(true, Ordering::Release);
+            let _ = thread.join();
+        }
         let poll_errors = self.exec.poll_errors;
         let front = self.front.finish();
         let (links, feeds) = self.exec.finish();

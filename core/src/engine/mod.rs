@@ -162,6 +162,8 @@ pub struct EngineConfig {
     pub feeds: Vec<crate::feed::handler::FeedConfig>,
     /// The operator's side: admin socket, what a stop does (`[operator]`).
     pub operator: OperatorConfig,
+    /// Every message to and from each venue, to a file (`[wire_log]`; `None`: not kept).
+    pub wire_log: Option<crate::wirelog::WireLogConfig>,
 }
 
 /// The operator's side of `keel run` (the `[operator]` table).
@@ -211,6 +213,9 @@ pub enum EngineError {
     /// The dispatcher configuration is inconsistent.
     #[error("dispatcher: {0}")]
     Dispatcher(#[from] crate::dispatch::ConfigError),
+    /// The wire log could not be opened.
+    #[error(transparent)]
+    WireLog(#[from] crate::wirelog::WireLogError),
     /// A shared-memory channel could not be created.
     #[error(transparent)]
     Ipc(#[from] crate::ipc::IpcError),
@@ -458,6 +463,18 @@ impl EngineBuilder {
             venue_ports.push(vport);
             links.push(build_link(v, VenueId(i as u16), &config.symbols, vhandle));
         }
+        let wire_log = match &config.wire_log {
+            Some(w) => {
+                let names: Vec<String> = config.venues.iter().map(|v| v.name.clone()).collect();
+                let unix_origin = TscClock::new().unix_ns_at_origin();
+                let (taps, writer) = crate::wirelog::wire_log(w, &names, unix_origin);
+                for (link, tap) in links.iter_mut().zip(taps) {
+                    link.attach_wire_tap(tap);
+                }
+                Some(writer)
+            }
+            None => None,
+        };
         let mut dispatcher = Dispatcher::new(config.dispatcher, ports, venue_ports, now_ns)?;
         let mut restored = Restored {
             applied_through: vec![0; links.len()],
@@ -581,6 +598,7 @@ impl EngineBuilder {
             exec_log,
             log_rings: vec![front_log_rx, exec_log_rx],
             names,
+            wire_log,
         })
     }
 
@@ -605,12 +623,11 @@ impl EngineBuilder {
             parts.exec_log,
             now_ns,
         );
-        Ok(EngineLoop::new(
-            parts.front,
-            exec,
-            parts.strategies,
-            parts.restored,
-        ))
+        let mut engine = EngineLoop::new(parts.front, exec, parts.strategies, parts.restored);
+        if let Some(writer) = parts.wire_log {
+            engine.run_wire_log(writer)?;
+        }
+        Ok(engine)
     }
 
     /// Restores the journal (if configured), builds every part, starts the loops.
@@ -630,8 +647,22 @@ impl EngineBuilder {
             exec_log,
             log_rings,
             names,
+            wire_log,
         } = parts;
         let log_stop = Arc::new(AtomicBool::new(false));
+        let wire_thread = match wire_log {
+            Some(mut writer) => {
+                writer.open()?;
+                let stop = Arc::clone(&log_stop);
+                Some(
+                    std::thread::Builder::new()
+                        .name("keel-wire".into())
+                        .spawn(move || writer.run(&stop, std::time::Duration::from_millis(2)))
+                        .expect("spawning the wire log thread"),
+                )
+            }
+            None => None,
+        };
         let logger = {
             let logger = crate::log::Logger::new(
                 log_rings,
@@ -721,6 +752,7 @@ impl EngineBuilder {
             logger: Some(logger),
             log_stop,
             admin_thread: None,
+            wire_thread,
         })
     }
 }
@@ -743,6 +775,8 @@ struct Parts {
     /// The logger's ends of both.
     log_rings: Vec<crate::log::LogRx>,
     names: admin::AdminNames,
+    /// The wire log's writer, if one is configured (run by a side thread).
+    wire_log: Option<crate::wirelog::WireLogWriter>,
 }
 
 type LoopResult = Result<Halves, EngineError>;
@@ -903,6 +937,7 @@ pub struct RunningEngine {
     logger: Option<JoinHandle<()>>,
     log_stop: Arc<AtomicBool>,
     admin_thread: Option<JoinHandle<()>>,
+    wire_thread: Option<JoinHandle<()>>,
 }
 
 impl RunningEngine {
@@ -1012,6 +1047,9 @@ impl RunningEngine {
         }
         if let Some(admin) = self.admin_thread {
             let _ = admin.join();
+        }
+        if let Some(wire) = self.wire_thread {
+            let _ = wire.join();
         }
         match first_error {
             Some(e) => Err(e),

@@ -124,6 +124,20 @@ pub enum JournalRecord {
     },
 }
 
+/// Where a record read by [`Journal::read`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordSource {
+    /// The newest readable checkpoint (a snapshot of what older files said).
+    Checkpoint(u64),
+    /// Journal file `file`, record index `index`.
+    File {
+        /// The file's number (`journal-<file>.kj`).
+        file: u64,
+        /// The record's index.
+        index: u64,
+    },
+}
+
 /// Why the journal takes no record right now. Small and `Copy`: an append on the decision
 /// path reports it without allocating.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -309,6 +323,60 @@ impl Journal {
             keeper: Keeper::start(start)?,
         };
         Ok((journal, report))
+    }
+
+    /// Reads the journal in `dir` without changing anything (for `keel journal dump`): the
+    /// newest readable checkpoint's records, then every record of the journal files after it,
+    /// each handed to `each` with where it came from. A torn tail in the newest file is
+    /// reported (`torn_tail_bytes`), not repaired; corruption is an error naming the file
+    /// and offset.
+    pub fn read(
+        dir: &Path,
+        mut each: impl FnMut(RecordSource, &JournalRecord),
+    ) -> Result<OpenReport, JournalError> {
+        let listing = files::list(dir)?;
+        let mut report = OpenReport::default();
+        let mut snapshot = Vec::new();
+        let (checkpoint, mut next_index) =
+            newest_checkpoint(dir, &listing.checkpoints, &mut report, |r| {
+                snapshot.push(*r)
+            });
+        if let Some(c) = checkpoint {
+            for r in &snapshot {
+                each(RecordSource::Checkpoint(c), r);
+            }
+        }
+        let first = checkpoint.map_or(1, |c| c + 1);
+        let mut to_read = Vec::new();
+        for &n in listing.journals.iter().filter(|&&n| n >= first) {
+            let path = files::journal_path(dir, n);
+            if files::shape(&path, n)? == Shape::Data {
+                to_read.push(n);
+            }
+        }
+        let last = to_read.last().copied();
+        for n in to_read {
+            let path = files::journal_path(dir, n);
+            let map = files::open_completed(&path)?;
+            check_first(&path, &map, n, next_index)?;
+            let mut index = next_index;
+            let end = files::scan(
+                &path,
+                &map,
+                Some(n) == last,
+                &mut next_index,
+                &mut report,
+                &mut |r| {
+                    each(RecordSource::File { file: n, index }, r);
+                    index += 1;
+                },
+            )?;
+            report.files += 1;
+            if Some(n) == last {
+                report.torn_tail_bytes = end.torn_bytes as u64;
+            }
+        }
+        Ok(report)
     }
 
     /// Appends one record; returns its index. Rolls over to the prepared next file when this

@@ -103,6 +103,8 @@ pub struct VenueLink<P = AnyProtocol> {
     /// next step; bounded by the client's order capacity plus one link state.
     backlog: Vec<Outcome>,
     stats: LinkStats,
+    /// Every message to and from the venue, to the wire log (if one is configured).
+    wire: Option<crate::wirelog::WireTap>,
 }
 
 impl<P: VenueProtocol> VenueLink<P> {
@@ -135,6 +137,7 @@ impl<P: VenueProtocol> VenueLink<P> {
             scratch: [0; 512],
             backlog: Vec::with_capacity(4_096),
             stats: LinkStats::default(),
+            wire: None,
         }
     }
 
@@ -179,6 +182,24 @@ impl<P: VenueProtocol> VenueLink<P> {
                 backlog.push(o);
             }
         })
+    }
+
+    /// From now on every message to and from the venue is handed to `tap` (the wire log).
+    pub fn attach_wire_tap(&mut self, tap: crate::wirelog::WireTap) {
+        self.wire = Some(tap);
+    }
+
+    /// Messages the wire log could not take (its ring was full), so far.
+    pub fn wire_dropped(&self) -> u64 {
+        self.wire
+            .as_ref()
+            .map_or(0, crate::wirelog::WireTap::dropped)
+    }
+
+    fn tap_out(&mut self, now_ns: u64, n: usize) {
+        if let Some(tap) = &mut self.wire {
+            tap.record(now_ns, crate::wirelog::Direction::Out, &self.scratch[..n]);
+        }
     }
 
     /// Connection attempts that failed so far.
@@ -309,6 +330,7 @@ impl<P: VenueProtocol> VenueLink<P> {
                 .expect("fits");
             if reactor.send(conn, &self.scratch[..n]).is_ok() {
                 self.last_tx_ns = now_ns;
+                self.tap_out(now_ns, n);
             }
         }
     }
@@ -407,6 +429,7 @@ impl<P: VenueProtocol> VenueLink<P> {
         if let Some(conn) = self.conn {
             if reactor.send(conn, &self.scratch[..n]).is_ok() {
                 self.last_tx_ns = now_ns;
+                self.tap_out(now_ns, n);
             }
         }
     }
@@ -440,6 +463,11 @@ impl<P: VenueProtocol> VenueLink<P> {
             let news = match decoded {
                 Ok(Some(message)) => {
                     self.last_rx_ns = now_ns;
+                    if let Some(tap) = &mut self.wire {
+                        let bytes = reactor.received(conn);
+                        let whole = &bytes[..message.len.min(bytes.len())];
+                        tap.record(now_ns, crate::wirelog::Direction::In, whole);
+                    }
                     reactor.consume(conn, message.len);
                     message.news
                 }
@@ -495,6 +523,7 @@ impl<P: VenueProtocol> VenueLink<P> {
                     if reactor.send(conn, &self.scratch[..n]).is_err() {
                         return; // send buffer full: the request waits in the ring
                     }
+                    self.tap_out(now_ns, n);
                     self.stats.requests_sent += 1;
                     self.stats.orders_entered += u64::from(request.kind.enters_order());
                     self.last_tx_ns = now_ns;

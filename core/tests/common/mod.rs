@@ -261,6 +261,7 @@ pub fn engine_config(
         ipc: None,
         feeds: Vec::new(),
         operator: Default::default(),
+        wire_log: None,
     }
 }
 
