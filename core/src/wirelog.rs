@@ -542,8 +542,8 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(lines[1].contains(" b in "), "{text}");
-        assert!(lines[2].starts_with("# sim: 1 messages dropped"), "{text}");
+        assert!(lines[1].starts_with("# sim: 1 messages dropped"), "{text}");
+        assert!(lines[2].contains(" b in "), "{text}");
         assert!(lines[3].contains("soupbin S ouch A"), "{text}");
         // A torn tail: half a record.
         let mut f = OpenOptions::new().append(true).open(writer.path()).unwrap();

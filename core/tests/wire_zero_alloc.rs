@@ -3,7 +3,9 @@
 //! against keel's venue running in
 //! another thread, over loopback; a counting allocator armed on the engine thread only counts
 //! every allocation while 20,000 orders are entered and canceled after a warm-up. The count
-//! must be zero. (The venue is a simulator and allocates freely in its own thread.)
+//! must be zero — with the engine's log records and the wire log on (every message handed to
+//! the wire log's ring, written out by its side thread, then dumped and counted). (The venue
+//! is a simulator and allocates freely in its own thread.)
 
 mod common;
 
@@ -69,12 +71,17 @@ fn wire_path_allocates_nothing() {
         window.burst_weight = 100_000;
     }
     let venue_link = common::ouch_venue(addr, "zero", 1_024, 2_000_000_000, Default::default());
-    let config = common::engine_config(
+    let mut config = common::engine_config(
         &["AAPL", "MSFT", "AMZN", "NVDA"],
         config,
         vec![venue_link],
         64,
     );
+    let wire_dir = tempfile::tempdir().unwrap();
+    config.wire_log = Some(keel::wirelog::WireLogConfig {
+        dir: wire_dir.path().to_path_buf(),
+        ..keel::wirelog::WireLogConfig::default()
+    });
     let mut engine: EngineLoop<Reactor> = EngineBuilder::new(config)
         .build(reactor, clock.now_ns())
         .unwrap();
@@ -135,4 +142,18 @@ fn wire_path_allocates_nothing() {
     assert_eq!(engine.links()[0].stats().decode_errors, 0);
     assert_eq!(engine.poll_errors(), 0);
     assert_eq!(allocations, 0, "heap allocations on the engine's wire path");
+    assert_eq!(engine.links()[0].wire_dropped(), 0);
+    let sent = engine.links()[0].stats().requests_sent;
+    drop(engine.finish());
+    let mut text = Vec::new();
+    let wire = keel::wirelog::dump(&wire_dir.path().join("wire.log"), &mut text).unwrap();
+    assert_eq!(wire.dropped, 0);
+    assert_eq!(wire.torn_tail_bytes, 0);
+    // Every order and cancel went out and was answered (plus login, reconciliation and
+    // heartbeats).
+    assert!(
+        wire.messages_out >= sent && sent >= 2 * 22_000,
+        "{wire:?}, {sent} sent"
+    );
+    assert!(wire.messages_in >= 2 * 22_000, "{wire:?}");
 }
