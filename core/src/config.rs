@@ -7,6 +7,9 @@ use std::path::PathBuf;
 
 use toml::{Table, Value};
 
+pub mod print;
+pub use print::to_toml;
+
 use crate::dispatch::{ConfigError, DispatcherConfig};
 use crate::engine::{IpcConfig, LoopConfig, Topology};
 use crate::guard::limiter::WindowLimit;
@@ -80,6 +83,71 @@ const LINK_RECV_BUFFER_BYTES: usize = 64 * 1024;
 /// Smallest `max_packet_len`: room for every message the session itself receives.
 const PACKET_LEN_MIN: usize = 256;
 
+/// What a duration key accepts (the text of `WrongType::expected`).
+const DURATION_FORM: &str = "a duration: an integer of nanoseconds, or a whole number and a unit \
+                             in a string: \"250ns\", \"50us\", \"50ms\", \"2s\", \"1m\"";
+/// The range of a duration (the text of `OutOfRange::allowed`).
+const DURATION_RANGE: &str =
+    "0 to 9223372036854775807 ns (about 292 years, a TOML integer's range)";
+
+/// The units a duration string may carry, with their nanoseconds, largest first (the printer
+/// picks the largest that divides a value exactly).
+pub const DURATION_UNITS: [(&str, u64); 5] = [
+    ("m", 60_000_000_000),
+    ("s", 1_000_000_000),
+    ("ms", 1_000_000),
+    ("us", 1_000),
+    ("ns", 1),
+];
+
+/// Why a duration string was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DurationError {
+    /// Not a whole number followed by a known unit.
+    Form,
+    /// More than [`DURATION_NS_MAX`] nanoseconds.
+    Range,
+}
+
+/// Parses `"<digits><unit>"` (unit `ns`, `us` or `µs`, `ms`, `s`, `m`; no sign, no fraction, no
+/// space, `_` allowed between digits as in TOML integers) into nanoseconds, at most
+/// [`DURATION_NS_MAX`]. A bare number is
+/// refused: in a string the unit is what makes it readable (write nanoseconds as an integer).
+pub fn parse_duration(text: &str) -> std::result::Result<u64, DurationError> {
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '_'))
+        .ok_or(DurationError::Form)?;
+    let (number, unit) = text.split_at(split);
+    let unit = if unit == "µs" { "us" } else { unit };
+    let per_unit = DURATION_UNITS
+        .iter()
+        .find(|(name, _)| *name == unit)
+        .map(|(_, ns)| *ns)
+        .ok_or(DurationError::Form)?;
+    let well_formed = number.starts_with(|c: char| c.is_ascii_digit())
+        && !number.ends_with('_')
+        && !number.contains("__");
+    if !well_formed {
+        return Err(DurationError::Form);
+    }
+    let mut value: u64 = 0;
+    for digit in number.bytes().filter(|b| *b != b'_') {
+        value = value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(digit - b'0')))
+            .ok_or(DurationError::Range)?;
+    }
+    // The integers' ceiling for strings too: no duration reaches the engine that a TOML
+    // integer could not (deadlines are `now_ns + duration`, checked up to this bound).
+    value
+        .checked_mul(per_unit)
+        .filter(|ns| *ns <= DURATION_NS_MAX)
+        .ok_or(DurationError::Range)
+}
+
+/// The longest duration a file may give, ns (`i64::MAX`, what a TOML integer holds).
+pub const DURATION_NS_MAX: u64 = i64::MAX as u64;
+
 /// Reads one table's keys, each at most once; whatever is left at `finish` is unknown.
 struct Section<'a> {
     prefix: String,
@@ -117,8 +185,37 @@ impl<'a> Section<'a> {
         }
     }
 
+    /// A duration (every key named `*_ns`): an integer of nanoseconds, or a string of a whole
+    /// number and a unit (`"250ns"`, `"50us"`, `"50ms"`, `"2s"`, `"1m"`; see [`parse_duration`]).
+    fn duration(&mut self, name: &'a str, field: &mut u64) -> Result<()> {
+        let Some(value) = self.get(name) else {
+            return Ok(());
+        };
+        *field = match value {
+            Value::Integer(i) => u64::try_from(*i).map_err(|_| FileConfigError::OutOfRange {
+                key: self.key(name),
+                value: i.to_string(),
+                allowed: DURATION_RANGE,
+            })?,
+            Value::String(text) => parse_duration(text).map_err(|e| match e {
+                DurationError::Form => self.wrong(name, value, DURATION_FORM),
+                DurationError::Range => FileConfigError::OutOfRange {
+                    key: self.key(name),
+                    value: value.to_string(),
+                    allowed: DURATION_RANGE,
+                },
+            })?,
+            other => return Err(self.wrong(name, other, DURATION_FORM)),
+        };
+        Ok(())
+    }
+
     /// An integer that must fit `T` (and be non-negative unless `T` is signed).
     fn int<T: TryFrom<i64>>(&mut self, name: &'a str, field: &mut T) -> Result<()> {
+        debug_assert!(
+            !name.ends_with("_ns"),
+            "`{name}` is a duration: read it with `duration`"
+        );
         let Some(value) = self.get(name) else {
             return Ok(());
         };
@@ -343,6 +440,83 @@ impl EngineConfig {
     }
 }
 
+/// Something in an accepted configuration that will not work as written on this machine:
+/// said on stderr by `keel config-check` and `keel run` (`keel: warning: ...`), never a refusal
+/// (the file may be meant for another host).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigWarning {
+    /// A loop is pinned to a core this machine does not have: it will run unpinned.
+    #[error(
+        "engine.{key} = {core}: this machine has {cores} cores (0..={last}); the loop will run \
+         unpinned",
+        last = cores.saturating_sub(1)
+    )]
+    CoreMissing {
+        /// `dispatcher_core` or `executor_core`.
+        key: &'static str,
+        /// The core asked for.
+        core: usize,
+        /// The cores this process may use.
+        cores: usize,
+    },
+    /// A directory (or the admin socket) whose parent does not exist (a typo, or a mount
+    /// missing on this host).
+    #[error("{key} = \"{}\": its parent directory {} does not exist", dir.display(), parent.display())]
+    ParentMissing {
+        /// `journal.dir`, `ipc.dir`, `wire_log.dir` or `operator.admin_socket`.
+        key: &'static str,
+        /// The path configured.
+        dir: PathBuf,
+        /// Its parent, missing.
+        parent: PathBuf,
+    },
+}
+
+impl EngineConfig {
+    /// What will not work as written on this machine (see [`ConfigWarning`]): pinned cores
+    /// it lacks, directories whose parent does not exist.
+    pub fn warnings(&self) -> Vec<ConfigWarning> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.warnings_for(cores)
+    }
+
+    /// [`EngineConfig::warnings`] on a machine with `cores` cores.
+    pub fn warnings_for(&self, cores: usize) -> Vec<ConfigWarning> {
+        let mut warnings = Vec::new();
+        let split = self.loops.topology == Topology::Split;
+        let pinned = [
+            ("dispatcher_core", self.loops.dispatcher_core, true),
+            ("executor_core", self.loops.executor_core, split),
+        ];
+        for (key, core, used) in pinned {
+            if let Some(core) = core.filter(|&c| used && c >= cores) {
+                warnings.push(ConfigWarning::CoreMissing { key, core, cores });
+            }
+        }
+        let dirs = [
+            ("journal.dir", self.journal.as_ref().map(|j| &j.dir)),
+            ("ipc.dir", self.ipc.as_ref().map(|i| &i.dir)),
+            ("wire_log.dir", self.wire_log.as_ref().map(|w| &w.dir)),
+            ("operator.admin_socket", self.operator.admin_socket.as_ref()),
+        ];
+        for (key, dir) in dirs {
+            let Some(dir) = dir else { continue };
+            let parent = match dir.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => continue, // `/` or a name relative to the working directory
+            };
+            if !parent.is_dir() {
+                warnings.push(ConfigWarning::ParentMissing {
+                    key,
+                    dir: dir.clone(),
+                    parent: parent.to_path_buf(),
+                });
+            }
+        }
+        warnings
+    }
+}
+
 /// Memory a configuration needs at start (see [`EngineConfig::memory_need`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemoryNeed {
@@ -398,10 +572,10 @@ fn read_feed(
         c.path = path.to_string();
     }
     s.bool("trades", &mut c.trades)?;
-    s.int("backoff_base_ns", &mut c.backoff.base_ns)?;
-    s.int("backoff_cap_ns", &mut c.backoff.cap_ns)?;
-    s.int("resync_retry_ns", &mut c.resync_retry_ns)?;
-    s.int("silent_ns", &mut c.silent_ns)?;
+    s.duration("backoff_base_ns", &mut c.backoff.base_ns)?;
+    s.duration("backoff_cap_ns", &mut c.backoff.cap_ns)?;
+    s.duration("resync_retry_ns", &mut c.resync_retry_ns)?;
+    s.duration("silent_ns", &mut c.silent_ns)?;
     s.int("pending_max", &mut c.pending_max)?;
     if c.backoff.base_ns == 0 || c.backoff.cap_ns < c.backoff.base_ns {
         return Err(FileConfigError::OutOfRange {
@@ -449,7 +623,7 @@ fn read_loops(mut s: Section<'_>) -> Result<LoopConfig> {
     let mut core: i64 = -1;
     s.int("executor_core", &mut core)?;
     c.executor_core = usize::try_from(core).ok();
-    s.int("executor_stall_ns", &mut c.executor_stall_ns)?;
+    s.duration("executor_stall_ns", &mut c.executor_stall_ns)?;
     s.int("strategy_ring", &mut c.strategy_ring)?;
     s.int("venue_ring", &mut c.venue_ring)?;
     let mut memory_max_bytes: u64 = 0;
@@ -474,8 +648,70 @@ fn read_loops(mut s: Section<'_>) -> Result<LoopConfig> {
             allowed: ">= 1",
         });
     }
+    read_reactor(&mut s, &mut c.reactor)?;
     s.finish()?;
     Ok(c)
+}
+
+/// Largest io_uring submission queue (the kernel's IORING_MAX_ENTRIES).
+const RING_ENTRIES_MAX: u32 = 32_768;
+/// Longest SQPOLL idle time accepted, ms (beyond a minute the kernel thread is just spinning).
+const SQPOLL_IDLE_MS_MAX: u32 = 60_000;
+/// Kernel send buffer bounds, bytes (below 4 KiB the kernel rounds up anyway; 1 GiB is far
+/// beyond any sane `net.core.wmem_max`).
+const SOCKET_SEND_BUFFER_BYTES: std::ops::RangeInclusive<u32> = 4_096..=1 << 30;
+
+/// The executor loop's transport settings, in `[engine]` (`net::ReactorConfig`).
+fn read_reactor(s: &mut Section<'_>, r: &mut crate::net::ReactorConfig) -> Result<()> {
+    use crate::net::WaitMode;
+    r.wait = match s.string("wait")? {
+        None | Some("blocking") => WaitMode::Blocking,
+        Some("busy-poll") => WaitMode::BusyPoll,
+        Some(other) => {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key("wait"),
+                value: format!("\"{other}\""),
+                allowed: "\"blocking\" or \"busy-poll\"",
+            })
+        }
+    };
+    s.bool("spin_reads", &mut r.spin_reads)?;
+    if r.spin_reads && r.wait != WaitMode::BusyPoll {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("spin_reads"),
+            value: "true".into(),
+            allowed: "true only with wait = \"busy-poll\" (it does nothing otherwise)",
+        });
+    }
+    let mut sqpoll_idle_ms: u32 = 0;
+    s.int("sqpoll_idle_ms", &mut sqpoll_idle_ms)?;
+    if sqpoll_idle_ms > SQPOLL_IDLE_MS_MAX {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("sqpoll_idle_ms"),
+            value: sqpoll_idle_ms.to_string(),
+            allowed: "0 (off) or 1..=60000",
+        });
+    }
+    r.sqpoll_idle_ms = (sqpoll_idle_ms > 0).then_some(sqpoll_idle_ms);
+    s.int("ring_entries", &mut r.ring_entries)?;
+    if !r.ring_entries.is_power_of_two() || !(2..=RING_ENTRIES_MAX).contains(&r.ring_entries) {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("ring_entries"),
+            value: r.ring_entries.to_string(),
+            allowed: "a power of two in 2..=32768",
+        });
+    }
+    let mut send_buffer: u32 = 0;
+    s.int("socket_send_buffer_bytes", &mut send_buffer)?;
+    if send_buffer != 0 && !SOCKET_SEND_BUFFER_BYTES.contains(&send_buffer) {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("socket_send_buffer_bytes"),
+            value: send_buffer.to_string(),
+            allowed: "0 (the kernel's default) or 4096..=1073741824",
+        });
+    }
+    r.socket_send_buffer = (send_buffer > 0).then_some(send_buffer);
+    Ok(())
 }
 
 fn read_idle<'a>(s: &mut Section<'a>, key: &'a str) -> Result<Option<IdlePolicy>> {
@@ -501,7 +737,7 @@ fn read_ipc(mut s: Section<'_>) -> Result<IpcConfig> {
     }
     s.int("command_capacity", &mut c.command_capacity)?;
     s.int("event_capacity", &mut c.event_capacity)?;
-    s.int("strategy_timeout_ns", &mut c.strategy_timeout_ns)?;
+    s.duration("strategy_timeout_ns", &mut c.strategy_timeout_ns)?;
     s.bool("cancel_on_strategy_loss", &mut c.cancel_on_strategy_loss)?;
     for (key, value) in [
         ("command_capacity", c.command_capacity),
@@ -571,7 +807,7 @@ fn read_operator(mut s: Section<'_>) -> Result<crate::engine::OperatorConfig> {
         c.admin_socket = Some(PathBuf::from(path));
     }
     s.bool("cancel_on_stop", &mut c.cancel_on_stop)?;
-    s.int("stop_timeout_ns", &mut c.stop_timeout_ns)?;
+    s.duration("stop_timeout_ns", &mut c.stop_timeout_ns)?;
     if c.stop_timeout_ns > 600_000_000_000 {
         return Err(FileConfigError::OutOfRange {
             key: s.key("stop_timeout_ns"),
@@ -592,7 +828,7 @@ fn read_dispatcher<'a>(mut s: Section<'a>, d: &mut DispatcherConfig) -> Result<(
     s.int("lane_new_per_symbol_max", &mut d.lane_new_per_symbol_max)?;
     s.int("shed_high_pct", &mut d.shed_high_pct)?;
     s.int("shed_low_pct", &mut d.shed_low_pct)?;
-    s.int("acquire_timeout_ns", &mut d.acquire_timeout_ns)?;
+    s.duration("acquire_timeout_ns", &mut d.acquire_timeout_ns)?;
     s.int("commands_per_poll_max", &mut d.commands_per_poll_max)?;
     s.int("outcomes_per_poll_max", &mut d.outcomes_per_poll_max)?;
     s.int("sends_per_poll_max", &mut d.sends_per_poll_max)?;
@@ -628,23 +864,23 @@ fn read_dispatcher<'a>(mut s: Section<'a>, d: &mut DispatcherConfig) -> Result<(
     if let Some(t) = s.subtable("breaker")? {
         let mut b = Section::new("dispatcher.breaker", t);
         let c = &mut d.breaker;
-        b.int("window_ns", &mut c.window_ns)?;
+        b.duration("window_ns", &mut c.window_ns)?;
         b.int("window_buckets", &mut c.window_buckets)?;
         b.int("calls_min", &mut c.calls_min)?;
         b.int(
             "failure_rate_threshold_pct",
             &mut c.failure_rate_threshold_pct,
         )?;
-        b.int("slow_call_duration_ns", &mut c.slow_call_duration_ns)?;
+        b.duration("slow_call_duration_ns", &mut c.slow_call_duration_ns)?;
         b.int(
             "slow_call_rate_threshold_pct",
             &mut c.slow_call_rate_threshold_pct,
         )?;
-        b.int("open_duration_ns", &mut c.open_duration_ns)?;
+        b.duration("open_duration_ns", &mut c.open_duration_ns)?;
         b.int("open_duration_multiplier", &mut c.open_duration_multiplier)?;
-        b.int("open_duration_max_ns", &mut c.open_duration_max_ns)?;
+        b.duration("open_duration_max_ns", &mut c.open_duration_max_ns)?;
         b.int("half_open_probes", &mut c.half_open_probes)?;
-        b.int("half_open_wait_max_ns", &mut c.half_open_wait_max_ns)?;
+        b.duration("half_open_wait_max_ns", &mut c.half_open_wait_max_ns)?;
         b.finish()?;
     }
     if let Some(t) = s.subtable("limiter")? {
@@ -652,8 +888,8 @@ fn read_dispatcher<'a>(mut s: Section<'a>, d: &mut DispatcherConfig) -> Result<(
         let c = &mut d.limiter;
         l.int("cancel_reserve_permille", &mut c.cancel_reserve_permille)?;
         l.int("throttle_rate_permille", &mut c.throttle_rate_permille)?;
-        l.int("throttle_cooldown_ns", &mut c.throttle_cooldown_ns)?;
-        l.int("throttle_recovery_ns", &mut c.throttle_recovery_ns)?;
+        l.duration("throttle_cooldown_ns", &mut c.throttle_cooldown_ns)?;
+        l.duration("throttle_recovery_ns", &mut c.throttle_recovery_ns)?;
         l.int("weight_new", &mut c.weights.new)?;
         l.int("weight_cancel", &mut c.weights.cancel)?;
         l.int("weight_replace", &mut c.weights.replace)?;
@@ -683,7 +919,7 @@ fn read_dispatcher<'a>(mut s: Section<'a>, d: &mut DispatcherConfig) -> Result<(
                     limit_weight: 0,
                     burst_weight: 0,
                 };
-                ws.int("window_ns", &mut limit.window_ns)?;
+                ws.duration("window_ns", &mut limit.window_ns)?;
                 ws.int("limit_weight", &mut limit.limit_weight)?;
                 ws.int("burst_weight", &mut limit.burst_weight)?;
                 ws.finish()?;
@@ -837,18 +1073,18 @@ fn read_venue(mut s: Section<'_>) -> Result<VenueLinkConfig> {
     let mut ack_timeout_ns: u64 = 2_000_000_000;
     let mut orders_max: u32 = 65_536;
     let mut link = LinkConfig::default();
-    s.int("ack_timeout_ns", &mut ack_timeout_ns)?;
+    s.duration("ack_timeout_ns", &mut ack_timeout_ns)?;
     s.int("orders_max", &mut orders_max)?;
-    s.int("heartbeat_interval_ns", &mut link.heartbeat_interval_ns)?;
+    s.duration("heartbeat_interval_ns", &mut link.heartbeat_interval_ns)?;
     s.int("silent_intervals_max", &mut link.silent_intervals_max)?;
     s.int("max_packet_len", &mut link.max_packet_len)?;
-    s.int(
+    s.duration(
         "reconcile_timeout_ns",
         &mut link.session.reconcile_timeout_ns,
     )?;
     s.int("jitter_seed", &mut link.session.jitter_seed)?;
-    s.int("backoff_base_ns", &mut link.session.backoff.base_ns)?;
-    s.int("backoff_cap_ns", &mut link.session.backoff.cap_ns)?;
+    s.duration("backoff_base_ns", &mut link.session.backoff.base_ns)?;
+    s.duration("backoff_cap_ns", &mut link.session.backoff.cap_ns)?;
     s.int(
         "backoff_attempts_max",
         &mut link.session.backoff.attempts_max,

@@ -1682,6 +1682,10 @@ fn toml_edge(pick: usize) -> toml::Value {
         V::String("127.0.0.1:0".into()),
         V::String("ouch-connect".into()),
         V::String("account-query".into()),
+        V::String("1ns".into()),
+        V::String("9223372036854775807ns".into()),
+        V::String("153722868m".into()),
+        V::String("busy-poll".into()),
         V::Array(Vec::new()),
         V::Array(vec![V::Integer(1), V::Integer(2)]),
         V::Array(vec![V::String("TOOLONGSYM".into())]),
@@ -1704,9 +1708,9 @@ enum TomlEdit {
 
 fn toml_edit() -> impl Strategy<Value = TomlEdit> {
     prop_oneof![
-        4 => (any::<Index>(), 0usize..32).prop_map(|(i, v)| TomlEdit::Replace(i, v)),
+        4 => (any::<Index>(), 0usize..36).prop_map(|(i, v)| TomlEdit::Replace(i, v)),
         1 => any::<Index>().prop_map(TomlEdit::Remove),
-        1 => (any::<Index>(), any::<Index>(), 0usize..32)
+        1 => (any::<Index>(), any::<Index>(), 0usize..36)
             .prop_map(|(i, k, v)| TomlEdit::Add(i, k, v)),
         1 => any::<Index>().prop_map(TomlEdit::Duplicate),
     ]
@@ -1833,6 +1837,16 @@ fn configuration_file() {
             };
             if let Ok(config) = EngineConfig::from_toml(&text) {
                 let _ = config.memory_need();
+                // What is accepted prints to a file that means the same configuration.
+                let printed = keel::config::to_toml(&config);
+                match EngineConfig::from_toml(&printed) {
+                    Ok(again) if again == config => {}
+                    other => {
+                        return Err(TestCaseError::fail(format!(
+                            "printed back as {other:?}:\n{printed}"
+                        )))
+                    }
+                }
             }
             let _ = EngineConfig::from_toml(&String::from_utf8_lossy(&random));
             Ok(())

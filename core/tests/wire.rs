@@ -478,7 +478,8 @@ fn control_port_changes_faults_while_running() {
     let text = String::from_utf8(replies).unwrap();
     assert_eq!(
         text,
-        "ok latency 5 2\nerror unknown command 'bogus'\nok accept-limit 3\nok clock-jump -3600\n\
+        "ok latency 5 2\nerror unknown command 'bogus' (send help for the list of commands)\n\
+         ok accept-limit 3\nok clock-jump -3600\n\
          error clock-jump: seconds 'soon' is not a whole number in -315360000..=315360000\n"
     );
     assert_eq!(

@@ -9,8 +9,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::dispatch::DispatcherConfig;
-
 /// keel — a low-latency order execution core.
 ///
 /// Start with `keel demo`: the simulated venue, the engine and a synthetic strategy through a
@@ -52,6 +50,7 @@ enum Command {
     ///   stats                    accepted, rejected, canceled, matches, duplicate ids,
     ///                            price rejects, lies
     ///   status                   answer ok (liveness check)
+    ///   help                     every command, one line each, then `ok help`
     ///
     /// A hostile venue, for drills against a client (every logged-in client or account):
     ///
@@ -92,12 +91,16 @@ enum Command {
     Journal(dump::JournalArgs),
     /// The wire log: `keel log dump FILE` prints every message to and from the venues.
     Log(dump::LogArgs),
-    /// Print the dispatcher's default bounds (see docs/config.md).
+    /// Print a complete configuration file with every key at its default value (one example
+    /// venue and feed, to be edited; see docs/config.md).
     Defaults,
     /// Check an engine configuration file (TOML; see docs/keel.example.toml): prints the
-    /// effective settings, or the offending key, its value and what is allowed (exit 65).
+    /// effective settings as a configuration file (every key written out, remarks as `#`
+    /// comments), or the offending key, its value and what is allowed (exit 65). What will not
+    /// work on this machine (a pinned core it lacks, a directory whose parent is missing) is a
+    /// warning on stderr.
     ConfigCheck {
-        /// The file.
+        /// The file (`-`: standard input).
         file: std::path::PathBuf,
     },
 }
@@ -139,10 +142,7 @@ where
         Command::Ctl(args) => ctl::run(args),
         Command::Journal(args) => dump::journal(args),
         Command::Log(args) => dump::log(args),
-        Command::Defaults => {
-            crate::say_line!("{:#?}", DispatcherConfig::default());
-            ExitCode::SUCCESS
-        }
+        Command::Defaults => defaults(),
         Command::ConfigCheck { file } => config_check(&file),
         Command::Demo(args) => match crate::demo::run(&args) {
             Ok(code) => ExitCode::from(code),
@@ -155,94 +155,60 @@ where
 }
 
 fn config_check(file: &std::path::Path) -> ExitCode {
-    let text = match std::fs::read_to_string(file) {
+    let from_stdin = file.as_os_str() == "-";
+    let read = if from_stdin {
+        std::io::read_to_string(std::io::stdin().lock())
+    } else {
+        std::fs::read_to_string(file)
+    };
+    let name = if from_stdin {
+        "<stdin>".to_string()
+    } else {
+        file.display().to_string()
+    };
+    let text = match read {
         Ok(text) => text,
         Err(e) => {
-            crate::warn_line!("keel: cannot read {}: {e}", file.display());
+            crate::warn_line!("keel: cannot read {name}: {e}");
             return ExitCode::from(66);
         }
     };
     match crate::config::EngineConfig::from_toml(&text) {
         Ok(config) => {
-            use std::io::Write;
-            let symbols: Vec<String> = config
-                .symbols
-                .iter()
-                .map(|s| String::from_utf8_lossy(s).trim_end().to_string())
-                .collect();
-            let mut out = std::io::stdout().lock();
-            // A closed stdout (`| head`) is not an error worth a panic.
-            let _ = writeln!(out, "{}: ok", file.display());
-            let _ = writeln!(out, "symbols: {}", symbols.join(" "));
-            for v in &config.venues {
-                let crate::session::ProtocolConfig::Ouch {
-                    dialect,
-                    reconcile,
-                    rejects,
-                } = v.protocol;
-                let table = if rejects == crate::session::ouch::RejectTable::keel() {
-                    "keel's own table (docs/protocol.md): set reject_codes_* from your venue's \
-                     specification"
-                        .to_string()
-                } else {
-                    let codes: Vec<String> = rejects
-                        .entries()
-                        .iter()
-                        .map(|(code, reason)| format!("{code} {reason:?}"))
-                        .collect();
-                    codes.join(", ")
-                };
-                let _ = writeln!(
-                    out,
-                    "venue {}: {} as {} ({}, {:?}, reconcile {:?}, ack timeout {} ms); reject \
-                     codes: {table}",
-                    v.name,
-                    v.address,
-                    v.username,
-                    v.protocol.name(),
-                    dialect,
-                    reconcile,
-                    v.ack_timeout_ns / 1_000_000
-                );
+            for w in config.warnings() {
+                crate::warn_line!("keel: warning: {w}");
             }
-            match &config.journal {
-                Some(j) => {
-                    let _ = writeln!(
-                        out,
-                        "journal: {} ({} bytes per file)",
-                        j.dir.display(),
-                        j.file_bytes
-                    );
-                }
-                None => {
-                    let _ = writeln!(out, "journal: none");
-                }
-            }
-            let _ = writeln!(out, "engine: {:?}", config.loops);
             let need = config.memory_need();
-            let _ = writeln!(
-                out,
-                "memory at start: {} MiB (largest part: {} at {} MiB)",
+            // Remarks are TOML comments: the whole output is a file `config-check` accepts.
+            crate::say_line!(
+                "# {name}: ok. The effective settings follow, every key written out.\n\
+                 # memory at start: {} MiB (largest part: {} at {} MiB)",
                 need.total_bytes >> 20,
                 need.largest_key,
                 need.largest_bytes >> 20
             );
-            match &config.ipc {
-                Some(ipc) => {
-                    let _ = writeln!(out, "ipc: {ipc:?}");
-                }
-                None => {
-                    let _ = writeln!(out, "ipc: none (strategies in process only)");
-                }
-            }
-            let _ = writeln!(out, "{:#?}", config.dispatcher);
+            crate::say_line!("{}", crate::config::to_toml(&config));
             ExitCode::SUCCESS
         }
         Err(e) => {
-            crate::warn_line!("keel: {}: {e}", file.display());
+            crate::warn_line!("keel: {name}: {e}");
             ExitCode::from(65)
         }
     }
+}
+
+/// `keel defaults`: a complete configuration, every key at its default.
+fn defaults() -> ExitCode {
+    crate::say_line!(
+        "# keel's defaults: every key at its default value (docs/config.md). The [[venue]] and \
+         [[feed]]\n# addresses are examples (TEST-NET-1): edit them. Check a file with: keel \
+         config-check FILE"
+    );
+    crate::say_line!(
+        "{}",
+        crate::config::to_toml(&crate::config::print::example_config())
+    );
+    ExitCode::SUCCESS
 }
 
 /// Default SIGPIPE disposition: a write to a closed pipe ends the process, silently.

@@ -45,6 +45,9 @@ pub fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(65);
         }
     };
+    for w in config.warnings() {
+        crate::warn_line!("keel: warning: {w}");
+    }
     let (Some(journal), Some(ipc)) = (config.journal.clone(), config.ipc.clone()) else {
         crate::warn_line!(
             "keel run: {}: needs a [journal] table (orders must survive a crash) and an [ipc] \
@@ -262,7 +265,7 @@ fn print_report(report: &EngineReport, venues: &[String], symbols: &[String]) {
     for (name, l) in venues.iter().zip(&report.links) {
         let _ = writeln!(
             out,
-            "venue {name}: {:?}; {} connects, {} synced, {} reconciliations ({} not received, \
+            "venue {name}: {}; {} connects, {} synced, {} reconciliations ({} not received, \
              {} unresolved), {} duplicates skipped, {} timeouts",
             l.state,
             l.session.connects,
@@ -276,12 +279,14 @@ fn print_report(report: &EngineReport, venues: &[String], symbols: &[String]) {
         let r = l.client.last_reconciliation;
         let _ = writeln!(
             out,
-            "venue {name}: contradictions {} (last {:?}), last reconciliation: {} in doubt, {} \
+            "venue {name}: contradictions {} (last {}), last reconciliation: {} in doubt, {} \
              unknown at keel, {} contradictions open; {} late reports absorbed; {} decode errors \
              (last {:?}); {} reconciliation queries, {} refused read-only; wire references \
              adopted {}; logins refused for a new venue session {}",
             l.client.contradictions,
-            l.client.last_contradiction,
+            l.client
+                .last_contradiction
+                .map_or_else(|| "none".to_string(), |c| c.to_string()),
             r.in_doubt,
             r.unknown_at_keel,
             r.contradictions,

@@ -32,8 +32,8 @@ enum DialectArg {
 /// Settings of `keel venue`. Every fault knob can also be changed while running: connect to
 /// the control port and send one command per line (`latency MS [JITTER_MS]`,
 /// `delay-reports MS`, `accept-limit N`, `refuse on|off`, `stall MS`, `drop`, `restart`,
-/// `reject-burst N`, `flow N`, `status`, and more: docs/operations.md lists them all); each
-/// line is answered `ok ...` or `error ...` (a number out of its range is refused with the
+/// `reject-burst N`, `flow N`, `status`, and more: `help` lists them, one line each, as does
+/// docs/operations.md); each line is answered `ok ...` or `error ...` (a number out of its range is refused with the
 /// range). Every number below is range-checked too: a value out of range is refused at start
 /// with the allowed range.
 ///

@@ -56,6 +56,17 @@ pub enum Scenario {
     Calm,
 }
 
+impl std::fmt::Display for Scenario {
+    /// The name `--scenario` takes (`storm`, `incident`, `reconnect-storm`, `calm`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use clap::ValueEnum;
+        match self.to_possible_value() {
+            Some(value) => f.write_str(value.get_name()),
+            None => unreachable!("every scenario is a --scenario value"),
+        }
+    }
+}
+
 /// `keel demo` options.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
@@ -429,7 +440,7 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
     };
     let mut peak_open = 0usize;
     let started = clock.now_ns();
-    let mut last_progress = started;
+    let mut progress = Progress::new(started);
     let mut reconnect_ns = None;
     let mut outage_connects: Option<u64> = None;
     let mut outage_attempts: Option<u64> = None;
@@ -500,12 +511,9 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
             }
             engine.check(&mut inv);
             peak_open = peak_open.max(engine.dispatcher().table().open_count() as usize);
-            if now - last_progress > 250 * MS {
-                last_progress = now;
-                let mut err = std::io::stderr().lock();
-                let _ = write!(
-                    err,
-                    "\r{:>10} {:>5.1}s | new {:>7} cancel {:>7} | live {:>6} | link {:?} | invariants {} checked, {} violated   ",
+            if progress.due(now) {
+                progress.write(format_args!(
+                    "{:>10} {:>5.1}s | new {:>7} cancel {:>7} | live {:>6} | link {} | invariants {} checked, {} violated",
                     phase.name(),
                     (now - started) as f64 / 1e9,
                     trader.counts[0],
@@ -514,11 +522,11 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
                     engine.link().state(),
                     inv.checked,
                     inv.violated
-                );
+                ));
             }
         }
     }
-    eprintln!();
+    progress.finish();
     // At the end keel's open orders must be exactly the venue's.
     let keel_open: Vec<ClientOrderId> = trader
         .orders
@@ -588,6 +596,57 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
     Ok(u8::from(inv.violated > 0))
 }
 
+/// The live progress line on stderr. On a terminal it is rewritten in place (`\r`) every
+/// 250 ms; on a file or a pipe it is a plain line every 2 s, so a log holds a readable history
+/// instead of carriage returns.
+struct Progress {
+    tty: bool,
+    interval_ns: u64,
+    last_ns: u64,
+    /// A `\r` line is on the terminal and needs its newline.
+    open: bool,
+}
+
+impl Progress {
+    fn new(now_ns: u64) -> Self {
+        use std::io::IsTerminal;
+        let tty = std::io::stderr().is_terminal();
+        Self {
+            tty,
+            interval_ns: if tty { 250 * MS } else { 2_000 * MS },
+            last_ns: now_ns,
+            open: false,
+        }
+    }
+
+    fn due(&mut self, now_ns: u64) -> bool {
+        if now_ns - self.last_ns < self.interval_ns {
+            return false;
+        }
+        self.last_ns = now_ns;
+        true
+    }
+
+    fn write(&mut self, line: std::fmt::Arguments<'_>) {
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            // Trailing spaces cover the end of a longer previous line.
+            let _ = write!(err, "\r{line}   ");
+            self.open = true;
+        } else {
+            let _ = writeln!(err, "{line}");
+        }
+    }
+
+    /// Ends a line left open on the terminal.
+    fn finish(&mut self) {
+        if self.open {
+            eprintln!();
+            self.open = false;
+        }
+    }
+}
+
 /// Runs passes (events drained, invariants checked) until the link is SYNCED.
 fn until_synced<T: SocketTransport>(
     clock: &TscClock,
@@ -601,7 +660,7 @@ fn until_synced<T: SocketTransport>(
         let now = clock.now_ns();
         if now > deadline {
             return Err(format!(
-                "the link did not reach SYNCED within {} ms (state {:?})",
+                "the link did not reach SYNCED within {} ms (state {})",
                 bound_ns / MS,
                 engine.link().state()
             ));
@@ -728,7 +787,7 @@ fn report<T: SocketTransport>(
     let r = link.client().stats().last_reconciliation;
     let _ = writeln!(
         out,
-        "\nkeel demo — scenario {:?}{}, transport {}",
+        "\nkeel demo — scenario {}{}, transport {}",
         args.scenario,
         if args.quick { " (quick)" } else { "" },
         T::KIND
@@ -872,7 +931,7 @@ fn report<T: SocketTransport>(
     }
     if let Some(path) = &args.svg {
         let title = format!(
-            "keel demo, scenario {:?}: command to venue answer, µs",
+            "keel demo, scenario {}: command to venue answer, µs",
             args.scenario
         );
         std::fs::write(path, svg_plot(lat, &title, stress))

@@ -83,6 +83,10 @@ pub struct LoopConfig {
     /// Ceiling on the memory the configuration may ask for at start (`None`: the machine's
     /// physical memory). Checked when the configuration is read, with the figure.
     pub memory_max_bytes: Option<u64>,
+    /// The executor loop's transport settings (`[engine]` `wait`, `spin_reads`,
+    /// `sqpoll_idle_ms`, `ring_entries`, `socket_send_buffer_bytes`); `conns_max` is replaced
+    /// by what the engine needs (one slot per venue link and feed, and spares).
+    pub reactor: ReactorConfig,
 }
 
 impl Default for LoopConfig {
@@ -98,6 +102,7 @@ impl Default for LoopConfig {
             strategy_ring: 4_096,
             venue_ring: 4_096,
             memory_max_bytes: None,
+            reactor: ReactorConfig::default(),
         }
     }
 }
@@ -139,7 +144,7 @@ impl IpcConfig {
 pub use crate::session::VenueLinkConfig;
 
 /// The whole configuration (read from TOML by [`crate::config`], or built in code).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineConfig {
     /// Symbols traded, in SymbolId order.
     pub symbols: Vec<crate::order::SymbolName>,
@@ -578,7 +583,7 @@ impl EngineBuilder {
         );
         let reactor = ReactorConfig {
             conns_max: (links.len() as u32 + feeds.len() as u32 + 2).max(4),
-            ..ReactorConfig::default()
+            ..loops.reactor
         };
         Ok(Parts {
             front,

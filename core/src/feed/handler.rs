@@ -32,7 +32,7 @@ use crate::proto::ws::{self, close_code, Decoder, Opcode, Role, WsMessage};
 use crate::rng::{Rng64, SplitMix64};
 
 /// Feed handler settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeedConfig {
     /// The market-data server.
     pub addr: SocketAddr,

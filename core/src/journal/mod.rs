@@ -209,7 +209,7 @@ pub enum JournalError {
 }
 
 /// Journal settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JournalConfig {
     /// Directory of the journal files.
     pub dir: PathBuf,

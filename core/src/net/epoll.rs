@@ -181,10 +181,8 @@ impl EpollReactor {
 
     /// Listens on `addr` (port 0 picks a free port) and starts accepting.
     pub fn listen(&mut self, addr: SocketAddr) -> Result<(ListenerId, SocketAddr), NetError> {
-        let listener = TcpListener::bind(addr).map_err(|source| NetError::Io {
-            call: "bind",
-            source,
-        })?;
+        let listener =
+            TcpListener::bind(addr).map_err(|source| NetError::Listen { addr, source })?;
         listener
             .set_nonblocking(true)
             .map_err(|source| NetError::Io {

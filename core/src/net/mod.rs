@@ -144,6 +144,14 @@ pub enum NetError {
         /// The configured bound.
         timers_max: u32,
     },
+    /// A listener could not be bound (address in use, not this host's, a privileged port).
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The error from bind(2).
+        source: std::io::Error,
+    },
     /// Only IPv4 addresses are supported.
     #[error("address {0} is not IPv4")]
     NotIpv4(SocketAddr),

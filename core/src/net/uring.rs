@@ -178,10 +178,8 @@ impl Reactor {
 
     /// Listens on `addr` (port 0 picks a free port) and starts accepting.
     pub fn listen(&mut self, addr: SocketAddr) -> Result<(ListenerId, SocketAddr), NetError> {
-        let listener = TcpListener::bind(addr).map_err(|source| NetError::Io {
-            call: "bind",
-            source,
-        })?;
+        let listener =
+            TcpListener::bind(addr).map_err(|source| NetError::Listen { addr, source })?;
         let local = listener.local_addr().map_err(|source| NetError::Io {
             call: "getsockname",
             source,

@@ -333,6 +333,21 @@ pub enum Contradiction {
     TableRefused,
 }
 
+impl std::fmt::Display for Contradiction {
+    /// The names docs/operations.md ("When the venue contradicts keel") uses.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::UnknownOrder => "UnknownOrder",
+            Self::Overfill => "Overfill",
+            Self::AfterClose => "AfterClose",
+            Self::ExecutionPrice => "ExecutionPrice",
+            Self::SequenceGap => "SequenceGap",
+            Self::ImpossibleSequence => "ImpossibleSequence",
+            Self::TableRefused => "TableRefused",
+        })
+    }
+}
+
 /// An outcome from a venue session, stamped with when it was received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {

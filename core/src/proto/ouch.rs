@@ -39,6 +39,34 @@ impl Dialect {
         symbol_len: 9,
         canceled_orig_user_ref: true,
     };
+
+    /// The name a configuration file and `keel venue --dialect` use (`spec`, `ouch-connect`);
+    /// `None` for a layout built in code that neither names.
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            Self::SPEC => Some("spec"),
+            Self::OUCH_CONNECT => Some("ouch-connect"),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Dialect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.name() {
+            Some(name) => f.write_str(name),
+            None => write!(
+                f,
+                "custom (symbol {} bytes{})",
+                self.symbol_len,
+                if self.canceled_orig_user_ref {
+                    ", OrigUserRefNum in Order Canceled"
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
 }
 
 const SIDES: &[u8] = b"BSTE";

@@ -35,6 +35,27 @@ pub enum LinkState {
     ReadOnly,
 }
 
+impl LinkState {
+    /// The state as docs and reports spell it: `DISCONNECTED`, `CONNECTING`, `CONNECTED`,
+    /// `RECONCILING`, `SYNCED`, `READ-ONLY`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Disconnected => "DISCONNECTED",
+            Self::Connecting => "CONNECTING",
+            Self::Connected => "CONNECTED",
+            Self::Reconciling => "RECONCILING",
+            Self::Synced => "SYNCED",
+            Self::ReadOnly => "READ-ONLY",
+        }
+    }
+}
+
+impl std::fmt::Display for LinkState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// What happened to the link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SessionEvent {

@@ -62,6 +62,22 @@ pub enum ReconcileMode {
     AccountQueryBarrier,
 }
 
+impl ReconcileMode {
+    /// The `reconcile` key's value: `keel-extension` or `account-query`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::KeelExtension => "keel-extension",
+            Self::AccountQueryBarrier => "account-query",
+        }
+    }
+}
+
+impl std::fmt::Display for ReconcileMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// What this session knows of one of its orders, from what it sent and what the venue said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct SessionOrder {

@@ -250,7 +250,7 @@ impl Default for ProtocolConfig {
 }
 
 /// One venue link as configured (a `[[venue]]` table).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VenueLinkConfig {
     /// Name used in logs and reports.
     pub name: String,

@@ -966,6 +966,7 @@ impl<T: Transport> VenueServer<T> {
             self.reactor.consume(conn, end + 1);
             lines += 1;
             let reply = match self.apply_control(now_ns, &line) {
+                Ok(_) if line == "help" => control_help(),
                 Ok(extra) if extra.is_empty() => format!("ok {line}\n"),
                 Ok(extra) => format!("ok {line} {extra}\n"),
                 Err(e) => {
@@ -987,7 +988,7 @@ impl<T: Transport> VenueServer<T> {
     /// duplicates), `clock-jump SECONDS` (signed, at most [`CLOCK_JUMP_MAX_S`] either way: the
     /// wall clock behind the message timestamps jumps), `saturate N MS` | `saturate off` (more
     /// than N connects, 1..=65535, in a window of MS, 1..=[`FAULT_DELAY_MAX_MS`], all fail),
-    /// `status`.
+    /// `status`, `help` (the caller answers it with [`control_help`]).
     ///
     /// Hostile-venue commands (docs/operations.md, "A hostile venue"): `lie unknown-fill` |
     /// `lie overfill` | `lie fill-after-close` | `lie zero-fill` (every account is sent an Order
@@ -1040,7 +1041,10 @@ impl<T: Transport> VenueServer<T> {
                 match args.args.next() {
                     Some("on") => f.refuse_connects = true,
                     Some("off") => f.refuse_connects = false,
-                    other => return Err(format!("refuse: expected on|off, got {other:?}")),
+                    other => {
+                        let got = other.unwrap_or("nothing");
+                        return Err(format!("refuse: expected on|off, got '{got}'"));
+                    }
                 }
                 args.end()?;
             }
@@ -1103,6 +1107,8 @@ impl<T: Transport> VenueServer<T> {
                 self.retime_delayed(now_ns);
             }
             "status" => args.end()?,
+            // Answered by the caller (`control_help`: several lines, then `ok help`).
+            "help" => args.end()?,
             "lie" => {
                 let word = args.args.next().unwrap_or("");
                 let lie = match word {
@@ -1179,7 +1185,11 @@ impl<T: Transport> VenueServer<T> {
                     s.stream_full_drops
                 ));
             }
-            other => return Err(format!("unknown command '{other}'")),
+            other => {
+                return Err(format!(
+                    "unknown command '{other}' (send help for the list of commands)"
+                ))
+            }
         }
         Ok(String::new())
     }
@@ -1194,6 +1204,109 @@ impl<T: Transport> VenueServer<T> {
             d.due_ns = d.due_ns.min(latest_ns);
         }
     }
+}
+
+/// Every control command: its syntax and what it does, as `help` answers them (one line each,
+/// then `ok help`). A command added to [`VenueServer::apply_control`] gets its line here (the
+/// test `control_help_lists_every_command` sends each one).
+pub const CONTROL_COMMANDS: [(&str, &str); 26] = [
+    (
+        "latency MS [JITTER_MS]",
+        "added ack/fill latency, with uniform jitter (0..=60000 ms)",
+    ),
+    (
+        "delay-reports MS",
+        "hold every outbound report this long (0..=60000)",
+    ),
+    (
+        "delay-final MS",
+        "hold each order's final report, last fill or cancel (0..=60000)",
+    ),
+    (
+        "accept-limit N",
+        "most order-entry sessions at once (0: no limit)",
+    ),
+    ("refuse on|off", "close every new connection at once"),
+    ("stall MS", "stop reading from clients for MS (0..=60000)"),
+    ("drop", "drop every connection now"),
+    (
+        "restart",
+        "drop every connection; books and sequences are kept",
+    ),
+    (
+        "reject-burst N",
+        "reject the next N orders (venue system problem, code 6)",
+    ),
+    (
+        "replay-all",
+        "replay the next login from sequence 1 (duplicate reports)",
+    ),
+    (
+        "clock-jump SECONDS",
+        "the venue's wall clock (its timestamps) jumps, signed",
+    ),
+    (
+        "saturate N MS | saturate off",
+        "more than N connects in an MS window all fail",
+    ),
+    ("flow N", "synthetic events per second (0 stops the flow)"),
+    (
+        "lie unknown-fill",
+        "an execution for UserRefNum 4294967295, never entered",
+    ),
+    (
+        "lie overfill",
+        "an execution 1 share beyond the newest open order's quantity",
+    ),
+    (
+        "lie fill-after-close",
+        "an execution of 1 share for the newest closed order",
+    ),
+    (
+        "lie zero-fill",
+        "an execution of 0 shares for the newest open order",
+    ),
+    (
+        "lie off-limit-fill",
+        "an execution of the newest open order through its limit",
+    ),
+    (
+        "gap N",
+        "the next login answer skips N reports (0..=4294967295)",
+    ),
+    (
+        "login-seq S",
+        "the next login answer announces sequence S (any u64)",
+    ),
+    (
+        "debug-packet N",
+        "a Debug packet with N bytes of text (0..=65534)",
+    ),
+    (
+        "oversize N",
+        "a whole packet announcing length N (1..=65535)",
+    ),
+    (
+        "open-orders",
+        "the ClOrdIDs of every account order open at the venue",
+    ),
+    (
+        "stats",
+        "the exchange's counters (accepted=.. rejected=.. ...)",
+    ),
+    ("status", "answer ok (liveness check)"),
+    ("help", "this list, one line per command, then ok help"),
+];
+
+/// The answer to `help`: one line per command (syntax, then what it does), then `ok help`, the
+/// line every command's answer ends with. No listed line starts `ok ` or `error `.
+pub fn control_help() -> String {
+    let mut text = String::new();
+    for (syntax, meaning) in CONTROL_COMMANDS {
+        text.push_str(&format!("{syntax:<30} {meaning}\n"));
+    }
+    text.push_str("ok help\n");
+    text
 }
 
 /// What one pass over a control connection found.
