@@ -337,14 +337,7 @@ pub fn os_error_text(errno: i32) -> String {
 
 /// A link state as the docs spell it.
 pub fn link_state_name(s: LinkState) -> &'static str {
-    match s {
-        LinkState::Disconnected => "DISCONNECTED",
-        LinkState::Connecting => "CONNECTING",
-        LinkState::Connected => "CONNECTED",
-        LinkState::Reconciling => "RECONCILING",
-        LinkState::Synced => "SYNCED",
-        LinkState::ReadOnly => "READ-ONLY",
-    }
+    s.name()
 }
 
 /// A refusal reason as docs/ipc.md spells it.

@@ -426,18 +426,26 @@ pub fn dump(path: &Path, out: &mut dyn Write) -> Result<DumpSummary, WireLogErro
             .map_or_else(|| venue.to_string(), Clone::clone);
         let line = match kind {
             1 | 2 => {
-                if kind == 1 {
-                    summary.messages_in += 1;
-                } else {
-                    summary.messages_out += 1;
+                // One record is what one write or read carried: usually one SoupBinTCP packet,
+                // sometimes several written together (an Account Query and keel's own query
+                // at login); each packet is a message and a line of its own.
+                let mut lines = Vec::new();
+                for packet in soupbin_packets(body) {
+                    if kind == 1 {
+                        summary.messages_in += 1;
+                    } else {
+                        summary.messages_out += 1;
+                    }
+                    lines.push(format!(
+                        "{} {name} {} {:>4}B {} {}",
+                        utc_text(unix_origin.saturating_add(t)),
+                        if kind == 1 { "in " } else { "out" },
+                        packet.len(),
+                        packet_types(packet),
+                        hex(packet)
+                    ));
                 }
-                format!(
-                    "{} {name} {} {len:>4}B {} {}",
-                    utc_text(unix_origin.saturating_add(t)),
-                    if kind == 1 { "in " } else { "out" },
-                    packet_types(body),
-                    hex(body)
-                )
+                lines.join("\n")
             }
             KIND_DROPPED if len == 8 => {
                 let n = u64::from_le_bytes(body.try_into().expect("8"));
@@ -452,6 +460,25 @@ pub fn dump(path: &Path, out: &mut dyn Write) -> Result<DumpSummary, WireLogErro
         at = body_at + len;
     }
     Ok(summary)
+}
+
+/// The SoupBinTCP packets in `bytes` (a 2-byte big-endian length, then that many bytes);
+/// bytes that do not form a whole packet come last, as one piece.
+fn soupbin_packets(bytes: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    while rest.len() >= 3 {
+        let len = 2 + usize::from(u16::from_be_bytes([rest[0], rest[1]]));
+        if len > rest.len() || len < 3 {
+            break;
+        }
+        out.push(&rest[..len]);
+        rest = &rest[len..];
+    }
+    if !rest.is_empty() || out.is_empty() {
+        out.push(rest);
+    }
+    out
 }
 
 /// `S A` for a sequenced OUCH Order Accepted, `U O` for an unsequenced Enter Order, `H` for

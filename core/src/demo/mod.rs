@@ -93,6 +93,10 @@ pub struct DemoArgs {
     /// Journal every order to this directory (created; must not hold another run's journal).
     #[arg(long)]
     pub journal: Option<std::path::PathBuf>,
+    /// Record every message to and from the venue in DIR/wire.log (created; read it with
+    /// `keel log dump DIR/wire.log`).
+    #[arg(long)]
+    pub wire_log: Option<std::path::PathBuf>,
     /// Socket transport of the engine and the simulated venue: `io_uring` or `epoll`. When
     /// io_uring cannot be set up, the demo says why on stderr and runs on epoll.
     #[arg(long, default_value_t = TransportKind::IoUring)]
@@ -386,7 +390,8 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
     let scale = if args.quick { 5 } else { 1 };
     let phase_ns = |ms: u64| ms * MS / scale;
     let clock = TscClock::new();
-    let (mut engine, strategy) = build::<T>(&clock, args.journal.as_deref())?;
+    let (mut engine, strategy) =
+        build::<T>(&clock, args.journal.as_deref(), args.wire_log.as_deref())?;
     let mut trader = Trader {
         strategy,
         rng: SplitMix64::new(2026),
@@ -593,6 +598,8 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
         outage_attempts,
     };
     report(args, &engine, &trader, &inv, &peak)?;
+    // The engine stops as `keel run`'s does: the journal synced, the wire log written out.
+    drop(engine.core.finish());
     Ok(u8::from(inv.violated > 0))
 }
 
@@ -677,6 +684,7 @@ fn until_synced<T: SocketTransport>(
 fn build<T: SocketTransport>(
     clock: &TscClock,
     journal: Option<&std::path::Path>,
+    wire_log: Option<&std::path::Path>,
 ) -> Result<(Engine<T>, StrategyHandle), String> {
     let venue = VenueServer::<T>::open(VenueConfig {
         flow: FlowConfig {
@@ -745,7 +753,10 @@ fn build<T: SocketTransport>(
             ..FeedConfig::default()
         }],
         operator: crate::engine::OperatorConfig::default(),
-        wire_log: None,
+        wire_log: wire_log.map(|dir| crate::wirelog::WireLogConfig {
+            dir: dir.to_path_buf(),
+            ..crate::wirelog::WireLogConfig::default()
+        }),
     };
     let mut core = EngineBuilder::new(config)
         .build(reactor, clock.now_ns())
@@ -902,6 +913,20 @@ fn report<T: SocketTransport>(
             "journal: {records} records in {}, {} append errors",
             dir.display(),
             engine.dispatcher().stats().journal_errors
+        );
+    }
+    let v = venue.stats();
+    let _ = writeln!(
+        out,
+        "venue order entry: {} packets in, {} packets out",
+        v.packets_in, v.packets_out
+    );
+    if let Some(dir) = &args.wire_log {
+        let _ = writeln!(
+            out,
+            "wire log: {} ({} messages dropped; `keel log dump` reads it)",
+            dir.join("wire.log").display(),
+            link.wire_dropped()
         );
     }
     if let Some(first) = &inv.first {

@@ -185,6 +185,11 @@ pub struct VenueStats {
     pub sequenced_sent: u64,
     /// Client messages handed to the exchange.
     pub messages_in: u64,
+    /// SoupBinTCP packets read from order-entry clients (every type: logins, heartbeats,
+    /// data, logouts).
+    pub packets_in: u64,
+    /// SoupBinTCP packets written to order-entry clients (every type).
+    pub packets_out: u64,
     /// Control connections refused because every control slot was taken.
     pub controls_refused: u64,
     /// Control commands answered with an error.
@@ -573,6 +578,7 @@ impl<T: Transport> VenueServer<T> {
             packet[..payload_len].copy_from_slice(f.payload);
             let packet_type = f.packet_type;
             self.reactor.consume(conn, len);
+            self.stats.packets_in += 1;
             if let Some(s) = self.sessions.get_mut(&conn) {
                 s.last_rx_ns = now_ns;
             }
@@ -733,6 +739,7 @@ impl<T: Transport> VenueServer<T> {
                         s.next_seq += 1;
                         s.last_tx_ns = now_ns;
                         self.stats.sequenced_sent += 1;
+                        self.stats.packets_out += 1;
                     }
                     // A slow client: its stream waits at its position; nothing is lost.
                     Err(_) => break,
@@ -802,7 +809,9 @@ impl<T: Transport> VenueServer<T> {
         let n = encode_server(&mut self.scratch, packet).expect("scratch fits");
         // A full buffer means the client is not reading; the heartbeat or reply is dropped and
         // the client timeout will end the session.
-        let _ = self.reactor.send(conn, &self.scratch[..n]);
+        if self.reactor.send(conn, &self.scratch[..n]).is_ok() {
+            self.stats.packets_out += 1;
+        }
     }
 
     /// Closes a session for `reason`: tells the client why in a Debug packet (a Login
@@ -894,7 +903,9 @@ impl<T: Transport> VenueServer<T> {
             .map(|(c, _)| *c)
             .collect();
         for &conn in &conns {
-            let _ = self.reactor.send(conn, &packet);
+            if self.reactor.send(conn, &packet).is_ok() {
+                self.stats.packets_out += 1;
+            }
             if let Some(s) = self.sessions.get_mut(&conn) {
                 s.last_tx_ns = self.now_ns;
             }
