@@ -371,7 +371,11 @@ pub fn refusal_name(r: RefusalReason) -> &'static str {
 
 /// An operator command and the first line of its answer (admin thread, a cold path).
 pub fn operator(request: &str, answer: &str) {
-    tracing::info!(target: "keel::ctl", request, answer, "operator command");
+    if answer.starts_with("ok") {
+        tracing::info!(target: "keel::ctl", request, answer, "operator command");
+    } else {
+        tracing::warn!(target: "keel::ctl", request, answer, "operator command refused");
+    }
 }
 
 /// Installs the process's log subscriber: one line per record on stderr, UTC timestamps,

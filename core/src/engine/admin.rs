@@ -541,7 +541,7 @@ impl AdminServer {
             }
             Err(why) => {
                 self.counters.bad_requests.fetch_add(1, Ordering::Relaxed);
-                crate::log::operator("(unreadable request)", &why);
+                crate::log::operator("(unreadable request)", &format!("error: {why}"));
                 format!("error: {why}\n")
             }
         };
