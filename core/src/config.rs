@@ -326,6 +326,10 @@ impl EngineConfig {
             Some(t) => Some(read_wire_log(Section::new("wire_log", t))?),
             None => None,
         };
+        let metrics = match top.subtable("metrics")? {
+            Some(t) => read_metrics(Section::new("metrics", t))?,
+            None => crate::engine::MetricsConfig::default(),
+        };
         let operator = match top.subtable("operator")? {
             Some(t) => read_operator(Section::new("operator", t))?,
             None => crate::engine::OperatorConfig::default(),
@@ -370,6 +374,7 @@ impl EngineConfig {
             feeds,
             operator,
             wire_log,
+            metrics,
         };
         config.check_memory()?;
         Ok(config)
@@ -788,6 +793,23 @@ fn read_wire_log(mut s: Section<'_>) -> Result<crate::wirelog::WireLogConfig> {
             value: c.file_bytes_max.to_string(),
             allowed: ">= 1048576",
         });
+    }
+    s.finish()?;
+    Ok(c)
+}
+
+fn read_metrics(mut s: Section<'_>) -> Result<crate::engine::MetricsConfig> {
+    let mut c = crate::engine::MetricsConfig::default();
+    s.bool("enabled", &mut c.enabled)?;
+    if let Some(file) = s.string("file")? {
+        if file.is_empty() {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key("file"),
+                value: "\"\"".into(),
+                allowed: "a file path (or enabled = false)",
+            });
+        }
+        c.file = Some(PathBuf::from(file));
     }
     s.finish()?;
     Ok(c)

@@ -23,6 +23,7 @@ pub mod hash;
 pub mod ipc;
 pub mod journal;
 pub mod log;
+pub mod metrics;
 pub mod net;
 pub mod order;
 pub mod proto;

@@ -191,6 +191,7 @@ impl Sim {
             feeds: Vec::new(),
             operator: Default::default(),
             wire_log: None,
+            metrics: Default::default(),
         };
         // The link's first connection attempt is made here, at time 0.
         let mut engine = EngineBuilder::new(engine_config).build(net, 0).unwrap();

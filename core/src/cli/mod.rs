@@ -3,6 +3,7 @@
 mod ctl;
 mod dump;
 mod run;
+mod stat;
 mod venue;
 
 use std::process::ExitCode;
@@ -87,6 +88,9 @@ enum Command {
     /// docs/operations.md ("Operator control") explains each answer. Exit 0 on `ok`, 1 on
     /// `error`, 69 when the engine cannot be reached.
     Ctl(ctl::CtlArgs),
+    /// A running engine's counters, from another process: a live view of its counters file
+    /// (docs/observability.md), `--once`, or `--json` for scripts.
+    Stat(stat::StatArgs),
     /// The order journal: `keel journal dump DIR` prints every record as text.
     Journal(dump::JournalArgs),
     /// The wire log: `keel log dump FILE` prints every message to and from the venues.
@@ -128,6 +132,7 @@ where
             | Command::ConfigCheck { .. }
             | Command::Demo(_)
             | Command::Ctl(_)
+            | Command::Stat(_)
             | Command::Journal(_)
             | Command::Log(_)
     ) {
@@ -140,6 +145,7 @@ where
         Command::Venue(args) => venue::run(args),
         Command::Run(args) => run::run(args),
         Command::Ctl(args) => ctl::run(args),
+        Command::Stat(args) => stat::run(args),
         Command::Journal(args) => dump::journal(args),
         Command::Log(args) => dump::log(args),
         Command::Defaults => defaults(),

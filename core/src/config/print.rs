@@ -49,6 +49,7 @@ pub fn to_toml(config: &EngineConfig) -> String {
     }
     operator(&mut out, &config.operator);
     wire_log(&mut out, config.wire_log.as_ref());
+    metrics(&mut out, &config.metrics);
     for feed in &config.feeds {
         self::feed(&mut out, feed);
     }
@@ -97,6 +98,7 @@ pub fn example_config() -> EngineConfig {
         feeds: vec![feed],
         operator: crate::engine::OperatorConfig::default(),
         wire_log: None,
+        metrics: crate::engine::MetricsConfig::default(),
     }
 }
 
@@ -245,6 +247,15 @@ fn wire_log(out: &mut Out, c: Option<&crate::wirelog::WireLogConfig>) {
     out.path("dir", &c.dir);
     out.int("ring_bytes", c.ring_bytes);
     out.int("file_bytes_max", c.file_bytes_max);
+}
+
+fn metrics(out: &mut Out, c: &crate::engine::MetricsConfig) {
+    out.section("[metrics]");
+    out.bool("enabled", c.enabled);
+    match &c.file {
+        Some(file) => out.path("file", file),
+        None => out.comment("file: counters in the [ipc] directory"),
+    }
 }
 
 fn feed(out: &mut Out, c: &FeedConfig) {

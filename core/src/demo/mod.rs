@@ -757,6 +757,7 @@ fn build<T: SocketTransport>(
             dir: dir.to_path_buf(),
             ..crate::wirelog::WireLogConfig::default()
         }),
+        metrics: crate::engine::MetricsConfig::default(),
     };
     let mut core = EngineBuilder::new(config)
         .build(reactor, clock.now_ns())

@@ -116,7 +116,22 @@ pub struct Dispatcher {
     outcome_seq: u64,
     /// Operator holds on new orders (kill switch, disabled strategies, shed symbols).
     holds: operator::Holds,
+    /// Latency histograms (allocated at start; recording is an add).
+    latency: Latency,
     stats: DispatchStats,
+}
+
+/// The dispatcher's latency histograms, by message class.
+#[derive(Debug, Clone, Default)]
+pub struct Latency {
+    /// Per venue: a new order's release to its first answer (accepted, rejected, filled).
+    pub new_ack: Vec<crate::metrics::Histogram>,
+    /// Per venue: a cancel's release to the venue's `Canceled`.
+    pub cancel_ack: Vec<crate::metrics::Histogram>,
+    /// A new order's admission to its release (lane wait and guards): keel's own decision.
+    pub decision_new: crate::metrics::Histogram,
+    /// A cancel's admission to its release.
+    pub decision_cancel: crate::metrics::Histogram,
 }
 
 impl Dispatcher {
@@ -188,6 +203,11 @@ impl Dispatcher {
             id_floor: vec![0; usize::from(config.strategies)],
             outcome_seq: 0,
             holds: operator::Holds::new(config.strategies, config.symbols),
+            latency: Latency {
+                new_ack: vec![crate::metrics::Histogram::default(); usize::from(config.venues)],
+                cancel_ack: vec![crate::metrics::Histogram::default(); usize::from(config.venues)],
+                ..Latency::default()
+            },
             stats: DispatchStats::default(),
             config,
         })
@@ -206,6 +226,11 @@ impl Dispatcher {
     /// Strategies configured (one port each).
     pub fn strategy_count(&self) -> usize {
         self.strategies.len()
+    }
+
+    /// Latency histograms by message class.
+    pub fn latency(&self) -> &Latency {
+        &self.latency
     }
 
     /// Symbols configured.
@@ -782,8 +807,8 @@ impl Dispatcher {
     }
 
     fn serve_cancel(&mut self, now_ns: u64, v: usize) -> Step {
-        let id = match *self.venues[v].cancels.front().expect("checked non-empty") {
-            CancelWork::One { id, .. } => id,
+        let (id, enqueued_ns) = match *self.venues[v].cancels.front().expect("checked non-empty") {
+            CancelWork::One { id, enqueued_ns } => (id, enqueued_ns),
             CancelWork::Query { id, .. } => return self.serve_query(now_ns, v, id),
         };
         // Still pending, or in doubt with the cancel still unsent (its request came back from
@@ -800,7 +825,13 @@ impl Dispatcher {
             self.answer_moot_cancel(now_ns, id);
             return Step::Progress;
         }
-        self.send_cancel(now_ns, v, id)
+        let step = self.send_cancel(now_ns, v, id);
+        if step == Step::Sent {
+            self.latency
+                .decision_cancel
+                .record(now_ns.saturating_sub(enqueued_ns));
+        }
+        step
     }
 
     /// A cancel that waited in its lane while its order reopened (or closed unseen): every
@@ -1001,6 +1032,9 @@ impl Dispatcher {
                 }
                 self.table.mark_sent(id, now_ns);
                 self.push_request(now_ns, v, wire_ref, RequestKind::New(queued.order));
+                self.latency
+                    .decision_new
+                    .record(now_ns.saturating_sub(queued.enqueued_ns));
                 Step::Sent
             }
             Err(SendBlock::Breaker(refused)) => {
@@ -1335,6 +1369,9 @@ impl Dispatcher {
         // A user's cancel is never a breaker call: only first answers to new orders count.
         if applied.first_answer && event != OrderEvent::Canceled {
             self.record_success(v, at_ns, &applied.order);
+        } else if event == OrderEvent::Canceled && applied.order.sent_ns != 0 {
+            // `sent_ns` is the cancel's release (marked when it left).
+            self.latency.cancel_ack[v].record(at_ns.saturating_sub(applied.order.sent_ns));
         }
         self.emit(applied.order.strategy, id, kind, at_ns);
     }
@@ -1447,6 +1484,7 @@ impl Dispatcher {
 
     fn record_success(&mut self, v: usize, at_ns: u64, order: &Order) {
         let latency_ns = at_ns.saturating_sub(order.sent_ns);
+        self.latency.new_ack[v].record(latency_ns);
         self.guards.venues[v]
             .breaker
             .record(at_ns, CallOutcome::Success { latency_ns });

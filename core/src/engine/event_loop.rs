@@ -15,6 +15,7 @@ use super::{LinkReport, Restored, Shared};
 use crate::dispatch::{DispatchStats, Dispatcher, StrategyHandle};
 use crate::feed::handler::{FeedHandler, FeedStats};
 use crate::log::{BreakerChange, LogRecord, LogTx, StrategyChange};
+use crate::metrics::engine::{ExecMetrics, FrontMetrics, StrategyCounters};
 use crate::net::{NetEvent, Transport};
 use crate::order::{Order, StrategyId, VenueId};
 use crate::runtime::watchdog::LoopHeartbeat;
@@ -42,6 +43,9 @@ pub(super) struct Front {
     /// What this loop says (to the logger thread).
     log: LogTx,
     watch: FrontWatch,
+    /// Its publications into the counters file, if one is kept.
+    metrics: Option<FrontMetrics>,
+    passes: u64,
     /// The journal and IPC directory locks, held as long as the dispatcher runs.
     _locks: Vec<super::lock::DirLock>,
 }
@@ -74,6 +78,7 @@ impl Front {
         locks: Vec<super::lock::DirLock>,
         admin: AdminPort,
         log: LogTx,
+        metrics: Option<FrontMetrics>,
         now_ns: u64,
     ) -> Self {
         let watch = FrontWatch {
@@ -97,8 +102,29 @@ impl Front {
             admin,
             log,
             watch,
+            metrics,
+            passes: 0,
             _locks: locks,
         }
+    }
+
+    fn publish(&mut self, now: u64, force: bool) {
+        let Some(m) = &mut self.metrics else {
+            return;
+        };
+        let bridges = &self.bridges;
+        m.publish(now, force, self.passes, &self.dispatcher, |id| {
+            bridges.iter().find(|b| b.strategy() == id).map(|b| {
+                let s = b.stats();
+                StrategyCounters {
+                    commands: s.commands,
+                    malformed: s.malformed,
+                    attached: s.attached,
+                    lost: s.lost,
+                    broken: s.broken,
+                }
+            })
+        });
     }
 
     /// Notices what is worth a log line and hands it to the logger (no formatting here).
@@ -178,6 +204,8 @@ impl Front {
             work += b.pump_events();
         }
         self.watch(now);
+        self.passes += 1;
+        self.publish(now, false);
         let mut mask = 0u64;
         for v in 0..self.dispatcher.guards().venues.len().min(64) {
             if self.dispatcher.is_synced(VenueId(v as u16)) {
@@ -195,7 +223,8 @@ impl Front {
         work > 0
     }
 
-    pub(super) fn finish(mut self) -> FrontReport {
+    pub(super) fn finish(mut self, now_ns: u64) -> FrontReport {
+        self.publish(now_ns, true);
         let journal_records = match self.dispatcher.journal_mut() {
             Some(j) => {
                 if let Err(e) = j.sync() {
@@ -245,6 +274,9 @@ pub struct Executor<T: Transport> {
     log: LogTx,
     /// Per link: the state and failed connects last logged, and when it began connecting.
     seen: Vec<LinkSeen>,
+    /// Its publications into the counters file, if one is kept.
+    metrics: Option<ExecMetrics>,
+    passes: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -289,9 +321,22 @@ impl<T: Transport> Executor<T> {
             shared,
             log,
             seen,
+            metrics: None,
+            passes: 0,
         };
         exec.watch(now_ns);
         exec
+    }
+
+    /// Publishes into the counters file from now on.
+    pub(super) fn attach_metrics(&mut self, metrics: Option<ExecMetrics>) {
+        self.metrics = metrics;
+    }
+
+    fn publish(&mut self, now: u64, force: bool) {
+        if let Some(m) = &mut self.metrics {
+            m.publish(now, force, self.passes, self.poll_errors, &self.links);
+        }
     }
 
     /// Operator reconnects asked for since the last pass.
@@ -390,6 +435,8 @@ impl<T: Transport> Executor<T> {
         }
         self.take_reconnects(now);
         self.watch(now);
+        self.passes += 1;
+        self.publish(now, false);
         if let Some(h) = &self.heartbeat {
             h.beat();
         }
@@ -401,7 +448,8 @@ impl<T: Transport> Executor<T> {
         self.poll_errors
     }
 
-    pub(super) fn finish(self) -> (Vec<LinkReport>, Vec<FeedStats>) {
+    pub(super) fn finish(mut self, now_ns: u64) -> (Vec<LinkReport>, Vec<FeedStats>) {
+        self.publish(now_ns, true);
         let links = self.links.iter().map(link_report).collect();
         let feeds = self.feeds.iter().map(FeedHandler::stats).collect();
         (links, feeds)
@@ -430,6 +478,10 @@ pub struct EngineLoop<T: Transport> {
         std::thread::JoinHandle<()>,
         Arc<std::sync::atomic::AtomicBool>,
     )>,
+    /// The counters file, if kept (its state word: running, then stopped at `finish`).
+    counters: Option<crate::metrics::CountersFile>,
+    /// The time of the last pass.
+    last_now_ns: u64,
 }
 
 impl<T: Transport> EngineLoop<T> {
@@ -445,7 +497,17 @@ impl<T: Transport> EngineLoop<T> {
             strategies,
             restored,
             wire: None,
+            counters: None,
+            last_now_ns: 0,
         }
+    }
+
+    /// Keeps the counters file for the loop's life and says it runs.
+    pub(super) fn keep_counters(&mut self, counters: Option<crate::metrics::CountersFile>) {
+        if let Some(c) = &counters {
+            c.set_state(2);
+        }
+        self.counters = counters;
     }
 
     /// Opens the wire log and starts its side thread (stopped by `finish`).
@@ -467,6 +529,7 @@ impl<T: Transport> EngineLoop<T> {
     /// One pass at `now_ns`: the executor side, then the dispatcher side. Returns whether
     /// anything moved (an idle policy parks on `false`).
     pub fn pass(&mut self, now_ns: u64) -> bool {
+        self.last_now_ns = now_ns;
         self.exec.pass(now_ns) | self.front.pass(now_ns)
     }
 
@@ -532,8 +595,12 @@ impl<T: Transport> EngineLoop<T> {
             let _ = thread.join();
         }
         let poll_errors = self.exec.poll_errors;
-        let front = self.front.finish();
-        let (links, feeds) = self.exec.finish();
+        let now_ns = self.last_now_ns;
+        let front = self.front.finish(now_ns);
+        let (links, feeds) = self.exec.finish(now_ns);
+        if let Some(c) = &self.counters {
+            c.set_state(3);
+        }
         super::EngineReport {
             dispatch: front.dispatch,
             open_orders: front.open_orders,

@@ -164,6 +164,39 @@ pub struct EngineConfig {
     pub operator: OperatorConfig,
     /// Every message to and from each venue, to a file (`[wire_log]`; `None`: not kept).
     pub wire_log: Option<crate::wirelog::WireLogConfig>,
+    /// The counters file and the side thread (`[metrics]`).
+    pub metrics: MetricsConfig,
+}
+
+/// Out-of-band observation (the `[metrics]` table; docs/observability.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// Keep the counters file.
+    pub enabled: bool,
+    /// Its path (`None`: `counters` in the `[ipc]` directory; no file without one).
+    pub file: Option<PathBuf>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            file: None,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Where the counters file is (`None`: not kept).
+    pub fn counters_file(&self) -> Option<PathBuf> {
+        if !self.metrics.enabled {
+            return None;
+        }
+        self.metrics
+            .file
+            .clone()
+            .or_else(|| self.ipc.as_ref().map(|i| i.dir.join("counters")))
+    }
 }
 
 /// The operator's side of `keel run` (the `[operator]` table).
@@ -216,6 +249,9 @@ pub enum EngineError {
     /// The wire log could not be opened.
     #[error(transparent)]
     WireLog(#[from] crate::wirelog::WireLogError),
+    /// The counters file could not be made.
+    #[error(transparent)]
+    Counters(#[from] crate::metrics::CountersError),
     /// A shared-memory channel could not be created.
     #[error(transparent)]
     Ipc(#[from] crate::ipc::IpcError),
@@ -559,6 +595,42 @@ impl EngineBuilder {
             }
         }
         let shared = Arc::new(Shared::new(links.len()));
+        let (counters, front_metrics, exec_metrics) = match config.counters_file() {
+            Some(path) => {
+                let metric_names = crate::metrics::engine::MetricNames {
+                    venues: config.venues.iter().map(|v| v.name.clone()).collect(),
+                    symbols: config
+                        .symbols
+                        .iter()
+                        .map(|s| String::from_utf8_lossy(s).trim_end().to_string())
+                        .collect(),
+                    strategies,
+                };
+                let (layout, front_slots, exec_slots) =
+                    crate::metrics::engine::layout(&metric_names)?;
+                let unix = TscClock::new().unix_ns_at_origin().saturating_add(now_ns);
+                let (file, mut writers) = crate::metrics::CountersFile::create(
+                    &path,
+                    &layout,
+                    u64::from(std::process::id()),
+                    unix,
+                )?;
+                let exec_writer = writers.pop().expect("two regions");
+                let front_writer = writers.pop().expect("two regions");
+                (
+                    Some(file),
+                    Some(crate::metrics::engine::FrontMetrics::new(
+                        front_writer,
+                        front_slots,
+                    )),
+                    Some(crate::metrics::engine::ExecMetrics::new(
+                        exec_writer,
+                        exec_slots,
+                    )),
+                )
+            }
+            None => (None, None, None),
+        };
         let (admin_port, admin) = admin::admin_channel();
         let (front_log, front_log_rx) = crate::log::log_ring();
         let (exec_log, exec_log_rx) = crate::log::log_ring();
@@ -579,6 +651,7 @@ impl EngineBuilder {
             locks,
             admin_port,
             front_log,
+            front_metrics,
             now_ns,
         );
         let reactor = ReactorConfig {
@@ -599,6 +672,8 @@ impl EngineBuilder {
             log_rings: vec![front_log_rx, exec_log_rx],
             names,
             wire_log,
+            counters,
+            exec_metrics,
         })
     }
 
@@ -614,7 +689,7 @@ impl EngineBuilder {
         let parts = self.assemble(now_ns)?;
         // No admin thread and no logger here: the loop's records wait in (then overflow and
         // are counted by) their rings, exactly as the running loop hands them over.
-        let exec = Executor::new(
+        let mut exec = Executor::new(
             transport,
             parts.links,
             parts.feeds,
@@ -623,7 +698,9 @@ impl EngineBuilder {
             parts.exec_log,
             now_ns,
         );
+        exec.attach_metrics(parts.exec_metrics);
         let mut engine = EngineLoop::new(parts.front, exec, parts.strategies, parts.restored);
+        engine.keep_counters(parts.counters);
         if let Some(writer) = parts.wire_log {
             engine.run_wire_log(writer)?;
         }
@@ -648,6 +725,8 @@ impl EngineBuilder {
             log_rings,
             names,
             wire_log,
+            counters,
+            exec_metrics,
         } = parts;
         let log_stop = Arc::new(AtomicBool::new(false));
         let wire_thread = match wire_log {
@@ -687,6 +766,7 @@ impl EngineBuilder {
                         feeds,
                         shared,
                         log: exec_log,
+                        metrics: exec_metrics,
                         idle: loops.idle,
                     };
                     match open_transport(loops.transport, reactor)? {
@@ -712,6 +792,7 @@ impl EngineBuilder {
                         heartbeat,
                         shared: exec_shared,
                         log: exec_log,
+                        metrics: exec_metrics,
                         idle: loops.executor_idle,
                     };
                     match open_transport(loops.transport, reactor)? {
@@ -732,7 +813,7 @@ impl EngineBuilder {
                         }
                     }
                     Ok(Halves {
-                        front: Some(front.finish()),
+                        front: Some(front.finish(clock.now_ns())),
                         links: Vec::new(),
                         feeds: Vec::new(),
                         poll_errors: 0,
@@ -742,6 +823,9 @@ impl EngineBuilder {
                 vec![dispatcher, executor]
             }
         };
+        if let Some(c) = &counters {
+            c.set_state(2);
+        }
         Ok(RunningEngine {
             strategies,
             shared,
@@ -753,6 +837,7 @@ impl EngineBuilder {
             log_stop,
             admin_thread: None,
             wire_thread,
+            counters,
         })
     }
 }
@@ -777,6 +862,9 @@ struct Parts {
     names: admin::AdminNames,
     /// The wire log's writer, if one is configured (run by a side thread).
     wire_log: Option<crate::wirelog::WireLogWriter>,
+    /// The counters file, if kept, and the executor loop's publisher into it.
+    counters: Option<crate::metrics::CountersFile>,
+    exec_metrics: Option<crate::metrics::engine::ExecMetrics>,
 }
 
 type LoopResult = Result<Halves, EngineError>;
@@ -793,11 +881,16 @@ struct Halves {
 }
 
 impl Halves {
-    fn of<T: Transport>(front: Option<Front>, exec: Executor<T>, kind: TransportKind) -> Self {
+    fn of<T: Transport>(
+        front: Option<Front>,
+        exec: Executor<T>,
+        kind: TransportKind,
+        now_ns: u64,
+    ) -> Self {
         let poll_errors = exec.poll_errors();
-        let (links, feeds) = exec.finish();
+        let (links, feeds) = exec.finish(now_ns);
         Self {
-            front: front.map(Front::finish),
+            front: front.map(|f| f.finish(now_ns)),
             links,
             feeds,
             poll_errors,
@@ -842,13 +935,14 @@ struct Inline {
     feeds: Vec<FeedHandler>,
     shared: Arc<Shared>,
     log: crate::log::LogTx,
+    metrics: Option<crate::metrics::engine::ExecMetrics>,
     idle: IdlePolicy,
 }
 
 impl Inline {
     fn run<T: Transport>(self, transport: T, kind: TransportKind) -> LoopResult {
         let clock = TscClock::new();
-        let exec = Executor::new(
+        let mut exec = Executor::new(
             transport,
             self.links,
             self.feeds,
@@ -857,6 +951,7 @@ impl Inline {
             self.log,
             clock.now_ns(),
         );
+        exec.attach_metrics(self.metrics);
         let mut engine = EngineLoop::new(self.front, exec, Vec::new(), Restored::default());
         let mut idler = Idler::new(self.idle);
         while !self.shared.stop.load(Ordering::Relaxed) {
@@ -867,7 +962,7 @@ impl Inline {
             }
         }
         let (front, exec) = engine.into_halves();
-        Ok(Halves::of(Some(front), exec, kind))
+        Ok(Halves::of(Some(front), exec, kind, clock.now_ns()))
     }
 }
 
@@ -878,6 +973,7 @@ struct ExecutorOnly {
     heartbeat: LoopHeartbeat,
     shared: Arc<Shared>,
     log: crate::log::LogTx,
+    metrics: Option<crate::metrics::engine::ExecMetrics>,
     idle: IdlePolicy,
 }
 
@@ -894,6 +990,7 @@ impl ExecutorOnly {
             self.log,
             now,
         );
+        exec.attach_metrics(self.metrics);
         let mut idler = Idler::new(self.idle);
         while !self.shared.stop.load(Ordering::Relaxed) {
             if exec.pass(clock.now_ns()) {
@@ -902,7 +999,7 @@ impl ExecutorOnly {
                 idler.idle();
             }
         }
-        Ok(Halves::of(None, exec, kind))
+        Ok(Halves::of(None, exec, kind, clock.now_ns()))
     }
 }
 
@@ -938,6 +1035,8 @@ pub struct RunningEngine {
     log_stop: Arc<AtomicBool>,
     admin_thread: Option<JoinHandle<()>>,
     wire_thread: Option<JoinHandle<()>>,
+    /// The counters file (its state word says running, then stopped).
+    counters: Option<crate::metrics::CountersFile>,
 }
 
 impl RunningEngine {
@@ -1050,6 +1149,9 @@ impl RunningEngine {
         }
         if let Some(wire) = self.wire_thread {
             let _ = wire.join();
+        }
+        if let Some(counters) = &self.counters {
+            counters.set_state(3);
         }
         match first_error {
             Some(e) => Err(e),

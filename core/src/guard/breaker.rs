@@ -184,6 +184,20 @@ impl Breaker {
         self.state
     }
 
+    /// Its state as of its last transition (no timed transition applied: for reports).
+    pub fn peek_state(&self) -> BreakerState {
+        self.state
+    }
+
+    /// Failed calls in the current window, per thousand calls (0 with no calls).
+    pub fn failure_permille(&self) -> u64 {
+        if self.total.calls == 0 {
+            0
+        } else {
+            u64::from(self.total.failures) * 1_000 / u64::from(self.total.calls)
+        }
+    }
+
     /// Whether it is open as of its last transition (no timed transition applied: a read
     /// for reports, not for admission).
     pub fn is_open(&self) -> bool {

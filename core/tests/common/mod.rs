@@ -262,6 +262,7 @@ pub fn engine_config(
         feeds: Vec::new(),
         operator: Default::default(),
         wire_log: None,
+        metrics: Default::default(),
     }
 }
 

@@ -1,0 +1,314 @@
+//! `keel stat`: a running engine's counters file, from another process — a live terminal view,
+//! or one reading (`--once`), or JSON for scripts (`--json`).
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::metrics::histogram::quantile;
+use crate::metrics::{CountersReader, MetricKind, Snapshot, Value};
+
+#[derive(Debug, Args)]
+pub struct StatArgs {
+    /// The engine's configuration: its counters file is `[metrics] file`, else `counters` in
+    /// its `[ipc]` directory.
+    #[arg(long, conflicts_with = "file")]
+    config: Option<PathBuf>,
+    /// The counters file itself.
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// One reading, then exit.
+    #[arg(long)]
+    once: bool,
+    /// Every metric as one JSON object (implies --once).
+    #[arg(long)]
+    json: bool,
+    /// Seconds between readings of the live view.
+    #[arg(long, default_value_t = 1.0)]
+    interval_s: f64,
+}
+
+pub fn run(args: StatArgs) -> ExitCode {
+    let path = match (&args.file, &args.config) {
+        (Some(f), _) => f.clone(),
+        (None, Some(config)) => {
+            let read = std::fs::read_to_string(config)
+                .map_err(|e| format!("cannot read {}: {e}", config.display()))
+                .and_then(|t| {
+                    crate::config::EngineConfig::from_toml(&t)
+                        .map_err(|e| format!("{}: {e}", config.display()))
+                });
+            match read.map(|c| c.counters_file()) {
+                Ok(Some(p)) => p,
+                Ok(None) => {
+                    crate::warn_line!(
+                        "keel stat: {}: no counters file ([metrics] enabled = false, or no \
+                         [ipc] directory and no [metrics] file)",
+                        config.display()
+                    );
+                    return ExitCode::from(65);
+                }
+                Err(e) => {
+                    crate::warn_line!("keel stat: {e}");
+                    return ExitCode::from(65);
+                }
+            }
+        }
+        (None, None) => {
+            crate::warn_line!("keel stat: give --config FILE or --file PATH");
+            return ExitCode::from(64);
+        }
+    };
+    let reader = match CountersReader::open(&path) {
+        Ok(r) => r,
+        Err(e) => {
+            crate::warn_line!("keel stat: {e} (is `keel run` running with this configuration?)");
+            return ExitCode::from(69);
+        }
+    };
+    if args.json {
+        crate::say_line!("{}", json(&reader.snapshot()));
+        return ExitCode::SUCCESS;
+    }
+    let terminal = std::io::stdout().is_terminal();
+    let interval = Duration::from_secs_f64(args.interval_s.clamp(0.05, 3600.0));
+    loop {
+        let text = view(&reader.snapshot());
+        let mut out = std::io::stdout().lock();
+        if terminal && !args.once {
+            // Home and clear: the view redraws in place.
+            let _ = write!(out, "\x1b[H\x1b[2J");
+        }
+        if out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            return ExitCode::SUCCESS; // the reader went away
+        }
+        if args.once {
+            return ExitCode::SUCCESS;
+        }
+        drop(out);
+        std::thread::sleep(interval);
+    }
+}
+
+fn state_name(state: u64) -> &'static str {
+    match state {
+        1 => "starting",
+        2 => "running",
+        3 => "stopped",
+        _ => "unknown",
+    }
+}
+
+fn link_state_name(code: u64) -> &'static str {
+    match code {
+        0 => "DISCONNECTED",
+        1 => "CONNECTING",
+        2 => "CONNECTED",
+        3 => "RECONCILING",
+        4 => "SYNCED",
+        5 => "READ-ONLY",
+        _ => "?",
+    }
+}
+
+/// The value of label `key` in a labels string (`venue="sim",lane="new"`).
+fn label_value<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
+    let start = labels.find(&format!("{key}=\""))? + key.len() + 2;
+    let rest = &labels[start..];
+    Some(&rest[..rest.find('"')?])
+}
+
+fn micros(ns: u64) -> String {
+    if ns == u64::MAX {
+        "inf".into()
+    } else {
+        format!("{:.1}", ns as f64 / 1e3)
+    }
+}
+
+fn p(snap: &Snapshot, name: &str, labels: &str, q: f64) -> Option<u64> {
+    match snap.get(name, labels) {
+        Some(Value::Histogram { counts, count, .. }) if *count > 0 => Some(quantile(counts, q)),
+        _ => None,
+    }
+}
+
+/// The human view of one snapshot.
+pub fn view(s: &Snapshot) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "keel engine pid {} — {} — open orders {} (unknown {}) — kill switch {}",
+        s.pid,
+        state_name(s.state),
+        s.scalar("keel_open_orders", ""),
+        s.scalar("keel_unknown_orders", ""),
+        if s.scalar("keel_kill_switch", "") == 1 {
+            "ON"
+        } else {
+            "off"
+        }
+    );
+    let _ = writeln!(
+        o,
+        "commands {}  sent new {} cancel {} replace {} query {}  shed {} throttled {} breaker-refused {}  events lost {}",
+        s.scalar("keel_commands_total", ""),
+        s.scalar("keel_sent_total", "kind=\"new\""),
+        s.scalar("keel_sent_total", "kind=\"cancel\""),
+        s.scalar("keel_sent_total", "kind=\"replace\""),
+        s.scalar("keel_sent_total", "kind=\"query\""),
+        s.scalar("keel_shed_total", ""),
+        s.scalar("keel_throttled_total", ""),
+        s.scalar("keel_breaker_refused_total", ""),
+        s.scalar("keel_events_lost_total", ""),
+    );
+    let refused: Vec<String> = s
+        .metrics
+        .iter()
+        .filter(|(d, v)| d.name == "keel_refused_total" && *v != Value::Scalar(0))
+        .map(|(d, v)| {
+            let n = match v {
+                Value::Scalar(n) => *n,
+                Value::Histogram { .. } => 0,
+            };
+            format!("{} {n}", label_value(&d.labels, "reason").unwrap_or("?"))
+        })
+        .collect();
+    let _ = writeln!(
+        o,
+        "refused: {}",
+        if refused.is_empty() {
+            "none".to_string()
+        } else {
+            refused.join(", ")
+        }
+    );
+    for (name, labels) in [("new", "class=\"new\""), ("cancel", "class=\"cancel\"")] {
+        if let Some(p99) = p(s, "keel_decision_seconds", labels, 0.99) {
+            let _ = writeln!(
+                o,
+                "decision ({name}): p50 {} µs, p99 {} µs",
+                micros(p(s, "keel_decision_seconds", labels, 0.5).unwrap_or(0)),
+                micros(p99)
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\n{:<12} {:<13} {:<9} {:>6} {:>8} {:>8} {:>6} {:>9} {:>14} {:>12} {:>12}",
+        "venue",
+        "link",
+        "breaker",
+        "fail‰",
+        "connects",
+        "failures",
+        "unrec",
+        "in-flight",
+        "lanes c/r/n",
+        "ack p99 µs",
+        "cancel p99"
+    );
+    let venues: Vec<&str> = s
+        .metrics
+        .iter()
+        .filter(|(d, _)| d.name == "keel_link_state")
+        .filter_map(|(d, _)| label_value(&d.labels, "venue"))
+        .collect();
+    for v in venues {
+        let l = format!("venue=\"{v}\"");
+        let lane = |k: &str| s.scalar("keel_lane_depth", &format!("{l},lane=\"{k}\""));
+        let _ = writeln!(
+            o,
+            "{:<12} {:<13} {:<9} {:>6} {:>8} {:>8} {:>6} {:>9} {:>14} {:>12} {:>12}",
+            v,
+            link_state_name(s.scalar("keel_link_state", &l)),
+            match s.scalar("keel_breaker_state", &l) {
+                0 => "closed",
+                1 => "half-open",
+                _ => "OPEN",
+            },
+            s.scalar("keel_breaker_failure_permille", &l),
+            s.scalar("keel_link_connects_total", &l),
+            s.scalar("keel_link_connect_failures_total", &l),
+            s.scalar("keel_link_unreconciled", &l),
+            s.scalar("keel_venue_in_flight", &l),
+            format!("{}/{}/{}", lane("cancel"), lane("replace"), lane("new")),
+            p(s, "keel_new_order_ack_seconds", &l, 0.99).map_or("-".into(), micros),
+            p(s, "keel_cancel_ack_seconds", &l, 0.99).map_or("-".into(), micros),
+        );
+    }
+    let strategies: Vec<(&str, u64, u64, u64)> = s
+        .metrics
+        .iter()
+        .filter(|(d, _)| d.name == "keel_strategy_disabled")
+        .filter_map(|(d, v)| {
+            let id = label_value(&d.labels, "strategy")?;
+            let l = format!("strategy=\"{id}\"");
+            let disabled = matches!(v, Value::Scalar(1));
+            Some((
+                id,
+                u64::from(disabled),
+                s.scalar("keel_strategy_commands_total", &l),
+                s.scalar("keel_strategy_lost_total", &l),
+            ))
+        })
+        .collect();
+    for (id, disabled, commands, lost) in strategies {
+        let _ = writeln!(
+            o,
+            "strategy {id}: {}, {commands} commands over shared memory, lost {lost}",
+            if disabled == 1 { "DISABLED" } else { "enabled" }
+        );
+    }
+    o
+}
+
+/// Every metric of one snapshot as JSON.
+pub fn json(s: &Snapshot) -> String {
+    let metrics: Vec<serde_json::Value> = s
+        .metrics
+        .iter()
+        .map(|(d, v)| {
+            let mut m = serde_json::json!({
+                "name": d.name,
+                "labels": d.labels,
+                "kind": match d.kind {
+                    MetricKind::Counter => "counter",
+                    MetricKind::Gauge => "gauge",
+                    MetricKind::Histogram => "histogram",
+                },
+            });
+            match v {
+                Value::Scalar(n) => m["value"] = (*n).into(),
+                Value::Histogram {
+                    count,
+                    sum_ns,
+                    counts,
+                } => {
+                    m["count"] = (*count).into();
+                    m["sum_ns"] = (*sum_ns).into();
+                    for (key, q) in [("p50_ns", 0.5), ("p99_ns", 0.99), ("p999_ns", 0.999)] {
+                        m[key] = quantile(counts, q).into();
+                    }
+                    m["buckets"] = counts.clone().into();
+                }
+            }
+            m
+        })
+        .collect();
+    serde_json::json!({
+        "pid": s.pid,
+        "state": state_name(s.state),
+        "started_unix_ns": s.started_unix_ns,
+        "metrics": metrics,
+    })
+    .to_string()
+}
