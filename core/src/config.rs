@@ -326,10 +326,16 @@ impl EngineConfig {
             Some(t) => Some(read_wire_log(Section::new("wire_log", t))?),
             None => None,
         };
-        let metrics = match top.subtable("metrics")? {
+        let mut metrics = match top.subtable("metrics")? {
             Some(t) => read_metrics(Section::new("metrics", t))?,
             None => crate::engine::MetricsConfig::default(),
         };
+        if let Some(t) = top.subtable("alerts")? {
+            metrics.alerts = read_alerts(Section::new("alerts", t))?;
+        }
+        if let Some(t) = top.subtable("budget")? {
+            metrics.budget = read_budget(Section::new("budget", t))?;
+        }
         let operator = match top.subtable("operator")? {
             Some(t) => read_operator(Section::new("operator", t))?,
             None => crate::engine::OperatorConfig::default(),
@@ -811,6 +817,72 @@ fn read_metrics(mut s: Section<'_>) -> Result<crate::engine::MetricsConfig> {
         }
         c.file = Some(PathBuf::from(file));
     }
+    if let Some(addr) = s.string("http")? {
+        c.http = Some(addr.parse().map_err(|_| FileConfigError::WrongType {
+            key: s.key("http"),
+            value: format!("{addr:?}"),
+            expected: "an address and port, e.g. \"127.0.0.1:9464\"",
+        })?);
+    }
+    s.finish()?;
+    Ok(c)
+}
+
+fn read_alerts(mut s: Section<'_>) -> Result<crate::monitor::alerts::AlertsConfig> {
+    let mut c = crate::monitor::alerts::AlertsConfig::default();
+    s.bool("enabled", &mut c.enabled)?;
+    s.duration("breaker_open_ns", &mut c.breaker_open_ns)?;
+    s.int("failure_rate_pct", &mut c.failure_rate_pct)?;
+    s.duration("failure_rate_for_ns", &mut c.failure_rate_for_ns)?;
+    s.int("reconnects_per_hour", &mut c.reconnects_per_hour)?;
+    s.int("p99_baseline_factor", &mut c.p99_baseline_factor)?;
+    s.duration("p99_window_ns", &mut c.p99_window_ns)?;
+    s.duration("p99_baseline_ns", &mut c.p99_baseline_ns)?;
+    s.int("p99_samples_min", &mut c.p99_samples_min)?;
+    let checks: [(&str, u64, bool, &'static str); 4] = [
+        (
+            "failure_rate_pct",
+            c.failure_rate_pct.into(),
+            (1..=100).contains(&c.failure_rate_pct),
+            "1..=100",
+        ),
+        (
+            "p99_baseline_factor",
+            c.p99_baseline_factor.into(),
+            (1..=1_000).contains(&c.p99_baseline_factor),
+            "1..=1000",
+        ),
+        (
+            "p99_window_ns",
+            c.p99_window_ns,
+            c.p99_window_ns >= 1_000_000_000,
+            ">= 1s",
+        ),
+        (
+            "p99_samples_min",
+            c.p99_samples_min,
+            c.p99_samples_min >= 1,
+            ">= 1",
+        ),
+    ];
+    for (key, value, ok, allowed) in checks {
+        if !ok {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key(key),
+                value: value.to_string(),
+                allowed,
+            });
+        }
+    }
+    s.finish()?;
+    Ok(c)
+}
+
+fn read_budget(mut s: Section<'_>) -> Result<crate::monitor::alerts::BudgetConfig> {
+    let mut c = crate::monitor::alerts::BudgetConfig::default();
+    s.duration("decision_p99_ns", &mut c.decision_p99_ns)?;
+    s.duration("new_ack_p99_ns", &mut c.new_ack_p99_ns)?;
+    s.duration("cancel_ack_p99_ns", &mut c.cancel_ack_p99_ns)?;
     s.finish()?;
     Ok(c)
 }

@@ -24,6 +24,7 @@ pub mod ipc;
 pub mod journal;
 pub mod log;
 pub mod metrics;
+pub mod monitor;
 pub mod net;
 pub mod order;
 pub mod proto;

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,6 +87,12 @@ pub fn run(args: RunArgs) -> ExitCode {
         .collect();
     let operator = config.operator.clone();
     let admin_socket = config.admin_socket();
+    let counters_file = config.counters_file();
+    let metrics = config.metrics.clone();
+    let loop_cores: Vec<usize> = [config.loops.dispatcher_core, config.loops.executor_core]
+        .into_iter()
+        .flatten()
+        .collect();
     let topology = config.loops.topology;
     let transport = config.loops.transport;
     let strategies = config.dispatcher.strategies;
@@ -103,6 +109,32 @@ pub fn run(args: RunArgs) -> ExitCode {
             Ok(counters) => {
                 admin = counters;
                 tracing::info!(target: "keel::ctl", socket = %path.display(), "admin socket open");
+            }
+            Err(e) => {
+                crate::warn_line!("keel run: {e}");
+                let _ = engine.stop();
+                return ExitCode::from(1);
+            }
+        }
+    }
+    let monitor_stop = Arc::new(AtomicBool::new(false));
+    let mut monitor = None;
+    if let (Some(addr), Some(file)) = (metrics.http, &counters_file) {
+        match crate::monitor::spawn(
+            addr,
+            file.clone(),
+            metrics.alerts.clone(),
+            metrics.budget,
+            Arc::clone(&monitor_stop),
+            loop_cores,
+        ) {
+            Ok((bound, thread)) => {
+                tracing::info!(
+                    target: "keel::monitor",
+                    url = %format!("http://{bound}/"),
+                    "monitor serving /metrics, /health and the live page"
+                );
+                monitor = Some(thread);
             }
             Err(e) => {
                 crate::warn_line!("keel run: {e}");
@@ -185,7 +217,13 @@ pub fn run(args: RunArgs) -> ExitCode {
             a.bad_requests.load(Ordering::Relaxed)
         );
     }
-    match engine.stop() {
+    let stopped = engine.stop();
+    // The monitor's last readings see the engine stopped; then it goes too.
+    monitor_stop.store(true, Ordering::Release);
+    if let Some(m) = monitor {
+        let _ = m.join();
+    }
+    match stopped {
         Ok(report) => {
             print_report(&report, &venues, &symbols);
             ExitCode::from(u8::from(failed))

@@ -256,6 +256,26 @@ fn metrics(out: &mut Out, c: &crate::engine::MetricsConfig) {
         Some(file) => out.path("file", file),
         None => out.comment("file: counters in the [ipc] directory"),
     }
+    match &c.http {
+        Some(addr) => out.string("http", &addr.to_string()),
+        None => out.comment("http = \"127.0.0.1:9464\" serves /metrics, /health and the live page"),
+    }
+    let a = &c.alerts;
+    out.section("[alerts]");
+    out.bool("enabled", a.enabled);
+    out.duration("breaker_open_ns", a.breaker_open_ns);
+    out.int("failure_rate_pct", a.failure_rate_pct);
+    out.duration("failure_rate_for_ns", a.failure_rate_for_ns);
+    out.int("reconnects_per_hour", a.reconnects_per_hour);
+    out.int("p99_baseline_factor", a.p99_baseline_factor);
+    out.duration("p99_window_ns", a.p99_window_ns);
+    out.duration("p99_baseline_ns", a.p99_baseline_ns);
+    out.int("p99_samples_min", a.p99_samples_min);
+    let b = &c.budget;
+    out.section("[budget]");
+    out.duration("decision_p99_ns", b.decision_p99_ns);
+    out.duration("new_ack_p99_ns", b.new_ack_p99_ns);
+    out.duration("cancel_ack_p99_ns", b.cancel_ack_p99_ns);
 }
 
 fn feed(out: &mut Out, c: &FeedConfig) {

@@ -168,13 +168,21 @@ pub struct EngineConfig {
     pub metrics: MetricsConfig,
 }
 
-/// Out-of-band observation (the `[metrics]` table; docs/observability.md).
+/// Out-of-band observation (the `[metrics]`, `[alerts]` and `[budget]` tables;
+/// docs/observability.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricsConfig {
     /// Keep the counters file.
     pub enabled: bool,
     /// Its path (`None`: `counters` in the `[ipc]` directory; no file without one).
     pub file: Option<PathBuf>,
+    /// Where `keel run`'s side thread serves `/metrics`, `/health` and the live page
+    /// (`None`: no side thread).
+    pub http: Option<std::net::SocketAddr>,
+    /// Alert thresholds (`[alerts]`).
+    pub alerts: crate::monitor::alerts::AlertsConfig,
+    /// Latency budgets (`[budget]`).
+    pub budget: crate::monitor::alerts::BudgetConfig,
 }
 
 impl Default for MetricsConfig {
@@ -182,6 +190,9 @@ impl Default for MetricsConfig {
         Self {
             enabled: true,
             file: None,
+            http: None,
+            alerts: crate::monitor::alerts::AlertsConfig::default(),
+            budget: crate::monitor::alerts::BudgetConfig::default(),
         }
     }
 }

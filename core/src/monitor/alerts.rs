@@ -1,0 +1,426 @@
+//! Alert thresholds, evaluated on the side thread from successive readings of the counters
+//! file (never on a loop): a breaker open too long, a failure rate too high for too long, too
+//! many reconnects in an hour, a venue acknowledgement p99 worse than a multiple of its
+//! baseline, any unreconciled order, and latency budgets breached. Each alert has a name, a
+//! subject (a venue, or the engine), whether it fires now, since when, and a count of the
+//! times it started firing.
+
+use std::collections::VecDeque;
+
+use crate::metrics::histogram::quantile;
+use crate::metrics::{Snapshot, Value};
+
+/// Thresholds (`[alerts]`; docs/observability.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlertsConfig {
+    /// Evaluate alerts at all.
+    pub enabled: bool,
+    /// A venue's breaker open longer than this.
+    pub breaker_open_ns: u64,
+    /// A venue's breaker window failure rate above this (percent) …
+    pub failure_rate_pct: u32,
+    /// … for this long.
+    pub failure_rate_for_ns: u64,
+    /// More connection attempts than this to one venue within an hour.
+    pub reconnects_per_hour: u32,
+    /// A venue's new-order acknowledgement p99 (over the last window) above this multiple of
+    /// its baseline.
+    pub p99_baseline_factor: u32,
+    /// The window for p99s, and the first window with enough answers sets the baseline.
+    pub p99_window_ns: u64,
+    /// A fixed baseline instead of a learned one (0: learn it).
+    pub p99_baseline_ns: u64,
+    /// Answers a window needs before its p99 counts.
+    pub p99_samples_min: u64,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            breaker_open_ns: 300 * SEC,
+            failure_rate_pct: 20,
+            failure_rate_for_ns: 60 * SEC,
+            reconnects_per_hour: 5,
+            p99_baseline_factor: 2,
+            p99_window_ns: 60 * SEC,
+            p99_baseline_ns: 0,
+            p99_samples_min: 100,
+        }
+    }
+}
+
+/// Latency budgets (`[budget]`): each p99 against its bound (0: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BudgetConfig {
+    /// keel's own decision time (admission to release) for new orders.
+    pub decision_p99_ns: u64,
+    /// Venue round trip of a new order (release to first answer), any venue.
+    pub new_ack_p99_ns: u64,
+    /// Venue round trip of a cancel.
+    pub cancel_ack_p99_ns: u64,
+}
+
+const SEC: u64 = 1_000_000_000;
+const HOUR_NS: u64 = 3_600 * SEC;
+/// Readings kept for windowed p99s (one per `p99_window_ns / WINDOW_STEPS`).
+const WINDOW_STEPS: u64 = 12;
+
+/// One alert as evaluated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Alert {
+    /// Its name (`breaker_open`, `failure_rate`, `reconnects`, `p99_vs_baseline`,
+    /// `unreconciled`, `budget`).
+    pub name: &'static str,
+    /// What it is about: `venue="sim"`, `budget="cancel_ack_p99"`.
+    pub subject: String,
+    /// Whether it fires now.
+    pub firing: bool,
+    /// Since when (monitor time, ns) its condition holds (0: it does not).
+    pub since_ns: u64,
+    /// Times it started firing.
+    pub fired: u64,
+    /// The value behind it, in words (`open 312 s`, `27% for 64 s`, `7 in the last hour`).
+    pub value: String,
+}
+
+#[derive(Debug, Default)]
+struct VenueWatch {
+    breaker_open_since: Option<u64>,
+    failure_high_since: Option<u64>,
+    last_connects: Option<u64>,
+    connects: VecDeque<u64>,
+    /// (time, bucket counts) of new-order acks, newest last.
+    acks: VecDeque<(u64, Vec<u64>)>,
+    baseline_p99_ns: Option<u64>,
+    window_p99_ns: Option<u64>,
+}
+
+/// The alert evaluator's memory between readings.
+#[derive(Debug)]
+pub struct Alerts {
+    config: AlertsConfig,
+    budget: BudgetConfig,
+    venues: Vec<(String, VenueWatch)>,
+    alerts: Vec<Alert>,
+}
+
+/// The value of label `key` in a labels string (`venue="sim",lane="new"`).
+pub fn label_value<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
+    let start = labels.find(&format!("{key}=\""))? + key.len() + 2;
+    let rest = &labels[start..];
+    Some(&rest[..rest.find('"')?])
+}
+
+fn histogram<'a>(snap: &'a Snapshot, name: &str, labels: &str) -> Option<&'a Vec<u64>> {
+    match snap.get(name, labels) {
+        Some(Value::Histogram { counts, .. }) => Some(counts),
+        _ => None,
+    }
+}
+
+impl Alerts {
+    /// An evaluator with these thresholds and budgets.
+    pub fn new(config: AlertsConfig, budget: BudgetConfig) -> Self {
+        Self {
+            config,
+            budget,
+            venues: Vec::new(),
+            alerts: Vec::new(),
+        }
+    }
+
+    /// The thresholds.
+    pub fn config(&self) -> &AlertsConfig {
+        &self.config
+    }
+
+    /// The budgets.
+    pub fn budget(&self) -> &BudgetConfig {
+        &self.budget
+    }
+
+    /// Every alert as of the last evaluation.
+    pub fn alerts(&self) -> &[Alert] {
+        &self.alerts
+    }
+
+    /// A venue's learned (or configured) new-order ack p99 baseline, and its p99 over the last
+    /// window, if known.
+    pub fn p99(&self, venue: &str) -> (Option<u64>, Option<u64>) {
+        self.venues
+            .iter()
+            .find(|(v, _)| v == venue)
+            .map_or((None, None), |(_, w)| (w.baseline_p99_ns, w.window_p99_ns))
+    }
+
+    fn set(&mut self, name: &'static str, subject: String, holds: Option<u64>, value: String) {
+        let at = match self
+            .alerts
+            .iter()
+            .position(|a| a.name == name && a.subject == subject)
+        {
+            Some(i) => i,
+            None => {
+                self.alerts.push(Alert {
+                    name,
+                    subject,
+                    firing: false,
+                    since_ns: 0,
+                    fired: 0,
+                    value: String::new(),
+                });
+                self.alerts.len() - 1
+            }
+        };
+        let a = &mut self.alerts[at];
+        a.value = value;
+        match holds {
+            Some(since) => {
+                if !a.firing {
+                    a.fired += 1;
+                    a.firing = true;
+                    a.since_ns = since;
+                    tracing::warn!(target: "keel::alert", alert = name, subject = %a.subject, value = %a.value, "alert firing");
+                }
+            }
+            None => {
+                if a.firing {
+                    tracing::info!(target: "keel::alert", alert = name, subject = %a.subject, "alert resolved");
+                }
+                a.firing = false;
+                a.since_ns = 0;
+            }
+        }
+    }
+
+    /// Evaluates every alert on a reading taken at monitor time `now_ns`.
+    pub fn evaluate(&mut self, now_ns: u64, snap: &Snapshot) {
+        if !self.config.enabled {
+            return;
+        }
+        let c = self.config.clone();
+        let venues: Vec<String> = snap
+            .metrics
+            .iter()
+            .filter(|(d, _)| d.name == "keel_link_state")
+            .filter_map(|(d, _)| label_value(&d.labels, "venue").map(str::to_string))
+            .collect();
+        let mut new_ack_p99_max = None::<u64>;
+        let mut cancel_ack_p99_max = None::<u64>;
+        for venue in venues {
+            let l = format!("venue=\"{venue}\"");
+            if !self.venues.iter().any(|(v, _)| *v == venue) {
+                self.venues.push((venue.clone(), VenueWatch::default()));
+            }
+            let i = self
+                .venues
+                .iter()
+                .position(|(v, _)| *v == venue)
+                .expect("added");
+            let w = &mut self.venues[i].1;
+            // Breaker open too long.
+            let open = snap.scalar("keel_breaker_state", &l) == 2;
+            w.breaker_open_since = if open {
+                Some(w.breaker_open_since.unwrap_or(now_ns))
+            } else {
+                None
+            };
+            let open_for = w.breaker_open_since.map(|s| now_ns - s);
+            let breaker = w
+                .breaker_open_since
+                .filter(|_| open_for.unwrap_or(0) >= c.breaker_open_ns);
+            let breaker_text =
+                open_for.map_or("closed".into(), |ns| format!("open {} s", ns / SEC));
+            // Failure rate too high for too long.
+            let permille = snap.scalar("keel_breaker_failure_permille", &l);
+            let high = permille > u64::from(c.failure_rate_pct) * 10;
+            w.failure_high_since = if high {
+                Some(w.failure_high_since.unwrap_or(now_ns))
+            } else {
+                None
+            };
+            let failure = w
+                .failure_high_since
+                .filter(|&s| now_ns - s >= c.failure_rate_for_ns);
+            let failure_text = format!(
+                "{}%{}",
+                permille / 10,
+                w.failure_high_since
+                    .map_or(String::new(), |s| format!(" for {} s", (now_ns - s) / SEC))
+            );
+            // Reconnects in the last hour.
+            let connects = snap.scalar("keel_link_connects_total", &l);
+            if let Some(last) = w.last_connects {
+                for _ in last..connects.min(last + 1_024) {
+                    w.connects.push_back(now_ns);
+                }
+            }
+            w.last_connects = Some(connects);
+            while w.connects.front().is_some_and(|&t| now_ns - t > HOUR_NS) {
+                w.connects.pop_front();
+            }
+            while w.connects.len() > 1_024 {
+                w.connects.pop_front();
+            }
+            let reconnects = (w.connects.len() as u64 > u64::from(c.reconnects_per_hour))
+                .then(|| *w.connects.front().expect("non-empty"));
+            let reconnect_text = format!("{} in the last hour", w.connects.len());
+            // New-order ack p99 over the last window vs its baseline.
+            if let Some(counts) = histogram(snap, "keel_new_order_ack_seconds", &l) {
+                let step = (c.p99_window_ns / WINDOW_STEPS).max(1);
+                if w.acks.back().is_none_or(|(t, _)| now_ns - t >= step) {
+                    w.acks.push_back((now_ns, counts.clone()));
+                }
+                while w
+                    .acks
+                    .front()
+                    .is_some_and(|(t, _)| now_ns - t > c.p99_window_ns + step)
+                {
+                    w.acks.pop_front();
+                }
+                if let Some((t0, old)) = w.acks.front() {
+                    let window: Vec<u64> = counts
+                        .iter()
+                        .zip(old)
+                        .map(|(n, o)| n.saturating_sub(*o))
+                        .collect();
+                    let samples: u64 = window.iter().sum();
+                    w.window_p99_ns =
+                        (samples >= c.p99_samples_min).then(|| quantile(&window, 0.99));
+                    if c.p99_baseline_ns > 0 {
+                        w.baseline_p99_ns = Some(c.p99_baseline_ns);
+                    } else if w.baseline_p99_ns.is_none()
+                        && now_ns - t0 >= c.p99_window_ns
+                        && w.window_p99_ns.is_some()
+                    {
+                        w.baseline_p99_ns = w.window_p99_ns;
+                    }
+                }
+                let all: u64 = counts.iter().sum();
+                if all > 0 {
+                    let p = quantile(counts, 0.99);
+                    new_ack_p99_max = Some(new_ack_p99_max.map_or(p, |m| m.max(p)));
+                }
+            }
+            if let Some(counts) = histogram(snap, "keel_cancel_ack_seconds", &l) {
+                if counts.iter().sum::<u64>() > 0 {
+                    let p = quantile(counts, 0.99);
+                    cancel_ack_p99_max = Some(cancel_ack_p99_max.map_or(p, |m| m.max(p)));
+                }
+            }
+            let (baseline, window) = (w.baseline_p99_ns, w.window_p99_ns);
+            let slow = match (baseline, window) {
+                (Some(b), Some(p)) if p > b.saturating_mul(u64::from(c.p99_baseline_factor)) => {
+                    Some(now_ns)
+                }
+                _ => None,
+            };
+            let p99_text = format!(
+                "p99 {} µs, baseline {} µs",
+                window.map_or("-".into(), |p| (p / 1_000).to_string()),
+                baseline.map_or("-".into(), |b| (b / 1_000).to_string())
+            );
+            // Any unreconciled order, at once.
+            let unreconciled = snap.scalar("keel_link_unreconciled", &l);
+            self.set("breaker_open", l.clone(), breaker, breaker_text);
+            self.set("failure_rate", l.clone(), failure, failure_text);
+            self.set("reconnects", l.clone(), reconnects, reconnect_text);
+            self.set("p99_vs_baseline", l.clone(), slow, p99_text);
+            self.set(
+                "unreconciled",
+                l,
+                (unreconciled > 0).then_some(now_ns),
+                format!("{unreconciled} unreconciled"),
+            );
+        }
+        let decision = histogram(snap, "keel_decision_seconds", "class=\"new\"")
+            .filter(|c| c.iter().sum::<u64>() > 0)
+            .map(|c| quantile(c, 0.99));
+        let b = self.budget;
+        for (name, bound, p99) in [
+            ("decision_p99", b.decision_p99_ns, decision),
+            ("new_ack_p99", b.new_ack_p99_ns, new_ack_p99_max),
+            ("cancel_ack_p99", b.cancel_ack_p99_ns, cancel_ack_p99_max),
+        ] {
+            if bound == 0 {
+                continue;
+            }
+            let breach = p99.filter(|&p| p > bound).map(|_| now_ns);
+            let text = format!(
+                "p99 {} µs, budget {} µs",
+                p99.map_or("-".into(), |p| (p / 1_000).to_string()),
+                bound / 1_000
+            );
+            self.set("budget", format!("budget=\"{name}\""), breach, text);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{Descriptor, MetricKind};
+
+    fn snap(breaker: u64, permille: u64, connects: u64, unreconciled: u64) -> Snapshot {
+        let scalar = |name: &str, v: u64| {
+            (
+                Descriptor {
+                    kind: MetricKind::Gauge,
+                    region: 0,
+                    slot: 0,
+                    name: name.into(),
+                    labels: "venue=\"sim\"".into(),
+                },
+                Value::Scalar(v),
+            )
+        };
+        Snapshot {
+            pid: 1,
+            started_unix_ns: 0,
+            state: 2,
+            regions: vec![],
+            metrics: vec![
+                scalar("keel_link_state", 4),
+                scalar("keel_breaker_state", breaker),
+                scalar("keel_breaker_failure_permille", permille),
+                scalar("keel_link_connects_total", connects),
+                scalar("keel_link_unreconciled", unreconciled),
+            ],
+        }
+    }
+
+    fn firing(a: &Alerts, name: &str) -> bool {
+        a.alerts().iter().any(|x| x.name == name && x.firing)
+    }
+
+    // Goal: each threshold fires exactly at its bound, not before, and resolves; counts are
+    // kept.
+    #[test]
+    fn thresholds_fire_at_their_bounds_and_resolve() {
+        let mut a = Alerts::new(AlertsConfig::default(), BudgetConfig::default());
+        a.evaluate(0, &snap(2, 0, 1, 0));
+        a.evaluate(299 * SEC, &snap(2, 0, 1, 0));
+        assert!(!firing(&a, "breaker_open"), "open 299 s: not yet");
+        a.evaluate(300 * SEC, &snap(2, 0, 1, 0));
+        assert!(firing(&a, "breaker_open"));
+        a.evaluate(301 * SEC, &snap(0, 250, 1, 0));
+        assert!(!firing(&a, "breaker_open"), "closed again");
+        assert!(!firing(&a, "failure_rate"), "25% for 0 s");
+        a.evaluate(361 * SEC, &snap(0, 250, 1, 0));
+        assert!(firing(&a, "failure_rate"), "25% for 60 s");
+        a.evaluate(362 * SEC, &snap(0, 200, 1, 0));
+        assert!(!firing(&a, "failure_rate"), "20% is not above 20%");
+        a.evaluate(363 * SEC, &snap(0, 0, 6, 0));
+        assert!(!firing(&a, "reconnects"), "5 in the hour");
+        a.evaluate(364 * SEC, &snap(0, 0, 7, 0));
+        assert!(firing(&a, "reconnects"), "6 in the hour");
+        a.evaluate(364 * SEC + HOUR_NS, &snap(0, 0, 7, 0));
+        assert!(!firing(&a, "reconnects"), "an hour later");
+        assert!(!firing(&a, "unreconciled"));
+        a.evaluate(365 * SEC + HOUR_NS, &snap(0, 0, 7, 1));
+        assert!(firing(&a, "unreconciled"), "at once");
+        let fired: u64 = a.alerts().iter().map(|x| x.fired).sum();
+        assert_eq!(fired, 4);
+    }
+}

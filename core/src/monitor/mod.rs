@@ -1,0 +1,517 @@
+//! The out-of-band side thread: its own thread and its own port, never a loop core. It reads
+//! the counters file (never the loops' memory), evaluates the alert thresholds, and serves
+//! HTTP: Prometheus text at `/metrics`, readiness at `/health`, the state as JSON at
+//! `/api/state`, a live dashboard at `/` fed by server-sent events at `/events`. A storm on
+//! the business path cannot make it think the engine is dead, and a slow scraper or browser
+//! cannot slow a loop: the loops only ever write their regions of the file.
+
+pub mod alerts;
+pub mod prometheus;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use alerts::{label_value, Alerts, AlertsConfig, BudgetConfig};
+
+use crate::clock::{Clock, TscClock};
+use crate::metrics::histogram::quantile;
+use crate::metrics::{CountersReader, Snapshot, Value};
+
+/// Readings per second the side thread takes (alerts and the live page run at this rate).
+const READ_INTERVAL_NS: u64 = 500_000_000;
+/// Browsers on the live page at once; one more is refused (503).
+const EVENT_CLIENTS_MAX: usize = 16;
+/// Longest request head accepted.
+const REQUEST_HEAD_MAX: usize = 8 * 1024;
+/// How long a client may take to send its request.
+const REQUEST_WAIT: Duration = Duration::from_millis(500);
+
+/// What the side thread counted (also in `/metrics`).
+#[derive(Debug, Default)]
+pub struct MonitorCounters {
+    /// Requests served, any path.
+    pub requests: AtomicU64,
+    /// Requests refused (malformed, too large, unknown path, wrong method).
+    pub bad_requests: AtomicU64,
+    /// Live-page clients dropped (too slow to take their events, or too many).
+    pub clients_dropped: AtomicU64,
+    /// Readings of the counters file.
+    pub readings: AtomicU64,
+}
+
+/// Why the side thread could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MonitorError {
+    /// The port could not be bound.
+    #[error("monitor: cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The counters file could not be read.
+    #[error("monitor: {0}")]
+    Counters(#[from] crate::metrics::CountersError),
+}
+
+/// The side thread's state.
+pub struct Monitor {
+    listener: TcpListener,
+    reader: CountersReader,
+    alerts: Alerts,
+    clients: Vec<TcpStream>,
+    last: Option<Snapshot>,
+    clock: TscClock,
+    counters: Arc<MonitorCounters>,
+}
+
+impl std::fmt::Debug for Monitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Monitor")
+            .field("addr", &self.listener.local_addr().ok())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Monitor {
+    /// Binds `addr` and opens the counters file at `counters`.
+    pub fn bind(
+        addr: SocketAddr,
+        counters: &std::path::Path,
+        alerts: AlertsConfig,
+        budget: BudgetConfig,
+    ) -> Result<Self, MonitorError> {
+        let listener =
+            TcpListener::bind(addr).map_err(|source| MonitorError::Listen { addr, source })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| MonitorError::Listen { addr, source })?;
+        Ok(Self {
+            listener,
+            reader: CountersReader::open(counters)?,
+            alerts: Alerts::new(alerts, budget),
+            clients: Vec::new(),
+            last: None,
+            clock: TscClock::new(),
+            counters: Arc::default(),
+        })
+    }
+
+    /// The address it serves.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    /// Its counters.
+    pub fn counters(&self) -> Arc<MonitorCounters> {
+        Arc::clone(&self.counters)
+    }
+
+    /// Serves until `stop`; avoids the cores in `avoid` (the loops') where it can.
+    pub fn run(mut self, stop: &AtomicBool, avoid: &[usize]) {
+        avoid_cores(avoid);
+        let mut next_read = 0;
+        while !stop.load(Ordering::Acquire) {
+            let now = self.clock.now_ns();
+            if now >= next_read {
+                next_read = now + READ_INTERVAL_NS;
+                self.read(now);
+                self.push_events();
+            }
+            match self.listener.accept() {
+                Ok((stream, _)) => self.serve(stream),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    fn read(&mut self, now: u64) {
+        let snap = self.reader.snapshot();
+        self.alerts.evaluate(now, &snap);
+        self.counters.readings.fetch_add(1, Ordering::Relaxed);
+        self.last = Some(snap);
+    }
+
+    fn push_events(&mut self) {
+        if self.clients.is_empty() {
+            return;
+        }
+        let event = format!("data: {}\n\n", self.state_json());
+        let before = self.clients.len();
+        // A client that cannot take the whole event now is dropped: the next reading is
+        // newer anyway, and nothing here ever waits on a browser.
+        self.clients
+            .retain_mut(|c| matches!(c.write(event.as_bytes()), Ok(n) if n == event.len()));
+        let dropped = before - self.clients.len();
+        self.counters
+            .clients_dropped
+            .fetch_add(dropped as u64, Ordering::Relaxed);
+    }
+
+    fn serve(&mut self, mut stream: TcpStream) {
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(REQUEST_WAIT));
+        let _ = stream.set_write_timeout(Some(REQUEST_WAIT));
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        let mut head = Vec::with_capacity(1024);
+        let mut buf = [0u8; 1024];
+        let complete = loop {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => break false,
+                Ok(n) => {
+                    head.extend_from_slice(&buf[..n]);
+                    if head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        break true;
+                    }
+                    if head.len() > REQUEST_HEAD_MAX {
+                        break false;
+                    }
+                }
+            }
+        };
+        let line = String::from_utf8_lossy(&head);
+        let mut words = line.lines().next().unwrap_or("").split(' ');
+        let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+        let path = target.split('?').next().unwrap_or("");
+        let bad = |s: &mut Self, stream: &mut TcpStream, status: &str, why: &str| {
+            s.counters.bad_requests.fetch_add(1, Ordering::Relaxed);
+            respond(stream, status, "text/plain; charset=utf-8", why.as_bytes());
+        };
+        if !complete {
+            let (status, why) = if head.len() > REQUEST_HEAD_MAX {
+                (
+                    "431 Request Header Fields Too Large",
+                    "request head too large\n",
+                )
+            } else {
+                ("400 Bad Request", "incomplete request\n")
+            };
+            return bad(self, &mut stream, status, why);
+        }
+        if method != "GET" && method != "HEAD" {
+            return bad(self, &mut stream, "405 Method Not Allowed", "GET only\n");
+        }
+        match path {
+            "/metrics" => {
+                let text = prometheus::render(
+                    self.last.as_ref().unwrap_or(&self.reader.snapshot()),
+                    &self.extra_metrics(),
+                );
+                respond(
+                    &mut stream,
+                    "200 OK",
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    text.as_bytes(),
+                );
+            }
+            "/health" => {
+                let (ready, why) = self.health();
+                let status = if ready {
+                    "200 OK"
+                } else {
+                    "503 Service Unavailable"
+                };
+                respond(
+                    &mut stream,
+                    status,
+                    "text/plain; charset=utf-8",
+                    why.as_bytes(),
+                );
+            }
+            "/api/state" => {
+                let json = self.state_json();
+                respond(&mut stream, "200 OK", "application/json", json.as_bytes());
+            }
+            "/" | "/index.html" => respond(
+                &mut stream,
+                "200 OK",
+                "text/html; charset=utf-8",
+                DASHBOARD.as_bytes(),
+            ),
+            "/events" => {
+                if self.clients.len() >= EVENT_CLIENTS_MAX {
+                    self.counters
+                        .clients_dropped
+                        .fetch_add(1, Ordering::Relaxed);
+                    return respond(
+                        &mut stream,
+                        "503 Service Unavailable",
+                        "text/plain",
+                        b"too many live clients\n",
+                    );
+                }
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                            Cache-Control: no-cache\r\nConnection: keep-alive\r\n\r\n";
+                let first = format!("{head}data: {}\n\n", self.state_json());
+                if stream.write_all(first.as_bytes()).is_ok() {
+                    let _ = stream.set_nonblocking(true);
+                    self.clients.push(stream);
+                }
+            }
+            _ => bad(self, &mut stream, "404 Not Found", "no such page\n"),
+        }
+    }
+
+    /// Ready only when the engine runs and every venue is SYNCED.
+    fn health(&self) -> (bool, String) {
+        let Some(s) = &self.last else {
+            return (false, "no reading yet\n".into());
+        };
+        if s.state != 2 {
+            return (false, "engine not running\n".into());
+        }
+        let mut not = Vec::new();
+        for (d, v) in &s.metrics {
+            if d.name == "keel_link_state" && *v != Value::Scalar(4) {
+                not.push(label_value(&d.labels, "venue").unwrap_or("?").to_string());
+            }
+        }
+        if not.is_empty() {
+            (true, "ready: every venue SYNCED\n".into())
+        } else {
+            (false, format!("not SYNCED: {}\n", not.join(" ")))
+        }
+    }
+
+    fn extra_metrics(&self) -> Vec<(String, &'static str, String, f64)> {
+        let mut extra = Vec::new();
+        for a in self.alerts.alerts() {
+            let labels = format!("alert=\"{}\",{}", a.name, a.subject);
+            extra.push((
+                "keel_alert_firing".to_string(),
+                "gauge",
+                labels.clone(),
+                f64::from(u8::from(a.firing)),
+            ));
+        }
+        for a in self.alerts.alerts() {
+            let labels = format!("alert=\"{}\",{}", a.name, a.subject);
+            extra.push((
+                "keel_alerts_fired_total".to_string(),
+                "counter",
+                labels,
+                a.fired as f64,
+            ));
+        }
+        let b = self.alerts.budget();
+        for (name, ns) in [
+            ("decision_p99", b.decision_p99_ns),
+            ("new_ack_p99", b.new_ack_p99_ns),
+            ("cancel_ack_p99", b.cancel_ack_p99_ns),
+        ] {
+            if ns > 0 {
+                extra.push((
+                    "keel_budget_seconds".to_string(),
+                    "gauge",
+                    format!("budget=\"{name}\""),
+                    ns as f64 / 1e9,
+                ));
+            }
+        }
+        let c = &self.counters;
+        for (name, v) in [
+            ("keel_monitor_requests_total", &c.requests),
+            ("keel_monitor_bad_requests_total", &c.bad_requests),
+            ("keel_monitor_clients_dropped_total", &c.clients_dropped),
+        ] {
+            extra.push((
+                name.to_string(),
+                "counter",
+                String::new(),
+                v.load(Ordering::Relaxed) as f64,
+            ));
+        }
+        extra
+    }
+
+    /// The whole state the page shows, as JSON.
+    pub fn state_json(&self) -> String {
+        let Some(s) = &self.last else {
+            return "{}".into();
+        };
+        let p99_us = |name: &str, labels: &str| match s.get(name, labels) {
+            Some(Value::Histogram { counts, count, .. }) if *count > 0 => {
+                serde_json::Value::from(quantile(counts, 0.99) as f64 / 1e3)
+            }
+            _ => serde_json::Value::Null,
+        };
+        let mut venues = Vec::new();
+        for (d, v) in &s.metrics {
+            if d.name != "keel_link_state" {
+                continue;
+            }
+            let name = label_value(&d.labels, "venue").unwrap_or("?");
+            let l = &d.labels;
+            let lane = |k: &str| s.scalar("keel_lane_depth", &format!("{l},lane=\"{k}\""));
+            let (baseline, window) = self.alerts.p99(name);
+            let reconnects_hour = self
+                .alerts
+                .alerts()
+                .iter()
+                .find(|a| a.name == "reconnects" && a.subject == *l)
+                .map_or(String::new(), |a| a.value.clone());
+            venues.push(serde_json::json!({
+                "name": name,
+                "link": match v { Value::Scalar(c) => link_state_name(*c), _ => "?" },
+                "mode": match s.scalar("keel_venue_mode", l) { 0 => "down", 1 => "read-only", _ => "trading" },
+                "breaker": match s.scalar("keel_breaker_state", l) { 0 => "closed", 1 => "half-open", _ => "OPEN" },
+                "failure_pct": s.scalar("keel_breaker_failure_permille", l) as f64 / 10.0,
+                "connects": s.scalar("keel_link_connects_total", l),
+                "connect_failures": s.scalar("keel_link_connect_failures_total", l),
+                "reconnects_hour": reconnects_hour,
+                "unreconciled": s.scalar("keel_link_unreconciled", l),
+                "in_flight": s.scalar("keel_venue_in_flight", l),
+                "lanes": { "cancel": lane("cancel"), "replace": lane("replace"), "new": lane("new") },
+                "ack_p99_us": p99_us("keel_new_order_ack_seconds", l),
+                "cancel_p99_us": p99_us("keel_cancel_ack_seconds", l),
+                "window_p99_us": window.map(|p| p as f64 / 1e3),
+                "baseline_p99_us": baseline.map(|p| p as f64 / 1e3),
+            }));
+        }
+        let strategies: Vec<serde_json::Value> = s
+            .metrics
+            .iter()
+            .filter(|(d, _)| d.name == "keel_strategy_disabled")
+            .map(|(d, v)| {
+                let l = &d.labels;
+                serde_json::json!({
+                    "id": label_value(l, "strategy").unwrap_or("?"),
+                    "disabled": *v == Value::Scalar(1),
+                    "commands": s.scalar("keel_strategy_commands_total", l),
+                    "lost": s.scalar("keel_strategy_lost_total", l),
+                    "broken": s.scalar("keel_strategy_broken", l) == 1,
+                })
+            })
+            .collect();
+        let refused: serde_json::Map<String, serde_json::Value> = s
+            .metrics
+            .iter()
+            .filter(|(d, v)| d.name == "keel_refused_total" && *v != Value::Scalar(0))
+            .map(|(d, v)| {
+                let n = match v {
+                    Value::Scalar(n) => *n,
+                    Value::Histogram { .. } => 0,
+                };
+                (
+                    label_value(&d.labels, "reason").unwrap_or("?").to_string(),
+                    n.into(),
+                )
+            })
+            .collect();
+        let now = self.clock.now_ns();
+        let alerts: Vec<serde_json::Value> = self
+            .alerts
+            .alerts()
+            .iter()
+            .map(|a| {
+                serde_json::json!({
+                    "name": a.name,
+                    "subject": a.subject,
+                    "firing": a.firing,
+                    "for_s": if a.firing { (now.saturating_sub(a.since_ns)) / 1_000_000_000 } else { 0 },
+                    "fired": a.fired,
+                    "value": a.value,
+                })
+            })
+            .collect();
+        let b = self.alerts.budget();
+        let budget_us = |ns: u64| (ns > 0).then(|| ns as f64 / 1e3);
+        serde_json::json!({
+            "pid": s.pid,
+            "state": match s.state { 1 => "starting", 2 => "running", 3 => "stopped", _ => "unknown" },
+            "kill_switch": s.scalar("keel_kill_switch", "") == 1,
+            "open_orders": s.scalar("keel_open_orders", ""),
+            "unknown_orders": s.scalar("keel_unknown_orders", ""),
+            "commands": s.scalar("keel_commands_total", ""),
+            "shed": s.scalar("keel_shed_total", ""),
+            "throttled": s.scalar("keel_throttled_total", ""),
+            "breaker_refused": s.scalar("keel_breaker_refused_total", ""),
+            "refused": refused,
+            "decision_p99_us": p99_us("keel_decision_seconds", "class=\"new\""),
+            "budget": {
+                "decision_p99_us": budget_us(b.decision_p99_ns),
+                "new_ack_p99_us": budget_us(b.new_ack_p99_ns),
+                "cancel_ack_p99_us": budget_us(b.cancel_ack_p99_ns),
+            },
+            "venues": venues,
+            "strategies": strategies,
+            "alerts": alerts,
+        })
+        .to_string()
+    }
+}
+
+fn link_state_name(code: u64) -> &'static str {
+    match code {
+        0 => "DISCONNECTED",
+        1 => "CONNECTING",
+        2 => "CONNECTED",
+        3 => "RECONCILING",
+        4 => "SYNCED",
+        5 => "READ-ONLY",
+        _ => "?",
+    }
+}
+
+fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &[u8]) {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(body);
+    let _ = stream.flush();
+}
+
+/// Moves the calling thread off `avoid` (the loops' cores) when another core exists.
+fn avoid_cores(avoid: &[usize]) {
+    if avoid.is_empty() {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let others: Vec<usize> = (0..cores).filter(|c| !avoid.contains(c)).collect();
+    if others.is_empty() {
+        return;
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes bits inside it for
+    // core numbers below the machine's count; sched_setaffinity(0, …) applies to this thread
+    // only and reads the set we own.
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in &others {
+            libc::CPU_SET(c, &mut set);
+        }
+        let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// The live page: one screen, fed by `/events`.
+pub const DASHBOARD: &str = include_str!("dashboard.html");
+
+/// Spawns the side thread on `addr` for the counters file at `counters`.
+pub fn spawn(
+    addr: SocketAddr,
+    counters: PathBuf,
+    alerts: AlertsConfig,
+    budget: BudgetConfig,
+    stop: Arc<AtomicBool>,
+    avoid: Vec<usize>,
+) -> Result<(SocketAddr, std::thread::JoinHandle<()>), MonitorError> {
+    let monitor = Monitor::bind(addr, &counters, alerts, budget)?;
+    let bound = monitor.local_addr().unwrap_or(addr);
+    let thread = std::thread::Builder::new()
+        .name("keel-monitor".into())
+        .spawn(move || monitor.run(&stop, &avoid))
+        .expect("spawning the monitor thread");
+    Ok((bound, thread))
+}
