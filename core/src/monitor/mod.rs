@@ -199,12 +199,12 @@ impl Monitor {
         if method != "GET" && method != "HEAD" {
             return bad(self, &mut stream, "405 Method Not Allowed", "GET only\n");
         }
+        // Each answer shows the file as it is now (alerts as of their last evaluation).
+        self.last = Some(self.reader.snapshot());
         match path {
             "/metrics" => {
-                let text = prometheus::render(
-                    self.last.as_ref().unwrap_or(&self.reader.snapshot()),
-                    &self.extra_metrics(),
-                );
+                let snap = self.last.clone().unwrap_or_else(|| self.reader.snapshot());
+                let text = prometheus::render(&snap, &self.extra_metrics());
                 respond(
                     &mut stream,
                     "200 OK",
@@ -300,6 +300,20 @@ impl Monitor {
                 labels,
                 a.fired as f64,
             ));
+        }
+        if let Some(s) = &self.last {
+            for (d, _) in s.metrics.iter().filter(|(d, _)| d.name == "keel_link_state") {
+                let venue = label_value(&d.labels, "venue").unwrap_or("?");
+                let (baseline, window) = self.alerts.p99(venue);
+                for (name, value) in [
+                    ("keel_ack_p99_baseline_seconds", baseline),
+                    ("keel_ack_p99_window_seconds", window),
+                ] {
+                    if let Some(ns) = value {
+                        extra.push((name.to_string(), "gauge", d.labels.clone(), ns as f64 / 1e9));
+                    }
+                }
+            }
         }
         let b = self.alerts.budget();
         for (name, ns) in [

@@ -43,6 +43,8 @@ fn help(name: &str) -> &'static str {
         "keel_alerts_fired_total" => "Times an alert started firing.",
         "keel_budget_seconds" => "A configured latency budget.",
         "keel_up" => "1 while the engine's counters file says it runs.",
+        "keel_ack_p99_baseline_seconds" => "A venue's new-order ack p99 baseline (learned over its first full window, or configured).",
+        "keel_ack_p99_window_seconds" => "A venue's new-order ack p99 over the last window.",
         _ => "See docs/observability.md.",
     }
 }

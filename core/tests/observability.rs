@@ -1,0 +1,429 @@
+//! Eyes on the chain, from outside the engine: `keel run` with its counters file and side
+//! thread, read by `keel stat`, the Python reader, a real Prometheus server (Debian's
+//! `prometheus`) scraping `/metrics`, and headless Chromium (Debian's `chromium`) loading the
+//! live page. scripts/test installs both and sets `KEEL_REQUIRE_OBSERVABILITY=1`; without it a
+//! missing program skips its part, saying so.
+
+// A test driver waits on other processes by the wall clock; the core never does.
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, Stdio};
+use std::time::{Duration, Instant};
+
+use keel::ipc::{Channel, EngineState, IpcEvent};
+use keel::order::{
+    ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
+    VenueId,
+};
+
+mod common;
+
+use common::peers::{keel_run, stop_keel_run, venue, Proc, KEEL};
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A program the test needs from the machine: its path, or `None` (skip) unless
+/// `KEEL_REQUIRE_OBSERVABILITY=1` makes a missing one a failure.
+fn program(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("KEEL_REQUIRE_OBSERVABILITY").as_deref() != Ok("1"),
+            "{name} is not installed but KEEL_REQUIRE_OBSERVABILITY=1 (scripts/test installs it)"
+        );
+        eprintln!("{name} not installed: that part of the test is skipped (scripts/test installs it)");
+    }
+    found
+}
+
+/// One HTTP GET on loopback: status code and body.
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    (status, body)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn keel(args: &[&str]) -> (i32, String) {
+    let out = Process::new(KEEL).args(args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned()
+        + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn order(seq: u64) -> Command {
+    Command::New(NewOrder {
+        id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
+        venue: VenueId(0),
+        symbol: SymbolId(1),
+        side: Side::Buy,
+        price: Price::from_units(50, 0),
+        qty: 1,
+        tif: TimeInForce::Day,
+    })
+}
+
+/// Reads events until every id in `ids` saw `want`.
+fn await_events(channel: &Channel, ids: &[u64], want: impl Fn(&EventKind) -> bool) {
+    let mut seen: Vec<(u64, EventKind)> = Vec::new();
+    wait_until("the engine's answers", Duration::from_secs(20), || {
+        channel.beat_strategy();
+        while let Some(e) = channel.pop_event() {
+            if let Ok(IpcEvent::Event(e)) = e {
+                seen.push((e.id.sequence(), e.kind));
+            }
+        }
+        ids.iter()
+            .all(|id| seen.iter().any(|(s, k)| s == id && want(k)))
+    });
+}
+
+fn json_value(json: &serde_json::Value, name: &str, labels: &str) -> Option<u64> {
+    json["metrics"]
+        .as_array()?
+        .iter()
+        .find(|m| m["name"] == name && m["labels"] == labels)?["value"]
+        .as_u64()
+}
+
+struct World {
+    venue: common::peers::Venue,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    ipc: PathBuf,
+}
+
+fn world() -> World {
+    let venue = venue(&["--flow-rate", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, ipc) = (dir.path().join("journal"), dir.path().join("ipc"));
+    let text = format!(
+        "symbols = [\"AAPL\", \"MSFT\"]\n\
+         [dispatcher]\nstrategies = 1\n\
+         [engine]\nidle = \"backoff\"\n\
+         [operator]\ncancel_on_stop = false\n\
+         [journal]\ndir = \"{}\"\n\
+         [ipc]\ndir = \"{}\"\nstrategy_timeout_ns = \"60s\"\n\
+         [metrics]\nhttp = \"127.0.0.1:0\"\n\
+         [budget]\nnew_ack_p99_ns = \"1s\"\n\
+         [[venue]]\nname = \"sim\"\naddress = \"{}\"\nusername = \"keel\"\n\
+         password = \"keel\"\nbackoff_base_ns = \"20ms\"\nbackoff_cap_ns = \"200ms\"\n",
+        journal.display(),
+        ipc.display(),
+        venue.entry
+    );
+    let config = dir.path().join("keel.toml");
+    std::fs::write(&config, text).unwrap();
+    World {
+        venue,
+        dir,
+        config,
+        ipc,
+    }
+}
+
+/// The monitor's address, from the engine's log line `url=http://ADDR/`.
+fn monitor_addr(err_log: &Path) -> String {
+    let mut addr = String::new();
+    wait_until("the monitor's log line", Duration::from_secs(20), || {
+        let log = std::fs::read_to_string(err_log).unwrap_or_default();
+        if let Some(at) = log.find("url=http://") {
+            addr = log[at + 11..]
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+        }
+        !addr.is_empty()
+    });
+    addr
+}
+
+fn synced_channel(ipc: &Path) -> Channel {
+    let path = ipc.join("strategy-0");
+    let mut channel = None;
+    wait_until("a running, SYNCED engine", Duration::from_secs(20), || {
+        if channel.is_none() {
+            channel = Channel::open(&path).ok();
+        }
+        channel.as_ref().is_some_and(|c| {
+            c.beat_strategy();
+            c.engine_state() == EngineState::Running && c.venue_synced(VenueId(0))
+        })
+    });
+    channel.unwrap()
+}
+
+// Goal (issue 13): an operator with only `keel stat`, Prometheus or a browser sees the chain
+// live. Method: `keel run` against `keel venue` on loopback; a strategy over shared memory
+// places 10 orders and cancels 4. `keel stat --once`/`--json` and the Python reader show what
+// happened while it runs; a real Prometheus server scrapes `/metrics` and its query API
+// returns keel's series with the same values; headless Chromium loads the live page and finds
+// the breaker shown open while an operator holds it open, closed after; `/health` says ready
+// while the venue is SYNCED; after the stop, `keel stat --json` matches the stop report.
+#[test]
+fn stat_prometheus_and_the_live_page_see_the_chain() {
+    let World {
+        venue: v,
+        dir,
+        config,
+        ipc,
+    } = world();
+    let log = dir.path().join("run.log");
+    let engine = keel_run(&config, &log);
+    let addr = monitor_addr(&log.with_extension("err"));
+    let channel = synced_channel(&ipc);
+    let ids: Vec<u64> = (1..=10).collect();
+    for &seq in &ids {
+        assert!(channel.push_command(&order(seq)));
+    }
+    await_events(&channel, &ids, |k| *k == EventKind::Accepted);
+    for seq in 1..=4u64 {
+        let id = ClientOrderId::new(StrategyId(0), seq).unwrap();
+        assert!(channel.push_command(&Command::Cancel { id }));
+    }
+    await_events(&channel, &[1, 2, 3, 4], |k| *k == EventKind::Canceled);
+    let config_arg = config.to_str().unwrap();
+
+    // keel stat, live.
+    let mut json = serde_json::Value::Null;
+    wait_until("keel stat to see the cancels", Duration::from_secs(10), || {
+        let (code, text) = keel(&["stat", "--config", config_arg, "--json"]);
+        assert_eq!(code, 0, "{text}");
+        json = serde_json::from_str(&text).unwrap();
+        json_value(&json, "keel_sent_total", "kind=\"cancel\"") == Some(4)
+    });
+    assert_eq!(json["state"], "running");
+    assert_eq!(json_value(&json, "keel_sent_total", "kind=\"new\""), Some(10));
+    assert_eq!(json_value(&json, "keel_open_orders", ""), Some(6));
+    assert_eq!(json_value(&json, "keel_link_state", "venue=\"sim\""), Some(4));
+    let ack = json["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "keel_new_order_ack_seconds")
+        .unwrap();
+    assert_eq!(ack["count"], 10, "one ack per order: {ack}");
+    let (code, text) = keel(&["stat", "--config", config_arg, "--once"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("sent new 10 cancel 4"), "{text}");
+    assert!(text.contains("SYNCED"), "{text}");
+
+    // The Python reader (stdlib only), from docs/observability.md.
+    let reader =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python/keel_counters.py");
+    let out = Process::new("python3")
+        .arg(&reader)
+        .arg(ipc.join("counters"))
+        .args(["--name", "keel_sent_total"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let py: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json_value(&py, "keel_sent_total", "kind=\"new\""), Some(10));
+    assert_eq!(json_value(&py, "keel_sent_total", "kind=\"cancel\""), Some(4));
+
+    // /health and /metrics.
+    let (status, body) = get(&addr, "/health");
+    assert_eq!(status, 200, "{body}");
+    let (status, metrics) = get(&addr, "/metrics");
+    assert_eq!(status, 200);
+    assert!(metrics.contains("keel_sent_total{kind=\"new\"} 10"), "{metrics}");
+    assert!(metrics.contains("keel_new_order_ack_seconds_count{venue=\"sim\"} 10"));
+    assert_eq!(get(&addr, "/nowhere").0, 404);
+    assert_eq!(get(&addr, "/metrics?x=1").0, 200);
+
+    // A real Prometheus scrapes it.
+    if let Some(prometheus) = program("prometheus") {
+        let web = format!("127.0.0.1:{}", free_port());
+        let pdir = dir.path().join("prometheus");
+        std::fs::create_dir_all(&pdir).unwrap();
+        let pconfig = pdir.join("prometheus.yml");
+        std::fs::write(
+            &pconfig,
+            format!(
+                "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: keel\n    \
+                 static_configs:\n      - targets: ['{addr}']\n"
+            ),
+        )
+        .unwrap();
+        let _server = Proc(
+            Process::new(prometheus)
+                .arg(format!("--config.file={}", pconfig.display()))
+                .arg(format!("--storage.tsdb.path={}", pdir.join("data").display()))
+                .arg(format!("--web.listen-address={web}"))
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(pdir.join("prometheus.log")).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        let mut answer = String::new();
+        wait_until("Prometheus to have keel's series", Duration::from_secs(60), || {
+            let ready = std::net::TcpStream::connect(&web).is_ok();
+            if ready {
+                let q = "/api/v1/query?query=keel_sent_total%7Bkind%3D%22cancel%22%7D";
+                answer = get(&web, q).1;
+            }
+            answer.contains("\"value\":[") && answer.contains("\"4\"]")
+        });
+        assert!(answer.contains("\"job\":\"keel\""), "{answer}");
+        let q = "/api/v1/query?query=keel_open_orders";
+        assert!(get(&web, q).1.contains("\"6\"]"), "open orders");
+        let q = "/api/v1/query?query=histogram_quantile(0.99%2Ckeel_new_order_ack_seconds_bucket)";
+        let p99 = get(&web, q).1;
+        assert!(p99.contains("\"venue\":\"sim\""), "{p99}");
+    }
+
+    // Headless Chromium reads the live page: the breaker shown open, then closed.
+    if let Some(chromium) = program("chromium") {
+        let dom = |shot: Option<&Path>| {
+            let profile = tempfile::tempdir().unwrap();
+            let mut c = Process::new(&chromium);
+            c.args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--virtual-time-budget=3000",
+                "--window-size=1500,700",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()));
+            match shot {
+                Some(p) => c.arg(format!("--screenshot={}", p.display())),
+                None => c.arg("--dump-dom"),
+            };
+            let out = c.arg(format!("http://{addr}/")).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let (code, answer) = keel(&["ctl", "--config", config_arg, "breaker", "sim", "open"]);
+        assert_eq!(code, 0, "{answer}");
+        std::thread::sleep(Duration::from_millis(600)); // the side thread's next reading
+        let page = dom(None);
+        assert!(page.contains("class=\"bad breaker\">OPEN<"), "{page}");
+        assert!(page.contains("class=\"ok link\">SYNCED<"), "{page}");
+        let shot = dir.path().join("dashboard.png");
+        dom(Some(&shot));
+        assert!(std::fs::metadata(&shot).unwrap().len() > 10_000, "a screenshot");
+        if let Ok(to) = std::env::var("KEEL_DASHBOARD_PNG") {
+            std::fs::copy(&shot, to).unwrap();
+        }
+        let (code, answer) = keel(&["ctl", "--config", config_arg, "breaker", "sim", "close"]);
+        assert_eq!(code, 0, "{answer}");
+        std::thread::sleep(Duration::from_millis(600));
+        let page = dom(None);
+        assert!(page.contains("class=\"ok breaker\">closed<"), "{page}");
+    }
+
+    // After the stop, the file holds the last values: they match the report.
+    let report = stop_keel_run(engine, &log);
+    let (code, text) = keel(&["stat", "--config", config_arg, "--json"]);
+    assert_eq!(code, 0, "{text}");
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["state"], "stopped");
+    let commands = json_value(&json, "keel_commands_total", "").unwrap();
+    let new = json_value(&json, "keel_sent_total", "kind=\"new\"").unwrap();
+    let cancel = json_value(&json, "keel_sent_total", "kind=\"cancel\"").unwrap();
+    assert!(
+        report.contains(&format!(
+            "commands {commands} | sent new {new} cancel {cancel} "
+        )),
+        "{report}\n{text}"
+    );
+    let open = json_value(&json, "keel_open_orders", "").unwrap();
+    assert!(report.contains(&format!("open orders: {open}")), "{report}");
+    drop(v);
+}
+
+// Goal (issue 13): the shipped alerting rules are valid Prometheus rules.
+#[test]
+fn the_shipped_alert_rules_pass_promtool() {
+    let Some(promtool) = program("promtool") else {
+        return;
+    };
+    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/keel-alerts.yml");
+    let out = Process::new(promtool)
+        .args(["check", "rules"])
+        .arg(&rules)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned()
+        + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("SUCCESS: 7 rules found"), "{text}");
+}
+
+// Goal: the side thread refuses what is not a request, and a slow or hostile client cannot
+// hold it: an unfinished request is cut after its wait, an oversized head is refused 431,
+// other methods 405; the engine goes on serving.
+#[test]
+fn the_monitor_refuses_garbage_and_slow_clients() {
+    let World {
+        venue: _v,
+        dir,
+        config,
+        ipc,
+    } = world();
+    let log = dir.path().join("run.log");
+    let engine = keel_run(&config, &log);
+    let addr = monitor_addr(&log.with_extension("err"));
+    synced_channel(&ipc);
+    let send = |bytes: &[u8]| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.write_all(bytes);
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        text
+    };
+    assert!(send(b"POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+    let huge = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
+    assert!(send(huge.as_bytes()).starts_with("HTTP/1.1 431"));
+    assert!(send(b"\x00\xff\xfe garbage\r\n\r\n").starts_with("HTTP/1.1 405"));
+    // A client that connects and says nothing is cut after the wait; others are served.
+    let idle = std::net::TcpStream::connect(&addr).unwrap();
+    assert_eq!(get(&addr, "/health").0, 200);
+    drop(idle);
+    let (_, metrics) = get(&addr, "/metrics");
+    assert!(
+        metrics.contains("keel_monitor_bad_requests_total 4"),
+        "{metrics}"
+    );
+    stop_keel_run(engine, &log);
+}
