@@ -59,13 +59,23 @@ pub fn run(args: CtlArgs) -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Err(e) => {
+        Err(crate::engine::admin::RequestError::Connect(e)) => {
             crate::warn_line!(
                 "keel ctl: cannot reach the engine at {}: {e} (is `keel run` running with this \
                  configuration?)",
                 socket.display()
             );
             ExitCode::from(69)
+        }
+        Err(crate::engine::admin::RequestError::Answer(e)) => {
+            // Delivered (or part of it): the engine may have carried it out. Never say
+            // "cannot reach": an operator would think nothing happened.
+            crate::warn_line!(
+                "keel ctl: `{line}` was sent to the engine at {} but no whole answer came back \
+                 ({e}): it may have been carried out; check `keel ctl status`",
+                socket.display()
+            );
+            ExitCode::from(75)
         }
     }
 }
