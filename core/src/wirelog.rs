@@ -16,6 +16,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -204,11 +205,17 @@ impl WireLogWriter {
         std::fs::create_dir_all(&self.config.dir).map_err(io)?;
         // A new file per run: the previous run's goes to wire.log.1 (loop times restart).
         if path.exists() {
-            std::fs::rename(&path, self.config.dir.join("wire.log.1")).map_err(io)?;
+            let older = self.config.dir.join("wire.log.1");
+            std::fs::rename(&path, &older).map_err(|source| WireLogError::Io {
+                path: older.clone(),
+                source,
+            })?;
         }
+        // Owner-only: the file holds the venue login (username and password) as sent.
         let mut file = OpenOptions::new()
             .create_new(true)
             .write(true)
+            .mode(0o600)
             .open(&path)
             .map_err(io)?;
         let header = self.header();
@@ -370,57 +377,79 @@ pub fn dump(path: &Path, out: &mut dyn Write) -> Result<DumpSummary, WireLogErro
         offset: offset as u64,
         what,
     };
-    let mut data = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut data))
-        .map_err(io)?;
-    if data.len() < 26 || &data[..8] != MAGIC {
+    // Streamed: memory stays at one record whatever the file's size. Only a regular file is
+    // read (a device or a pipe could be endless), and only the bytes it had when opened (the
+    // running engine may be appending).
+    let file = File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(corrupt(0, "not a regular file".into()));
+    }
+    let size = meta.len();
+    let mut r = std::io::BufReader::with_capacity(1 << 16, file.take(size));
+    let mut fixed = [0u8; 26];
+    if read_full(&mut r, &mut fixed).map_err(io)? < fixed.len() || &fixed[..8] != MAGIC {
         return Err(corrupt(0, "not a keel wire log (magic)".into()));
     }
-    let version = u32::from_le_bytes(data[8..12].try_into().expect("4"));
+    let version = u32::from_le_bytes(fixed[8..12].try_into().expect("4"));
     if version != VERSION {
         return Err(corrupt(
             8,
             format!("version {version}, this keel reads {VERSION}"),
         ));
     }
-    let header_len = u32::from_le_bytes(data[12..16].try_into().expect("4")) as usize;
-    if header_len < 26 || header_len > data.len() {
+    let header_len = u32::from_le_bytes(fixed[12..16].try_into().expect("4")) as usize;
+    if header_len < 26 || header_len as u64 > size {
         return Err(corrupt(12, format!("header length {header_len}")));
     }
-    let unix_origin = u64::from_le_bytes(data[16..24].try_into().expect("8"));
-    let count = u16::from_le_bytes(data[24..26].try_into().expect("2"));
+    let unix_origin = u64::from_le_bytes(fixed[16..24].try_into().expect("8"));
+    let count = u16::from_le_bytes(fixed[24..26].try_into().expect("2"));
+    let mut names = vec![0u8; header_len - 26];
+    if read_full(&mut r, &mut names).map_err(io)? < names.len() {
+        return Err(corrupt(26, "the header is cut short".into()));
+    }
     let mut venues = Vec::new();
-    let mut at = 26;
+    let mut at = 0;
     for _ in 0..count {
-        let Some(&len) = data.get(at) else {
-            return Err(corrupt(at, "venue names past the header".into()));
+        let Some(&len) = names.get(at) else {
+            return Err(corrupt(26 + at, "venue names past the header".into()));
         };
         let end = at + 1 + usize::from(len);
-        if end > header_len {
-            return Err(corrupt(at, "venue names past the header".into()));
+        if end > names.len() {
+            return Err(corrupt(26 + at, "venue names past the header".into()));
         }
-        venues.push(String::from_utf8_lossy(&data[at + 1..end]).into_owned());
+        venues.push(String::from_utf8_lossy(&names[at + 1..end]).into_owned());
         at = end;
     }
     let mut summary = DumpSummary::default();
     let mut at = header_len;
-    while at < data.len() {
-        if data.len() - at < RECORD_HEADER_LEN {
-            summary.torn_tail_bytes = (data.len() - at) as u64;
+    let mut body = Vec::new();
+    loop {
+        let mut h = [0u8; RECORD_HEADER_LEN];
+        let got = read_full(&mut r, &mut h).map_err(io)?;
+        if got == 0 {
             break;
         }
-        let h = &data[at..at + RECORD_HEADER_LEN];
+        if got < RECORD_HEADER_LEN {
+            summary.torn_tail_bytes = got as u64;
+            break;
+        }
         let kind = h[0];
         let venue = u16::from_le_bytes([h[2], h[3]]);
         let len = u32::from_le_bytes(h[4..8].try_into().expect("4")) as usize;
         let t = u64::from_le_bytes(h[8..16].try_into().expect("8"));
         let body_at = at + RECORD_HEADER_LEN;
-        if data.len() - body_at < len {
-            summary.torn_tail_bytes = (data.len() - at) as u64;
+        if (len as u64) > size - body_at as u64 {
+            summary.torn_tail_bytes = size - at as u64;
             break;
         }
-        let body = &data[body_at..body_at + len];
+        body.resize(len, 0);
+        let got = read_full(&mut r, &mut body).map_err(io)?;
+        if got < len {
+            summary.torn_tail_bytes = (RECORD_HEADER_LEN + got) as u64;
+            break;
+        }
+        let body = &body[..];
         let name = venues
             .get(usize::from(venue))
             .map_or_else(|| venue.to_string(), Clone::clone);
@@ -460,6 +489,20 @@ pub fn dump(path: &Path, out: &mut dyn Write) -> Result<DumpSummary, WireLogErro
         at = body_at + len;
     }
     Ok(summary)
+}
+
+/// Reads until `buf` is full or the end; returns how many bytes were read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 /// The SoupBinTCP packets in `bytes` (a 2-byte big-endian length, then that many bytes);
@@ -577,6 +620,18 @@ mod tests {
         f.write_all(&[1, 0, 0, 0, 9, 0]).unwrap();
         let summary = dump(&writer.path(), &mut Vec::new()).unwrap();
         assert_eq!(summary.torn_tail_bytes, 6);
+        // Owner-only: it holds the venue login as sent.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(writer.path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
+        // A device is never read (before: `keel log dump /dev/zero` read until memory ran out).
+        assert!(matches!(
+            dump(Path::new("/dev/zero"), &mut Vec::new()),
+            Err(WireLogError::Corrupt { .. })
+        ));
         // Not a wire log.
         std::fs::write(dir.path().join("x"), b"hello").unwrap();
         assert!(matches!(
