@@ -105,8 +105,14 @@ struct WireRx {
     ring: rtrb::Consumer<u8>,
     dropped: Arc<AtomicU64>,
     dropped_said: u64,
+    /// Dropped records written into the file but not yet said in the log.
+    unlogged: u64,
     venue: u16,
 }
+
+/// Dropped records are said in the log at most once per this interval per link (the file
+/// records each drop where it happened).
+const DROP_LOG_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// Why the wire log could not be written or read.
 #[derive(Debug, thiserror::Error)]
@@ -142,6 +148,9 @@ pub struct WireLogWriter {
     /// Bytes written in total (all files).
     pub bytes: u64,
     errors: u64,
+    clock: crate::clock::TscClock,
+    /// When dropped records were last said in the log.
+    logged_at_ns: u64,
 }
 
 impl std::fmt::Debug for WireLogWriter {
@@ -173,6 +182,7 @@ pub fn wire_log(
             ring: rx,
             dropped,
             dropped_said: 0,
+            unlogged: 0,
             venue: v as u16,
         });
     }
@@ -185,6 +195,8 @@ pub fn wire_log(
         written: 0,
         bytes: 0,
         errors: 0,
+        clock: crate::clock::TscClock::new(),
+        logged_at_ns: 0,
     };
     (taps, writer)
 }
@@ -277,23 +289,48 @@ impl WireLogWriter {
                 r[2..4].copy_from_slice(&venue.to_le_bytes());
                 r[4..8].copy_from_slice(&8u32.to_le_bytes());
                 r[16..24].copy_from_slice(&count.to_le_bytes());
+                self.rings[i].unlogged += count;
                 if let Err(e) = self.append(&r) {
                     self.fail(&e);
                 }
-                tracing::error!(
-                    target: "keel::wire",
-                    venue = self.venues.get(usize::from(venue)).map_or("?", String::as_str),
-                    count,
-                    "wire log records dropped (the link's ring was full)"
-                );
             }
         }
+        let now_ns = crate::clock::Clock::now_ns(&self.clock);
+        self.say_drops(now_ns, false);
         if moved > 0 && self.written > self.config.file_bytes_max {
             if let Err(e) = self.open() {
                 self.fail(&e);
             }
         }
         moved
+    }
+
+    /// Says the records dropped since the last time, one line per link, if an interval has
+    /// passed (or `force`); returns the lines said. A ring too small for a sustained burst
+    /// would otherwise log at every drain (every 2 ms).
+    fn say_drops(&mut self, now_ns: u64, force: bool) -> u32 {
+        let interval_ns = now_ns.saturating_sub(self.logged_at_ns);
+        if !force && interval_ns < DROP_LOG_INTERVAL_NS {
+            return 0;
+        }
+        let mut said = 0;
+        for rx in &mut self.rings {
+            if rx.unlogged > 0 {
+                tracing::error!(
+                    target: "keel::wire",
+                    venue = self.venues.get(usize::from(rx.venue)).map_or("?", String::as_str),
+                    count = rx.unlogged,
+                    interval_ms = interval_ns / 1_000_000,
+                    "wire log records dropped (the link's ring was full)"
+                );
+                rx.unlogged = 0;
+                said += 1;
+            }
+        }
+        if said > 0 {
+            self.logged_at_ns = now_ns;
+        }
+        said
     }
 
     fn append(&mut self, bytes: &[u8]) -> Result<(), WireLogError> {
@@ -323,6 +360,8 @@ impl WireLogWriter {
             }
         }
         self.drain();
+        let now_ns = crate::clock::Clock::now_ns(&self.clock);
+        self.say_drops(now_ns, true);
         if let Some(f) = &self.file {
             let _ = f.sync_data();
         }
@@ -638,6 +677,41 @@ mod tests {
             dump(&dir.path().join("x"), &mut Vec::new()),
             Err(WireLogError::Corrupt { .. })
         ));
+    }
+
+    // Goal: a ring too small for a sustained burst is said in the log once per interval per
+    // link, not at every 2-ms drain (before: an ERROR line every drain, hundreds a second),
+    // while the file still marks each drop where it happened.
+    #[test]
+    fn dropped_records_are_said_once_per_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = WireLogConfig {
+            dir: dir.path().to_path_buf(),
+            ring_bytes: 64,
+            file_bytes_max: 1 << 20,
+        };
+        let (mut taps, mut writer) = wire_log(&config, &["sim".into()], 0);
+        writer.open().unwrap();
+        let t0 = u64::MAX / 2;
+        writer.logged_at_ns = t0; // an interval never passes during the drains below
+        for i in 0..10 {
+            taps[0].record(i, Direction::In, &[0u8; 60]); // does not fit: dropped
+            writer.drain();
+        }
+        assert_eq!(writer.rings[0].unlogged, 10);
+        assert_eq!(writer.say_drops(t0 + 1, false), 0);
+        assert_eq!(writer.say_drops(t0 + DROP_LOG_INTERVAL_NS, false), 1);
+        assert_eq!(writer.rings[0].unlogged, 0);
+        assert_eq!(writer.say_drops(t0 + 3 * DROP_LOG_INTERVAL_NS, false), 0);
+        let mut text = Vec::new();
+        let summary = dump(&writer.path(), &mut text).unwrap();
+        assert_eq!(summary.dropped, 10);
+        let text = String::from_utf8(text).unwrap();
+        assert_eq!(
+            text.matches("# sim: 1 messages dropped here").count(),
+            10,
+            "{text}"
+        );
     }
 
     #[test]
