@@ -510,7 +510,7 @@ pub fn dump(path: &Path, out: &mut dyn Write) -> Result<DumpSummary, WireLogErro
                         if kind == 1 { "in " } else { "out" },
                         packet.len(),
                         packet_types(packet),
-                        hex(packet)
+                        hex(&masked(packet))
                     ));
                 }
                 lines.join("\n")
@@ -579,6 +579,26 @@ fn packet_types(packet: &[u8]) -> String {
         }
         [_, _, t, ..] => format!("soupbin {}", printable(*t)),
         _ => "short".into(),
+    }
+}
+
+/// Where a SoupBinTCP Login Request (`L`) carries its password: after the 2-byte length, the
+/// type and the 6-byte username, 10 bytes.
+const LOGIN_PASSWORD: std::ops::Range<usize> = 9..19;
+
+/// `packet` as the dump prints it: a Login Request's password is shown as `*` (0x2a) — a
+/// dump is text that gets pasted into tickets; the file itself is owner-only.
+fn masked(packet: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    match packet {
+        [_, _, b'L', ..] => {
+            let mut p = packet.to_vec();
+            let end = LOGIN_PASSWORD.end.min(p.len());
+            if let Some(password) = p.get_mut(LOGIN_PASSWORD.start..end) {
+                password.fill(b'*');
+            }
+            std::borrow::Cow::Owned(p)
+        }
+        _ => std::borrow::Cow::Borrowed(packet),
     }
 }
 
@@ -710,6 +730,38 @@ mod tests {
         assert_eq!(
             text.matches("# sim: 1 messages dropped here").count(),
             10,
+            "{text}"
+        );
+    }
+
+    // Goal: a dump pasted into a ticket never carries the venue password.
+    #[test]
+    fn a_dump_masks_the_login_password() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = WireLogConfig {
+            dir: dir.path().to_path_buf(),
+            ring_bytes: 4096,
+            file_bytes_max: 1 << 20,
+        };
+        let (mut taps, mut writer) = wire_log(&config, &["sim".into()], 0);
+        writer.open().unwrap();
+        let mut login = vec![0x00, 47, b'L'];
+        login.extend_from_slice(b"keel  s3cr3tpass          ");
+        login.extend_from_slice(&[b' '; 19]);
+        login.push(b'1');
+        assert_eq!(login.len(), 49);
+        taps[0].record(1, Direction::Out, &login);
+        // A login cut short is masked as far as it goes.
+        taps[0].record(2, Direction::Out, &login[..12]);
+        writer.drain();
+        let mut text = Vec::new();
+        dump(&writer.path(), &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(!text.contains(&hex(b"s3cr3tpass")), "{text}");
+        assert!(!text.contains(&hex(b"s3c")), "{text}");
+        assert!(text.contains(&hex(b"keel  **********")), "{text}");
+        assert!(
+            text.contains(&format!("4c{}\n", hex(b"keel  ***"))),
             "{text}"
         );
     }
