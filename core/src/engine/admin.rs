@@ -464,12 +464,58 @@ pub struct AdminServer {
     /// The socket file this server made (device, inode): removed at the end only if the
     /// path still names it.
     inode: (u64, u64),
+    /// When the path was last checked (a socket removed by hand or a tmp cleaner is made
+    /// again).
+    checked_at_ns: u64,
+    /// The path names something else now: said once.
+    path_lost_said: bool,
     client: AdminClient,
     names: AdminNames,
     shared: Arc<Shared>,
     counters: Arc<AdminCounters>,
     clock: TscClock,
 }
+
+/// Binds a listener at `path` (mode 0600), replacing only a dead socket; returns it and the
+/// socket file's (device, inode).
+fn open_listener(path: &Path) -> std::io::Result<(UnixListener, (u64, u64))> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    "a live process serves this socket (another engine?): give this engine \
+                     its own [operator] admin_socket",
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "exists and is not a socket: keel replaces only a socket a dead engine left \
+                 (move it away or choose another [operator] admin_socket)",
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    let made = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::symlink_metadata(path))
+        .and_then(|m| listener.set_nonblocking(true).map(|()| m));
+    match made {
+        Ok(m) => Ok((listener, (m.dev(), m.ino()))),
+        Err(e) => {
+            let _ = std::fs::remove_file(path);
+            Err(e)
+        }
+    }
+}
+
+/// How often the admin thread checks that its socket file is still there.
+const PATH_CHECK_NS: u64 = 1_000_000_000;
 
 /// A connection whose request line is not complete yet.
 #[derive(Debug)]
@@ -495,6 +541,13 @@ impl Waiting {
                 Ok(n) => {
                     self.line.extend_from_slice(&buf[..n]);
                     if let Some(end) = self.line.iter().position(|&b| b == b'\n') {
+                        // A script piped in whole (`kill-switch on\ncancel-all all\n`) is
+                        // refused, not half done: one request per connection.
+                        if !self.line[end + 1..].iter().all(u8::is_ascii_whitespace) {
+                            return Some(Err("one request line per connection: more followed \
+                                             the first line (nothing was done)"
+                                .to_string()));
+                        }
                         self.line.truncate(end + 1);
                         let line = std::mem::take(&mut self.line);
                         return Some(
@@ -545,7 +598,6 @@ impl AdminServer {
         names: AdminNames,
         shared: Arc<Shared>,
     ) -> Result<Self, AdminSocketError> {
-        use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
         let err = |source| AdminSocketError {
             path: path.to_path_buf(),
             source,
@@ -553,42 +605,13 @@ impl AdminServer {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(err)?;
         }
-        match std::fs::symlink_metadata(path) {
-            Ok(m) if m.file_type().is_socket() => {
-                if UnixStream::connect(path).is_ok() {
-                    return Err(err(std::io::Error::new(
-                        std::io::ErrorKind::AddrInUse,
-                        "a live process serves this socket (another engine?): give this \
-                         engine its own [operator] admin_socket",
-                    )));
-                }
-                std::fs::remove_file(path).map_err(err)?;
-            }
-            Ok(_) => {
-                return Err(err(std::io::Error::new(
-                    std::io::ErrorKind::AlreadyExists,
-                    "exists and is not a socket: keel replaces only a socket a dead engine \
-                     left (move it away or choose another [operator] admin_socket)",
-                )))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(err(e)),
-        }
-        let listener = UnixListener::bind(path).map_err(err)?;
-        let made = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .and_then(|()| std::fs::symlink_metadata(path));
-        let made = match made {
-            Ok(m) => m,
-            Err(e) => {
-                let _ = std::fs::remove_file(path);
-                return Err(err(e));
-            }
-        };
-        listener.set_nonblocking(true).map_err(err)?;
+        let (listener, inode) = open_listener(path).map_err(err)?;
         Ok(Self {
             listener,
             path: path.to_path_buf(),
-            inode: (made.dev(), made.ino()),
+            inode,
+            checked_at_ns: 0,
+            path_lost_said: false,
             client,
             names,
             shared,
@@ -612,6 +635,7 @@ impl AdminServer {
     pub(super) fn run(mut self) {
         let mut waiting: Vec<Waiting> = Vec::with_capacity(CONNECTIONS_MAX);
         while !self.shared.stop.load(Ordering::Relaxed) {
+            self.check_path();
             let accepted = self.accept_all(&mut waiting);
             let served = self.read_all(&mut waiting);
             if accepted + served == 0 {
@@ -625,6 +649,54 @@ impl AdminServer {
         use std::os::unix::fs::MetadataExt;
         if std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.inode) {
             let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    /// Once a second: a socket file removed while the engine runs (by hand, by a tmp
+    /// cleaner) is made again, and said; a path that names something else now is said once
+    /// and left alone.
+    fn check_path(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let now_ns = self.clock.now_ns();
+        if now_ns.saturating_sub(self.checked_at_ns) < PATH_CHECK_NS {
+            return;
+        }
+        self.checked_at_ns = now_ns;
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.inode => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match open_listener(&self.path) {
+                Ok((listener, inode)) => {
+                    self.listener = listener;
+                    self.inode = inode;
+                    self.path_lost_said = false;
+                    tracing::warn!(
+                        target: "keel::ctl",
+                        socket = %self.path.display(),
+                        "admin socket file was removed: opened again"
+                    );
+                }
+                Err(e) if !self.path_lost_said => {
+                    self.path_lost_said = true;
+                    tracing::error!(
+                        target: "keel::ctl",
+                        socket = %self.path.display(),
+                        error = %e,
+                        "admin socket file was removed and cannot be made again: keel ctl \
+                         cannot reach this engine"
+                    );
+                }
+                Err(_) => {}
+            },
+            _ if !self.path_lost_said => {
+                self.path_lost_said = true;
+                tracing::error!(
+                    target: "keel::ctl",
+                    socket = %self.path.display(),
+                    "admin socket path names something else now: keel ctl cannot reach this \
+                     engine (left alone)"
+                );
+            }
+            _ => {}
         }
     }
 
@@ -1131,7 +1203,11 @@ fn parse(words: &[&str], names: &AdminNames) -> Result<Parsed, String> {
         let mut it = rest.iter();
         while let Some(&key) = it.next() {
             let value = it.next().ok_or_else(|| format!("`{key}` needs a value"))?;
+            let twice = || format!("`{key}` given twice (one value per filter)");
             match key {
+                "strategy" if scope.strategy.is_some() => return Err(twice()),
+                "symbol" if scope.symbol.is_some() => return Err(twice()),
+                "venue" if scope.venue.is_some() => return Err(twice()),
                 "strategy" => scope.strategy = Some(strategy(value)?),
                 "symbol" => scope.symbol = Some(symbol(value)?),
                 "venue" => scope.venue = Some(venue(value)?),
@@ -1412,5 +1488,66 @@ mod tests {
         shared.stop.store(true, Ordering::Release);
         thread.join().unwrap();
         assert!(!path.exists());
+    }
+
+    // Goal: a socket file removed while the engine runs (by hand, a tmp cleaner) does not
+    // leave the engine unreachable for the rest of its run.
+    #[test]
+    fn a_removed_socket_file_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let server = bind(&path).unwrap();
+        let shared = Arc::clone(&server.shared);
+        let thread = std::thread::spawn(move || server.run());
+        assert!(request(&path, "help").unwrap().starts_with("ok"));
+        std::fs::remove_file(&path).unwrap();
+        // Bounded: 30 s of 1-ms naps.
+        let mut naps = 0;
+        while request(&path, "help").is_err() {
+            naps += 1;
+            assert!(naps < 30_000, "never made again");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
+        shared.stop.store(true, Ordering::Release);
+        thread.join().unwrap();
+        assert!(!path.exists());
+    }
+
+    // Goal: a script piped in whole is refused, not half done; a filter given twice is
+    // refused, not silently narrowed to its last value.
+    #[test]
+    fn a_second_line_or_a_filter_given_twice_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let server = bind(&path).unwrap();
+        let shared = Arc::clone(&server.shared);
+        let thread = std::thread::spawn(move || server.run());
+        let answer = request(&path, "help\nkill-switch off").unwrap();
+        assert!(
+            answer.starts_with("error: one request line per connection"),
+            "{answer}"
+        );
+        assert!(request(&path, "help  ").unwrap().starts_with("ok"));
+        shared.stop.store(true, Ordering::Release);
+        thread.join().unwrap();
+
+        let names = AdminNames {
+            symbols: vec!["AAPL".into(), "MSFT".into()],
+            venues: vec!["sim".into()],
+            strategies: 2,
+        };
+        for line in [
+            "cancel-all strategy 0 strategy 1",
+            "open-orders symbol AAPL symbol MSFT",
+            "cancel-all venue sim venue sim",
+        ] {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match parse(&words, &names) {
+                Err(e) => assert!(e.contains("given twice"), "{line}: {e}"),
+                Ok(_) => panic!("{line}: accepted"),
+            }
+        }
     }
 }
