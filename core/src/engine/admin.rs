@@ -700,10 +700,12 @@ impl AdminServer {
         }
     }
 
-    /// Takes every connection waiting in the listener's backlog; returns how many.
+    /// Takes the connections waiting in the listener's backlog, at most
+    /// `2 * CONNECTIONS_MAX` per call (a flood of connects never starves the reading of
+    /// those already taken); returns how many.
     fn accept_all(&mut self, waiting: &mut Vec<Waiting>) -> usize {
         let mut n = 0;
-        loop {
+        while n < 2 * CONNECTIONS_MAX {
             match self.listener.accept() {
                 Ok((stream, _)) => {
                     n += 1;
@@ -729,6 +731,7 @@ impl AdminServer {
                 }
             }
         }
+        n
     }
 
     /// Reads what each waiting connection sent; serves those whose request line is complete
