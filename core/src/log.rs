@@ -389,18 +389,182 @@ pub fn install() {
         .try_init();
 }
 
-/// Standard error that never fails: a log line to a closed or full stderr is lost, never a
-/// panic (the engine's state does not depend on its log).
+/// Lines waiting for stderr at most.
+const STDERR_LINES_MAX: usize = 1024;
+/// How long a thread that logs waits for its line to reach stderr before going on without it.
+const STDERR_WAIT: Duration = Duration::from_millis(100);
+
+/// Standard error that never fails and never blocks for long: a log line to a closed stderr
+/// is lost, and one to a stderr nobody reads (a full pipe) is queued — at most
+/// [`STDERR_LINES_MAX`], then dropped and counted — so that the admin thread (`keel ctl`)
+/// and a stop never hang on their log. The engine's state does not depend on its log.
 struct QuietStderr;
 
 impl std::io::Write for QuietStderr {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = std::io::stderr().write_all(buf);
+        static PIPE: std::sync::OnceLock<Option<LinePipe>> = std::sync::OnceLock::new();
+        match PIPE.get_or_init(|| LinePipe::spawn(std::io::stderr(), STDERR_LINES_MAX)) {
+            Some(pipe) => pipe.write(buf, STDERR_WAIT),
+            None => {
+                let _ = std::io::stderr().write_all(buf);
+            }
+        }
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        let _ = std::io::stderr().flush();
         Ok(())
+    }
+}
+
+/// Lines handed to a writer thread through a bounded queue. A caller waits (a bounded time)
+/// until its line is written, so lines keep their order with what the process writes to the
+/// same stream directly and none is lost at exit; once a write has outlasted the wait (the
+/// reader stopped reading), callers only queue until the writer catches up.
+struct LinePipe {
+    tx: std::sync::Mutex<(std::sync::mpsc::SyncSender<Vec<u8>>, u64)>,
+    written: Arc<(std::sync::Mutex<u64>, std::sync::Condvar)>,
+    stalled: Arc<std::sync::atomic::AtomicBool>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl LinePipe {
+    /// A pipe to `out` with room for `lines`; `None` if its thread cannot start.
+    fn spawn(mut out: impl std::io::Write + Send + 'static, lines: usize) -> Option<Self> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(lines);
+        let written = Arc::new((std::sync::Mutex::new(0u64), std::sync::Condvar::new()));
+        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let (w, st, dr) = (
+            Arc::clone(&written),
+            Arc::clone(&stalled),
+            Arc::clone(&dropped),
+        );
+        std::thread::Builder::new()
+            .name("keel-stderr".into())
+            .spawn(move || {
+                let mut said = 0;
+                while let Ok(line) = rx.recv() {
+                    let _ = out.write_all(&line);
+                    let lost = dr.load(Ordering::Relaxed);
+                    if lost > said {
+                        let _ = writeln!(
+                            out,
+                            "keel: {} log lines dropped (stderr was not being read)",
+                            lost - said
+                        );
+                        said = lost;
+                    }
+                    let _ = out.flush();
+                    let mut n =
+                        w.0.lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    *n += 1;
+                    st.store(false, Ordering::Relaxed);
+                    w.1.notify_all();
+                }
+            })
+            .ok()?;
+        Some(Self {
+            tx: std::sync::Mutex::new((tx, 0)),
+            written,
+            stalled,
+            dropped,
+        })
+    }
+
+    /// Queues `line` and waits up to `wait` for it to be written (not at all while the
+    /// writer is stalled); a full queue drops it and counts it.
+    fn write(&self, line: &[u8], wait: Duration) {
+        let seq = {
+            let mut tx = self
+                .tx
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if tx.0.try_send(line.to_vec()).is_err() {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            tx.1 += 1;
+            tx.1
+        };
+        if self.stalled.load(Ordering::Relaxed) {
+            return;
+        }
+        let (lock, cv) = &*self.written;
+        let n = lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (_n, waited) = cv
+            .wait_timeout_while(n, wait, |n| *n < seq)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if waited.timed_out() {
+            self.stalled.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream that blocks every write until the test lets it go (a pipe nobody reads).
+    struct Blocked {
+        gate: std::sync::mpsc::Receiver<()>,
+        out: Arc<std::sync::Mutex<Vec<u8>>>,
+    }
+
+    impl std::io::Write for Blocked {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let _ = self.gate.recv();
+            self.out.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    // Goal: a stderr nobody reads never hangs a thread that logs (before, the admin thread
+    // and the stop blocked forever on a full pipe: `keel ctl` died, SIGTERM never ended);
+    // what does not fit is dropped and said once the stream moves again.
+    #[test]
+    fn a_stderr_nobody_reads_never_blocks_a_logging_thread() {
+        let (open, gate) = std::sync::mpsc::channel();
+        let out = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let pipe = LinePipe::spawn(
+            Blocked {
+                gate,
+                out: Arc::clone(&out),
+            },
+            4,
+        )
+        .unwrap();
+        // The writer takes the first line and blocks in it; 4 more fill the queue; the rest
+        // are dropped. Every call returns.
+        for i in 0..20 {
+            pipe.write(format!("line {i}\n").as_bytes(), Duration::from_millis(1));
+        }
+        assert!(pipe.dropped.load(Ordering::Relaxed) >= 15 - 1);
+        // The reader comes back: every queued line is written, then the drop is said.
+        for _ in 0..64 {
+            let _ = open.send(());
+        }
+        drop(open);
+        let said = |text: &str| {
+            let out = out.lock().unwrap();
+            String::from_utf8_lossy(&out).contains(text)
+        };
+        // Bounded: 30 s of 1-ms naps.
+        let mut naps = 0;
+        while !said("log lines dropped (stderr was not being read)") {
+            naps += 1;
+            assert!(naps < 30_000, "never said");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(said("line 0\n"));
+        // In order, a caller waits until its line is written when the stream flows.
+        pipe.write(b"last\n", Duration::from_secs(30));
+        assert!(said("last\n"));
     }
 }

@@ -16,6 +16,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -104,8 +105,14 @@ struct WireRx {
     ring: rtrb::Consumer<u8>,
     dropped: Arc<AtomicU64>,
     dropped_said: u64,
+    /// Dropped records written into the file but not yet said in the log.
+    unlogged: u64,
     venue: u16,
 }
+
+/// Dropped records are said in the log at most once per this interval per link (the file
+/// records each drop where it happened).
+const DROP_LOG_INTERVAL_NS: u64 = 1_000_000_000;
 
 /// Why the wire log could not be written or read.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +148,9 @@ pub struct WireLogWriter {
     /// Bytes written in total (all files).
     pub bytes: u64,
     errors: u64,
+    clock: crate::clock::TscClock,
+    /// When dropped records were last said in the log.
+    logged_at_ns: u64,
 }
 
 impl std::fmt::Debug for WireLogWriter {
@@ -172,6 +182,7 @@ pub fn wire_log(
             ring: rx,
             dropped,
             dropped_said: 0,
+            unlogged: 0,
             venue: v as u16,
         });
     }
@@ -184,6 +195,8 @@ pub fn wire_log(
         written: 0,
         bytes: 0,
         errors: 0,
+        clock: crate::clock::TscClock::new(),
+        logged_at_ns: 0,
     };
     (taps, writer)
 }
@@ -204,11 +217,17 @@ impl WireLogWriter {
         std::fs::create_dir_all(&self.config.dir).map_err(io)?;
         // A new file per run: the previous run's goes to wire.log.1 (loop times restart).
         if path.exists() {
-            std::fs::rename(&path, self.config.dir.join("wire.log.1")).map_err(io)?;
+            let older = self.config.dir.join("wire.log.1");
+            std::fs::rename(&path, &older).map_err(|source| WireLogError::Io {
+                path: older.clone(),
+                source,
+            })?;
         }
+        // Owner-only: the file holds the venue login (username and password) as sent.
         let mut file = OpenOptions::new()
             .create_new(true)
             .write(true)
+            .mode(0o600)
             .open(&path)
             .map_err(io)?;
         let header = self.header();
@@ -270,23 +289,48 @@ impl WireLogWriter {
                 r[2..4].copy_from_slice(&venue.to_le_bytes());
                 r[4..8].copy_from_slice(&8u32.to_le_bytes());
                 r[16..24].copy_from_slice(&count.to_le_bytes());
+                self.rings[i].unlogged += count;
                 if let Err(e) = self.append(&r) {
                     self.fail(&e);
                 }
-                tracing::error!(
-                    target: "keel::wire",
-                    venue = self.venues.get(usize::from(venue)).map_or("?", String::as_str),
-                    count,
-                    "wire log records dropped (the link's ring was full)"
-                );
             }
         }
+        let now_ns = crate::clock::Clock::now_ns(&self.clock);
+        self.say_drops(now_ns, false);
         if moved > 0 && self.written > self.config.file_bytes_max {
             if let Err(e) = self.open() {
                 self.fail(&e);
             }
         }
         moved
+    }
+
+    /// Says the records dropped since the last time, one line per link, if an interval has
+    /// passed (or `force`); returns the lines said. A ring too small for a sustained burst
+    /// would otherwise log at every drain (every 2 ms).
+    fn say_drops(&mut self, now_ns: u64, force: bool) -> u32 {
+        let interval_ns = now_ns.saturating_sub(self.logged_at_ns);
+        if !force && interval_ns < DROP_LOG_INTERVAL_NS {
+            return 0;
+        }
+        let mut said = 0;
+        for rx in &mut self.rings {
+            if rx.unlogged > 0 {
+                tracing::error!(
+                    target: "keel::wire",
+                    venue = self.venues.get(usize::from(rx.venue)).map_or("?", String::as_str),
+                    count = rx.unlogged,
+                    interval_ms = interval_ns / 1_000_000,
+                    "wire log records dropped (the link's ring was full)"
+                );
+                rx.unlogged = 0;
+                said += 1;
+            }
+        }
+        if said > 0 {
+            self.logged_at_ns = now_ns;
+        }
+        said
     }
 
     fn append(&mut self, bytes: &[u8]) -> Result<(), WireLogError> {
@@ -316,6 +360,8 @@ impl WireLogWriter {
             }
         }
         self.drain();
+        let now_ns = crate::clock::Clock::now_ns(&self.clock);
+        self.say_drops(now_ns, true);
         if let Some(f) = &self.file {
             let _ = f.sync_data();
         }
@@ -370,57 +416,79 @@ pub fn dump(path: &Path, out: &mut dyn Write) -> Result<DumpSummary, WireLogErro
         offset: offset as u64,
         what,
     };
-    let mut data = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut data))
-        .map_err(io)?;
-    if data.len() < 26 || &data[..8] != MAGIC {
+    // Streamed: memory stays at one record whatever the file's size. Only a regular file is
+    // read (a device or a pipe could be endless), and only the bytes it had when opened (the
+    // running engine may be appending).
+    let file = File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(corrupt(0, "not a regular file".into()));
+    }
+    let size = meta.len();
+    let mut r = std::io::BufReader::with_capacity(1 << 16, file.take(size));
+    let mut fixed = [0u8; 26];
+    if read_full(&mut r, &mut fixed).map_err(io)? < fixed.len() || &fixed[..8] != MAGIC {
         return Err(corrupt(0, "not a keel wire log (magic)".into()));
     }
-    let version = u32::from_le_bytes(data[8..12].try_into().expect("4"));
+    let version = u32::from_le_bytes(fixed[8..12].try_into().expect("4"));
     if version != VERSION {
         return Err(corrupt(
             8,
             format!("version {version}, this keel reads {VERSION}"),
         ));
     }
-    let header_len = u32::from_le_bytes(data[12..16].try_into().expect("4")) as usize;
-    if header_len < 26 || header_len > data.len() {
+    let header_len = u32::from_le_bytes(fixed[12..16].try_into().expect("4")) as usize;
+    if header_len < 26 || header_len as u64 > size {
         return Err(corrupt(12, format!("header length {header_len}")));
     }
-    let unix_origin = u64::from_le_bytes(data[16..24].try_into().expect("8"));
-    let count = u16::from_le_bytes(data[24..26].try_into().expect("2"));
+    let unix_origin = u64::from_le_bytes(fixed[16..24].try_into().expect("8"));
+    let count = u16::from_le_bytes(fixed[24..26].try_into().expect("2"));
+    let mut names = vec![0u8; header_len - 26];
+    if read_full(&mut r, &mut names).map_err(io)? < names.len() {
+        return Err(corrupt(26, "the header is cut short".into()));
+    }
     let mut venues = Vec::new();
-    let mut at = 26;
+    let mut at = 0;
     for _ in 0..count {
-        let Some(&len) = data.get(at) else {
-            return Err(corrupt(at, "venue names past the header".into()));
+        let Some(&len) = names.get(at) else {
+            return Err(corrupt(26 + at, "venue names past the header".into()));
         };
         let end = at + 1 + usize::from(len);
-        if end > header_len {
-            return Err(corrupt(at, "venue names past the header".into()));
+        if end > names.len() {
+            return Err(corrupt(26 + at, "venue names past the header".into()));
         }
-        venues.push(String::from_utf8_lossy(&data[at + 1..end]).into_owned());
+        venues.push(String::from_utf8_lossy(&names[at + 1..end]).into_owned());
         at = end;
     }
     let mut summary = DumpSummary::default();
     let mut at = header_len;
-    while at < data.len() {
-        if data.len() - at < RECORD_HEADER_LEN {
-            summary.torn_tail_bytes = (data.len() - at) as u64;
+    let mut body = Vec::new();
+    loop {
+        let mut h = [0u8; RECORD_HEADER_LEN];
+        let got = read_full(&mut r, &mut h).map_err(io)?;
+        if got == 0 {
             break;
         }
-        let h = &data[at..at + RECORD_HEADER_LEN];
+        if got < RECORD_HEADER_LEN {
+            summary.torn_tail_bytes = got as u64;
+            break;
+        }
         let kind = h[0];
         let venue = u16::from_le_bytes([h[2], h[3]]);
         let len = u32::from_le_bytes(h[4..8].try_into().expect("4")) as usize;
         let t = u64::from_le_bytes(h[8..16].try_into().expect("8"));
         let body_at = at + RECORD_HEADER_LEN;
-        if data.len() - body_at < len {
-            summary.torn_tail_bytes = (data.len() - at) as u64;
+        if (len as u64) > size - body_at as u64 {
+            summary.torn_tail_bytes = size - at as u64;
             break;
         }
-        let body = &data[body_at..body_at + len];
+        body.resize(len, 0);
+        let got = read_full(&mut r, &mut body).map_err(io)?;
+        if got < len {
+            summary.torn_tail_bytes = (RECORD_HEADER_LEN + got) as u64;
+            break;
+        }
+        let body = &body[..];
         let name = venues
             .get(usize::from(venue))
             .map_or_else(|| venue.to_string(), Clone::clone);
@@ -442,7 +510,7 @@ pub fn dump(path: &Path, out: &mut dyn Write) -> Result<DumpSummary, WireLogErro
                         if kind == 1 { "in " } else { "out" },
                         packet.len(),
                         packet_types(packet),
-                        hex(packet)
+                        hex(&masked(packet))
                     ));
                 }
                 lines.join("\n")
@@ -460,6 +528,20 @@ pub fn dump(path: &Path, out: &mut dyn Write) -> Result<DumpSummary, WireLogErro
         at = body_at + len;
     }
     Ok(summary)
+}
+
+/// Reads until `buf` is full or the end; returns how many bytes were read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 /// The SoupBinTCP packets in `bytes` (a 2-byte big-endian length, then that many bytes);
@@ -497,6 +579,26 @@ fn packet_types(packet: &[u8]) -> String {
         }
         [_, _, t, ..] => format!("soupbin {}", printable(*t)),
         _ => "short".into(),
+    }
+}
+
+/// Where a SoupBinTCP Login Request (`L`) carries its password: after the 2-byte length, the
+/// type and the 6-byte username, 10 bytes.
+const LOGIN_PASSWORD: std::ops::Range<usize> = 9..19;
+
+/// `packet` as the dump prints it: a Login Request's password is shown as `*` (0x2a) — a
+/// dump is text that gets pasted into tickets; the file itself is owner-only.
+fn masked(packet: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    match packet {
+        [_, _, b'L', ..] => {
+            let mut p = packet.to_vec();
+            let end = LOGIN_PASSWORD.end.min(p.len());
+            if let Some(password) = p.get_mut(LOGIN_PASSWORD.start..end) {
+                password.fill(b'*');
+            }
+            std::borrow::Cow::Owned(p)
+        }
+        _ => std::borrow::Cow::Borrowed(packet),
     }
 }
 
@@ -577,12 +679,91 @@ mod tests {
         f.write_all(&[1, 0, 0, 0, 9, 0]).unwrap();
         let summary = dump(&writer.path(), &mut Vec::new()).unwrap();
         assert_eq!(summary.torn_tail_bytes, 6);
+        // Owner-only: it holds the venue login as sent.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(writer.path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
+        // A device is never read (before: `keel log dump /dev/zero` read until memory ran out).
+        assert!(matches!(
+            dump(Path::new("/dev/zero"), &mut Vec::new()),
+            Err(WireLogError::Corrupt { .. })
+        ));
         // Not a wire log.
         std::fs::write(dir.path().join("x"), b"hello").unwrap();
         assert!(matches!(
             dump(&dir.path().join("x"), &mut Vec::new()),
             Err(WireLogError::Corrupt { .. })
         ));
+    }
+
+    // Goal: a ring too small for a sustained burst is said in the log once per interval per
+    // link, not at every 2-ms drain (before: an ERROR line every drain, hundreds a second),
+    // while the file still marks each drop where it happened.
+    #[test]
+    fn dropped_records_are_said_once_per_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = WireLogConfig {
+            dir: dir.path().to_path_buf(),
+            ring_bytes: 64,
+            file_bytes_max: 1 << 20,
+        };
+        let (mut taps, mut writer) = wire_log(&config, &["sim".into()], 0);
+        writer.open().unwrap();
+        let t0 = u64::MAX / 2;
+        writer.logged_at_ns = t0; // an interval never passes during the drains below
+        for i in 0..10 {
+            taps[0].record(i, Direction::In, &[0u8; 60]); // does not fit: dropped
+            writer.drain();
+        }
+        assert_eq!(writer.rings[0].unlogged, 10);
+        assert_eq!(writer.say_drops(t0 + 1, false), 0);
+        assert_eq!(writer.say_drops(t0 + DROP_LOG_INTERVAL_NS, false), 1);
+        assert_eq!(writer.rings[0].unlogged, 0);
+        assert_eq!(writer.say_drops(t0 + 3 * DROP_LOG_INTERVAL_NS, false), 0);
+        let mut text = Vec::new();
+        let summary = dump(&writer.path(), &mut text).unwrap();
+        assert_eq!(summary.dropped, 10);
+        let text = String::from_utf8(text).unwrap();
+        assert_eq!(
+            text.matches("# sim: 1 messages dropped here").count(),
+            10,
+            "{text}"
+        );
+    }
+
+    // Goal: a dump pasted into a ticket never carries the venue password.
+    #[test]
+    fn a_dump_masks_the_login_password() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = WireLogConfig {
+            dir: dir.path().to_path_buf(),
+            ring_bytes: 4096,
+            file_bytes_max: 1 << 20,
+        };
+        let (mut taps, mut writer) = wire_log(&config, &["sim".into()], 0);
+        writer.open().unwrap();
+        let mut login = vec![0x00, 47, b'L'];
+        login.extend_from_slice(b"keel  s3cr3tpass          ");
+        login.extend_from_slice(&[b' '; 19]);
+        login.push(b'1');
+        assert_eq!(login.len(), 49);
+        taps[0].record(1, Direction::Out, &login);
+        // A login cut short is masked as far as it goes.
+        taps[0].record(2, Direction::Out, &login[..12]);
+        writer.drain();
+        let mut text = Vec::new();
+        dump(&writer.path(), &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(!text.contains(&hex(b"s3cr3tpass")), "{text}");
+        assert!(!text.contains(&hex(b"s3c")), "{text}");
+        assert!(text.contains(&hex(b"keel  **********")), "{text}");
+        assert!(
+            text.contains(&format!("4c{}\n", hex(b"keel  ***"))),
+            "{text}"
+        );
     }
 
     #[test]

@@ -50,6 +50,12 @@ pub fn run(args: CtlArgs) -> ExitCode {
         }
     };
     let line = args.command.join(" ");
+    // One request per connection: a line break inside an argument would send a second
+    // command the engine ignores.
+    if line.contains(['\n', '\r']) {
+        crate::warn_line!("keel ctl: a command is one line: {line:?} has a line break");
+        return ExitCode::from(64);
+    }
     match crate::engine::admin::request(&socket, &line) {
         Ok(answer) => {
             crate::say_line!("{}", answer.trim_end());
@@ -59,7 +65,7 @@ pub fn run(args: CtlArgs) -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Err(e) => {
+        Err(crate::engine::admin::RequestError::Connect(e)) => {
             crate::warn_line!(
                 "keel ctl: cannot reach the engine at {}: {e} (is `keel run` running with this \
                  configuration?)",
@@ -67,5 +73,33 @@ pub fn run(args: CtlArgs) -> ExitCode {
             );
             ExitCode::from(69)
         }
+        Err(crate::engine::admin::RequestError::Answer(e)) => {
+            // Delivered (or part of it): the engine may have carried it out. Never say
+            // "cannot reach": an operator would think nothing happened.
+            crate::warn_line!(
+                "keel ctl: `{line}` was sent to the engine at {} but no whole answer came back \
+                 ({e}): it may have been carried out; check `keel ctl status`",
+                socket.display()
+            );
+            ExitCode::from(75)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: `keel ctl` never sends a line break inside a command (the engine would carry out
+    // the first line only).
+    #[test]
+    fn a_command_with_a_line_break_is_refused_before_sending() {
+        let dir = tempfile::tempdir().unwrap();
+        let code = run(CtlArgs {
+            config: None,
+            socket: Some(dir.path().join("absent.sock")),
+            command: vec!["kill-switch on\ncancel-all all".into()],
+        });
+        assert_eq!(code, ExitCode::from(64));
     }
 }

@@ -18,7 +18,8 @@ pub struct JournalArgs {
 #[derive(Debug, Subcommand)]
 enum JournalCommand {
     /// Print every record of the journal in DIR, one per line (read only: nothing is
-    /// repaired or removed). Exit 0, or 65 with the file and offset of a corrupt record.
+    /// repaired or removed). Exit 0, 65 with the file and offset of a corrupt record, 66
+    /// when DIR is not a directory or holds no journal.
     Dump {
         /// The journal directory (`[journal] dir`).
         dir: PathBuf,
@@ -38,7 +39,8 @@ pub struct LogArgs {
 enum LogCommand {
     /// Print the wire log (`[wire_log] dir`/wire.log): one line per message with its UTC
     /// time, venue, direction, length, SoupBinTCP and OUCH types and its bytes in hex, then a
-    /// summary line. Exit 0, or 65 for a file that is not a wire log.
+    /// summary line. Exit 0, or 65 for a file that is not a wire log (or not a regular
+    /// file). Read as a stream: memory stays at one record.
     Dump {
         /// The file (`wire.log` or `wire.log.1`).
         file: PathBuf,
@@ -171,6 +173,15 @@ pub fn journal(args: JournalArgs) -> ExitCode {
         let _ = writeln!(out, "{at} {}", names.record(r));
     });
     match result {
+        // An empty or mistyped directory is not an empty journal: a running or stopped
+        // engine's journal always has its first file.
+        Ok(report) if report.files == 0 && report.checkpoint_records == 0 => {
+            crate::warn_line!(
+                "keel journal dump: {}: no journal here (no journal file, no checkpoint)",
+                dir.display()
+            );
+            ExitCode::from(66)
+        }
         Ok(report) => {
             let _ = writeln!(
                 out,
@@ -229,5 +240,24 @@ pub fn log(args: LogArgs) -> ExitCode {
             crate::warn_line!("keel log dump: {e}");
             ExitCode::from(65)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: a directory that holds no journal (a typo, the wrong mount) is said so, never
+    // printed as an empty journal with success.
+    #[test]
+    fn a_directory_without_a_journal_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let code = journal(JournalArgs {
+            command: JournalCommand::Dump {
+                dir: dir.path().to_path_buf(),
+                config: None,
+            },
+        });
+        assert_eq!(code, ExitCode::from(66));
     }
 }

@@ -63,6 +63,9 @@ pub enum OperatorError {
     /// No such venue.
     #[error("no venue index {0} (venues are 0..{1})")]
     NoVenue(u16, u16),
+    /// The engine is stopping with cancel-on-stop: the kill switch stays on.
+    #[error("the engine is stopping (cancel on stop): the kill switch stays on")]
+    Stopping,
 }
 
 /// Engine-wide and per-strategy / per-symbol holds on new orders.

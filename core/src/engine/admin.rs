@@ -8,7 +8,7 @@
 //! The socket speaks lines: one request line (at most [`REQUEST_LEN_MAX`] bytes), then the
 //! answer — a first line `ok: …` or `error: …`, data lines, and the connection is closed.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,8 +35,13 @@ const REPLIES_CAPACITY: usize = 1024;
 const SCAN_PER_PASS: u32 = 4096;
 /// How long the admin thread waits for the loop's answer.
 const ANSWER_WAIT: Duration = Duration::from_secs(5);
-/// How long a client may take to send its request line.
+/// How long a client may take to send its request line, from its connect (in all, not per
+/// read: a byte at a time does not extend it).
 const READ_WAIT: Duration = Duration::from_secs(2);
+/// How long writing one answer may take in all.
+const WRITE_WAIT: Duration = Duration::from_secs(2);
+/// Connections waiting for their request line at once.
+const CONNECTIONS_MAX: usize = 16;
 
 /// What the loop is asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +136,14 @@ enum Listing {
     },
 }
 
+impl Listing {
+    fn id(&self) -> u64 {
+        match *self {
+            Listing::Status { id, .. } | Listing::Orders { id, .. } => id,
+        }
+    }
+}
+
 /// The loop's end of the admin rings.
 #[derive(Debug)]
 pub(super) struct AdminPort {
@@ -139,6 +152,9 @@ pub(super) struct AdminPort {
     listing: Option<Listing>,
     /// Scratch: the engine's start, for order ages (sent_ns is in the loop's clock).
     stop_cancel: StopCancel,
+    /// Requests up to this id were given up by the admin thread (no answer in time): the
+    /// loop skips them, so a command reported unanswered is not carried out later.
+    abandoned: Arc<AtomicU64>,
 }
 
 /// The admin thread's end.
@@ -147,23 +163,27 @@ pub struct AdminClient {
     requests: rtrb::Producer<AdminRequest>,
     replies: rtrb::Consumer<AdminReply>,
     next_id: u64,
+    abandoned: Arc<AtomicU64>,
 }
 
 /// The two ends of a new pair of admin rings.
 pub(super) fn admin_channel() -> (AdminPort, AdminClient) {
     let (req_tx, req_rx) = rtrb::RingBuffer::new(REQUESTS_CAPACITY);
     let (rep_tx, rep_rx) = rtrb::RingBuffer::new(REPLIES_CAPACITY);
+    let abandoned = Arc::new(AtomicU64::new(0));
     (
         AdminPort {
             requests: req_rx,
             replies: rep_tx,
             listing: None,
             stop_cancel: StopCancel::default(),
+            abandoned: Arc::clone(&abandoned),
         },
         AdminClient {
             requests: req_tx,
             replies: rep_rx,
             next_id: 1,
+            abandoned,
         },
     )
 }
@@ -194,6 +214,10 @@ impl AdminPort {
             work += self.stop_cancel(now_ns, dispatcher);
         }
         if let Some(listing) = self.listing {
+            if listing.id() <= self.abandoned.load(Ordering::Acquire) {
+                self.listing = None;
+                return work;
+            }
             return work + self.continue_listing(now_ns, listing, dispatcher, bridges);
         }
         // An answer needs room: leave the request in its ring until there is some.
@@ -204,6 +228,9 @@ impl AdminPort {
             return work;
         };
         let id = request.id;
+        if id <= self.abandoned.load(Ordering::Acquire) {
+            return work + 1;
+        }
         let answer = match request.command {
             AdminCommand::Status => {
                 self.listing = Some(Listing::Status { id, stage: 0 });
@@ -226,6 +253,9 @@ impl AdminPort {
                 held(dispatcher.set_strategy_enabled(now_ns, s, enabled))
             }
             AdminCommand::Shed(symbol, on) => held(dispatcher.set_symbol_shed(now_ns, symbol, on)),
+            AdminCommand::KillSwitch(false) if shared.stop_cancel.load(Ordering::Relaxed) => {
+                Answer::Refused(OperatorError::Stopping)
+            }
             AdminCommand::KillSwitch(on) => Answer::Held {
                 withdrawn: dispatcher.set_kill_switch(now_ns, on),
             },
@@ -431,11 +461,120 @@ pub struct AdminCounters {
 pub struct AdminServer {
     listener: UnixListener,
     path: PathBuf,
+    /// The socket file this server made (device, inode): removed at the end only if the
+    /// path still names it.
+    inode: (u64, u64),
+    /// When the path was last checked (a socket removed by hand or a tmp cleaner is made
+    /// again).
+    checked_at_ns: u64,
+    /// The path names something else now: said once.
+    path_lost_said: bool,
     client: AdminClient,
     names: AdminNames,
     shared: Arc<Shared>,
     counters: Arc<AdminCounters>,
     clock: TscClock,
+}
+
+/// Binds a listener at `path` (mode 0600), replacing only a dead socket; returns it and the
+/// socket file's (device, inode).
+fn open_listener(path: &Path) -> std::io::Result<(UnixListener, (u64, u64))> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    "a live process serves this socket (another engine?): give this engine \
+                     its own [operator] admin_socket",
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "exists and is not a socket: keel replaces only a socket a dead engine left \
+                 (move it away or choose another [operator] admin_socket)",
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    let made = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::symlink_metadata(path))
+        .and_then(|m| listener.set_nonblocking(true).map(|()| m));
+    match made {
+        Ok(m) => Ok((listener, (m.dev(), m.ino()))),
+        Err(e) => {
+            let _ = std::fs::remove_file(path);
+            Err(e)
+        }
+    }
+}
+
+/// How often the admin thread checks that its socket file is still there.
+const PATH_CHECK_NS: u64 = 1_000_000_000;
+
+/// A connection whose request line is not complete yet.
+#[derive(Debug)]
+struct Waiting {
+    stream: UnixStream,
+    line: Vec<u8>,
+    deadline_ns: u64,
+}
+
+impl Waiting {
+    /// Reads what arrived (non-blocking). `None`: keep waiting; `Some(Ok(line))`: a whole
+    /// request line (what follows its newline is ignored); `Some(Err(why))`: refused.
+    fn read(&mut self, now_ns: u64) -> Option<Result<String, String>> {
+        let mut buf = [0u8; REQUEST_LEN_MAX + 1];
+        loop {
+            let room = REQUEST_LEN_MAX + 1 - self.line.len();
+            match (&self.stream).read(&mut buf[..room]) {
+                Ok(0) => {
+                    return Some(Err(
+                        "no complete request line (end it with a newline)".to_string()
+                    ))
+                }
+                Ok(n) => {
+                    self.line.extend_from_slice(&buf[..n]);
+                    if let Some(end) = self.line.iter().position(|&b| b == b'\n') {
+                        // A script piped in whole (`kill-switch on\ncancel-all all\n`) is
+                        // refused, not half done: one request per connection.
+                        if !self.line[end + 1..].iter().all(u8::is_ascii_whitespace) {
+                            return Some(Err("one request line per connection: more followed \
+                                             the first line (nothing was done)"
+                                .to_string()));
+                        }
+                        self.line.truncate(end + 1);
+                        let line = std::mem::take(&mut self.line);
+                        return Some(
+                            String::from_utf8(line)
+                                .map_err(|_| "the request is not UTF-8".to_string()),
+                        );
+                    }
+                    if self.line.len() > REQUEST_LEN_MAX {
+                        return Some(Err(format!(
+                            "request longer than {REQUEST_LEN_MAX} bytes (one line per request)"
+                        )));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    return (now_ns >= self.deadline_ns).then(|| {
+                        Err(format!(
+                            "no complete request line within {} s of connecting (end it with a \
+                             newline)",
+                            READ_WAIT.as_secs()
+                        ))
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Some(Err(format!("reading the request: {e}"))),
+            }
+        }
+    }
 }
 
 /// Why the admin socket could not be opened.
@@ -449,8 +588,10 @@ pub struct AdminSocketError {
 }
 
 impl AdminServer {
-    /// Binds `path` (a stale socket file left by a killed engine is replaced: the caller
-    /// holds the directory's engine lock, so no live engine owns it).
+    /// Binds `path`, owner-only (mode 0600: the socket can turn the kill switch off and
+    /// cancel every order). A socket file left by a dead engine is replaced; a socket that
+    /// something still answers on (another engine's) and anything that is not a socket (a
+    /// file, a directory) are refused, never removed.
     pub(super) fn bind(
         path: &Path,
         client: AdminClient,
@@ -461,18 +602,16 @@ impl AdminServer {
             path: path.to_path_buf(),
             source,
         };
-        if let Some(dir) = path.parent() {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(err)?;
         }
-        match std::fs::remove_file(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(err(e)),
-            _ => {}
-        }
-        let listener = UnixListener::bind(path).map_err(err)?;
-        listener.set_nonblocking(true).map_err(err)?;
+        let (listener, inode) = open_listener(path).map_err(err)?;
         Ok(Self {
             listener,
             path: path.to_path_buf(),
+            inode,
+            checked_at_ns: 0,
+            path_lost_said: false,
             client,
             names,
             shared,
@@ -486,42 +625,144 @@ impl AdminServer {
         Arc::clone(&self.counters)
     }
 
-    /// Serves until the engine stops; removes the socket file at the end.
+    /// Serves until the engine stops; removes the socket file at the end (if the path still
+    /// names the socket this server made).
+    ///
+    /// Connections are read side by side, non-blocking, each within [`READ_WAIT`] of its
+    /// accept: a client that connects and sends nothing, or a byte at a time, holds only its
+    /// own slot, never another operator's command. At most [`CONNECTIONS_MAX`] wait for
+    /// their request line at once; more are answered `error:` at once and closed.
     pub(super) fn run(mut self) {
+        let mut waiting: Vec<Waiting> = Vec::with_capacity(CONNECTIONS_MAX);
         while !self.shared.stop.load(Ordering::Relaxed) {
-            match self.listener.accept() {
-                Ok((stream, _)) => self.serve_one(stream),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(10));
+            self.check_path();
+            let accepted = self.accept_all(&mut waiting);
+            let served = self.read_all(&mut waiting);
+            if accepted + served == 0 {
+                std::thread::sleep(if waiting.is_empty() {
+                    Duration::from_millis(10)
+                } else {
+                    Duration::from_millis(1)
+                });
+            }
+        }
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.inode) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    /// Once a second: a socket file removed while the engine runs (by hand, by a tmp
+    /// cleaner) is made again, and said; a path that names something else now is said once
+    /// and left alone.
+    fn check_path(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let now_ns = self.clock.now_ns();
+        if now_ns.saturating_sub(self.checked_at_ns) < PATH_CHECK_NS {
+            return;
+        }
+        self.checked_at_ns = now_ns;
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.inode => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match open_listener(&self.path) {
+                Ok((listener, inode)) => {
+                    self.listener = listener;
+                    self.inode = inode;
+                    self.path_lost_said = false;
+                    tracing::warn!(
+                        target: "keel::ctl",
+                        socket = %self.path.display(),
+                        "admin socket file was removed: opened again"
+                    );
                 }
+                Err(e) if !self.path_lost_said => {
+                    self.path_lost_said = true;
+                    tracing::error!(
+                        target: "keel::ctl",
+                        socket = %self.path.display(),
+                        error = %e,
+                        "admin socket file was removed and cannot be made again: keel ctl \
+                         cannot reach this engine"
+                    );
+                }
+                Err(_) => {}
+            },
+            _ if !self.path_lost_said => {
+                self.path_lost_said = true;
+                tracing::error!(
+                    target: "keel::ctl",
+                    socket = %self.path.display(),
+                    "admin socket path names something else now: keel ctl cannot reach this \
+                     engine (left alone)"
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// Takes the connections waiting in the listener's backlog, at most
+    /// `2 * CONNECTIONS_MAX` per call (a flood of connects never starves the reading of
+    /// those already taken); returns how many.
+    fn accept_all(&mut self, waiting: &mut Vec<Waiting>) -> usize {
+        let mut n = 0;
+        while n < 2 * CONNECTIONS_MAX {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    n += 1;
+                    if waiting.len() >= CONNECTIONS_MAX || stream.set_nonblocking(true).is_err() {
+                        let why = format!(
+                            "{CONNECTIONS_MAX} connections are already waiting to send their \
+                             request: try again"
+                        );
+                        self.refuse(stream, why);
+                        continue;
+                    }
+                    waiting.push(Waiting {
+                        stream,
+                        line: Vec::with_capacity(REQUEST_LEN_MAX + 1),
+                        deadline_ns: self.clock.now_ns() + READ_WAIT.as_nanos() as u64,
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return n,
                 Err(e) => {
                     crate::warn_line!("keel: admin socket {}: accept: {e}", self.path.display());
                     std::thread::sleep(Duration::from_millis(100));
+                    return n;
                 }
             }
         }
-        let _ = std::fs::remove_file(&self.path);
+        n
     }
 
-    fn serve_one(&mut self, stream: UnixStream) {
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_read_timeout(Some(READ_WAIT));
-        let _ = stream.set_write_timeout(Some(READ_WAIT));
-        let mut line = Vec::with_capacity(REQUEST_LEN_MAX);
-        let read = BufReader::new(&stream)
-            .take(REQUEST_LEN_MAX as u64 + 1)
-            .read_until(b'\n', &mut line);
-        let mut out = &stream;
-        let request = match read {
-            Ok(_) if line.last() == Some(&b'\n') => {
-                String::from_utf8(line).map_err(|_| "the request is not UTF-8".to_string())
+    /// Reads what each waiting connection sent; serves those whose request line is complete
+    /// (or refused); returns how many were served.
+    fn read_all(&mut self, waiting: &mut Vec<Waiting>) -> usize {
+        let mut served = 0;
+        let mut i = 0;
+        while i < waiting.len() {
+            let now_ns = self.clock.now_ns();
+            match waiting[i].read(now_ns) {
+                None => i += 1,
+                Some(request) => {
+                    let w = waiting.swap_remove(i);
+                    self.serve_one(w.stream, request);
+                    served += 1;
+                }
             }
-            Ok(n) if n > REQUEST_LEN_MAX => Err(format!(
-                "request longer than {REQUEST_LEN_MAX} bytes (one line per request)"
-            )),
-            Ok(_) => Err("no complete request line (end it with a newline)".to_string()),
-            Err(e) => Err(format!("reading the request: {e}")),
-        };
+        }
+        served
+    }
+
+    fn refuse(&mut self, stream: UnixStream, why: String) {
+        // Read what the client already sent (a socket closed with unread bytes resets the
+        // connection, and the client would lose this answer).
+        let _ = stream.set_nonblocking(true);
+        let mut sink = [0u8; REQUEST_LEN_MAX + 1];
+        let _ = (&stream).read(&mut sink);
+        self.serve_one(stream, Err(why));
+    }
+
+    fn serve_one(&mut self, stream: UnixStream, request: Result<String, String>) {
         let text = match request {
             Ok(line) => {
                 let line = line.trim().to_string();
@@ -545,8 +786,27 @@ impl AdminServer {
                 format!("error: {why}\n")
             }
         };
-        let _ = out.write_all(text.as_bytes());
-        let _ = out.flush();
+        self.write_answer(&stream, text.as_bytes());
+    }
+
+    /// Writes `answer` within [`WRITE_WAIT`] in all (a client that does not read loses it).
+    fn write_answer(&self, stream: &UnixStream, mut answer: &[u8]) {
+        let deadline_ns = self.clock.now_ns() + WRITE_WAIT.as_nanos() as u64;
+        let mut out = stream;
+        while !answer.is_empty() {
+            match out.write(answer) {
+                Ok(0) => return,
+                Ok(n) => answer = &answer[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if self.clock.now_ns() >= deadline_ns {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
+        }
     }
 
     /// The answer text to one request line.
@@ -609,12 +869,16 @@ impl AdminServer {
                 }
                 Err(_) => {
                     if self.clock.now_ns() >= deadline {
+                        self.client.abandoned.store(id, Ordering::Release);
                         return Err(format!(
-                            "the engine did not answer within {} s (is its loop stalled?)",
+                            "the engine did not answer within {} s (is its loop stalled?); the \
+                             command is withdrawn unless the loop took it at this very moment: \
+                             check `keel ctl status`",
                             ANSWER_WAIT.as_secs()
                         ));
                     }
                     if self.shared.stop.load(Ordering::Relaxed) {
+                        self.client.abandoned.store(id, Ordering::Release);
                         return Err("the engine is stopping".into());
                     }
                     std::thread::sleep(Duration::from_micros(200));
@@ -663,6 +927,7 @@ impl AdminServer {
                         );
                     }
                 }
+                Answer::Venue(_) | Answer::Strategy(_) | Answer::ShedSymbol(_) if stats => {}
                 Answer::Venue(r) => {
                     let link = self.shared.link(r.venue);
                     let _ = writeln!(
@@ -941,7 +1206,11 @@ fn parse(words: &[&str], names: &AdminNames) -> Result<Parsed, String> {
         let mut it = rest.iter();
         while let Some(&key) = it.next() {
             let value = it.next().ok_or_else(|| format!("`{key}` needs a value"))?;
+            let twice = || format!("`{key}` given twice (one value per filter)");
             match key {
+                "strategy" if scope.strategy.is_some() => return Err(twice()),
+                "symbol" if scope.symbol.is_some() => return Err(twice()),
+                "venue" if scope.venue.is_some() => return Err(twice()),
                 "strategy" => scope.strategy = Some(strategy(value)?),
                 "symbol" => scope.symbol = Some(symbol(value)?),
                 "venue" => scope.venue = Some(venue(value)?),
@@ -1007,13 +1276,281 @@ fn parse(words: &[&str], names: &AdminNames) -> Result<Parsed, String> {
     }
 }
 
+/// Why `keel ctl` got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// Nothing accepted the connection: the request was not delivered.
+    #[error("cannot connect: {0}")]
+    Connect(std::io::Error),
+    /// Connected, but sending the request or reading the whole answer failed (timed out):
+    /// the engine may have carried the command out.
+    #[error("{0}")]
+    Answer(std::io::Error),
+}
+
 /// `keel ctl`: sends one request line to the admin socket at `path` and returns the answer.
-pub fn request(path: &Path, line: &str) -> std::io::Result<String> {
-    let mut stream = UnixStream::connect(path)?;
-    stream.set_read_timeout(Some(ANSWER_WAIT + READ_WAIT))?;
-    stream.write_all(line.as_bytes())?;
-    stream.write_all(b"\n")?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
-    Ok(answer)
+pub fn request(path: &Path, line: &str) -> Result<String, RequestError> {
+    let mut stream = UnixStream::connect(path).map_err(RequestError::Connect)?;
+    stream
+        .set_read_timeout(Some(ANSWER_WAIT + READ_WAIT + WRITE_WAIT))
+        .map_err(RequestError::Answer)?;
+    // A refusal may come before the request is read (too many connections waiting): read
+    // the answer even if sending failed.
+    let sent = stream
+        .write_all(line.as_bytes())
+        .and_then(|()| stream.write_all(b"\n"));
+    let mut answer = Vec::new();
+    let read = stream.read_to_end(&mut answer);
+    // A one-line refusal that arrived whole before the connection broke is the answer.
+    let refusal = answer.starts_with(b"error: ") && answer.ends_with(b"\n");
+    if !refusal {
+        sent.map_err(RequestError::Answer)?;
+        read.map_err(RequestError::Answer)?;
+    }
+    String::from_utf8(answer).map_err(|_| {
+        RequestError::Answer(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the answer is not UTF-8",
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatch::DispatcherConfig;
+    use crate::ring::{strategy_channel, venue_channel};
+    use std::os::unix::fs::PermissionsExt;
+
+    fn dispatcher() -> Dispatcher {
+        let config = DispatcherConfig {
+            strategies: 1,
+            venues: 1,
+            ..DispatcherConfig::default()
+        };
+        let (_strategy, port) = strategy_channel(64, 64);
+        let (_venue, venue_port) = venue_channel(64, 64);
+        Dispatcher::new(config, vec![port], vec![venue_port], 1).expect("config")
+    }
+
+    fn names() -> AdminNames {
+        AdminNames {
+            symbols: vec!["AAPL".into()],
+            venues: vec!["sim".into()],
+            strategies: 1,
+        }
+    }
+
+    fn push(client: &mut AdminClient, command: AdminCommand) -> u64 {
+        let id = client.next_id;
+        client.next_id += 1;
+        client
+            .requests
+            .push(AdminRequest { id, command })
+            .expect("room");
+        id
+    }
+
+    // Goal: an operator told "the engine did not answer" must be able to trust that the
+    // command will not be carried out later, when a stalled loop comes back.
+    #[test]
+    fn a_request_given_up_on_is_never_carried_out_later() {
+        let (mut port, mut client) = admin_channel();
+        let mut d = dispatcher();
+        let shared = Shared::new(1);
+        let id = push(&mut client, AdminCommand::KillSwitch(true));
+        client.abandoned.store(id, Ordering::Release);
+        port.serve(10, &mut d, &[], &shared);
+        assert!(!d.kill_switch(), "a request given up on was carried out");
+        assert!(
+            client.replies.pop().is_err(),
+            "an abandoned request was answered"
+        );
+        // A listing given up on part-way stops.
+        let id = push(&mut client, AdminCommand::Status);
+        port.serve(20, &mut d, &[], &shared);
+        client.abandoned.store(id, Ordering::Release);
+        while client.replies.pop().is_ok() {}
+        port.serve(30, &mut d, &[], &shared);
+        assert!(port.listing.is_none());
+        // The next request is served.
+        let id = push(&mut client, AdminCommand::KillSwitch(true));
+        port.serve(40, &mut d, &[], &shared);
+        assert!(d.kill_switch());
+        let reply = client.replies.pop().expect("answered");
+        assert_eq!(reply.id, id);
+        assert!(matches!(reply.answer, Answer::Held { .. }));
+    }
+
+    // Goal: while a stop cancels every order, nobody can turn the kill switch off and let new
+    // orders leave during the shutdown.
+    #[test]
+    fn the_kill_switch_stays_on_while_the_engine_stops() {
+        let (mut port, mut client) = admin_channel();
+        let mut d = dispatcher();
+        let shared = Shared::new(1);
+        shared.stop_cancel.store(true, Ordering::Release);
+        port.serve(10, &mut d, &[], &shared);
+        assert!(d.kill_switch(), "cancel-on-stop turns the kill switch on");
+        push(&mut client, AdminCommand::KillSwitch(false));
+        port.serve(STOP_CANCEL_INTERVAL_NS / 2, &mut d, &[], &shared);
+        let reply = client.replies.pop().expect("answered");
+        assert!(matches!(
+            reply.answer,
+            Answer::Refused(OperatorError::Stopping)
+        ));
+        assert!(d.kill_switch(), "the kill switch went off during a stop");
+    }
+
+    fn bind(path: &Path) -> Result<AdminServer, AdminSocketError> {
+        let (_port, client) = admin_channel();
+        AdminServer::bind(path, client, names(), Arc::new(Shared::new(1)))
+    }
+
+    // Goal: the admin socket never destroys what is at its path (a file, a directory, a
+    // live engine's socket) and is owner-only whatever the umask.
+    #[test]
+    fn binding_replaces_only_a_dead_socket_and_is_owner_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("journal-00000001.kj");
+        std::fs::write(&file, b"precious").unwrap();
+        let e = bind(&file).expect_err("a regular file is not replaced");
+        assert!(e.to_string().contains("is not a socket"), "{e}");
+        assert_eq!(std::fs::read(&file).unwrap(), b"precious");
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        assert!(bind(&sub).is_err());
+        assert!(sub.is_dir());
+
+        let path = dir.path().join("admin.sock");
+        let live = UnixListener::bind(&path).unwrap();
+        let e = bind(&path).expect_err("a live socket is not taken over");
+        assert!(
+            e.to_string().contains("a live process serves this socket"),
+            "{e}"
+        );
+        drop(live); // the file stays, nothing listens: what a killed engine leaves
+        let server = bind(&path).expect("a dead socket is replaced");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
+
+        // At the end, a path that names another socket by now is left alone.
+        std::fs::remove_file(&path).unwrap();
+        let other = UnixListener::bind(&path).unwrap();
+        server.shared.stop.store(true, Ordering::Release);
+        server.run();
+        assert!(path.exists(), "the server removed a socket it did not make");
+        drop(other);
+    }
+
+    // Goal: clients that connect and send nothing, or a byte at a time, never keep another
+    // operator's command from being answered; past CONNECTIONS_MAX waiting, a connection is
+    // refused at once, with a reason.
+    #[test]
+    fn silent_and_slow_clients_never_block_another_operator() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let server = bind(&path).unwrap();
+        let shared = Arc::clone(&server.shared);
+        let thread = std::thread::spawn(move || server.run());
+        let mut idle = Vec::new();
+        for _ in 0..CONNECTIONS_MAX - 1 {
+            idle.push(UnixStream::connect(&path).unwrap());
+        }
+        let mut slow = UnixStream::connect(&path).unwrap();
+        slow.write_all(b"he").unwrap();
+        // The 16 waiting connections fill every slot: one more is refused with the reason.
+        let answer = loop {
+            let a = request(&path, "help").expect("an answer");
+            if !a.starts_with("ok") {
+                break a;
+            }
+        };
+        assert!(answer.starts_with("error: 16 connections"), "{answer}");
+        idle.pop();
+        drop(slow);
+        // Slots free (closed connections are refused and dropped): served while the other
+        // idle clients still hold theirs.
+        let answer = loop {
+            let a = request(&path, "help").expect("an answer");
+            if a.starts_with("ok") {
+                break a;
+            }
+        };
+        assert!(answer.starts_with("ok: commands"), "{answer}");
+        // Each idle client is answered in the end, with the reason.
+        for mut c in idle {
+            c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            let mut text = String::new();
+            c.read_to_string(&mut text).unwrap();
+            assert!(
+                text.starts_with("error: no complete request line within"),
+                "{text}"
+            );
+        }
+        shared.stop.store(true, Ordering::Release);
+        thread.join().unwrap();
+        assert!(!path.exists());
+    }
+
+    // Goal: a socket file removed while the engine runs (by hand, a tmp cleaner) does not
+    // leave the engine unreachable for the rest of its run.
+    #[test]
+    fn a_removed_socket_file_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let server = bind(&path).unwrap();
+        let shared = Arc::clone(&server.shared);
+        let thread = std::thread::spawn(move || server.run());
+        assert!(request(&path, "help").unwrap().starts_with("ok"));
+        std::fs::remove_file(&path).unwrap();
+        // Bounded: 30 s of 1-ms naps.
+        let mut naps = 0;
+        while request(&path, "help").is_err() {
+            naps += 1;
+            assert!(naps < 30_000, "never made again");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
+        shared.stop.store(true, Ordering::Release);
+        thread.join().unwrap();
+        assert!(!path.exists());
+    }
+
+    // Goal: a script piped in whole is refused, not half done; a filter given twice is
+    // refused, not silently narrowed to its last value.
+    #[test]
+    fn a_second_line_or_a_filter_given_twice_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let server = bind(&path).unwrap();
+        let shared = Arc::clone(&server.shared);
+        let thread = std::thread::spawn(move || server.run());
+        let answer = request(&path, "help\nkill-switch off").unwrap();
+        assert!(
+            answer.starts_with("error: one request line per connection"),
+            "{answer}"
+        );
+        assert!(request(&path, "help  ").unwrap().starts_with("ok"));
+        shared.stop.store(true, Ordering::Release);
+        thread.join().unwrap();
+
+        let names = AdminNames {
+            symbols: vec!["AAPL".into(), "MSFT".into()],
+            venues: vec!["sim".into()],
+            strategies: 2,
+        };
+        for line in [
+            "cancel-all strategy 0 strategy 1",
+            "open-orders symbol AAPL symbol MSFT",
+            "cancel-all venue sim venue sim",
+        ] {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match parse(&words, &names) {
+                Err(e) => assert!(e.contains("given twice"), "{line}: {e}"),
+                Ok(_) => panic!("{line}: accepted"),
+            }
+        }
+    }
 }
