@@ -72,6 +72,16 @@ pub enum LogRecord {
         /// The interval.
         interval_ns: u64,
     },
+    /// A venue began another session (a new trading day) than the journal's: the link does
+    /// not trade on this journal (said once per run).
+    NewVenueSession {
+        /// The venue.
+        venue: VenueId,
+        /// The session the venue began.
+        venue_session: [u8; 10],
+        /// The session the journal's records belong to.
+        journal_session: [u8; 10],
+    },
     /// Records the loop could not hand over (its ring was full), since the last such record.
     Dropped {
         /// How many.
@@ -97,8 +107,8 @@ pub enum StrategyChange {
     Attached,
     /// Its heartbeat stopped.
     Lost,
-    /// Its channel was declared broken.
-    Broken,
+    /// Its channel was declared broken, for this fault.
+    Broken(crate::ipc::ChannelFault),
 }
 
 /// A loop's end of its log ring.
@@ -153,6 +163,8 @@ pub fn log_ring() -> (LogTx, LogRx) {
 pub struct LogNames {
     /// Venues, in `VenueId` order.
     pub venues: Vec<String>,
+    /// The journal's directory (named in the command that resolves a new venue session).
+    pub journal_dir: Option<std::path::PathBuf>,
 }
 
 /// The logger: empties the loops' rings into `tracing`.
@@ -291,12 +303,40 @@ impl Logger {
                     strategy = strategy.0,
                     "strategy lost (heartbeat stopped)"
                 ),
-                StrategyChange::Broken => tracing::error!(
+                StrategyChange::Broken(fault) => tracing::error!(
                     target: "keel::strategy",
                     strategy = strategy.0,
-                    "strategy channel broken: no more commands are read from it"
+                    fault_code = fault.code(),
+                    "strategy channel broken: {fault}; no more commands are read from it (its \
+                     orders are canceled as on loss when cancel_on_strategy_loss is set)"
                 ),
             },
+            LogRecord::NewVenueSession {
+                venue,
+                venue_session,
+                journal_session,
+            } => {
+                let name = |s: &[u8; 10]| String::from_utf8_lossy(s).trim_end().to_string();
+                let resolve = match &self.names.journal_dir {
+                    Some(dir) => format!(
+                        "mv {d} {d}.{old} && keel run --config <this file>",
+                        d = dir.display(),
+                        old = name(&journal_session)
+                    ),
+                    None => "move the journal directory aside and start again".into(),
+                };
+                tracing::error!(
+                    target: "keel::venue",
+                    venue = self.venue(venue),
+                    "keel: venue {}: the venue began session \"{}\" but the journal's records \
+                     belong to session \"{}\": no trading on this journal (its sequence numbers \
+                     and open orders are the old session's). Stop keel, start a new journal: \
+                     {resolve}",
+                    venue.0,
+                    name(&venue_session),
+                    name(&journal_session)
+                )
+            }
             LogRecord::Refusals {
                 reason,
                 count,

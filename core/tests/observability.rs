@@ -43,7 +43,9 @@ fn program(name: &str) -> Option<PathBuf> {
             std::env::var("KEEL_REQUIRE_OBSERVABILITY").as_deref() != Ok("1"),
             "{name} is not installed but KEEL_REQUIRE_OBSERVABILITY=1 (scripts/test installs it)"
         );
-        eprintln!("{name} not installed: that part of the test is skipped (scripts/test installs it)");
+        eprintln!(
+            "{name} not installed: that part of the test is skipped (scripts/test installs it)"
+        );
     }
     found
 }
@@ -52,7 +54,11 @@ fn program(name: &str) -> Option<PathBuf> {
 fn get(addr: &str, path: &str) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
     let status = text
@@ -60,7 +66,10 @@ fn get(addr: &str, path: &str) -> (u16, String) {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
     (status, body)
 }
 
@@ -74,8 +83,8 @@ fn free_port() -> u16 {
 
 fn keel(args: &[&str]) -> (i32, String) {
     let out = Process::new(KEEL).args(args).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code().unwrap_or(-1), text)
 }
 
@@ -215,16 +224,26 @@ fn stat_prometheus_and_the_live_page_see_the_chain() {
 
     // keel stat, live.
     let mut json = serde_json::Value::Null;
-    wait_until("keel stat to see the cancels", Duration::from_secs(10), || {
-        let (code, text) = keel(&["stat", "--config", config_arg, "--json"]);
-        assert_eq!(code, 0, "{text}");
-        json = serde_json::from_str(&text).unwrap();
-        json_value(&json, "keel_sent_total", "kind=\"cancel\"") == Some(4)
-    });
+    wait_until(
+        "keel stat to see the cancels",
+        Duration::from_secs(10),
+        || {
+            let (code, text) = keel(&["stat", "--config", config_arg, "--json"]);
+            assert_eq!(code, 0, "{text}");
+            json = serde_json::from_str(&text).unwrap();
+            json_value(&json, "keel_sent_total", "kind=\"cancel\"") == Some(4)
+        },
+    );
     assert_eq!(json["state"], "running");
-    assert_eq!(json_value(&json, "keel_sent_total", "kind=\"new\""), Some(10));
+    assert_eq!(
+        json_value(&json, "keel_sent_total", "kind=\"new\""),
+        Some(10)
+    );
     assert_eq!(json_value(&json, "keel_open_orders", ""), Some(6));
-    assert_eq!(json_value(&json, "keel_link_state", "venue=\"sim\""), Some(4));
+    assert_eq!(
+        json_value(&json, "keel_link_state", "venue=\"sim\""),
+        Some(4)
+    );
     let ack = json["metrics"]
         .as_array()
         .unwrap()
@@ -238,25 +257,34 @@ fn stat_prometheus_and_the_live_page_see_the_chain() {
     assert!(text.contains("SYNCED"), "{text}");
 
     // The Python reader (stdlib only), from docs/observability.md.
-    let reader =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python/keel_counters.py");
+    let reader = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python/keel_counters.py");
     let out = Process::new("python3")
         .arg(&reader)
         .arg(ipc.join("counters"))
         .args(["--name", "keel_sent_total"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let py: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json_value(&py, "keel_sent_total", "kind=\"new\""), Some(10));
-    assert_eq!(json_value(&py, "keel_sent_total", "kind=\"cancel\""), Some(4));
+    assert_eq!(
+        json_value(&py, "keel_sent_total", "kind=\"cancel\""),
+        Some(4)
+    );
 
     // /health and /metrics.
     let (status, body) = get(&addr, "/health");
     assert_eq!(status, 200, "{body}");
     let (status, metrics) = get(&addr, "/metrics");
     assert_eq!(status, 200);
-    assert!(metrics.contains("keel_sent_total{kind=\"new\"} 10"), "{metrics}");
+    assert!(
+        metrics.contains("keel_sent_total{kind=\"new\"} 10"),
+        "{metrics}"
+    );
     assert!(metrics.contains("keel_new_order_ack_seconds_count{venue=\"sim\"} 10"));
     assert_eq!(get(&addr, "/nowhere").0, 404);
     assert_eq!(get(&addr, "/metrics?x=1").0, 200);
@@ -278,7 +306,10 @@ fn stat_prometheus_and_the_live_page_see_the_chain() {
         let _server = Proc(
             Process::new(prometheus)
                 .arg(format!("--config.file={}", pconfig.display()))
-                .arg(format!("--storage.tsdb.path={}", pdir.join("data").display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    pdir.join("data").display()
+                ))
                 .arg(format!("--web.listen-address={web}"))
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(pdir.join("prometheus.log")).unwrap())
@@ -286,14 +317,18 @@ fn stat_prometheus_and_the_live_page_see_the_chain() {
                 .unwrap(),
         );
         let mut answer = String::new();
-        wait_until("Prometheus to have keel's series", Duration::from_secs(60), || {
-            let ready = std::net::TcpStream::connect(&web).is_ok();
-            if ready {
-                let q = "/api/v1/query?query=keel_sent_total%7Bkind%3D%22cancel%22%7D";
-                answer = get(&web, q).1;
-            }
-            answer.contains("\"value\":[") && answer.contains("\"4\"]")
-        });
+        wait_until(
+            "Prometheus to have keel's series",
+            Duration::from_secs(60),
+            || {
+                let ready = std::net::TcpStream::connect(&web).is_ok();
+                if ready {
+                    let q = "/api/v1/query?query=keel_sent_total%7Bkind%3D%22cancel%22%7D";
+                    answer = get(&web, q).1;
+                }
+                answer.contains("\"value\":[") && answer.contains("\"4\"]")
+            },
+        );
         assert!(answer.contains("\"job\":\"keel\""), "{answer}");
         let q = "/api/v1/query?query=keel_open_orders";
         assert!(get(&web, q).1.contains("\"6\"]"), "open orders");
@@ -340,7 +375,10 @@ fn stat_prometheus_and_the_live_page_see_the_chain() {
         assert!(page.contains("class=\"ok link\">SYNCED<"), "{page}");
         let shot = dir.path().join("dashboard.png");
         dom(Some(&shot));
-        assert!(std::fs::metadata(&shot).unwrap().len() > 10_000, "a screenshot");
+        assert!(
+            std::fs::metadata(&shot).unwrap().len() > 10_000,
+            "a screenshot"
+        );
         if let Ok(to) = std::env::var("KEEL_DASHBOARD_PNG") {
             std::fs::copy(&shot, to).unwrap();
         }
@@ -383,8 +421,8 @@ fn the_shipped_alert_rules_pass_promtool() {
         .arg(&rules)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("SUCCESS: 7 rules found"), "{text}");
 }

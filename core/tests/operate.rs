@@ -772,3 +772,48 @@ fn a_stop_is_bounded_and_a_second_signal_stops_at_once() {
     stop_keel_run(engine, &log);
     assert_eq!(venue_open(&v.control), 0, "every order canceled in the end");
 }
+
+// Goal (issue 12, adversarial review): a stop that comes at once after a restart still cancels
+// the orders the journal brought back. Before, the stop read an open-order count the loop had
+// not published yet (0), said "no order open" and left them working. Method: 5 orders rest,
+// the engine is killed (-9); a new engine with cancel-on-stop gets SIGTERM the moment it holds
+// its journal's lock; the venue ends with nothing open.
+#[test]
+fn a_stop_right_after_a_restart_cancels_the_restored_orders() {
+    let Setup {
+        venue: v,
+        dir,
+        ipc,
+        config,
+    } = setup();
+    let log = dir.path().join("run0.log");
+    let first = keel_run(&config, &log);
+    let channel = synced_channel(&ipc, 0);
+    let ids: Vec<u64> = (1..=5).collect();
+    for &seq in &ids {
+        assert!(channel.push_command(&new_order(seq, 1)));
+    }
+    await_events(&channel, &ids, |k| *k == EventKind::Accepted);
+    drop(first); // kill -9
+    assert_eq!(venue_open(&v.control), 5);
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("cancel_on_stop = false", "cancel_on_stop = true");
+    std::fs::write(&config, text).unwrap();
+    let log = dir.path().join("run1.log");
+    let second = keel_run(&config, &log);
+    // The moment it takes the journal's lock (its signal handlers are in place, its loops
+    // not necessarily started): stop it.
+    let pid = second.0.id().to_string();
+    let lock = dir.path().join("journal").join("keel.lock");
+    wait_until("the new engine's lock", Duration::from_secs(20), || {
+        std::fs::read_to_string(&lock).is_ok_and(|t| t.trim() == pid)
+    });
+    let report = stop_keel_run(second, &log);
+    assert!(report.contains("open orders: 0"), "{report}");
+    assert_eq!(
+        venue_open(&v.control),
+        0,
+        "the restored orders were canceled"
+    );
+}

@@ -255,7 +255,8 @@ fn cancel_on_stop(
     loop {
         let open = engine.open_orders();
         let waited = clock.now_ns() - start;
-        if open == 0 {
+        // Only a count the dispatcher published after canceling is trusted.
+        if open == 0 && engine.cancel_runs() > 0 {
             tracing::info!(target: "keel::stop", waited_ms = waited / 1_000_000, "no order open");
             return;
         }

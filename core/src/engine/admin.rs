@@ -211,7 +211,7 @@ impl AdminPort {
     ) -> u32 {
         let mut work = 0;
         if shared.stop_cancel.load(Ordering::Relaxed) {
-            work += self.stop_cancel(now_ns, dispatcher);
+            work += self.stop_cancel(now_ns, dispatcher, shared);
         }
         if let Some(listing) = self.listing {
             if listing.id() <= self.abandoned.load(Ordering::Acquire) {
@@ -271,7 +271,7 @@ impl AdminPort {
         work + 1
     }
 
-    fn stop_cancel(&mut self, now_ns: u64, dispatcher: &mut Dispatcher) -> u32 {
+    fn stop_cancel(&mut self, now_ns: u64, dispatcher: &mut Dispatcher, shared: &Shared) -> u32 {
         if self.stop_cancel.started
             && now_ns.saturating_sub(self.stop_cancel.last_ns) < STOP_CANCEL_INTERVAL_NS
         {
@@ -283,10 +283,18 @@ impl AdminPort {
         }
         self.stop_cancel.last_ns = now_ns;
         let everything = OperatorScope::default();
-        match dispatcher.operator_cancel(now_ns, everything) {
+        let work = match dispatcher.operator_cancel(now_ns, everything) {
             Ok(done) => done.queued + done.withdrawn,
             Err(_) => 0,
-        }
+        };
+        // What is still open after this run, then the run itself: the stop trusts the count
+        // only once a run has happened.
+        shared.open_orders.store(
+            u64::from(dispatcher.table().open_count()),
+            Ordering::Release,
+        );
+        shared.stop_cancel_runs.fetch_add(1, Ordering::AcqRel);
+        work
     }
 
     fn continue_listing(

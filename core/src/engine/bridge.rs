@@ -180,18 +180,8 @@ impl Bridge {
         self.stats.fault = Some(fault);
         self.channel.publish_fault(fault);
         self.pending_cancel |= self.cancel_on_loss;
-        // Once per channel per run: a cold path.
-        crate::warn_line!(
-            "keel: strategy {}: channel {} broken: {fault}; no more commands are read from \
-             it{}",
-            self.channel.strategy().0,
-            self.channel.path().display(),
-            if self.cancel_on_loss {
-                ", its open orders are canceled"
-            } else {
-                ""
-            }
-        );
+        // Said by the engine's logger (the dispatcher loop's watch sees `broken` move): the
+        // loop never writes to stderr itself.
         self.push_pending_cancel();
     }
 

@@ -154,12 +154,12 @@ impl Front {
             let st = b.stats();
             let strategy = b.strategy();
             let changes = [
-                (st.attached > seen.0, StrategyChange::Attached),
-                (st.lost > seen.1, StrategyChange::Lost),
-                (st.broken > seen.2, StrategyChange::Broken),
+                (st.attached > seen.0, Some(StrategyChange::Attached)),
+                (st.lost > seen.1, Some(StrategyChange::Lost)),
+                (st.broken > seen.2, st.fault.map(StrategyChange::Broken)),
             ];
             for (changed, what) in changes {
-                if changed {
+                if let (true, Some(what)) = (changed, what) {
                     self.log.send(LogRecord::Strategy { strategy, what });
                 }
             }
@@ -284,6 +284,7 @@ struct LinkSeen {
     state: LinkState,
     connect_failures: u64,
     connecting_since_ns: u64,
+    new_session_said: bool,
 }
 
 impl<T: Transport> Executor<T> {
@@ -303,6 +304,7 @@ impl<T: Transport> Executor<T> {
                 state: LinkState::Disconnected,
                 connect_failures: 0,
                 connecting_since_ns: now_ns,
+                new_session_said: false,
             })
             .collect();
         for link in &mut links {
@@ -365,6 +367,16 @@ impl<T: Transport> Executor<T> {
                 .reconnect_at_ns()
                 .map_or(0, |at| at.saturating_sub(now));
             let stats = link.stats();
+            if let Some((venue_session, journal_session)) = link.client().refused_session() {
+                if !seen.new_session_said {
+                    seen.new_session_said = true;
+                    self.log.send(LogRecord::NewVenueSession {
+                        venue,
+                        venue_session,
+                        journal_session,
+                    });
+                }
+            }
             if failures > seen.connect_failures {
                 self.log.send(LogRecord::ConnectFailed {
                     venue,

@@ -347,6 +347,8 @@ struct Shared {
     open_orders: AtomicU64,
     /// Cancel-on-stop asked: the dispatcher turns the kill switch on and cancels everything.
     stop_cancel: AtomicBool,
+    /// Cancel-on-stop runs the dispatcher loop has made (the open count is trusted after one).
+    stop_cancel_runs: AtomicU64,
     /// Bit per venue: an operator asked for a reconnect (the executor loop takes it).
     reconnect: AtomicU64,
     /// Per venue: the link as the executor loop last published it.
@@ -568,10 +570,7 @@ impl EngineBuilder {
             }
             for (venue, &session) in &recovery.venue_session {
                 if let Some(link) = links.get_mut(usize::from(venue.0)) {
-                    let old = String::from_utf8_lossy(&session).trim_end().to_string();
-                    let dir = jc.dir.display();
-                    let resolve = format!("mv {dir} {dir}.{old} && keel run --config <this file>");
-                    link.client_mut().resume_session(session, resolve);
+                    link.client_mut().resume_session(session);
                 }
             }
             for r in recovery.open.values() {
@@ -606,6 +605,12 @@ impl EngineBuilder {
             }
         }
         let shared = Arc::new(Shared::new(links.len()));
+        // The restored open orders, before the first pass: a stop that comes at once must not
+        // read 0 and leave them working.
+        shared.open_orders.store(
+            u64::from(dispatcher.table().open_count()),
+            Ordering::Release,
+        );
         let (counters, front_metrics, exec_metrics) = match config.counters_file() {
             Some(path) => {
                 let metric_names = crate::metrics::engine::MetricNames {
@@ -685,6 +690,7 @@ impl EngineBuilder {
             wire_log,
             counters,
             exec_metrics,
+            journal_dir: config.journal.as_ref().map(|j| j.dir.clone()),
         })
     }
 
@@ -738,6 +744,7 @@ impl EngineBuilder {
             wire_log,
             counters,
             exec_metrics,
+            journal_dir,
         } = parts;
         let log_stop = Arc::new(AtomicBool::new(false));
         let wire_thread = match wire_log {
@@ -758,6 +765,7 @@ impl EngineBuilder {
                 log_rings,
                 crate::log::LogNames {
                     venues: names.venues.clone(),
+                    journal_dir: journal_dir.clone(),
                 },
             );
             let stop = Arc::clone(&log_stop);
@@ -876,6 +884,8 @@ struct Parts {
     /// The counters file, if kept, and the executor loop's publisher into it.
     counters: Option<crate::metrics::CountersFile>,
     exec_metrics: Option<crate::metrics::engine::ExecMetrics>,
+    /// The journal's directory (for the log's advice).
+    journal_dir: Option<PathBuf>,
 }
 
 type LoopResult = Result<Halves, EngineError>;
@@ -1101,6 +1111,12 @@ impl RunningEngine {
     /// Open orders in the dispatcher's table, as last published by its loop.
     pub fn open_orders(&self) -> u64 {
         self.shared.open_orders.load(Ordering::Acquire)
+    }
+
+    /// Cancel-on-stop runs the dispatcher loop has made since [`Self::cancel_everything`]
+    /// (0: not yet; [`Self::open_orders`] is what the last left open).
+    pub fn cancel_runs(&self) -> u64 {
+        self.shared.stop_cancel_runs.load(Ordering::Acquire)
     }
 
     /// Whether a loop has ended on its own (an error or a panic; `stop` says which).

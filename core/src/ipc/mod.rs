@@ -34,6 +34,7 @@ pub use names::{fingerprint, VENUE_NAME_LEN};
 
 use std::cell::Cell;
 use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -474,6 +475,8 @@ impl Channel {
             .read(true)
             .write(true)
             .create_new(true)
+            // Owner and group only: whoever can write a channel can send its orders.
+            .mode(0o660)
             .open(path)
             .map_err(io)?;
         let len = file_len(command_capacity, event_capacity);

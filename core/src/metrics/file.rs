@@ -8,6 +8,7 @@
 //! allocation, no system call on the writer's side. Descriptors (kind, region, slot, width,
 //! name, labels) are written once, at creation, before the header's magic.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -213,6 +214,8 @@ impl CountersFile {
             .read(true)
             .write(true)
             .create_new(true)
+            // Readable by the owner's group (monitoring), written by the engine only.
+            .mode(0o640)
             .open(path)
             .map_err(io)?;
         let (regions, len) = layout.placement();

@@ -302,7 +302,11 @@ impl Monitor {
             ));
         }
         if let Some(s) = &self.last {
-            for (d, _) in s.metrics.iter().filter(|(d, _)| d.name == "keel_link_state") {
+            for (d, _) in s
+                .metrics
+                .iter()
+                .filter(|(d, _)| d.name == "keel_link_state")
+            {
                 let venue = label_value(&d.labels, "venue").unwrap_or("?");
                 let (baseline, window) = self.alerts.p99(venue);
                 for (name, value) in [

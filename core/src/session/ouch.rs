@@ -149,7 +149,8 @@ pub struct OuchClient {
     /// login records it).
     journal_session: Option<[u8; 10]>,
     /// What an operator runs to start a new journal when the venue began another session.
-    new_session_resolve: String,
+    /// The first refused login into another session: (the venue's, the journal's).
+    refused_session: Option<([u8; 10], [u8; 10])>,
     stats: ClientStats,
 }
 
@@ -170,7 +171,7 @@ impl OuchClient {
             gap_open: false,
             orphan_contradictions: 0,
             journal_session: None,
-            new_session_resolve: String::new(),
+            refused_session: None,
             next_user_ref: 1,
             next_seq: 1,
             venue_open: Vec::with_capacity(config.orders_max as usize),
@@ -222,11 +223,9 @@ impl OuchClient {
         self.next_seq = seq.saturating_add(1);
     }
 
-    /// Restores the venue session the journal's records belong to, before the first login;
-    /// `resolve` is the command an operator runs when the venue has begun another one.
-    pub fn resume_session(&mut self, session: [u8; 10], resolve: String) {
+    /// Restores the venue session the journal's records belong to, before the first login.
+    pub fn resume_session(&mut self, session: [u8; 10]) {
         self.journal_session = Some(session);
-        self.new_session_resolve = resolve;
     }
 
     /// Rebuilds one order from the journal in a fresh client (before its first login), so
@@ -647,23 +646,8 @@ impl OuchClient {
             Some(known) if known == session => Ok(()),
             Some(known) => {
                 self.stats.new_session_refused += 1;
-                if self.stats.new_session_refused == 1 {
-                    let name = |s: &[u8; 10]| String::from_utf8_lossy(s).trim_end().to_string();
-                    crate::warn_line!(
-                        "keel: venue {}: the venue began session \"{}\" but the journal's records \
-                         belong to session \"{}\": no trading on this journal (its sequence \
-                         numbers and open orders are the old session's). Stop keel, start a new \
-                         journal: {}",
-                        self.venue.0,
-                        name(&session),
-                        name(&known),
-                        if self.new_session_resolve.is_empty() {
-                            "move the journal directory aside and start again"
-                        } else {
-                            &self.new_session_resolve
-                        }
-                    );
-                }
+                // Said once, by the engine's logger (from the executor loop's watch).
+                self.refused_session.get_or_insert((session, known));
                 Err(DecodeError::BadField {
                     field: "Session (not the journal's)",
                     value: u64::from_be_bytes(session[..8].try_into().expect("8")),
@@ -1323,8 +1307,11 @@ impl VenueProtocol for OuchClient {
     fn resume_after(&mut self, seq: u64) {
         OuchClient::resume_after(self, seq)
     }
-    fn resume_session(&mut self, session: [u8; 10], resolve: String) {
-        OuchClient::resume_session(self, session, resolve);
+    fn resume_session(&mut self, session: [u8; 10]) {
+        OuchClient::resume_session(self, session);
+    }
+    fn refused_session(&self) -> Option<([u8; 10], [u8; 10])> {
+        self.refused_session
     }
     fn restore_order(
         &mut self,

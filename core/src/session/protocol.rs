@@ -71,9 +71,12 @@ pub trait VenueProtocol {
     /// Journal restore, before the first login: resume the venue's stream after `seq`.
     fn resume_after(&mut self, seq: u64);
     /// Journal restore, before the first login: the venue session (trading day) the
-    /// journal's records belong to. A login into another session is refused, and the
-    /// operator told `resolve` (the exact command that starts a new journal).
-    fn resume_session(&mut self, session: [u8; 10], resolve: String);
+    /// journal's records belong to. A login into another session is refused (see
+    /// [`VenueProtocol::refused_session`]).
+    fn resume_session(&mut self, session: [u8; 10]);
+    /// A login into another session than the journal's was refused: (the venue's, the
+    /// journal's). The engine's log says it once, with the command that resolves it.
+    fn refused_session(&self) -> Option<([u8; 10], [u8; 10])>;
     /// Journal restore, before the first login: one open order and its wire reference.
     fn restore_order(
         &mut self,
@@ -325,8 +328,11 @@ macro_rules! protocols {
             fn resume_after(&mut self, seq: u64) {
                 match self { $(Self::$variant(p) => p.resume_after(seq),)+ }
             }
-            fn resume_session(&mut self, session: [u8; 10], resolve: String) {
-                match self { $(Self::$variant(p) => p.resume_session(session, resolve),)+ }
+            fn resume_session(&mut self, session: [u8; 10]) {
+                match self { $(Self::$variant(p) => p.resume_session(session),)+ }
+            }
+            fn refused_session(&self) -> Option<([u8; 10], [u8; 10])> {
+                match self { $(Self::$variant(p) => p.refused_session(),)+ }
             }
             fn restore_order(
                 &mut self,
