@@ -337,58 +337,51 @@ fn stat_prometheus_and_the_live_page_see_the_chain() {
         assert!(p99.contains("\"venue\":\"sim\""), "{p99}");
     }
 
-    // Headless Chromium reads the live page: the breaker shown open, then closed.
-    if let Some(chromium) = program("chromium") {
-        let dom = |shot: Option<&Path>| {
-            let profile = tempfile::tempdir().unwrap();
-            let mut c = Process::new(&chromium);
-            c.args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--virtual-time-budget=3000",
-                "--window-size=1500,700",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()));
-            match shot {
-                Some(p) => c.arg(format!("--screenshot={}", p.display())),
-                None => c.arg("--dump-dom"),
-            };
-            let out = c.arg(format!("http://{addr}/")).output().unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8_lossy(&out.stdout).into_owned()
+    // Headless Chromium keeps the live page open (driven over the DevTools protocol): the
+    // breaker shown open while an operator holds it open, closed after — the page updates
+    // itself from the server-sent events, it is never reloaded.
+    if let (Some(chromium), Some(python)) = (program("chromium"), common::peers::python()) {
+        use std::io::{BufRead, BufReader};
+        let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/page_watch.py");
+        let profile = tempfile::tempdir().unwrap();
+        let mut child = Process::new(python)
+            .arg(&driver)
+            .arg(&chromium)
+            .arg(format!("http://{addr}/"))
+            .arg(profile.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut to = child.stdin.take().unwrap();
+        let mut from = BufReader::new(child.stdout.take().unwrap());
+        let _page = Proc(child);
+        let mut ready = String::new();
+        from.read_line(&mut ready).unwrap();
+        assert_eq!(ready.trim(), "ready", "the driver started Chromium");
+        let mut ask = |line: &str| {
+            writeln!(to, "{line}").unwrap();
+            let mut answer = String::new();
+            from.read_line(&mut answer).unwrap();
+            answer.trim_end().to_string()
         };
+        let breaker = "#venue-sim>.breaker";
+        assert_eq!(ask(&format!("wait {breaker} closed 20")), "ok");
+        assert_eq!(ask("wait #venue-sim>.link SYNCED 5"), "ok");
         let (code, answer) = keel(&["ctl", "--config", config_arg, "breaker", "sim", "open"]);
         assert_eq!(code, 0, "{answer}");
-        std::thread::sleep(Duration::from_millis(600)); // the side thread's next reading
-        let page = dom(None);
-        assert!(page.contains("class=\"bad breaker\">OPEN<"), "{page}");
-        assert!(page.contains("class=\"ok link\">SYNCED<"), "{page}");
+        assert_eq!(ask(&format!("wait {breaker} OPEN 10")), "ok", "shown open");
         let shot = dir.path().join("dashboard.png");
-        dom(Some(&shot));
-        assert!(
-            std::fs::metadata(&shot).unwrap().len() > 10_000,
-            "a screenshot"
-        );
+        assert_eq!(ask(&format!("shot {}", shot.display())), "ok");
+        assert!(std::fs::metadata(&shot).unwrap().len() > 10_000, "a screenshot");
         if let Ok(to) = std::env::var("KEEL_DASHBOARD_PNG") {
             std::fs::copy(&shot, to).unwrap();
         }
         let (code, answer) = keel(&["ctl", "--config", config_arg, "breaker", "sim", "close"]);
         assert_eq!(code, 0, "{answer}");
-        std::thread::sleep(Duration::from_millis(600));
-        let page = dom(None);
-        assert!(page.contains("class=\"ok breaker\">closed<"), "{page}");
+        assert_eq!(ask(&format!("wait {breaker} closed 10")), "ok", "shown closed again");
+        writeln!(to, "quit").unwrap();
     }
-
     // After the stop, the file holds the last values: they match the report.
     let report = stop_keel_run(engine, &log);
     let (code, text) = keel(&["stat", "--config", config_arg, "--json"]);
