@@ -128,6 +128,27 @@ dir = "/tmp/wire \u00e9"
 ring_bytes = 4096
 file_bytes_max = 1048576
 
+[metrics]
+enabled = false
+file = "/dev/shm/other/counters"
+http = "127.0.0.1:9464"
+
+[alerts]
+enabled = false
+breaker_open_ns = "1m"
+failure_rate_pct = 50
+failure_rate_for_ns = "2s"
+reconnects_per_hour = 9
+p99_baseline_factor = 3
+p99_window_ns = "30s"
+p99_baseline_ns = "250us"
+p99_samples_min = 7
+
+[budget]
+decision_p99_ns = "20us"
+new_ack_p99_ns = "2ms"
+cancel_ack_p99_ns = "1ms"
+
 [[feed]]
 address = "10.1.2.3:9999"
 path = "/other"
@@ -196,6 +217,9 @@ fn assert_every_section(text: &str) {
         "\n[journal]\n",
         "\n[operator]\n",
         "[wire_log]\n",
+        "\n[metrics]\n",
+        "\n[alerts]\n",
+        "\n[budget]\n",
         "\n[[feed]]\n",
         "\n[[venue]]\n",
     ] {

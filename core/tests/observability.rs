@@ -373,13 +373,20 @@ fn stat_prometheus_and_the_live_page_see_the_chain() {
         assert_eq!(ask(&format!("wait {breaker} OPEN 10")), "ok", "shown open");
         let shot = dir.path().join("dashboard.png");
         assert_eq!(ask(&format!("shot {}", shot.display())), "ok");
-        assert!(std::fs::metadata(&shot).unwrap().len() > 10_000, "a screenshot");
+        assert!(
+            std::fs::metadata(&shot).unwrap().len() > 10_000,
+            "a screenshot"
+        );
         if let Ok(to) = std::env::var("KEEL_DASHBOARD_PNG") {
             std::fs::copy(&shot, to).unwrap();
         }
         let (code, answer) = keel(&["ctl", "--config", config_arg, "breaker", "sim", "close"]);
         assert_eq!(code, 0, "{answer}");
-        assert_eq!(ask(&format!("wait {breaker} closed 10")), "ok", "shown closed again");
+        assert_eq!(
+            ask(&format!("wait {breaker} closed 10")),
+            "ok",
+            "shown closed again"
+        );
         writeln!(to, "quit").unwrap();
     }
     // After the stop, the file holds the last values: they match the report.
