@@ -8,7 +8,10 @@
 //! - inline: the strategy (this thread) pushes a new order into its ring and spins on its event
 //!   ring until `Accepted`; one engine loop runs dispatcher, guard chain, transport and session;
 //! - split: the same with a dispatcher loop and an executor loop joined by SPSC rings;
-//! - each topology with its executor loop on io_uring and on epoll (`[engine] transport`).
+//! - each topology with its executor loop on io_uring and on epoll (`[engine] transport`);
+//! - inline on io_uring again with the counters file on (`keel run`'s default; the others run
+//!   with `[metrics] enabled = false`), and with the file and the side thread serving
+//!   `/metrics`, scraped every 100 ms by another thread (issue 13: within 5%, and no stall).
 //!
 //! The engine's loops spin then yield (`SpinThenYield`): this machine has 2 vCPUs for the
 //! strategy, up to two engine loops and the venue, so a loop must give its core away when it
@@ -101,14 +104,48 @@ fn floor_round(stream: &mut TcpStream, n: u64, clock: &TscClock, h: &mut Histogr
     }
 }
 
+/// The counters file and the side thread, for the contender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Eyes {
+    /// No counters file (`[metrics] enabled = false`).
+    Off,
+    /// The counters file written by the loops (the default of `keel run`).
+    File,
+    /// The file, and the side thread serving `/metrics` scraped every 100 ms.
+    Scraped,
+}
+
+/// GETs `/metrics` every 100 ms until `stop`; returns how many scrapes answered 200.
+fn scraper(addr: std::net::SocketAddr, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut ok = 0;
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(mut s) = TcpStream::connect(addr) {
+                let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+                let mut text = String::new();
+                let _ = s.read_to_string(&mut text);
+                ok += u64::from(text.starts_with("HTTP/1.1 200"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        ok
+    })
+}
+
 fn engine_round(
     venue: std::net::SocketAddr,
-    (topology, transport): (Topology, TransportKind),
+    (topology, transport, eyes): (Topology, TransportKind, Eyes),
     first_seq: u64,
     n: u64,
     clock: &TscClock,
     h: &mut Histogram<u64>,
 ) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let counters = dir.path().join("counters");
+    let metrics = match eyes {
+        Eyes::Off => "[metrics]\nenabled = false\n".to_string(),
+        Eyes::File | Eyes::Scraped => format!("[metrics]\nfile = \"{}\"\n", counters.display()),
+    };
     // A fresh account per engine: an engine without a journal starts its wire references at
     // 1, which an account with history would refuse (they must ascend).
     let config = EngineConfig::from_toml(&format!(
@@ -130,6 +167,7 @@ fn engine_round(
         address = "{venue}"
         username = "b{first_seq}"
         password = "keel"
+        {metrics}
         "#
     ))
     .expect("bench config");
@@ -140,6 +178,20 @@ fn engine_round(
         .start()
         .expect("engine");
     let mut strategy = engine.take_strategy(StrategyId(0)).expect("in process");
+    let side = Arc::new(AtomicBool::new(false));
+    let mut side_threads = None;
+    if eyes == Eyes::Scraped {
+        let (addr, monitor) = keel::monitor::spawn(
+            "127.0.0.1:0".parse().expect("addr"),
+            counters.clone(),
+            Default::default(),
+            Default::default(),
+            Arc::clone(&side),
+            Vec::new(),
+        )
+        .expect("monitor");
+        side_threads = Some((monitor, scraper(addr, Arc::clone(&side))));
+    }
     while !engine.venue_synced(VenueId(0)) {
         std::thread::yield_now();
     }
@@ -179,6 +231,16 @@ fn engine_round(
         }
         let _ = h.record((clock.now_ns() - t0).max(1) * 1_000);
     }
+    side.store(true, Ordering::Relaxed);
+    if let Some((monitor, scraper)) = side_threads {
+        let scrapes = scraper.join().expect("scraper");
+        let _ = monitor.join();
+        // A round lasts long enough for several scrapes except in a smoke run.
+        assert!(
+            scrapes > 0 || n < 1_000,
+            "the side thread answered no scrape"
+        );
+    }
     let report = engine.stop().expect("engine stop");
     assert_eq!(report.dispatch.sent_new, n, "every order went out once");
     assert_eq!(
@@ -206,12 +268,16 @@ fn main() {
         "keel engine, split, io_uring",
         "keel engine, inline, epoll",
         "keel engine, split, epoll",
+        "keel engine, inline, io_uring, counters file",
+        "keel engine, inline, io_uring, counters + /metrics every 100 ms",
     ];
     let layouts = [
-        (Topology::Inline, TransportKind::IoUring),
-        (Topology::Split, TransportKind::IoUring),
-        (Topology::Inline, TransportKind::Epoll),
-        (Topology::Split, TransportKind::Epoll),
+        (Topology::Inline, TransportKind::IoUring, Eyes::Off),
+        (Topology::Split, TransportKind::IoUring, Eyes::Off),
+        (Topology::Inline, TransportKind::Epoll, Eyes::Off),
+        (Topology::Split, TransportKind::Epoll, Eyes::Off),
+        (Topology::Inline, TransportKind::IoUring, Eyes::File),
+        (Topology::Inline, TransportKind::IoUring, Eyes::Scraped),
     ];
     let mut h: Vec<Histogram<u64>> = (0..names.len()).map(|_| histogram()).collect();
     let mut seq = 1;
@@ -262,5 +328,15 @@ fn main() {
     println!(
         "inline_epoll_vs_io_uring_ratio: {:.2}",
         s[3].p50_ns / s[1].p50_ns
+    );
+    println!(
+        "counters_on_vs_off_ratio: p50 {:.2}, p99 {:.2}",
+        s[5].p50_ns / s[1].p50_ns,
+        s[5].p99_ns / s[1].p99_ns
+    );
+    println!(
+        "scraped_vs_counters_ratio: p99 {:.2}, p99.9 {:.2}",
+        s[6].p99_ns / s[5].p99_ns,
+        s[6].p999_ns / s[5].p999_ns
     );
 }
