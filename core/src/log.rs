@@ -48,6 +48,8 @@ pub enum LogRecord {
         ns: u64,
         /// For SYNCED and READ-ONLY: what the reconciliation found.
         reconciliation: Reconciliation,
+        /// For DISCONNECTED: why.
+        because: LostBecause,
     },
     /// A venue's breaker changed state.
     Breaker {
@@ -72,6 +74,17 @@ pub enum LogRecord {
         /// The interval.
         interval_ns: u64,
     },
+    /// New orders held back or refused other than by a keel refusal, during the last
+    /// interval: shed under overload, throttled by the rate limiter, refused by an open
+    /// breaker, rejected by the venue as duplicate ids.
+    HeldBack {
+        /// What held them back.
+        what: HeldBack,
+        /// How many in the interval.
+        count: u64,
+        /// The interval.
+        interval_ns: u64,
+    },
     /// A venue began another session (a new trading day) than the journal's: the link does
     /// not trade on this journal (said once per run).
     NewVenueSession {
@@ -87,6 +100,62 @@ pub enum LogRecord {
         /// How many.
         count: u64,
     },
+}
+
+/// What held new orders back (see [`LogRecord::HeldBack`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldBack {
+    /// Shed: the venue's new-order lane above its watermark.
+    Shed,
+    /// Throttled: waited past the limiter's deadline.
+    Throttled,
+    /// Refused by an open (or probing) breaker.
+    BreakerOpen,
+    /// Rejected by the venue as a duplicate ClientOrderId.
+    DuplicateIdRejects,
+}
+
+impl HeldBack {
+    /// As the log line says it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Shed => "shed",
+            Self::Throttled => "throttled",
+            Self::BreakerOpen => "breaker open",
+            Self::DuplicateIdRejects => "duplicate-id rejects (venue)",
+        }
+    }
+}
+
+/// Why a venue session ended (as the executor loop's counters tell it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostBecause {
+    /// The venue said nothing for too many heartbeat intervals.
+    Silence,
+    /// The venue sent bytes that do not decode (the connection was closed).
+    Malformed,
+    /// Reconciliation did not finish in time.
+    ReconcileTimeout,
+    /// The venue refused the login.
+    LoginRefused,
+    /// An operator asked (`keel ctl reconnect`).
+    Operator,
+    /// The connection closed (by the venue, or the network).
+    Closed,
+}
+
+impl LostBecause {
+    /// As the log line says it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Silence => "the venue was silent too long (heartbeat timeout)",
+            Self::Malformed => "the venue sent a message that does not decode",
+            Self::ReconcileTimeout => "reconciliation timed out",
+            Self::LoginRefused => "the venue refused the login",
+            Self::Operator => "an operator asked for a reconnect",
+            Self::Closed => "the connection closed",
+        }
+    }
 }
 
 /// A breaker transition.
@@ -238,6 +307,7 @@ impl Logger {
                 to,
                 ns,
                 reconciliation: r,
+                because,
             } => match to {
                 LinkState::Synced => tracing::info!(
                     target: "keel::venue",
@@ -264,7 +334,8 @@ impl Logger {
                     target: "keel::venue",
                     venue = self.venue(venue),
                     from = link_state_name(from),
-                    "DISCONNECTED; {}",
+                    "DISCONNECTED: {}; {}",
+                    because.name(),
                     retry_text(ns)
                 ),
                 _ => tracing::info!(
@@ -347,6 +418,17 @@ impl Logger {
                 count,
                 interval_ms = interval_ns / 1_000_000,
                 "commands refused"
+            ),
+            LogRecord::HeldBack {
+                what,
+                count,
+                interval_ns,
+            } => tracing::warn!(
+                target: "keel::refusals",
+                what = what.name(),
+                count,
+                interval_ms = interval_ns / 1_000_000,
+                "new orders held back"
             ),
             LogRecord::Dropped { count } => tracing::error!(
                 target: "keel::log",

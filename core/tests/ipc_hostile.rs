@@ -429,8 +429,11 @@ fn fuzz_channel(peer: &Peer, rng: &mut Rng, steps: u32, fuzz: Fuzz) {
                     3 => tail.wrapping_sub(rng.below(4)),
                     _ => rng.next(),
                 };
-                // Never the fault word: the test reads the engine's verdict there.
-                if !(legal && indices.contains(&at)) && at != offset::CHANNEL_FAULT {
+                // Never the fault word: the test reads the engine's verdict there. In legal
+                // mode not the declared table either: a strategy that declares another table
+                // is refused by design (fault 5; its own tests in ipc and engine.rs).
+                let declared = at == offset::DECLARED_FINGERPRINT;
+                if !(legal && (indices.contains(&at) || declared)) && at != offset::CHANNEL_FAULT {
                     raw.store(at, value);
                 }
             }

@@ -155,6 +155,14 @@ class Channel:
             at += 16
         return symbols, venues
 
+    def table_complete(self):
+        """Whether the header lists every configured symbol and venue (it has room for 383
+        words: symbols first, then two per venue). Only a complete table can be declared from
+        the header; a strategy of a larger engine declares the table it was built for."""
+        counts = self._u64(OFF_NAME_COUNTS)
+        return (counts & 0xFFFF) == ((counts >> 16) & 0xFFFF) and \
+            ((counts >> 32) & 0xFFFF) == (counts >> 48)
+
     def symbol_names(self):
         """The engine's symbols; a command's symbol is the index of its name here."""
         return self._names()[0]
@@ -198,7 +206,14 @@ class Channel:
         self.cmd_head_seen = head
         return head
 
+    def _check_engine_verdict(self):
+        code = self.channel_fault()
+        if code and not self.fault:
+            self._broken(f"the engine declared this channel broken (fault {code}, docs/ipc.md); "
+                         "it reads no more commands from it")
+
     def _push(self, record):
+        self._check_engine_verdict()
         if self.fault:
             raise ChannelError(self.fault)
         tail, head = self.cmd_tail, self._cmd_head()
@@ -233,6 +248,7 @@ class Channel:
     # Events ---------------------------------------------------------------------------
     def poll_event(self):
         """The next event as a dict, or None. A bad record or index raises ChannelError."""
+        self._check_engine_verdict()
         if self.fault:
             raise ChannelError(self.fault)
         head, tail = self.evt_head, self._u64(OFF_EVT_TAIL)
@@ -317,8 +333,12 @@ def main():
     try:
         if args.table is not None:
             ch.declare_table(args.table.split(","), venues)
-        else:
+        elif ch.table_complete():
             ch.declare_table(symbols, venues)
+        else:
+            print("keel_strategy: the engine lists only the first of its symbols/venues in the "
+                  "header; trading by the names listed, without declaring a table (pass --table "
+                  "to declare the whole one)", file=sys.stderr)
     except ChannelError as e:
         print(f"keel_strategy: {e}", file=sys.stderr)
         return 2

@@ -268,7 +268,7 @@ fn cancel_on_stop(
             tracing::error!(
                 target: "keel::stop",
                 open_orders = open,
-                "stop timeout: orders still open (listed below); they stay at the venue"
+                "stop timeout: orders still open at keel (listed below): their cancels may still be on the wire; check the venue"
             );
             return;
         }
@@ -320,7 +320,7 @@ fn print_report(report: &EngineReport, venues: &[String], symbols: &[String]) {
             out,
             "venue {name}: contradictions {} (last {}), last reconciliation: {} in doubt, {} \
              unknown at keel, {} contradictions open; {} late reports absorbed; {} decode errors \
-             (last {:?}); {} reconciliation queries, {} refused read-only; wire references \
+             (last {}); {} reconciliation queries, {} refused read-only; wire references \
              adopted {}; logins refused for a new venue session {}",
             l.client.contradictions,
             l.client
@@ -331,7 +331,9 @@ fn print_report(report: &EngineReport, venues: &[String], symbols: &[String]) {
             r.contradictions,
             l.client.late_reports_absorbed,
             l.link.decode_errors,
-            l.link.last_decode_error,
+            l.link
+                .last_decode_error
+                .map_or_else(|| "none".to_string(), |e| e.to_string()),
             l.link.reconcile_queries,
             l.link.refused_read_only,
             l.client.wire_refs_adopted,

@@ -55,13 +55,13 @@ pub struct OperatorCancel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum OperatorError {
     /// No such strategy in this configuration.
-    #[error("no strategy {0} (strategies are 0..{1})")]
+    #[error("no strategy {0} (there are {1} strategies, numbered from 0)")]
     NoStrategy(u16, u16),
     /// No such symbol.
-    #[error("no symbol index {0} (symbols are 0..{1})")]
+    #[error("no symbol index {0} (there are {1} symbols, numbered from 0)")]
     NoSymbol(u16, u16),
     /// No such venue.
-    #[error("no venue index {0} (venues are 0..{1})")]
+    #[error("no venue index {0} (there are {1} venues, numbered from 0)")]
     NoVenue(u16, u16),
     /// The engine is stopping with cancel-on-stop: the kill switch stays on.
     #[error("the engine is stopping (cancel on stop): the kill switch stays on")]

@@ -84,7 +84,6 @@ pub struct VenueRow {
 pub struct StrategyRow {
     strategy: StrategyId,
     disabled: bool,
-    open: u32,
     bridge: Option<BridgeStats>,
 }
 
@@ -347,16 +346,11 @@ impl AdminPort {
                 }))
             } else if stage <= venues + strategies {
                 let s = StrategyId((stage - 1 - venues) as u16);
-                let mut open = 0;
-                let mut at = dispatcher.table().first_open(s);
-                while let Some(slot) = at {
-                    open += 1;
-                    at = dispatcher.table().next_open(slot);
-                }
+                // No walk of the strategy's orders here: a pass stays bounded (`open-orders
+                // strategy N` lists them, a scan bounded per pass).
                 Some(Answer::Strategy(StrategyRow {
                     strategy: s,
                     disabled: dispatcher.strategy_disabled(s),
-                    open,
                     bridge: bridges
                         .iter()
                         .find(|b| b.strategy() == s)
@@ -965,10 +959,9 @@ impl AdminServer {
                 Answer::Strategy(r) => {
                     let _ = write!(
                         out,
-                        "strategy {}: {}, open orders {}",
+                        "strategy {}: {}",
                         r.strategy.0,
-                        if r.disabled { "DISABLED" } else { "enabled" },
-                        r.open
+                        if r.disabled { "DISABLED" } else { "enabled" }
                     );
                     match r.bridge {
                         Some(b) => {
@@ -1200,8 +1193,8 @@ fn parse(words: &[&str], names: &AdminNames) -> Result<Parsed, String> {
     let strategy = |w: &str| match w.parse::<u16>() {
         Ok(s) if s < names.strategies => Ok(StrategyId(s)),
         _ => Err(format!(
-            "no strategy `{w}` (strategies are 0..{})",
-            names.strategies
+            "no strategy `{w}` (strategies are 0 to {})",
+            names.strategies.saturating_sub(1)
         )),
     };
     let on = |w: Option<&&str>| match w.copied() {

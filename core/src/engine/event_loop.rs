@@ -14,7 +14,7 @@ use super::bridge::{Bridge, BridgeStats};
 use super::{LinkReport, Restored, Shared};
 use crate::dispatch::{DispatchStats, Dispatcher, StrategyHandle};
 use crate::feed::handler::{FeedHandler, FeedStats};
-use crate::log::{BreakerChange, LogRecord, LogTx, StrategyChange};
+use crate::log::{BreakerChange, HeldBack, LogRecord, LogTx, LostBecause, StrategyChange};
 use crate::metrics::engine::{ExecMetrics, FrontMetrics, StrategyCounters};
 use crate::net::{NetEvent, Transport};
 use crate::order::{Order, StrategyId, VenueId};
@@ -58,6 +58,8 @@ struct FrontWatch {
     refused: [u64; crate::dispatch::REFUSAL_REASONS],
     refused_at_ns: u64,
     open_orders: u64,
+    /// Shed, throttled, breaker-refused, duplicate-id rejects as last logged.
+    held: [u64; 4],
 }
 
 /// The dispatcher loop's part of the engine's report.
@@ -92,6 +94,7 @@ impl Front {
             refused: dispatcher.stats().refused,
             refused_at_ns: now_ns,
             open_orders: u64::MAX,
+            held: [0; 4],
         };
         Self {
             dispatcher,
@@ -181,6 +184,29 @@ impl Front {
                 }
             }
             self.watch.refused = refused;
+            let stats = self.dispatcher.stats();
+            let now_held = [
+                stats.shed,
+                stats.throttled,
+                stats.breaker_refused,
+                stats.duplicate_id_rejects,
+            ];
+            let kinds = [
+                HeldBack::Shed,
+                HeldBack::Throttled,
+                HeldBack::BreakerOpen,
+                HeldBack::DuplicateIdRejects,
+            ];
+            for ((what, now_n), seen) in kinds.into_iter().zip(now_held).zip(&mut self.watch.held) {
+                if now_n > *seen {
+                    self.log.send(LogRecord::HeldBack {
+                        what,
+                        count: now_n - *seen,
+                        interval_ns,
+                    });
+                }
+                *seen = now_n;
+            }
         }
         let open = u64::from(self.dispatcher.table().open_count());
         if open != self.watch.open_orders {
@@ -285,6 +311,10 @@ struct LinkSeen {
     connect_failures: u64,
     connecting_since_ns: u64,
     new_session_said: bool,
+    /// Heartbeat timeouts, decode errors, reconcile timeouts, login refusals (session stats'
+    /// `login_rejects`), operator reconnects, as last seen: which moved says why a session
+    /// ended.
+    causes: [u64; 5],
 }
 
 impl<T: Transport> Executor<T> {
@@ -305,6 +335,7 @@ impl<T: Transport> Executor<T> {
                 connect_failures: 0,
                 connecting_since_ns: now_ns,
                 new_session_said: false,
+                causes: [0; 5],
             })
             .collect();
         for link in &mut links {
@@ -397,6 +428,27 @@ impl<T: Transport> Executor<T> {
                 // A failed connect is said by its own record.
                 let failed_connect =
                     seen.state == LinkState::Connecting && state == LinkState::Disconnected;
+                let session = link.session_stats();
+                let causes = [
+                    stats.heartbeat_timeouts,
+                    stats.decode_errors,
+                    session.reconcile_timeouts,
+                    stats.login_errors + session.login_rejects,
+                    stats.operator_reconnects,
+                ];
+                let because = match causes
+                    .iter()
+                    .zip(&seen.causes)
+                    .position(|(now_n, was)| now_n > was)
+                {
+                    Some(0) => LostBecause::Silence,
+                    Some(1) => LostBecause::Malformed,
+                    Some(2) => LostBecause::ReconcileTimeout,
+                    Some(3) => LostBecause::LoginRefused,
+                    Some(_) => LostBecause::Operator,
+                    None => LostBecause::Closed,
+                };
+                seen.causes = causes;
                 if !failed_connect {
                     self.log.send(LogRecord::Link {
                         venue,
@@ -404,6 +456,7 @@ impl<T: Transport> Executor<T> {
                         to: state,
                         ns,
                         reconciliation: link.client().stats().last_reconciliation,
+                        because,
                     });
                 }
             }

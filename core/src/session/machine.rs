@@ -162,6 +162,8 @@ pub struct SessionStats {
     pub disconnects: u64,
     /// Reconciliations that timed out.
     pub reconcile_timeouts: u64,
+    /// Logins the venue refused.
+    pub login_rejects: u64,
     /// Reconciliations that ended with unresolved differences.
     pub unreconciled: u64,
     /// Contradictions reported (each moves a trusted link to `ReadOnly`).
@@ -281,7 +283,10 @@ impl SessionMachine {
                 self.to_disconnected(now_ns, &mut out);
             }
             (Connecting, E::TcpFailed) => self.to_disconnected(now_ns, &mut out),
-            (Connected, E::LoginRejected) => self.to_disconnected(now_ns, &mut out),
+            (Connected, E::LoginRejected) => {
+                self.stats.login_rejects += 1;
+                self.to_disconnected(now_ns, &mut out)
+            }
             (
                 Connecting | Connected | Reconciling | Synced | ReadOnly,
                 E::ConnectionLost | E::HeartbeatTimeout,
