@@ -140,6 +140,9 @@ fn engine_round(
     clock: &TscClock,
     h: &mut Histogram<u64>,
 ) {
+    // A fresh account per engine (SoupBinTCP usernames are at most 6 characters).
+    static ACCOUNTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let account = ACCOUNTS.fetch_add(1, Ordering::Relaxed);
     let dir = tempfile::tempdir().expect("tempdir");
     let counters = dir.path().join("counters");
     let metrics = match eyes {
@@ -165,7 +168,7 @@ fn engine_round(
         [[venue]]
         name = "sim"
         address = "{venue}"
-        username = "b{first_seq}"
+        username = "b{account}"
         password = "keel"
         {metrics}
         "#
