@@ -255,6 +255,10 @@ fn stat_prometheus_and_the_live_page_see_the_chain() {
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("sent new 10 cancel 4"), "{text}");
     assert!(text.contains("SYNCED"), "{text}");
+    assert!(
+        text.contains("new-order ack p99") && text.contains("(budget 1000000.0 µs)"),
+        "each p99 against its [budget]: {text}"
+    );
 
     // The Python reader (stdlib only), from docs/observability.md.
     let reader = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python/keel_counters.py");

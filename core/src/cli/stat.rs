@@ -32,6 +32,7 @@ pub struct StatArgs {
 }
 
 pub fn run(args: StatArgs) -> ExitCode {
+    let mut budget = None;
     let path = match (&args.file, &args.config) {
         (Some(f), _) => f.clone(),
         (None, Some(config)) => {
@@ -41,6 +42,9 @@ pub fn run(args: StatArgs) -> ExitCode {
                     crate::config::EngineConfig::from_toml(&t)
                         .map_err(|e| format!("{}: {e}", config.display()))
                 });
+            if let Ok(c) = &read {
+                budget = Some(c.metrics.budget);
+            }
             match read.map(|c| c.counters_file()) {
                 Ok(Some(p)) => p,
                 Ok(None) => {
@@ -76,7 +80,7 @@ pub fn run(args: StatArgs) -> ExitCode {
     let terminal = std::io::stdout().is_terminal();
     let interval = Duration::from_secs_f64(args.interval_s.clamp(0.05, 3600.0));
     loop {
-        let text = view(&reader.snapshot());
+        let text = view(&reader.snapshot(), budget.as_ref());
         let mut out = std::io::stdout().lock();
         if terminal && !args.once {
             // Home and clear: the view redraws in place.
@@ -140,8 +144,18 @@ fn p(snap: &Snapshot, name: &str, labels: &str, q: f64) -> Option<u64> {
     }
 }
 
-/// The human view of one snapshot.
-pub fn view(s: &Snapshot) -> String {
+/// ` (budget B µs, OVER)` after a p99, when a budget is set.
+fn against(p99: Option<u64>, budget_ns: u64) -> String {
+    match (p99, budget_ns) {
+        (_, 0) => String::new(),
+        (Some(p), b) if p > b => format!(" (budget {} µs, OVER)", micros(b)),
+        (_, b) => format!(" (budget {} µs)", micros(b)),
+    }
+}
+
+/// The human view of one snapshot, each p99 against its budget when one is given.
+pub fn view(s: &Snapshot, budget: Option<&crate::monitor::alerts::BudgetConfig>) -> String {
+    let b = budget.copied().unwrap_or_default();
     use std::fmt::Write as _;
     let mut o = String::new();
     let _ = writeln!(
@@ -191,13 +205,17 @@ pub fn view(s: &Snapshot) -> String {
             refused.join(", ")
         }
     );
-    for (name, labels) in [("new", "class=\"new\""), ("cancel", "class=\"cancel\"")] {
+    for (name, labels, bound) in [
+        ("new", "class=\"new\"", b.decision_p99_ns),
+        ("cancel", "class=\"cancel\"", 0),
+    ] {
         if let Some(p99) = p(s, "keel_decision_seconds", labels, 0.99) {
             let _ = writeln!(
                 o,
-                "decision ({name}): p50 {} µs, p99 {} µs",
+                "decision ({name}): p50 {} µs, p99 {} µs{}",
                 micros(p(s, "keel_decision_seconds", labels, 0.5).unwrap_or(0)),
-                micros(p99)
+                micros(p99),
+                against(Some(p99), bound)
             );
         }
     }
@@ -222,8 +240,12 @@ pub fn view(s: &Snapshot) -> String {
         .filter(|(d, _)| d.name == "keel_link_state")
         .filter_map(|(d, _)| label_value(&d.labels, "venue"))
         .collect();
+    let mut worst = (None::<u64>, None::<u64>);
     for v in venues {
         let l = format!("venue=\"{v}\"");
+        let max = |a: Option<u64>, b: Option<u64>| a.max(b);
+        worst.0 = max(worst.0, p(s, "keel_new_order_ack_seconds", &l, 0.99));
+        worst.1 = max(worst.1, p(s, "keel_cancel_ack_seconds", &l, 0.99));
         let lane = |k: &str| s.scalar("keel_lane_depth", &format!("{l},lane=\"{k}\""));
         let _ = writeln!(
             o,
@@ -243,6 +265,16 @@ pub fn view(s: &Snapshot) -> String {
             format!("{}/{}/{}", lane("cancel"), lane("replace"), lane("new")),
             p(s, "keel_new_order_ack_seconds", &l, 0.99).map_or("-".into(), micros),
             p(s, "keel_cancel_ack_seconds", &l, 0.99).map_or("-".into(), micros),
+        );
+    }
+    if b.new_ack_p99_ns > 0 || b.cancel_ack_p99_ns > 0 {
+        let _ = writeln!(
+            o,
+            "venue round trips, worst venue: new-order ack p99 {} µs{}, cancel ack p99 {} µs{}",
+            worst.0.map_or("-".into(), micros),
+            against(worst.0, b.new_ack_p99_ns),
+            worst.1.map_or("-".into(), micros),
+            against(worst.1, b.cancel_ack_p99_ns)
         );
     }
     let strategies: Vec<(&str, u64, u64, u64)> = s
