@@ -469,3 +469,87 @@ fn the_monitor_refuses_garbage_and_slow_clients() {
     );
     stop_keel_run(engine, &log);
 }
+
+// Goal (issue 13): headless Chromium keeps the live page open during the demo's incident
+// scenario (`keel demo --scenario incident --dashboard`): it finds the venue's breaker shown
+// open while the failing venue holds it open, and closed after the probes succeed — the
+// engine's own breaker, tripped by real orders, not an operator's drill.
+#[test]
+fn the_live_page_shows_the_incident_breaker_open_then_closed() {
+    use std::io::{BufRead, BufReader};
+    let (Some(chromium), Some(python)) = (program("chromium"), common::peers::python()) else {
+        return;
+    };
+    let mut demo = Process::new(KEEL)
+        .args([
+            "demo",
+            "--scenario",
+            "incident",
+            "--quick",
+            "--idle",
+            "backoff",
+            "--dashboard",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(demo.stderr.take().unwrap());
+    let mut url = String::new();
+    while url.is_empty() {
+        let mut line = String::new();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "the demo ended first"
+        );
+        if let Some(at) = line.find("live page at ") {
+            url = line[at + 13..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string();
+        }
+    }
+    // Keep reading the demo's progress so it never blocks on a full pipe.
+    let drain = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = err.read_to_string(&mut rest);
+    });
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/page_watch.py");
+    let profile = tempfile::tempdir().unwrap();
+    let mut child = Process::new(python)
+        .arg(&driver)
+        .arg(&chromium)
+        .arg(&url)
+        .arg(profile.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to = child.stdin.take().unwrap();
+    let mut from = BufReader::new(child.stdout.take().unwrap());
+    let _page = Proc(child);
+    let mut ready = String::new();
+    from.read_line(&mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let mut ask = |line: &str| {
+        writeln!(to, "{line}").unwrap();
+        let mut answer = String::new();
+        from.read_line(&mut answer).unwrap();
+        answer.trim_end().to_string()
+    };
+    let breaker = "#venue-demo>.breaker";
+    assert_eq!(ask(&format!("wait {breaker} OPEN 30")), "ok", "shown open");
+    assert_eq!(
+        ask(&format!("wait {breaker} closed 30")),
+        "ok",
+        "shown closed after"
+    );
+    writeln!(to, "quit").unwrap();
+    let out = demo.wait_with_output().unwrap();
+    drain.join().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("invariants:"), "{report}");
+}

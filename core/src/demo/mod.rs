@@ -97,6 +97,10 @@ pub struct DemoArgs {
     /// `keel log dump DIR/wire.log`).
     #[arg(long)]
     pub wire_log: Option<std::path::PathBuf>,
+    /// Serve the live page (and /metrics, /health) at ADDR while the demo runs, e.g.
+    /// 127.0.0.1:9464 (port 0 picks a free one); the URL is printed on stderr.
+    #[arg(long, value_name = "ADDR")]
+    pub dashboard: Option<std::net::SocketAddr>,
     /// Socket transport of the engine and the simulated venue: `io_uring` or `epoll`. When
     /// io_uring cannot be set up, the demo says why on stderr and runs on epoll.
     #[arg(long, default_value_t = TransportKind::IoUring)]
@@ -390,8 +394,35 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
     let scale = if args.quick { 5 } else { 1 };
     let phase_ns = |ms: u64| ms * MS / scale;
     let clock = TscClock::new();
-    let (mut engine, strategy) =
-        build::<T>(&clock, args.journal.as_deref(), args.wire_log.as_deref())?;
+    // The live page reads the engine's counters file, which only a dashboard run keeps.
+    let counters = args.dashboard.map(|_| {
+        std::env::temp_dir()
+            .join(format!("keel-demo-{}", std::process::id()))
+            .join("counters")
+    });
+    let (mut engine, strategy) = build::<T>(
+        &clock,
+        args.journal.as_deref(),
+        args.wire_log.as_deref(),
+        counters.as_deref(),
+    )?;
+    let monitor_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let monitor = match (args.dashboard, &counters) {
+        (Some(addr), Some(file)) => {
+            let (bound, thread) = crate::monitor::spawn(
+                addr,
+                file.clone(),
+                crate::monitor::alerts::AlertsConfig::default(),
+                crate::monitor::alerts::BudgetConfig::default(),
+                std::sync::Arc::clone(&monitor_stop),
+                vec![args.core],
+            )
+            .map_err(|e| e.to_string())?;
+            crate::warn_line!("keel demo: live page at http://{bound}/ (also /metrics, /health)");
+            Some(thread)
+        }
+        _ => None,
+    };
     let mut trader = Trader {
         strategy,
         rng: SplitMix64::new(2026),
@@ -600,6 +631,13 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
     report(args, &engine, &trader, &inv, &peak)?;
     // The engine stops as `keel run`'s does: the journal synced, the wire log written out.
     drop(engine.core.finish());
+    monitor_stop.store(true, std::sync::atomic::Ordering::Release);
+    if let Some(m) = monitor {
+        let _ = m.join();
+    }
+    if let Some(dir) = counters.as_deref().and_then(std::path::Path::parent) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     Ok(u8::from(inv.violated > 0))
 }
 
@@ -685,6 +723,7 @@ fn build<T: SocketTransport>(
     clock: &TscClock,
     journal: Option<&std::path::Path>,
     wire_log: Option<&std::path::Path>,
+    counters: Option<&std::path::Path>,
 ) -> Result<(Engine<T>, StrategyHandle), String> {
     let venue = VenueServer::<T>::open(VenueConfig {
         flow: FlowConfig {
@@ -757,7 +796,11 @@ fn build<T: SocketTransport>(
             dir: dir.to_path_buf(),
             ..crate::wirelog::WireLogConfig::default()
         }),
-        metrics: crate::engine::MetricsConfig::default(),
+        metrics: crate::engine::MetricsConfig {
+            enabled: counters.is_some(),
+            file: counters.map(std::path::Path::to_path_buf),
+            ..crate::engine::MetricsConfig::default()
+        },
     };
     let mut core = EngineBuilder::new(config)
         .build(reactor, clock.now_ns())

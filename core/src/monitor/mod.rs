@@ -21,8 +21,8 @@ use crate::clock::{Clock, TscClock};
 use crate::metrics::histogram::quantile;
 use crate::metrics::{CountersReader, Snapshot, Value};
 
-/// Readings per second the side thread takes (alerts and the live page run at this rate).
-const READ_INTERVAL_NS: u64 = 500_000_000;
+/// How often the side thread reads the counters file (alerts and the live page run at this rate).
+const READ_INTERVAL_NS: u64 = 250_000_000;
 /// Browsers on the live page at once; one more is refused (503).
 const EVENT_CLIENTS_MAX: usize = 16;
 /// Longest request head accepted.
