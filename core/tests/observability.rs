@@ -553,3 +553,91 @@ fn the_live_page_shows_the_incident_breaker_open_then_closed() {
     assert!(out.status.success(), "{report}");
     assert!(report.contains("invariants:"), "{report}");
 }
+
+/// A drill world: `keel venue`, `keel run` with two strategy slots (slot 1 is the drill's) and
+/// a breaker that opens and probes quickly; `breaker_extra` adds keys to `[dispatcher.breaker]`.
+fn drill_world(breaker_extra: &str) -> (World, Proc, PathBuf) {
+    let w = world();
+    let text = std::fs::read_to_string(&w.config)
+        .unwrap()
+        .replace("strategies = 1", "strategies = 2")
+        .replace(
+            "[engine]",
+            &format!(
+                "[dispatcher.breaker]\ncalls_min = 10\nopen_duration_ns = \"300ms\"\n\
+                 half_open_wait_max_ns = \"2s\"\n{breaker_extra}\n[engine]"
+            ),
+        );
+    std::fs::write(&w.config, text).unwrap();
+    let log = w.dir.path().join("run.log");
+    let engine = keel_run(&w.config, &log);
+    synced_channel(&w.ipc);
+    (w, engine, log)
+}
+
+fn drill(w: &World, fault: &str, timeout_s: &str) -> (i32, String) {
+    keel(&[
+        "drill",
+        fault,
+        "--config",
+        w.config.to_str().unwrap(),
+        "--venue-control",
+        &w.venue.control,
+        "--strategy",
+        "1",
+        "--timeout-s",
+        timeout_s,
+    ])
+}
+
+// Goal (issue 13): a drill on a running engine returns a verdict. Method: against a healthy
+// engine, a link cut (the venue drops the session) passes every expectation — left SYNCED,
+// reconnected, SYNCED again, nothing unreconciled, no new order sent while down — and so does
+// a reject burst driven by the drill's own orders (breaker open, refusals to the strategy,
+// probes, closed again); the timeline is printed.
+#[test]
+fn drills_pass_on_a_healthy_engine() {
+    let (w, engine, log) = drill_world("");
+    let (code, text) = drill(&w, "link-cut", "20");
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("PASS no new order sent while not SYNCED"),
+        "{text}"
+    );
+    assert!(text.contains("link SYNCED -> DISCONNECTED"), "{text}");
+    let (code, text) = drill(&w, "reject-burst", "20");
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("PASS probed with real orders (half-open)"),
+        "{text}"
+    );
+    assert!(text.contains("breaker closed -> OPEN"), "{text}");
+    stop_keel_run(engine, &log);
+}
+
+// Goal (issue 13): a drill fails, naming the expectation, against an engine whose breaker was
+// sabotaged (it needs more calls than the burst makes before it may open).
+#[test]
+fn a_drill_fails_on_a_sabotaged_breaker_naming_what_failed() {
+    let (w, engine, log) = drill_world("");
+    stop_keel_run(engine, &log);
+    let text = std::fs::read_to_string(&w.config)
+        .unwrap()
+        .replace("calls_min = 10", "calls_min = 1000000");
+    std::fs::write(&w.config, text).unwrap();
+    let log = w.dir.path().join("run2.log");
+    let engine = keel_run(&w.config, &log);
+    wait_until("SYNCED again", Duration::from_secs(20), || {
+        keel(&["stat", "--config", w.config.to_str().unwrap(), "--once"])
+            .1
+            .contains("SYNCED")
+    });
+    let (code, text) = drill(&w, "reject-burst", "3");
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("FAIL the breaker opened"), "{text}");
+    assert!(
+        text.contains("PASS the venue's rejects reached the strategy"),
+        "{text}"
+    );
+    stop_keel_run(engine, &log);
+}

@@ -1,6 +1,7 @@
 //! The `keel` command line (clap). Each subcommand is a thin driver over the library.
 
 mod ctl;
+mod drill;
 mod dump;
 mod run;
 mod stat;
@@ -88,6 +89,11 @@ enum Command {
     /// docs/operations.md ("Operator control") explains each answer. Exit 0 on `ok`, 1 on
     /// `error`, 69 when the engine cannot be reached.
     Ctl(ctl::CtlArgs),
+    /// Rehearse a failure on a running engine: a scripted fault through the venue's control
+    /// port (link-cut, gateway-restart, venue-stall, reject-burst) and a verdict on each thing
+    /// the engine must then do, with the timeline. Exit 0 when every expectation held, 1
+    /// naming those that failed, 2 when the drill could not run.
+    Drill(drill::DrillArgs),
     /// A running engine's counters, from another process: a live view of its counters file
     /// (docs/observability.md), `--once`, or `--json` for scripts.
     Stat(stat::StatArgs),
@@ -133,6 +139,7 @@ where
             | Command::Demo(_)
             | Command::Ctl(_)
             | Command::Stat(_)
+            | Command::Drill(_)
             | Command::Journal(_)
             | Command::Log(_)
     ) {
@@ -146,6 +153,7 @@ where
         Command::Run(args) => run::run(args),
         Command::Ctl(args) => ctl::run(args),
         Command::Stat(args) => stat::run(args),
+        Command::Drill(args) => drill::run(args),
         Command::Journal(args) => dump::journal(args),
         Command::Log(args) => dump::log(args),
         Command::Defaults => defaults(),

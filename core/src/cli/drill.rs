@@ -1,0 +1,441 @@
+//! `keel drill`: a scripted fault against a running engine and its venue, and a verdict on
+//! each thing the engine must then do. The fault goes in through the venue's control port;
+//! what the engine did is read from its counters file (sampled every 5 ms, out of band) and,
+//! for drills that need orders, from a strategy channel the drill uses as its own (a slot no
+//! live strategy holds). Exit 0 when every expectation held, 1 naming each that failed; the
+//! timeline of what changed is printed either way.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use crate::clock::{Clock, TscClock};
+use crate::ipc::{Channel, IpcEvent};
+use crate::metrics::{CountersReader, Snapshot};
+use crate::order::{
+    ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
+    VenueId,
+};
+
+/// Which fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Fault {
+    /// The venue drops the session (`drop`): the link must reconnect with backoff, replay,
+    /// reconcile with nothing unreconciled, and send no new order while not SYNCED.
+    LinkCut,
+    /// The venue's gateway restarts (`restart`): as a link cut, books and sequences kept.
+    GatewayRestart,
+    /// The venue stops reading for 4 heartbeat intervals (`stall`): the link must declare it
+    /// silent, reconnect and reconcile.
+    VenueStall,
+    /// The venue rejects the next orders as a system failure (`reject-burst`): with the
+    /// drill's own orders, the breaker must open, refuse new orders to the strategy, probe
+    /// with real orders, and close again.
+    RejectBurst,
+}
+
+#[derive(Debug, Args)]
+pub struct DrillArgs {
+    /// The fault.
+    #[arg(value_enum)]
+    fault: Fault,
+    /// The engine's configuration (its counters file, ipc directory and venues).
+    #[arg(long)]
+    config: PathBuf,
+    /// The venue's control port (`keel venue --control`), e.g. 127.0.0.1:15001.
+    #[arg(long)]
+    venue_control: String,
+    /// The venue (its name in the configuration; default the first).
+    #[arg(long)]
+    venue: Option<String>,
+    /// A strategy slot no live strategy uses: the drill's orders (reject-burst) go through
+    /// its channel.
+    #[arg(long, default_value_t = 0)]
+    strategy: u16,
+    /// How long each expectation may take, seconds (reject-burst adds the breaker's open
+    /// duration and probe wait from the configuration).
+    #[arg(long, default_value_t = 20)]
+    timeout_s: u64,
+}
+
+/// One sample of what the drill watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    link: u64,
+    breaker: u64,
+    connects: u64,
+    sent_new: u64,
+    unreconciled: u64,
+    breaker_refused: u64,
+}
+
+fn seen(s: &Snapshot, venue: &str) -> Seen {
+    let l = crate::metrics::engine::label("venue", venue);
+    Seen {
+        link: s.scalar("keel_link_state", &l),
+        breaker: s.scalar("keel_breaker_state", &l),
+        connects: s.scalar("keel_link_connects_total", &l),
+        sent_new: s.scalar("keel_sent_total", "kind=\"new\""),
+        unreconciled: s.scalar("keel_link_unreconciled", &l),
+        breaker_refused: s.scalar("keel_breaker_refused_total", ""),
+    }
+}
+
+const SYNCED: u64 = 4;
+
+struct Timeline {
+    clock: TscClock,
+    start_ns: u64,
+    lines: Vec<String>,
+    last: Option<Seen>,
+}
+
+impl Timeline {
+    fn note(&mut self, what: String) {
+        let ms = (self.clock.now_ns() - self.start_ns) as f64 / 1e6;
+        self.lines.push(format!("{ms:>9.1} ms  {what}"));
+    }
+
+    fn observe(&mut self, s: Seen) {
+        if let Some(last) = self.last {
+            if s.link != last.link {
+                self.note(format!(
+                    "link {} -> {}",
+                    link_name(last.link),
+                    link_name(s.link)
+                ));
+            }
+            if s.breaker != last.breaker {
+                self.note(format!(
+                    "breaker {} -> {}",
+                    breaker_name(last.breaker),
+                    breaker_name(s.breaker)
+                ));
+            }
+            if s.connects != last.connects {
+                self.note(format!("connection attempt {}", s.connects));
+            }
+        }
+        self.last = Some(s);
+    }
+}
+
+fn link_name(code: u64) -> &'static str {
+    match code {
+        0 => "DISCONNECTED",
+        1 => "CONNECTING",
+        2 => "CONNECTED",
+        3 => "RECONCILING",
+        4 => "SYNCED",
+        5 => "READ-ONLY",
+        _ => "?",
+    }
+}
+
+fn breaker_name(code: u64) -> &'static str {
+    match code {
+        0 => "closed",
+        1 => "half-open",
+        _ => "OPEN",
+    }
+}
+
+fn control(addr: &str, command: &str) -> Result<String, String> {
+    let mut s =
+        std::net::TcpStream::connect(addr).map_err(|e| format!("venue control {addr}: {e}"))?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    writeln!(s, "{command}").map_err(|e| format!("venue control {addr}: {e}"))?;
+    let mut line = String::new();
+    BufReader::new(s)
+        .read_line(&mut line)
+        .map_err(|e| format!("venue control {addr}: {e}"))?;
+    if line.starts_with("ok") {
+        Ok(line.trim_end().to_string())
+    } else {
+        Err(format!(
+            "venue control {addr}: `{command}` answered {}",
+            line.trim_end()
+        ))
+    }
+}
+
+/// One expectation's verdict.
+struct Verdict {
+    what: &'static str,
+    held: bool,
+    detail: String,
+}
+
+pub fn run(args: DrillArgs) -> ExitCode {
+    match drill(&args) {
+        Ok((verdicts, timeline)) => {
+            crate::say_line!("keel drill {:?}: timeline", args.fault);
+            for l in &timeline {
+                crate::say_line!("{l}");
+            }
+            let failed = verdicts.iter().filter(|v| !v.held).count();
+            for v in &verdicts {
+                crate::say_line!(
+                    "{} {} — {}",
+                    if v.held { "PASS" } else { "FAIL" },
+                    v.what,
+                    v.detail
+                );
+            }
+            crate::say_line!(
+                "keel drill: {} expectations, {} failed",
+                verdicts.len(),
+                failed
+            );
+            ExitCode::from(u8::from(failed > 0))
+        }
+        Err(e) => {
+            crate::warn_line!("keel drill: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+type Outcome = (Vec<Verdict>, Vec<String>);
+
+fn drill(args: &DrillArgs) -> Result<Outcome, String> {
+    let text = std::fs::read_to_string(&args.config)
+        .map_err(|e| format!("cannot read {}: {e}", args.config.display()))?;
+    let config = crate::config::EngineConfig::from_toml(&text)
+        .map_err(|e| format!("{}: {e}", args.config.display()))?;
+    let venue = match &args.venue {
+        Some(v) => v.clone(),
+        None => config
+            .venues
+            .first()
+            .map(|v| v.name.clone())
+            .unwrap_or_default(),
+    };
+    let venue_index = config
+        .venues
+        .iter()
+        .position(|v| v.name == venue)
+        .ok_or_else(|| format!("no venue `{venue}` in {}", args.config.display()))?;
+    let counters = config
+        .counters_file()
+        .ok_or("the configuration keeps no counters file ([metrics])")?;
+    let reader = CountersReader::open(&counters).map_err(|e| e.to_string())?;
+    let clock = TscClock::new();
+    let mut t = Timeline {
+        start_ns: clock.now_ns(),
+        clock,
+        lines: Vec::new(),
+        last: None,
+    };
+    let timeout_ns = args.timeout_s * 1_000_000_000;
+    let before = seen(&reader.snapshot(), &venue);
+    if before.link != SYNCED {
+        return Err(format!(
+            "venue {venue} is {} before the drill: a drill starts from a SYNCED link",
+            link_name(before.link)
+        ));
+    }
+    t.observe(before);
+    let link = &config.venues[venue_index].link;
+    let mut verdicts = Vec::new();
+    match args.fault {
+        Fault::LinkCut | Fault::GatewayRestart | Fault::VenueStall => {
+            let command = match args.fault {
+                Fault::LinkCut => "drop".to_string(),
+                Fault::GatewayRestart => "restart".to_string(),
+                _ => format!(
+                    "stall {}",
+                    link.heartbeat_interval_ns / 1_000_000
+                        * u64::from(link.silent_intervals_max + 1)
+                ),
+            };
+            t.note(format!("fault: venue control `{command}`"));
+            control(&args.venue_control, &command)?;
+            // Watch until the link left SYNCED and came back, or the time is up.
+            let mut left = None::<u64>;
+            let mut back = false;
+            let mut sent_while_down = 0u64;
+            let mut prev = before;
+            let end = t.clock.now_ns() + timeout_ns;
+            while t.clock.now_ns() < end {
+                let s = seen(&reader.snapshot(), &venue);
+                if s.link != SYNCED && left.is_none() {
+                    left = Some(t.clock.now_ns());
+                }
+                // Only whole intervals away from SYNCED count (the samples are 5 ms apart).
+                if prev.link != SYNCED && s.link != SYNCED {
+                    sent_while_down += s.sent_new - prev.sent_new;
+                }
+                t.observe(s);
+                prev = s;
+                if left.is_some() && s.link == SYNCED {
+                    back = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let after = prev;
+            verdicts.push(Verdict {
+                what: "the link left SYNCED",
+                held: left.is_some(),
+                detail: if left.is_some() {
+                    "it did".into()
+                } else {
+                    format!("still SYNCED after {} s", args.timeout_s)
+                },
+            });
+            verdicts.push(Verdict {
+                what: "reconnected with backoff",
+                held: after.connects > before.connects,
+                detail: format!(
+                    "{} connection attempts (backoff base {} ms, equal jitter)",
+                    after.connects - before.connects,
+                    link.session.backoff.base_ns / 1_000_000
+                ),
+            });
+            verdicts.push(Verdict {
+                what: "SYNCED again after reconciling",
+                held: back,
+                detail: if back {
+                    format!(
+                        "{:.1} ms after leaving",
+                        left.map_or(0.0, |l| (t.clock.now_ns() - l) as f64 / 1e6)
+                    )
+                } else {
+                    format!("not within {} s", args.timeout_s)
+                },
+            });
+            verdicts.push(Verdict {
+                what: "nothing unreconciled",
+                held: after.unreconciled == 0,
+                detail: format!("{} unreconciled", after.unreconciled),
+            });
+            verdicts.push(Verdict {
+                what: "no new order sent while not SYNCED",
+                held: sent_while_down == 0,
+                detail: format!("{sent_while_down} sent"),
+            });
+        }
+        Fault::RejectBurst => {
+            let ipc = config
+                .ipc
+                .as_ref()
+                .ok_or("the configuration has no [ipc]")?;
+            let channel = Channel::open(&ipc.channel_path(StrategyId(args.strategy)))
+                .map_err(|e| e.to_string())?;
+            channel.claim_strategy();
+            let mut next = channel.id_floor() + 1;
+            // Enough rejects to open the breaker (its calls_min), a few more for a failed
+            // probe round: then the venue answers again and the probes must close it.
+            let burst = config
+                .dispatcher
+                .breaker
+                .calls_min
+                .saturating_add(2)
+                .min(10_000);
+            t.note(format!("fault: venue control `reject-burst {burst}`"));
+            control(&args.venue_control, &format!("reject-burst {burst}"))?;
+            let mut refused_to_strategy = 0u64;
+            let mut rejected = 0u64;
+            let mut opened = false;
+            let mut probed = false;
+            let mut closed_after = false;
+            // The breaker stays open for its open duration before it probes: wait that too.
+            let b = &config.dispatcher.breaker;
+            let end = t.clock.now_ns()
+                + timeout_ns
+                + b.open_duration_ns
+                    .saturating_mul(u64::from(b.open_duration_multiplier))
+                + b.half_open_wait_max_ns;
+            let mut last_send = 0;
+            let mut ours: Vec<ClientOrderId> = Vec::new();
+            while t.clock.now_ns() < end && !closed_after {
+                channel.beat_strategy();
+                let now = t.clock.now_ns();
+                // Orders at a steady pace (resting far from the market: nothing trades).
+                if now - last_send >= 5_000_000 {
+                    last_send = now;
+                    let id = ClientOrderId::new(StrategyId(args.strategy), next)
+                        .map_err(|e| e.to_string())?;
+                    next += 1;
+                    let order = NewOrder {
+                        id,
+                        venue: VenueId(venue_index as u16),
+                        symbol: SymbolId(0),
+                        side: Side::Buy,
+                        price: Price::from_units(1, 0),
+                        qty: 1,
+                        tif: TimeInForce::Day,
+                    };
+                    if channel.push_command(&Command::New(order)) {
+                        ours.push(id);
+                    }
+                }
+                while let Some(e) = channel.pop_event() {
+                    if let Ok(IpcEvent::Event(e)) = e {
+                        match e.kind {
+                            EventKind::BreakerOpen { .. } => refused_to_strategy += 1,
+                            EventKind::Rejected { .. } => rejected += 1,
+                            EventKind::Accepted => {
+                                let _ = channel.push_command(&Command::Cancel { id: e.id });
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                let s = seen(&reader.snapshot(), &venue);
+                opened |= s.breaker == 2;
+                probed |= opened && s.breaker == 1;
+                closed_after = probed && s.breaker == 0;
+                t.observe(s);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Leave nothing of ours open.
+            for id in ours {
+                let _ = channel.push_command(&Command::Cancel { id });
+            }
+            channel.beat_strategy();
+            verdicts.push(Verdict {
+                what: "the venue's rejects reached the strategy",
+                held: rejected > 0,
+                detail: format!("{rejected} rejected"),
+            });
+            verdicts.push(Verdict {
+                what: "the breaker opened",
+                held: opened,
+                detail: if opened {
+                    "it did".into()
+                } else {
+                    format!("never open within {} s", args.timeout_s)
+                },
+            });
+            verdicts.push(Verdict {
+                what: "new orders refused to the strategy while open",
+                held: refused_to_strategy > 0,
+                detail: format!("{refused_to_strategy} BreakerOpen events"),
+            });
+            verdicts.push(Verdict {
+                what: "probed with real orders (half-open)",
+                held: probed,
+                detail: if probed {
+                    "it did".into()
+                } else {
+                    "never half-open".into()
+                },
+            });
+            verdicts.push(Verdict {
+                what: "closed again after good probes",
+                held: closed_after,
+                detail: if closed_after {
+                    "it did".into()
+                } else {
+                    "not closed".into()
+                },
+            });
+        }
+    }
+    Ok((verdicts, t.lines))
+}
