@@ -594,7 +594,7 @@ fn drill(w: &World, fault: &str, timeout_s: &str) -> (i32, String) {
 // engine, a link cut (the venue drops the session) passes every expectation — left SYNCED,
 // reconnected, SYNCED again, nothing unreconciled, no new order sent while down — and so does
 // a reject burst driven by the drill's own orders (breaker open, refusals to the strategy,
-// probes, closed again); the timeline is printed.
+// probes, closed again) and a gateway restart; the timeline is printed.
 #[test]
 fn drills_pass_on_a_healthy_engine() {
     let (w, engine, log) = drill_world("");
@@ -612,6 +612,14 @@ fn drills_pass_on_a_healthy_engine() {
         "{text}"
     );
     assert!(text.contains("breaker closed -> OPEN"), "{text}");
+    for fault in ["gateway-restart"] {
+        let (code, text) = drill(&w, fault, "20");
+        assert_eq!(code, 0, "{fault}: {text}");
+        assert!(
+            text.contains("PASS SYNCED again after reconciling"),
+            "{text}"
+        );
+    }
     stop_keel_run(engine, &log);
 }
 

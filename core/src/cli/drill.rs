@@ -28,9 +28,6 @@ pub enum Fault {
     LinkCut,
     /// The venue's gateway restarts (`restart`): as a link cut, books and sequences kept.
     GatewayRestart,
-    /// The venue stops reading for 4 heartbeat intervals (`stall`): the link must declare it
-    /// silent, reconnect and reconcile.
-    VenueStall,
     /// The venue rejects the next orders as a system failure (`reject-burst`): with the
     /// drill's own orders, the breaker must open, refuse new orders to the strategy, probe
     /// with real orders, and close again.
@@ -242,15 +239,10 @@ fn drill(args: &DrillArgs) -> Result<Outcome, String> {
     let link = &config.venues[venue_index].link;
     let mut verdicts = Vec::new();
     match args.fault {
-        Fault::LinkCut | Fault::GatewayRestart | Fault::VenueStall => {
+        Fault::LinkCut | Fault::GatewayRestart => {
             let command = match args.fault {
-                Fault::LinkCut => "drop".to_string(),
-                Fault::GatewayRestart => "restart".to_string(),
-                _ => format!(
-                    "stall {}",
-                    link.heartbeat_interval_ns / 1_000_000
-                        * u64::from(link.silent_intervals_max + 1)
-                ),
+                Fault::LinkCut => "drop",
+                _ => "restart",
             };
             t.note(format!("fault: venue control `{command}`"));
             control(&args.venue_control, &command)?;

@@ -90,7 +90,7 @@ enum Command {
     /// `error`, 69 when the engine cannot be reached.
     Ctl(ctl::CtlArgs),
     /// Rehearse a failure on a running engine: a scripted fault through the venue's control
-    /// port (link-cut, gateway-restart, venue-stall, reject-burst) and a verdict on each thing
+    /// port (link-cut, gateway-restart, reject-burst) and a verdict on each thing
     /// the engine must then do, with the timeline. Exit 0 when every expectation held, 1
     /// naming those that failed, 2 when the drill could not run.
     Drill(drill::DrillArgs),
