@@ -245,7 +245,7 @@ fn drill(args: &DrillArgs) -> Result<Outcome, String> {
                 _ => "restart",
             };
             t.note(format!("fault: venue control `{command}`"));
-            control(&args.venue_control, &command)?;
+            control(&args.venue_control, command)?;
             // Watch until the link left SYNCED and came back, or the time is up.
             let mut left = None::<u64>;
             let mut back = false;
