@@ -743,6 +743,23 @@ fn a_stop_is_bounded_and_a_second_signal_stops_at_once() {
                 .contains("canceling every open order")
         });
         if run == 1 {
+            // The second signal once the stop's cancels have left (the counters file says so):
+            // the report then lists each order pending cancel, not a race with the loop.
+            wait_until("the cancels on the wire", Duration::from_secs(10), || {
+                let out = Process::new(KEEL)
+                    .args(["stat", "--config", config.to_str().unwrap(), "--json"])
+                    .output()
+                    .unwrap();
+                let json: serde_json::Value =
+                    serde_json::from_slice(&out.stdout).unwrap_or_default();
+                json["metrics"].as_array().is_some_and(|m| {
+                    m.iter().any(|m| {
+                        m["name"] == "keel_sent_total"
+                            && m["labels"] == "kind=\"cancel\""
+                            && m["value"] == 3
+                    })
+                })
+            });
             signal(&engine);
         }
         let status = engine.0.wait().unwrap();
