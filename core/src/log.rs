@@ -312,7 +312,7 @@ impl Logger {
                 LinkState::Synced => tracing::info!(
                     target: "keel::venue",
                     venue = self.venue(venue),
-                    from = link_state_name(from),
+                    from = from.name(),
                     after_ms = ns / 1_000_000,
                     not_received = r.not_received,
                     missed_fills = r.missed_fills,
@@ -324,7 +324,7 @@ impl Logger {
                 LinkState::ReadOnly => tracing::warn!(
                     target: "keel::venue",
                     venue = self.venue(venue),
-                    from = link_state_name(from),
+                    from = from.name(),
                     in_doubt = r.in_doubt,
                     unknown_at_keel = r.unknown_at_keel,
                     contradictions = r.contradictions,
@@ -333,7 +333,7 @@ impl Logger {
                 LinkState::Disconnected => tracing::warn!(
                     target: "keel::venue",
                     venue = self.venue(venue),
-                    from = link_state_name(from),
+                    from = from.name(),
                     "DISCONNECTED: {}; {}",
                     because.name(),
                     retry_text(ns)
@@ -341,9 +341,9 @@ impl Logger {
                 _ => tracing::info!(
                     target: "keel::venue",
                     venue = self.venue(venue),
-                    from = link_state_name(from),
+                    from = from.name(),
                     "{}",
-                    link_state_name(to)
+                    to.name()
                 ),
             },
             LogRecord::Breaker { venue, to } => match to {
@@ -455,11 +455,6 @@ pub fn os_error_text(errno: i32) -> String {
     } else {
         std::io::Error::from_raw_os_error(errno).to_string()
     }
-}
-
-/// A link state as the docs spell it.
-pub fn link_state_name(s: LinkState) -> &'static str {
-    s.name()
 }
 
 /// A refusal reason as docs/ipc.md spells it.

@@ -14,6 +14,7 @@ use clap::{Args, ValueEnum};
 
 use crate::clock::{Clock, TscClock};
 use crate::ipc::{Channel, IpcEvent};
+use crate::metrics::engine::{breaker_text, link_state_text};
 use crate::metrics::{CountersReader, Snapshot};
 use crate::order::{
     ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
@@ -101,15 +102,15 @@ impl Timeline {
             if s.link != last.link {
                 self.note(format!(
                     "link {} -> {}",
-                    link_name(last.link),
-                    link_name(s.link)
+                    link_state_text(last.link),
+                    link_state_text(s.link)
                 ));
             }
             if s.breaker != last.breaker {
                 self.note(format!(
                     "breaker {} -> {}",
-                    breaker_name(last.breaker),
-                    breaker_name(s.breaker)
+                    breaker_text(last.breaker),
+                    breaker_text(s.breaker)
                 ));
             }
             if s.connects != last.connects {
@@ -117,26 +118,6 @@ impl Timeline {
             }
         }
         self.last = Some(s);
-    }
-}
-
-fn link_name(code: u64) -> &'static str {
-    match code {
-        0 => "DISCONNECTED",
-        1 => "CONNECTING",
-        2 => "CONNECTED",
-        3 => "RECONCILING",
-        4 => "SYNCED",
-        5 => "READ-ONLY",
-        _ => "?",
-    }
-}
-
-fn breaker_name(code: u64) -> &'static str {
-    match code {
-        0 => "closed",
-        1 => "half-open",
-        _ => "OPEN",
     }
 }
 
@@ -232,7 +213,7 @@ fn drill(args: &DrillArgs) -> Result<Outcome, String> {
     if before.link != SYNCED {
         return Err(format!(
             "venue {venue} is {} before the drill: a drill starts from a SYNCED link",
-            link_name(before.link)
+            link_state_text(before.link)
         ));
     }
     t.observe(before);

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::metrics::engine::{breaker_text, engine_state_text, label_value, link_state_text};
 use crate::metrics::histogram::quantile;
 use crate::metrics::{CountersReader, MetricKind, Snapshot, Value};
 
@@ -101,34 +102,6 @@ pub fn run(args: StatArgs) -> ExitCode {
     }
 }
 
-fn state_name(state: u64) -> &'static str {
-    match state {
-        1 => "starting",
-        2 => "running",
-        3 => "stopped",
-        _ => "unknown",
-    }
-}
-
-fn link_state_name(code: u64) -> &'static str {
-    match code {
-        0 => "DISCONNECTED",
-        1 => "CONNECTING",
-        2 => "CONNECTED",
-        3 => "RECONCILING",
-        4 => "SYNCED",
-        5 => "READ-ONLY",
-        _ => "?",
-    }
-}
-
-/// The value of label `key` in a labels string (`venue="sim",lane="new"`).
-fn label_value<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
-    let start = labels.find(&format!("{key}=\""))? + key.len() + 2;
-    let rest = &labels[start..];
-    Some(&rest[..rest.find('"')?])
-}
-
 fn micros(ns: u64) -> String {
     if ns == u64::MAX {
         "inf".into()
@@ -162,7 +135,7 @@ pub fn view(s: &Snapshot, budget: Option<&crate::monitor::alerts::BudgetConfig>)
         o,
         "keel engine pid {} — {} — open orders {} (unknown {}) — kill switch {}",
         s.pid,
-        state_name(s.state),
+        engine_state_text(s.state),
         s.scalar("keel_open_orders", ""),
         s.scalar("keel_unknown_orders", ""),
         if s.scalar("keel_kill_switch", "") == 1 {
@@ -251,12 +224,8 @@ pub fn view(s: &Snapshot, budget: Option<&crate::monitor::alerts::BudgetConfig>)
             o,
             "{:<12} {:<13} {:<9} {:>6} {:>8} {:>8} {:>6} {:>9} {:>14} {:>12} {:>12}",
             v,
-            link_state_name(s.scalar("keel_link_state", &l)),
-            match s.scalar("keel_breaker_state", &l) {
-                0 => "closed",
-                1 => "half-open",
-                _ => "OPEN",
-            },
+            link_state_text(s.scalar("keel_link_state", &l)),
+            breaker_text(s.scalar("keel_breaker_state", &l)),
             s.scalar("keel_breaker_failure_permille", &l),
             s.scalar("keel_link_connects_total", &l),
             s.scalar("keel_link_connect_failures_total", &l),
@@ -338,7 +307,7 @@ pub fn json(s: &Snapshot) -> String {
         .collect();
     serde_json::json!({
         "pid": s.pid,
-        "state": state_name(s.state),
+        "state": engine_state_text(s.state),
         "started_unix_ns": s.started_unix_ns,
         "metrics": metrics,
     })

@@ -378,8 +378,7 @@ impl Shared {
 /// One venue link as the executor loop publishes it (on change) for the admin thread.
 #[derive(Debug, Default)]
 struct LinkShared {
-    /// `LinkState` as 0 disconnected, 1 connecting, 2 connected, 3 reconciling, 4 synced,
-    /// 5 read-only.
+    /// `LinkState` as `metrics::engine::link_state_code` writes it.
     state: AtomicU64,
     connects: AtomicU64,
     connect_failures: AtomicU64,
@@ -388,14 +387,7 @@ struct LinkShared {
 
 impl LinkShared {
     fn publish(&self, state: LinkState, connects: u64, failures: u64, os_error: i32) {
-        let code = match state {
-            LinkState::Disconnected => 0,
-            LinkState::Connecting => 1,
-            LinkState::Connected => 2,
-            LinkState::Reconciling => 3,
-            LinkState::Synced => 4,
-            LinkState::ReadOnly => 5,
-        };
+        let code = crate::metrics::engine::link_state_code(state);
         self.state.store(code, Ordering::Relaxed);
         self.connects.store(connects, Ordering::Relaxed);
         self.connect_failures.store(failures, Ordering::Relaxed);
@@ -404,16 +396,7 @@ impl LinkShared {
     }
 
     fn state_name(&self) -> &'static str {
-        use LinkState::*;
-        let state = match self.state.load(Ordering::Relaxed) {
-            1 => Connecting,
-            2 => Connected,
-            3 => Reconciling,
-            4 => Synced,
-            5 => ReadOnly,
-            _ => Disconnected,
-        };
-        crate::log::link_state_name(state)
+        crate::metrics::engine::link_state_text(self.state.load(Ordering::Relaxed))
     }
 }
 

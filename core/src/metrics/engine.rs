@@ -256,6 +256,52 @@ pub fn link_state_code(s: crate::session::machine::LinkState) -> u64 {
     }
 }
 
+/// The `LinkState` a `keel_link_state` value stands for (`None`: not a state).
+pub fn link_state_of(code: u64) -> Option<crate::session::machine::LinkState> {
+    use crate::session::machine::LinkState::*;
+    [
+        Disconnected,
+        Connecting,
+        Connected,
+        Reconciling,
+        Synced,
+        ReadOnly,
+    ]
+    .into_iter()
+    .find(|&s| link_state_code(s) == code)
+}
+
+/// A `keel_link_state` value as the docs spell it (`?` for a value that is not a state).
+pub fn link_state_text(code: u64) -> &'static str {
+    link_state_of(code).map_or("?", crate::session::machine::LinkState::name)
+}
+
+/// A `keel_breaker_state` value as the docs spell it.
+pub fn breaker_text(code: u64) -> &'static str {
+    match code {
+        0 => "closed",
+        1 => "half-open",
+        _ => "OPEN",
+    }
+}
+
+/// The counters file's engine state word as the docs spell it.
+pub fn engine_state_text(code: u64) -> &'static str {
+    match code {
+        1 => "starting",
+        2 => "running",
+        3 => "stopped",
+        _ => "unknown",
+    }
+}
+
+/// The value of label `key` in a labels string (`venue="sim",lane="new"`).
+pub fn label_value<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
+    let start = labels.find(&format!("{key}=\""))? + key.len() + 2;
+    let rest = &labels[start..];
+    Some(&rest[..rest.find('"')?])
+}
+
 /// The dispatcher loop's publisher.
 #[derive(Debug)]
 pub struct FrontMetrics {

@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 
+use crate::metrics::engine::label_value;
 use crate::metrics::histogram::quantile;
 use crate::metrics::{Snapshot, Value};
 
@@ -103,13 +104,6 @@ pub struct Alerts {
     budget: BudgetConfig,
     venues: Vec<(String, VenueWatch)>,
     alerts: Vec<Alert>,
-}
-
-/// The value of label `key` in a labels string (`venue="sim",lane="new"`).
-pub fn label_value<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
-    let start = labels.find(&format!("{key}=\""))? + key.len() + 2;
-    let rest = &labels[start..];
-    Some(&rest[..rest.find('"')?])
 }
 
 fn histogram<'a>(snap: &'a Snapshot, name: &str, labels: &str) -> Option<&'a Vec<u64>> {

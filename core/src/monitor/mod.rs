@@ -15,9 +15,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use alerts::{label_value, Alerts, AlertsConfig, BudgetConfig};
+use alerts::{Alerts, AlertsConfig, BudgetConfig};
 
 use crate::clock::{Clock, TscClock};
+use crate::metrics::engine::{breaker_text, engine_state_text, label_value, link_state_text};
 use crate::metrics::histogram::quantile;
 use crate::metrics::{CountersReader, Snapshot, Value};
 
@@ -378,9 +379,9 @@ impl Monitor {
                 .map_or(String::new(), |a| a.value.clone());
             venues.push(serde_json::json!({
                 "name": name,
-                "link": match v { Value::Scalar(c) => link_state_name(*c), _ => "?" },
+                "link": match v { Value::Scalar(c) => link_state_text(*c), _ => "?" },
                 "mode": match s.scalar("keel_venue_mode", l) { 0 => "down", 1 => "read-only", _ => "trading" },
-                "breaker": match s.scalar("keel_breaker_state", l) { 0 => "closed", 1 => "half-open", _ => "OPEN" },
+                "breaker": breaker_text(s.scalar("keel_breaker_state", l)),
                 "failure_pct": s.scalar("keel_breaker_failure_permille", l) as f64 / 10.0,
                 "connects": s.scalar("keel_link_connects_total", l),
                 "connect_failures": s.scalar("keel_link_connect_failures_total", l),
@@ -444,7 +445,7 @@ impl Monitor {
         let budget_us = |ns: u64| (ns > 0).then(|| ns as f64 / 1e3);
         serde_json::json!({
             "pid": s.pid,
-            "state": match s.state { 1 => "starting", 2 => "running", 3 => "stopped", _ => "unknown" },
+            "state": engine_state_text(s.state),
             "kill_switch": s.scalar("keel_kill_switch", "") == 1,
             "open_orders": s.scalar("keel_open_orders", ""),
             "unknown_orders": s.scalar("keel_unknown_orders", ""),
@@ -464,18 +465,6 @@ impl Monitor {
             "alerts": alerts,
         })
         .to_string()
-    }
-}
-
-fn link_state_name(code: u64) -> &'static str {
-    match code {
-        0 => "DISCONNECTED",
-        1 => "CONNECTING",
-        2 => "CONNECTED",
-        3 => "RECONCILING",
-        4 => "SYNCED",
-        5 => "READ-ONLY",
-        _ => "?",
     }
 }
 
