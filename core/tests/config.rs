@@ -376,3 +376,70 @@ fn values_that_would_be_cut_or_abort_are_refused() {
     ));
     assert!(fits.is_ok(), "{fits:?}");
 }
+
+// Goal (issues 12–13): the operator, wire-log, metrics, alert and budget tables take their
+// worst legal values and refuse their worst illegal ones by key, with the value.
+#[test]
+fn operator_metrics_alert_and_budget_keys_at_their_bounds() {
+    let ok = |extra: &str| EngineConfig::from_toml(&format!("{MINIMAL}\n{extra}")).unwrap();
+    let c = ok(
+        "[operator]\nstop_timeout_ns = \"10m\"\ncancel_on_stop = false\n\
+                [metrics]\nhttp = \"127.0.0.1:0\"\nenabled = false\n\
+                [alerts]\nfailure_rate_pct = 100\np99_baseline_factor = 1000\n\
+                p99_window_ns = \"1s\"\np99_samples_min = 1\n\
+                [budget]\ncancel_ack_p99_ns = \"1ns\"\n\
+                [wire_log]\ndir = \"w\"\nring_bytes = 4096\nfile_bytes_max = 1048576",
+    );
+    assert_eq!(c.operator.stop_timeout_ns, 600_000_000_000);
+    assert_eq!(c.metrics.alerts.failure_rate_pct, 100);
+    assert_eq!(c.metrics.budget.cancel_ack_p99_ns, 1);
+    assert_eq!(c.counters_file(), None, "metrics disabled: no file");
+    for (extra, key) in [
+        (
+            "[operator]\nstop_timeout_ns = \"11m\"",
+            "operator.stop_timeout_ns",
+        ),
+        ("[operator]\nadmin_socket = \"\"", "operator.admin_socket"),
+        (
+            &format!("[operator]\nadmin_socket = \"/{}\"", "a".repeat(107)) as &str,
+            "operator.admin_socket",
+        ),
+        ("[metrics]\nhttp = \"nowhere\"", "metrics.http"),
+        ("[metrics]\nfile = \"\"", "metrics.file"),
+        ("[alerts]\nfailure_rate_pct = 0", "alerts.failure_rate_pct"),
+        (
+            "[alerts]\nfailure_rate_pct = 101",
+            "alerts.failure_rate_pct",
+        ),
+        (
+            "[alerts]\np99_baseline_factor = 0",
+            "alerts.p99_baseline_factor",
+        ),
+        (
+            "[alerts]\np99_window_ns = \"999ms\"",
+            "alerts.p99_window_ns",
+        ),
+        ("[alerts]\np99_samples_min = 0", "alerts.p99_samples_min"),
+        (
+            "[alerts]\nbreaker_open_ns = \"-1s\"",
+            "alerts.breaker_open_ns",
+        ),
+        ("[alerts]\npage_me = true", "alerts.page_me"),
+        (
+            "[budget]\nnew_ack_p99_ns = \"fast\"",
+            "budget.new_ack_p99_ns",
+        ),
+        ("[wire_log]\nring_bytes = 4096", "wire_log.dir"),
+        (
+            "[wire_log]\ndir = \"w\"\nring_bytes = 4095",
+            "wire_log.ring_bytes",
+        ),
+        (
+            "[wire_log]\ndir = \"w\"\nfile_bytes_max = 1048575",
+            "wire_log.file_bytes_max",
+        ),
+    ] {
+        let e = refused(extra).to_string();
+        assert!(e.contains(key), "{extra}: {e}");
+    }
+}
