@@ -336,6 +336,9 @@ impl EngineConfig {
         if let Some(t) = top.subtable("budget")? {
             metrics.budget = read_budget(Section::new("budget", t))?;
         }
+        if let Some(t) = top.subtable("control")? {
+            metrics.control = read_control(Section::new("control", t), &symbols)?;
+        }
         let operator = match top.subtable("operator")? {
             Some(t) => read_operator(Section::new("operator", t))?,
             None => crate::engine::OperatorConfig::default(),
@@ -383,6 +386,15 @@ impl EngineConfig {
             metrics,
         };
         config.check_memory()?;
+        if config.metrics.control.enabled && config.counters_file().is_none() {
+            // The controller reads the counters file: without one it would steer blind.
+            return Err(FileConfigError::OutOfRange {
+                key: "control.enabled".into(),
+                value: "true".into(),
+                allowed: "true only with a counters file ([metrics] enabled, with `file` \
+                          or an [ipc] directory)",
+            });
+        }
         Ok(config)
     }
 
@@ -883,6 +895,48 @@ fn read_budget(mut s: Section<'_>) -> Result<crate::monitor::alerts::BudgetConfi
     s.duration("decision_p99_ns", &mut c.decision_p99_ns)?;
     s.duration("new_ack_p99_ns", &mut c.new_ack_p99_ns)?;
     s.duration("cancel_ack_p99_ns", &mut c.cancel_ack_p99_ns)?;
+    s.finish()?;
+    Ok(c)
+}
+
+fn read_control(
+    mut s: Section<'_>,
+    symbols: &[[u8; 8]],
+) -> Result<crate::monitor::control::ControlConfig> {
+    let mut c = crate::monitor::control::ControlConfig::default();
+    s.bool("enabled", &mut c.enabled)?;
+    s.duration("interval_ns", &mut c.interval_ns)?;
+    s.int("rate_min_permille", &mut c.rate_min_permille)?;
+    s.int("decrease_permille", &mut c.decrease_permille)?;
+    s.int("increase_permille", &mut c.increase_permille)?;
+    s.duration("hold_ns", &mut c.hold_ns)?;
+    s.duration("ack_p99_ns", &mut c.ack_p99_ns)?;
+    s.int("ack_samples_min", &mut c.ack_samples_min)?;
+    s.int("shed_below_permille", &mut c.shed_below_permille)?;
+    for v in s.array("core_symbols")? {
+        let known = |name: &str| {
+            symbols
+                .iter()
+                .any(|sym| String::from_utf8_lossy(sym).trim_end() == name)
+        };
+        match v {
+            Value::String(name) if known(name) => c.core_symbols.push(name.clone()),
+            other => {
+                return Err(s.wrong(
+                    "core_symbols",
+                    other,
+                    "names from the top-level symbols list",
+                ))
+            }
+        }
+    }
+    if let Err(e) = c.validate() {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key(e.key),
+            value: e.value.to_string(),
+            allowed: e.allowed,
+        });
+    }
     s.finish()?;
     Ok(c)
 }

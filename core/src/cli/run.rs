@@ -119,22 +119,37 @@ pub fn run(args: RunArgs) -> ExitCode {
     }
     let monitor_stop = Arc::new(AtomicBool::new(false));
     let mut monitor = None;
-    if let (Some(addr), Some(file)) = (metrics.http, &counters_file) {
-        match crate::monitor::spawn(
-            addr,
-            file.clone(),
-            metrics.alerts.clone(),
-            metrics.budget,
-            Arc::clone(&monitor_stop),
-            loop_cores,
-        ) {
-            Ok((bound, thread)) => {
-                tracing::info!(
-                    target: "keel::monitor",
-                    url = %format!("http://{bound}/"),
-                    "monitor serving /metrics, /health and the live page"
-                );
-                monitor = Some(thread);
+    let control_on = metrics.control.enabled;
+    if let (true, Some(file)) = (metrics.http.is_some() || control_on, &counters_file) {
+        let control = match (control_on, engine.take_control()) {
+            (true, Some(ring)) => Some((metrics.control.clone(), ring)),
+            _ => None,
+        };
+        let side = crate::monitor::SideThread {
+            counters: file.clone(),
+            alerts: metrics.alerts.clone(),
+            budget: metrics.budget,
+            control,
+            avoid: loop_cores,
+        };
+        match crate::monitor::spawn(metrics.http, side, Arc::clone(&monitor_stop)) {
+            Ok(spawned) => {
+                if let Some(bound) = spawned.addr {
+                    tracing::info!(
+                        target: "keel::monitor",
+                        url = %format!("http://{bound}/"),
+                        "monitor serving /metrics, /health and the live page"
+                    );
+                }
+                if let Some((_, off)) = &spawned.control {
+                    engine.set_control_switch(Arc::clone(off));
+                    tracing::info!(
+                        target: "keel::control",
+                        interval_ms = metrics.control.interval_ns / 1_000_000,
+                        "adaptive controller on"
+                    );
+                }
+                monitor = Some(spawned.thread);
             }
             Err(e) => {
                 crate::warn_line!("keel run: {e}");

@@ -276,6 +276,19 @@ fn metrics(out: &mut Out, c: &crate::engine::MetricsConfig) {
     out.duration("decision_p99_ns", b.decision_p99_ns);
     out.duration("new_ack_p99_ns", b.new_ack_p99_ns);
     out.duration("cancel_ack_p99_ns", b.cancel_ack_p99_ns);
+    let k = &c.control;
+    out.section("[control]");
+    out.bool("enabled", k.enabled);
+    out.duration("interval_ns", k.interval_ns);
+    out.int("rate_min_permille", k.rate_min_permille);
+    out.int("decrease_permille", k.decrease_permille);
+    out.int("increase_permille", k.increase_permille);
+    out.duration("hold_ns", k.hold_ns);
+    out.duration("ack_p99_ns", k.ack_p99_ns);
+    out.int("ack_samples_min", k.ack_samples_min);
+    let core: Vec<Value> = k.core_symbols.iter().cloned().map(Value::String).collect();
+    out.line(format_args!("core_symbols = {}", Value::Array(core)));
+    out.int("shed_below_permille", k.shed_below_permille);
 }
 
 fn feed(out: &mut Out, c: &FeedConfig) {

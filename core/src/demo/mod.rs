@@ -41,8 +41,10 @@ const RATE: WindowLimit = WindowLimit {
 /// Which story the demo tells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
-    /// Calm → cancel storm (100× the calm rate, 97% cancels) → venue disconnect →
-    /// reconnect and reconciliation → calm.
+    /// Calm → a storm over the rate limit (15,000 messages/s, 60% cancels, against 10,000/s)
+    /// through keel's priority lanes → the same storm through the FIFO baseline (the same
+    /// dispatcher serving its queues in arrival order) → venue disconnect → reconnect and
+    /// reconciliation → calm. The report sets keel's cancel p99 next to the baseline's.
     Storm,
     /// Calm → the venue fails every new order with a system error (and answers slowly): the
     /// breaker opens, new orders are refused at once while cancels still flow, the venue
@@ -52,6 +54,10 @@ pub enum Scenario {
     /// retries with exponential backoff and equal jitter, reconnects, replays, reconciles →
     /// calm.
     ReconnectStorm,
+    /// Calm → the venue's capacity drops 4× (its rate limit lowered through its control port)
+    /// under static limits → calm → the same drop with the adaptive controller on. The report
+    /// compares throttle rejects and cancel latency.
+    CapacityDrop,
     /// Calm trading only.
     Calm,
 }
@@ -126,6 +132,14 @@ enum Phase {
     Outage,
     Recovery,
     Drain,
+    /// The storm again, through the FIFO baseline.
+    StormFifo,
+    /// Orders rest again before the next stress (not measured).
+    Rewarm,
+    /// The venue's capacity ÷4, static limits.
+    DropStatic,
+    /// The venue's capacity ÷4, the adaptive controller on.
+    DropControlled,
 }
 
 impl Phase {
@@ -139,30 +153,60 @@ impl Phase {
             Phase::Outage => "outage",
             Phase::Recovery => "calm after",
             Phase::Drain => "drain",
+            Phase::StormFifo => "storm FIFO",
+            Phase::Rewarm => "re-warm",
+            Phase::DropStatic => "drop static",
+            Phase::DropControlled => "drop ctrl",
+        }
+    }
+
+    /// The latency bucket: `None` for unmeasured warm-ups, 0 calm, 1 keel under stress, 2 the
+    /// baseline under the same stress.
+    fn bucket(self) -> Option<usize> {
+        match self {
+            Phase::Warmup | Phase::Rewarm => None,
+            Phase::Storm | Phase::Incident | Phase::Outage | Phase::DropControlled => Some(1),
+            Phase::StormFifo | Phase::DropStatic => Some(2),
+            _ => Some(0),
         }
     }
 }
 
-/// Latency histograms in microseconds: [new, cancel] × [calm, storm].
+/// Per latency bucket (calm, keel under stress, the baseline under it): what the strategy
+/// was told.
+#[derive(Debug, Default, Clone, Copy)]
+struct Told {
+    /// New orders accepted.
+    accepted: u64,
+    /// New orders the venue rejected for rate (its throttle).
+    venue_throttled: u64,
+    /// Cancels the venue refused while their orders stayed open.
+    cancel_refused: u64,
+    /// New orders keel held back (throttled, shed, refused).
+    held: u64,
+}
+
+/// Latency histograms in microseconds: [new, cancel] × [calm, keel under stress, the
+/// baseline under the same stress].
 struct Latencies {
-    hist: [[Histogram<u64>; 2]; 2],
+    hist: [[Histogram<u64>; 3]; 2],
 }
 
 impl Latencies {
     fn new() -> Self {
         let h = || Histogram::new_with_bounds(1, 60_000_000, 3).expect("static bounds");
         Self {
-            hist: [[h(), h()], [h(), h()]],
+            hist: [[h(), h(), h()], [h(), h(), h()]],
         }
     }
 
-    fn record(&mut self, cancel: bool, storm: Option<bool>, ns: u64) {
-        // Warm-up orders (storm = None) build the resting book and are not measured.
-        let Some(storm) = storm else {
+    fn record(&mut self, cancel: bool, bucket: Option<usize>, ns: u64) {
+        // Warm-up orders (bucket None) build the resting book and are not measured.
+        let Some(bucket) = bucket else {
             return;
         };
         let us = (ns / 1_000).max(1);
-        let _ = self.hist[usize::from(cancel)][usize::from(storm)].record(us.min(60_000_000));
+        let _ = self.hist[usize::from(cancel)][bucket].record(us.min(60_000_000));
     }
 }
 
@@ -266,27 +310,23 @@ struct Trader {
     rng: SplitMix64,
     next_seq: u64,
     /// Sent at, and the latency bucket (None: warm-up, not measured).
-    pending_new: HashMap<ClientOrderId, (u64, Option<bool>)>,
-    pending_cancel: HashMap<ClientOrderId, (u64, Option<bool>)>,
+    pending_new: HashMap<ClientOrderId, (u64, Option<usize>)>,
+    pending_cancel: HashMap<ClientOrderId, (u64, Option<usize>)>,
     /// Per order: quantity, filled so far.
     orders: HashMap<ClientOrderId, (u32, u32)>,
     live: Vec<ClientOrderId>,
     lat: Latencies,
     /// Commands: new, cancel.
     counts: [u64; 2],
+    /// What it was told, per latency bucket.
+    told: [Told; 3],
 }
 
 impl Trader {
     /// Sends one command: a cancel of a live order (with probability `cancel_permille`), or a
     /// new order resting 20–80 ticks off the reference (the venue's takers fill some).
     fn send_one(&mut self, now: u64, phase: Phase, cancel_permille: u64) {
-        let bucket = match phase {
-            Phase::Warmup => None,
-            phase => Some(matches!(
-                phase,
-                Phase::Storm | Phase::Incident | Phase::Outage
-            )),
-        };
+        let bucket = phase.bucket();
         let rng = &mut self.rng;
         if rng.below_inclusive(999) < cancel_permille && !self.live.is_empty() {
             let i = rng.below_inclusive(self.live.len() as u64 - 1) as usize;
@@ -333,6 +373,23 @@ impl Trader {
                     if let Some((sent, bucket)) = self.pending_new.remove(&e.id) {
                         self.lat.record(false, bucket, at.saturating_sub(sent));
                         self.live.push(e.id);
+                        if let Some(b) = bucket {
+                            self.told[b].accepted += 1;
+                        }
+                    }
+                }
+                EventKind::CancelRejected { .. } => {
+                    // A cancel the venue refused while the order stays open (its rate limit
+                    // refuses cancels too): counted, and the order may be picked for a cancel
+                    // again later (no immediate resend: that would only feed the throttle).
+                    let open = self.orders.get(&e.id).is_some_and(|(q, f)| f < q);
+                    if let Some((_, bucket)) = self.pending_cancel.remove(&e.id) {
+                        if open {
+                            if let Some(b) = bucket {
+                                self.told[b].cancel_refused += 1;
+                            }
+                            self.live.push(e.id);
+                        }
                     }
                 }
                 EventKind::PartiallyFilled { qty, .. } | EventKind::Filled { qty, .. } => {
@@ -357,8 +414,19 @@ impl Trader {
                     }
                     self.live.retain(|id| *id != e.id);
                 }
-                _ => {
-                    self.pending_new.remove(&e.id);
+                kind => {
+                    if let Some((_, Some(b))) = self.pending_new.remove(&e.id) {
+                        match kind {
+                            EventKind::Rejected {
+                                reason: crate::order::RejectReason::VenueThrottle,
+                            } => self.told[b].venue_throttled += 1,
+                            EventKind::Throttled
+                            | EventKind::Shed
+                            | EventKind::Refused { .. }
+                            | EventKind::BreakerOpen { .. } => self.told[b].held += 1,
+                            _ => {}
+                        }
+                    }
                 }
             }
         }
@@ -394,8 +462,10 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
     let scale = if args.quick { 5 } else { 1 };
     let phase_ns = |ms: u64| ms * MS / scale;
     let clock = TscClock::new();
-    // The live page reads the engine's counters file, which only a dashboard run keeps.
-    let counters = args.dashboard.map(|_| {
+    // The live page and the adaptive controller read the engine's counters file, which only
+    // a dashboard run or the capacity-drop scenario keeps.
+    let controlled = args.scenario == Scenario::CapacityDrop;
+    let counters = (args.dashboard.is_some() || controlled).then(|| {
         std::env::temp_dir()
             .join(format!("keel-demo-{}", std::process::id()))
             .join("counters")
@@ -407,21 +477,37 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
         counters.as_deref(),
     )?;
     let monitor_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let monitor = match (args.dashboard, &counters) {
-        (Some(addr), Some(file)) => {
-            let (bound, thread) = crate::monitor::spawn(
-                addr,
-                file.clone(),
-                crate::monitor::alerts::AlertsConfig::default(),
-                crate::monitor::alerts::BudgetConfig::default(),
-                std::sync::Arc::clone(&monitor_stop),
-                vec![args.core],
-            )
-            .map_err(|e| e.to_string())?;
-            crate::warn_line!("keel demo: live page at http://{bound}/ (also /metrics, /health)");
-            Some(thread)
-        }
+    // The controller runs on the side thread from the start, switched off until the static
+    // drop is over (the switch `keel ctl control on|off` turns).
+    let control = match (controlled, engine.core.take_control()) {
+        (true, Some(ring)) => Some((demo_control(), ring)),
         _ => None,
+    };
+    let mut controller = None;
+    let monitor = match &counters {
+        Some(file) => {
+            let side = crate::monitor::SideThread {
+                counters: file.clone(),
+                alerts: crate::monitor::alerts::AlertsConfig::default(),
+                budget: crate::monitor::alerts::BudgetConfig::default(),
+                control,
+                avoid: vec![args.core],
+            };
+            let spawned =
+                crate::monitor::spawn(args.dashboard, side, std::sync::Arc::clone(&monitor_stop))
+                    .map_err(|e| e.to_string())?;
+            if let Some(bound) = spawned.addr {
+                crate::warn_line!(
+                    "keel demo: live page at http://{bound}/ (also /metrics, /health)"
+                );
+            }
+            if let Some((counters, off)) = spawned.control {
+                off.store(true, std::sync::atomic::Ordering::Release);
+                controller = Some((counters, off));
+            }
+            Some(spawned.thread)
+        }
+        None => None,
     };
     let mut trader = Trader {
         strategy,
@@ -433,13 +519,20 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
         live: Vec::new(),
         lat: Latencies::new(),
         counts: [0; 2],
+        told: [Told::default(); 3],
     };
     // The script: (phase, duration, messages per second, cancels per thousand).
     let script: Vec<(Phase, u64, u64, u64)> = match args.scenario {
+        // Each storm offers 15,000 messages/s, 60% cancels, against a limit of 10,000/s: the
+        // cancels alone fit, the new orders queue behind (or, FIFO, in front of) them. The storms
+        // keep their length with --quick: a shorter one would stay within the burst.
         Scenario::Storm => vec![
             (Phase::Warmup, phase_ns(2_000), 4_000, 0),
             (Phase::Calm, phase_ns(3_000), 50, 500),
-            (Phase::Storm, phase_ns(1_500), 5_000, 970),
+            (Phase::Storm, 1_500 * MS, 15_000, 600),
+            (Phase::Rewarm, phase_ns(2_000), 4_000, 0),
+            (Phase::StormFifo, 1_500 * MS, 15_000, 600),
+            (Phase::Rewarm, phase_ns(1_000), 50, 500),
             (Phase::Disconnect, 0, 0, 0),
             (Phase::Recovery, phase_ns(3_000), 50, 500),
             (Phase::Drain, phase_ns(500), 0, 0),
@@ -457,6 +550,18 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
             (Phase::Calm, phase_ns(2_000), 50, 500),
             (Phase::Outage, phase_ns(2_500), 50, 500),
             (Phase::Recovery, phase_ns(3_000), 50, 500),
+            (Phase::Drain, phase_ns(500), 0, 0),
+        ],
+        // The venue takes 2,500 messages/s during each drop (keel's limiter allows 10,000/s);
+        // the strategy offers 4,000/s, half cancels. The drops keep their length with --quick:
+        // the controller needs ticks to act.
+        Scenario::CapacityDrop => vec![
+            (Phase::Warmup, phase_ns(1_000), 2_000, 0),
+            (Phase::Calm, phase_ns(2_000), 100, 500),
+            (Phase::DropStatic, phase_ns(3_000).max(2_000 * MS), 4_000, 500),
+            (Phase::Recovery, phase_ns(3_000).max(2_000 * MS), 100, 500),
+            (Phase::DropControlled, phase_ns(3_000).max(2_000 * MS), 4_000, 500),
+            (Phase::Recovery, phase_ns(2_000), 100, 500),
             (Phase::Drain, phase_ns(500), 0, 0),
         ],
         Scenario::Calm => vec![
@@ -496,6 +601,20 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
         }
         // Each stress phase starts (and its successor ends) a fault at the venue.
         let now = clock.now_ns();
+        let order = if phase == Phase::StormFifo {
+            crate::dispatch::LaneOrder::Arrival
+        } else {
+            crate::dispatch::LaneOrder::Priority
+        };
+        engine.core.dispatcher_mut().set_lane_order(order);
+        let drop = matches!(phase, Phase::DropStatic | Phase::DropControlled);
+        let limit = if drop { DROPPED_LIMIT } else { "rate-limit 0" };
+        if controlled {
+            let _ = engine.venue.apply_control(now, limit);
+        }
+        if let (Phase::DropControlled, Some((_, off))) = (phase, &controller) {
+            off.store(false, std::sync::atomic::Ordering::Release);
+        }
         match phase {
             Phase::Incident => {
                 // Every new order fails with a venue system error.
@@ -621,12 +740,61 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
                 format!("the outage should cost several connect attempts: {outage_attempts:?}")
             });
         }
-        Scenario::Storm | Scenario::Calm => {}
+        Scenario::Storm => {
+            let (keel, fifo) = (&trader.lat.hist[1][1], &trader.lat.hist[1][2]);
+            inv.check(!keel.is_empty() && !fifo.is_empty(), || {
+                "both storms should measure cancels".into()
+            });
+            inv.check(
+                keel.value_at_quantile(0.99) < fifo.value_at_quantile(0.99),
+                || {
+                    format!(
+                        "keel's storm cancel p99 ({} µs) should beat the FIFO baseline's ({} µs)",
+                        keel.value_at_quantile(0.99),
+                        fifo.value_at_quantile(0.99)
+                    )
+                },
+            );
+            let d = engine.dispatcher().stats();
+            inv.check(d.throttled > 0, || {
+                "the storm should saturate the rate limit (no new order throttled)".into()
+            });
+        }
+        Scenario::CapacityDrop => {
+            let (ctrl, stat) = (trader.told[1], trader.told[2]);
+            inv.check(stat.venue_throttled > 0, || {
+                "the static drop should draw venue throttle rejects".into()
+            });
+            inv.check(
+                ctrl.venue_throttled + ctrl.cancel_refused
+                    < (stat.venue_throttled + stat.cancel_refused) / 2,
+                || {
+                    format!(
+                        "the controller should at least halve the venue's refusals: static \
+                         {stat:?}, controller {ctrl:?}"
+                    )
+                },
+            );
+            let decreases = controller
+                .as_ref()
+                .map_or(0, |(c, _)| c.decreases.load(std::sync::atomic::Ordering::Relaxed));
+            inv.check(decreases > 0, || "the controller never lowered a cap".into());
+        }
+        Scenario::Calm => {}
     }
     let peak = Peak {
         open_orders: peak_open,
         reconnect_ns,
         outage_attempts,
+        controller: controller.as_ref().map(|(c, _)| {
+            use std::sync::atomic::Ordering::Relaxed;
+            (
+                c.decreases.load(Relaxed),
+                c.increases.load(Relaxed),
+                c.sheds.load(Relaxed),
+                c.unsheds.load(Relaxed),
+            )
+        }),
     };
     report(args, &engine, &trader, &inv, &peak)?;
     // The engine stops as `keel run`'s does: the journal synced, the wire log written out.
@@ -751,6 +919,10 @@ fn build<T: SocketTransport>(
         ..DispatcherConfig::default()
     };
     dispatcher.limiter.windows = [Some(RATE), None, None, None];
+    // The limiter's own answer to a venue throttle, on the demo's time scale: half rate for
+    // 1 s, back to full over 2 s.
+    dispatcher.limiter.throttle_cooldown_ns = 1_000 * MS;
+    dispatcher.limiter.throttle_recovery_ns = 2_000 * MS;
     dispatcher.acquire_timeout_ns = 200 * MS;
     dispatcher.bulkhead.in_flight_per_symbol_max = 4_096;
     dispatcher.bulkhead.in_flight_per_venue_max = 16_384;
@@ -822,6 +994,29 @@ struct Peak {
     open_orders: usize,
     reconnect_ns: Option<u64>,
     outage_attempts: Option<u64>,
+    /// The controller's decreases, increases, sheds and lifted sheds.
+    controller: Option<(u64, u64, u64, u64)>,
+}
+
+/// The venue's rate limit during a capacity drop: 250 messages per 100 ms (2,500/s), a
+/// quarter of keel's 10,000/s.
+const DROPPED_LIMIT: &str = "rate-limit 250 100";
+
+/// The demo's controller: decides every 100 ms, halves a cap on throttle rejects, holds
+/// 300 ms, adds 1% of the rate per healthy tick, and sheds NVDA and AMZN (AAPL and MSFT are
+/// core) while a cap is at or below 5%.
+fn demo_control() -> crate::monitor::control::ControlConfig {
+    crate::monitor::control::ControlConfig {
+        enabled: true,
+        interval_ns: 100 * MS,
+        rate_min_permille: 10,
+        decrease_permille: 500,
+        increase_permille: 10,
+        hold_ns: 300 * MS,
+        core_symbols: vec!["AAPL".into(), "MSFT".into()],
+        shed_below_permille: 50,
+        ..crate::monitor::control::ControlConfig::default()
+    }
 }
 
 fn report<T: SocketTransport>(
@@ -851,15 +1046,16 @@ fn report<T: SocketTransport>(
         out,
         "\nlatency, command to venue answer (µs)   p50     p99   p99.9     max   samples"
     );
+    let baseline = baseline_label(args.scenario);
     for (kind, k) in [("new order → accepted ", 0), ("cancel → canceled    ", 1)] {
-        for (phase, p) in [("calm ", 0), (stress, 1)] {
+        for (phase, p) in [("calm ", 0), (stress, 1), (baseline, 2)] {
             let h = &lat.hist[k][p];
             if h.is_empty() {
                 continue;
             }
             let _ = writeln!(
                 out,
-                "  {kind} {phase:<8}     {:>7} {:>7} {:>7} {:>7} {:>9}",
+                "  {kind} {phase:<11}  {:>7} {:>7} {:>7} {:>7} {:>9}",
                 h.value_at_quantile(0.5),
                 h.value_at_quantile(0.99),
                 h.value_at_quantile(0.999),
@@ -876,6 +1072,44 @@ fn report<T: SocketTransport>(
             "  cancel p99, {stress} / calm: {:.2}×",
             storm.value_at_quantile(0.99) as f64 / calm.value_at_quantile(0.99).max(1) as f64
         );
+    }
+    let fifo = &lat.hist[1][2];
+    if args.scenario == Scenario::Storm && !storm.is_empty() && !fifo.is_empty() {
+        let (k, f) = (storm.value_at_quantile(0.99), fifo.value_at_quantile(0.99));
+        let _ = writeln!(
+            out,
+            "  cancels overtake queued new orders: storm cancel p99 keel {k} µs, FIFO baseline \
+             {f} µs ({:.0}× lower with keel's lanes; same dispatcher, venue, limiter and load)",
+            f as f64 / k.max(1) as f64
+        );
+    }
+    if args.scenario == Scenario::CapacityDrop {
+        let (st, ct) = (trader.told[2], trader.told[1]);
+        let (sc, cc) = (&lat.hist[1][2], &lat.hist[1][1]);
+        let _ = writeln!(
+            out,
+            "\nvenue capacity ÷4 (2,500 messages/s; keel's limiter 10,000/s)   static  controller"
+        );
+        for (what, a, b) in [
+            ("new orders rejected by the venue's throttle", st.venue_throttled, ct.venue_throttled),
+            ("cancels refused by the venue, order open    ", st.cancel_refused, ct.cancel_refused),
+            ("new orders accepted                         ", st.accepted, ct.accepted),
+            ("new orders held back by keel                ", st.held, ct.held),
+            ("cancel → canceled p50 (µs)                  ", sc.value_at_quantile(0.5), cc.value_at_quantile(0.5)),
+            ("cancel → canceled p99 (µs)                  ", sc.value_at_quantile(0.99), cc.value_at_quantile(0.99)),
+            ("cancel → canceled max (µs)                  ", sc.max(), cc.max()),
+        ] {
+            let _ = writeln!(out, "  {what}  {a:>9} {b:>10}");
+        }
+        if let Some((down, up, shed, unshed)) = peak.controller {
+            let _ = writeln!(
+                out,
+                "  controller: {down} cuts, {up} raises, non-core symbols shed {shed}× and \
+                 restored {unshed}×; venue refusals {:.2}× of static",
+                (ct.venue_throttled + ct.cancel_refused) as f64
+                    / (st.venue_throttled + st.cancel_refused).max(1) as f64
+            );
+        }
     }
     let _ = writeln!(
         out,
@@ -986,8 +1220,10 @@ fn report<T: SocketTransport>(
         for (name, k, p) in [
             ("new calm", 0, 0),
             ("new storm", 0, 1),
+            ("new baseline", 0, 2),
             ("cancel calm", 1, 0),
             ("cancel storm", 1, 1),
+            ("cancel baseline", 1, 2),
         ] {
             let h = &lat.hist[k][p];
             text.push_str(&format!("# {name} (µs): quantile value\n"));
@@ -1003,7 +1239,7 @@ fn report<T: SocketTransport>(
             "keel demo, scenario {}: command to venue answer, µs",
             args.scenario
         );
-        std::fs::write(path, svg_plot(lat, &title, stress))
+        std::fs::write(path, svg_plot(lat, &title, stress, baseline))
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let _ = writeln!(out, "latency plot written to {}", path.display());
     }
@@ -1012,7 +1248,7 @@ fn report<T: SocketTransport>(
 
 /// The latency percentile curves as an SVG image: x is the percentile on a "nines" scale
 /// (50%, 90%, 99%, 99.9%, 99.99%), y the latency in µs on a log scale.
-fn svg_plot(lat: &Latencies, title: &str, stress: &str) -> String {
+fn svg_plot(lat: &Latencies, title: &str, stress: &str, baseline: &str) -> String {
     const W: f64 = 760.0;
     const H: f64 = 440.0;
     const LEFT: f64 = 70.0;
@@ -1073,8 +1309,10 @@ fn svg_plot(lat: &Latencies, title: &str, stress: &str) -> String {
     let series = [
         (1, 0, "cancel, calm", "#1f77b4", ""),
         (1, 1, "cancel, ", "#d62728", ""),
+        (1, 2, "cancel, ", "#7f7f7f", ""),
         (0, 0, "new order, calm", "#1f77b4", "6,4"),
         (0, 1, "new order, ", "#d62728", "6,4"),
+        (0, 2, "new order, ", "#7f7f7f", "6,4"),
     ];
     let mut legend_y = TOP + 10.0;
     for (k, p, name, colour, dash) in series {
@@ -1089,10 +1327,10 @@ fn svg_plot(lat: &Latencies, title: &str, stress: &str) -> String {
             let v = h.value_at_quantile(q);
             points += &format!("{:.1},{:.1} ", x(nines), y(v));
         }
-        let name = if p == 1 && !name.ends_with("calm") {
-            format!("{name}{stress}")
-        } else {
-            name.to_string()
+        let name = match p {
+            1 => format!("{name}{stress}"),
+            2 => format!("{name}{baseline}"),
+            _ => name.to_string(),
         };
         svg += &format!(
             "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" \
@@ -1112,11 +1350,21 @@ fn svg_plot(lat: &Latencies, title: &str, stress: &str) -> String {
     svg
 }
 
+/// The baseline's label under the same stress (`-`: the scenario has none).
+fn baseline_label(scenario: Scenario) -> &'static str {
+    match scenario {
+        Scenario::Storm => "storm FIFO",
+        Scenario::CapacityDrop => "drop static",
+        _ => "-",
+    }
+}
+
 fn stress_label(scenario: Scenario) -> &'static str {
     match scenario {
         Scenario::Storm => "storm",
         Scenario::Incident => "incident",
         Scenario::ReconnectStorm => "outage",
+        Scenario::CapacityDrop => "drop ctrl",
         Scenario::Calm => "-",
     }
 }

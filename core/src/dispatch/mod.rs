@@ -118,7 +118,21 @@ pub struct Dispatcher {
     holds: operator::Holds,
     /// Latency histograms (allocated at start; recording is an add).
     latency: Latency,
+    /// Which queued work leaves first (priority lanes, or arrival order as a baseline).
+    lane_order: LaneOrder,
     stats: DispatchStats,
+}
+
+/// The order in which a venue's queued work leaves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LaneOrder {
+    /// keel's: cancels, then replaces, then new orders, whatever their arrival order.
+    #[default]
+    Priority,
+    /// The FIFO baseline, for benchmarks and the demo's comparison only: the lane whose head
+    /// arrived first goes first, so a cancel waits behind every new order queued before it
+    /// (a head that cannot leave holds everything behind it). Never a production setting.
+    Arrival,
 }
 
 /// The dispatcher's latency histograms, by message class.
@@ -208,6 +222,7 @@ impl Dispatcher {
                 cancel_ack: vec![crate::metrics::Histogram::default(); usize::from(config.venues)],
                 ..Latency::default()
             },
+            lane_order: LaneOrder::Priority,
             stats: DispatchStats::default(),
             config,
         })
@@ -788,6 +803,8 @@ impl Dispatcher {
                 } else {
                     self.serve_new(now_ns, v)
                 }
+            } else if self.lane_order == LaneOrder::Arrival {
+                self.serve_oldest(now_ns, v)
             } else if !self.venues[v].cancels.is_empty() {
                 self.serve_cancel(now_ns, v)
             } else if !self.venues[v].replaces.is_empty() {
@@ -804,6 +821,39 @@ impl Dispatcher {
             }
         }
         sent
+    }
+
+    /// The FIFO baseline's step: serves the lane whose head arrived first.
+    fn serve_oldest(&mut self, now_ns: u64, v: usize) -> Step {
+        let lanes = &self.venues[v];
+        let cancel = lanes.cancels.front().map(|w| match *w {
+            CancelWork::One { enqueued_ns, .. } | CancelWork::Query { enqueued_ns, .. } => {
+                enqueued_ns
+            }
+        });
+        let replace = lanes.replaces.front().map(|r| r.enqueued_ns);
+        let new = lanes.news.peek().map(|n| n.enqueued_ns);
+        let oldest = [cancel, replace, new]
+            .into_iter()
+            .enumerate()
+            .filter_map(|(lane, at)| at.map(|at| (at, lane)))
+            .min();
+        match oldest {
+            Some((_, 0)) => self.serve_cancel(now_ns, v),
+            Some((_, 1)) => self.serve_replace(now_ns, v),
+            Some(_) => self.serve_new(now_ns, v),
+            None => Step::Idle,
+        }
+    }
+
+    /// Sets the order in which queued work leaves (the FIFO baseline is for comparisons).
+    pub fn set_lane_order(&mut self, order: LaneOrder) {
+        self.lane_order = order;
+    }
+
+    /// The order in which queued work leaves.
+    pub fn lane_order(&self) -> LaneOrder {
+        self.lane_order
     }
 
     fn serve_cancel(&mut self, now_ns: u64, v: usize) -> Step {
@@ -1468,6 +1518,10 @@ impl Dispatcher {
         let Some(applied) = self.report(id, OrderEvent::CancelRejected, 0) else {
             return;
         };
+        if !applied.order.state.is_terminal() {
+            // Refused while the order stays open: the venue's rate limit, or a lost cancel.
+            self.guards.venues[v].limiter.on_cancel_refused();
+        }
         // "Too late" is a business outcome of the user's own cancel, never a link failure.
         if reason == CancelRejectReason::VenueSystem {
             self.guards.venues[v]

@@ -77,6 +77,9 @@ pub(super) struct Holds {
     pub(super) strategy_disabled: Vec<bool>,
     /// Per symbol: shed by an operator ("close non-core symbols").
     pub(super) symbol_shed: Vec<bool>,
+    /// Per symbol: shed by the adaptive controller. Kept apart from the operator's, so the
+    /// controller's restore never lifts an operator's hold (and the other way round).
+    pub(super) symbol_shed_by_control: Vec<bool>,
 }
 
 impl Holds {
@@ -85,6 +88,7 @@ impl Holds {
             kill_switch: false,
             strategy_disabled: vec![false; usize::from(strategies)],
             symbol_shed: vec![false; usize::from(symbols)],
+            symbol_shed_by_control: vec![false; usize::from(symbols)],
         }
     }
 
@@ -95,7 +99,9 @@ impl Holds {
             Some(RefusalReason::KillSwitch)
         } else if self.strategy_disabled[usize::from(strategy.0)] {
             Some(RefusalReason::StrategyDisabled)
-        } else if self.symbol_shed[usize::from(symbol.0)] {
+        } else if self.symbol_shed[usize::from(symbol.0)]
+            || self.symbol_shed_by_control[usize::from(symbol.0)]
+        {
             Some(RefusalReason::SymbolShed)
         } else {
             None
@@ -248,6 +254,100 @@ impl Dispatcher {
             .get(usize::from(symbol.0))
             .copied()
             .unwrap_or(false)
+    }
+
+    /// The adaptive controller sheds (or stops shedding) one symbol's new orders and replaces
+    /// (refused `SymbolShed`, unreleased ones withdrawn), apart from any operator's shed.
+    pub fn set_symbol_shed_by_control(
+        &mut self,
+        now_ns: u64,
+        symbol: SymbolId,
+        on: bool,
+    ) -> Result<u32, OperatorError> {
+        let scope = OperatorScope {
+            symbol: Some(symbol),
+            ..OperatorScope::default()
+        };
+        self.check_scope(scope)?;
+        self.holds.symbol_shed_by_control[usize::from(symbol.0)] = on;
+        Ok(if on {
+            self.withdraw_unsent(now_ns, scope)
+        } else {
+            0
+        })
+    }
+
+    /// Counts one adaptive controller command, applied or refused.
+    pub fn count_control_command(&mut self, applied: bool) {
+        if applied {
+            self.stats.control_commands += 1;
+        } else {
+            self.stats.control_refused += 1;
+        }
+    }
+
+    /// Whether the adaptive controller sheds `symbol`.
+    pub fn symbol_shed_by_control(&self, symbol: SymbolId) -> bool {
+        self.holds
+            .symbol_shed_by_control
+            .get(usize::from(symbol.0))
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// The adaptive controller caps venue `venue`'s new orders and replaces at `permille` ‰
+    /// of its first rate window (clamped to 1..=1000; 1000 lifts the cap). Cancels and queries
+    /// are never capped by it.
+    pub fn set_new_order_permille(
+        &mut self,
+        now_ns: u64,
+        venue: VenueId,
+        permille: u32,
+    ) -> Result<(), OperatorError> {
+        let scope = OperatorScope {
+            venue: Some(venue),
+            ..OperatorScope::default()
+        };
+        self.check_scope(scope)?;
+        self.guards.venues[usize::from(venue.0)]
+            .limiter
+            .set_new_order_permille(now_ns, permille);
+        Ok(())
+    }
+
+    /// Venue `venue`'s new-order cap, ‰ (1000: none; 0: no such venue).
+    pub fn new_order_permille(&self, venue: VenueId) -> u32 {
+        self.guards
+            .venues
+            .get(usize::from(venue.0))
+            .map_or(0, |g| g.limiter.new_order_permille())
+    }
+
+    /// Venue `venue`'s limiter: weight admitted for new orders and replaces so far, and its
+    /// first window's rate in weight per second (zeros: no such venue).
+    pub fn new_order_weight(&self, venue: VenueId) -> (u64, u64) {
+        self.guards
+            .venues
+            .get(usize::from(venue.0))
+            .map_or((0, 0), |g| {
+                (g.limiter.admitted_new_weight(), g.limiter.weight_per_second())
+            })
+    }
+
+    /// Venue throttle rejects venue `venue` sent (new orders and replaces refused for rate).
+    pub fn venue_throttle_rejects(&self, venue: VenueId) -> u64 {
+        self.guards
+            .venues
+            .get(usize::from(venue.0))
+            .map_or(0, |g| g.limiter.throttle_events())
+    }
+
+    /// Cancels venue `venue` refused on orders it still held open.
+    pub fn venue_cancel_refusals(&self, venue: VenueId) -> u64 {
+        self.guards
+            .venues
+            .get(usize::from(venue.0))
+            .map_or(0, |g| g.limiter.cancel_refusals())
     }
 
     /// Forces venue `venue`'s breaker open (for its configured open duration, as a trip) or

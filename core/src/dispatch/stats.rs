@@ -72,6 +72,10 @@ pub struct DispatchStats {
     pub report_errors: u64,
     /// The most recent such report error, for the operator's first look.
     pub last_report_error: Option<TableError>,
+    /// Adaptive controller commands applied.
+    pub control_commands: u64,
+    /// Adaptive controller commands refused (naming a venue or symbol the engine lacks).
+    pub control_refused: u64,
 }
 
 impl DispatchStats {

@@ -833,6 +833,22 @@ impl AdminServer {
                     self.names.venues[usize::from(v.0)]
                 )
             }
+            Parsed::Control(on) => match (self.shared.control_off.get(), on) {
+                (None, _) => "error: no adaptive controller runs (set [control] enabled = true)\n"
+                    .into(),
+                (Some(off), None) => format!(
+                    "ok: adaptive controller {}\n",
+                    if off.load(Ordering::Acquire) { "off" } else { "on" }
+                ),
+                (Some(off), Some(on)) => {
+                    off.store(!on, Ordering::Release);
+                    format!(
+                        "ok: adaptive controller {} (its caps and sheds {} at its next tick)\n",
+                        if on { "on" } else { "off" },
+                        if on { "follow the venue again" } else { "are lifted" }
+                    )
+                }
+            },
             Parsed::Loop(command, stats) => match self.ask(command) {
                 Ok(answers) => self.format(command, stats, &answers),
                 Err(e) => format!("error: {e}\n"),
@@ -1163,12 +1179,15 @@ shed SYMBOL on|off                       a symbol's new orders on every venue
 kill-switch on|off                       no new order or replace leaves; cancels flow
 reconnect VENUE                          a new session for the venue
 breaker VENUE open|close                 force the venue's breaker (drills)
+control [on|off]                         the adaptive controller: its state, or switch it
 help                                     this list
 ";
 
 enum Parsed {
     Help,
     Reconnect(VenueId),
+    /// The adaptive controller: `None` asks its state.
+    Control(Option<bool>),
     /// A command for the loop; `true`: print counters (`stats`).
     Loop(AdminCommand, bool),
 }
@@ -1261,6 +1280,11 @@ fn parse(words: &[&str], names: &AdminNames) -> Result<Parsed, String> {
             exact(2, "reconnect VENUE")?;
             Ok(Parsed::Reconnect(venue(words[1])?))
         }
+        Some("control") => match words.len() {
+            1 => Ok(Parsed::Control(None)),
+            2 => Ok(Parsed::Control(Some(on(words.get(1))?))),
+            _ => Err("usage: control [on|off]".into()),
+        },
         Some("breaker") => {
             exact(3, "breaker VENUE open|close")?;
             let open = match words[2] {

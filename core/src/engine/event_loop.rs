@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::admin::AdminPort;
+use super::control::ControlPort;
 use super::bridge::{Bridge, BridgeStats};
 use super::{LinkReport, Restored, Shared};
 use crate::dispatch::{DispatchStats, Dispatcher, StrategyHandle};
@@ -40,6 +41,8 @@ pub(super) struct Front {
     synced_mask: u64,
     /// The operator's requests (`keel ctl`) and their answers.
     admin: AdminPort,
+    /// The adaptive controller's adjustments.
+    control: ControlPort,
     /// What this loop says (to the logger thread).
     log: LogTx,
     watch: FrontWatch,
@@ -79,6 +82,7 @@ impl Front {
         first_journal_index: u64,
         locks: Vec<super::lock::DirLock>,
         admin: AdminPort,
+        control: ControlPort,
         log: LogTx,
         metrics: Option<FrontMetrics>,
         now_ns: u64,
@@ -103,6 +107,7 @@ impl Front {
             first_journal_index,
             synced_mask: 0,
             admin,
+            control,
             log,
             watch,
             metrics,
@@ -226,6 +231,7 @@ impl Front {
         work += self
             .admin
             .serve(now, &mut self.dispatcher, &self.bridges, &self.shared);
+        work += self.control.serve(now, &mut self.dispatcher);
         for b in &mut self.bridges {
             work += b.pump_events();
         }
@@ -547,6 +553,8 @@ pub struct EngineLoop<T: Transport> {
     counters: Option<crate::metrics::CountersFile>,
     /// The time of the last pass.
     last_now_ns: u64,
+    /// The control ring's far end, until the adaptive controller takes it.
+    control: Option<super::control::ControlSender>,
 }
 
 impl<T: Transport> EngineLoop<T> {
@@ -564,7 +572,17 @@ impl<T: Transport> EngineLoop<T> {
             wire: None,
             counters: None,
             last_now_ns: 0,
+            control: None,
         }
+    }
+
+    pub(super) fn keep_control(&mut self, control: super::control::ControlSender) {
+        self.control = Some(control);
+    }
+
+    /// The control ring's sender, for the adaptive controller (once).
+    pub fn take_control(&mut self) -> Option<super::control::ControlSender> {
+        self.control.take()
     }
 
     /// Keeps the counters file for the loop's life and says it runs.

@@ -20,6 +20,7 @@
 //! the link then reconciles before SYNCED.
 
 pub mod admin;
+pub mod control;
 mod bridge;
 mod event_loop;
 pub mod lock;
@@ -183,6 +184,8 @@ pub struct MetricsConfig {
     pub alerts: crate::monitor::alerts::AlertsConfig,
     /// Latency budgets (`[budget]`).
     pub budget: crate::monitor::alerts::BudgetConfig,
+    /// The adaptive controller (`[control]`; it runs on the side thread).
+    pub control: crate::monitor::control::ControlConfig,
 }
 
 impl Default for MetricsConfig {
@@ -193,6 +196,7 @@ impl Default for MetricsConfig {
             http: None,
             alerts: crate::monitor::alerts::AlertsConfig::default(),
             budget: crate::monitor::alerts::BudgetConfig::default(),
+            control: crate::monitor::control::ControlConfig::default(),
         }
     }
 }
@@ -353,6 +357,8 @@ struct Shared {
     reconnect: AtomicU64,
     /// Per venue: the link as the executor loop last published it.
     links: Vec<LinkShared>,
+    /// The adaptive controller's off switch, once a controller runs (`keel ctl control`).
+    control_off: std::sync::OnceLock<Arc<AtomicBool>>,
 }
 
 impl Shared {
@@ -631,6 +637,7 @@ impl EngineBuilder {
             None => (None, None, None),
         };
         let (admin_port, admin) = admin::admin_channel();
+        let (control_port, control) = control::control_channel();
         let (front_log, front_log_rx) = crate::log::log_ring();
         let (exec_log, exec_log_rx) = crate::log::log_ring();
         let names = admin::AdminNames {
@@ -649,6 +656,7 @@ impl EngineBuilder {
             first_journal_index,
             locks,
             admin_port,
+            control_port,
             front_log,
             front_metrics,
             now_ns,
@@ -667,6 +675,7 @@ impl EngineBuilder {
             loops,
             reactor,
             admin,
+            control,
             exec_log,
             log_rings: vec![front_log_rx, exec_log_rx],
             names,
@@ -701,6 +710,7 @@ impl EngineBuilder {
         exec.attach_metrics(parts.exec_metrics);
         let mut engine = EngineLoop::new(parts.front, exec, parts.strategies, parts.restored);
         engine.keep_counters(parts.counters);
+        engine.keep_control(parts.control);
         if let Some(writer) = parts.wire_log {
             engine.run_wire_log(writer)?;
         }
@@ -721,6 +731,7 @@ impl EngineBuilder {
             loops,
             reactor,
             admin,
+            control,
             exec_log,
             log_rings,
             names,
@@ -834,6 +845,7 @@ impl EngineBuilder {
             threads,
             restored,
             admin: Some(admin),
+            control: Some(control),
             names,
             logger: Some(logger),
             log_stop,
@@ -857,6 +869,8 @@ struct Parts {
     reactor: ReactorConfig,
     /// The admin thread's end of the operator rings.
     admin: admin::AdminClient,
+    /// The adaptive controller's end of the control ring.
+    control: control::ControlSender,
     /// The executor loop's log ring (the dispatcher loop's is in `front`).
     exec_log: crate::log::LogTx,
     /// The logger's ends of both.
@@ -1034,6 +1048,8 @@ pub struct RunningEngine {
     restored: Restored,
     /// The operator rings' far end, until an admin thread takes it.
     admin: Option<admin::AdminClient>,
+    /// The control ring's far end, until the adaptive controller takes it.
+    control: Option<control::ControlSender>,
     names: admin::AdminNames,
     logger: Option<JoinHandle<()>>,
     log_stop: Arc<AtomicBool>,
@@ -1062,6 +1078,16 @@ impl RunningEngine {
     /// What the journal gave back.
     pub fn restored(&self) -> &Restored {
         &self.restored
+    }
+
+    /// The control ring's sender, for the adaptive controller (once).
+    pub fn take_control(&mut self) -> Option<control::ControlSender> {
+        self.control.take()
+    }
+
+    /// Hands the running controller's off switch to `keel ctl control on|off` (once).
+    pub fn set_control_switch(&self, off: Arc<AtomicBool>) {
+        let _ = self.shared.control_off.set(off);
     }
 
     /// Opens the admin socket at `path` and serves `keel ctl` on it from a thread of its

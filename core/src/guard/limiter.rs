@@ -14,6 +14,11 @@
 //! `throttle_rate_permille` for `throttle_cooldown_ns`, then ramps it back linearly over
 //! `throttle_recovery_ns`. An optional share of every bucket (`cancel_reserve_permille`) is
 //! usable only by cancels, so a flood of new orders can never lock cancels out.
+//!
+//! The adaptive controller (docs/observability.md, "Adaptive control") may cap new orders and
+//! replaces further at run time: [`RateLimiter::set_new_order_permille`] puts one more bucket
+//! in their way (the first window's rate and burst scaled to the cap). Cancels and queries
+//! never see it, so a lowered new-order rate leaves them the whole budget.
 
 use crate::order::RequestKind;
 
@@ -189,6 +194,14 @@ pub struct RateLimiter {
     bucket_count: usize,
     throttled_at_ns: Option<u64>,
     throttle_events: u64,
+    /// The controller's cap on new orders and replaces, ‰ of the first window (1000: none).
+    new_permille: u64,
+    /// The bucket that enforces the cap (checked only below 1000 ‰).
+    gate: Bucket,
+    /// Weight admitted for new orders and replaces (what the controller measures).
+    admitted_new_weight: u64,
+    /// Cancels the venue refused on orders still open.
+    cancel_refusals: u64,
 }
 
 impl RateLimiter {
@@ -218,13 +231,60 @@ impl RateLimiter {
             };
             bucket_count += 1;
         }
+        let gate = buckets[0];
         Ok(Self {
             config,
             buckets,
             bucket_count,
             throttled_at_ns: None,
             throttle_events: 0,
+            new_permille: PERMILLE,
+            gate,
+            admitted_new_weight: 0,
+            cancel_refusals: 0,
         })
+    }
+
+    /// Caps new orders and replaces at `permille` ‰ (clamped to 1..=1000) of the first
+    /// window's rate and burst (never below one order of the heaviest such kind); 1000 lifts
+    /// the cap. Tokens already earned under the old cap are kept up to the new burst.
+    pub fn set_new_order_permille(&mut self, now_ns: u64, permille: u32) {
+        let permille = u64::from(permille).clamp(1, PERMILLE);
+        let window = self.buckets[0];
+        let was_open = self.new_permille >= PERMILLE;
+        self.gate.refill(now_ns, PERMILLE);
+        self.new_permille = permille;
+        if permille >= PERMILLE {
+            return;
+        }
+        let heaviest = u64::from(self.config.weights.new.max(self.config.weights.replace));
+        let burst = (window.capacity / window.unit * permille / PERMILLE).max(heaviest);
+        self.gate.limit = (window.limit * permille / PERMILLE).max(1);
+        self.gate.unit = window.unit;
+        self.gate.capacity = window.unit * burst;
+        self.gate.reserve = 0;
+        self.gate.tokens = if was_open {
+            self.gate.capacity
+        } else {
+            self.gate.tokens.min(self.gate.capacity)
+        };
+        self.gate.last_ns = self.gate.last_ns.max(now_ns);
+    }
+
+    /// Weight admitted so far for new orders and replaces.
+    pub fn admitted_new_weight(&self) -> u64 {
+        self.admitted_new_weight
+    }
+
+    /// The sustained rate of the first window, weight per second (what caps are ‰ of).
+    pub fn weight_per_second(&self) -> u64 {
+        let w = self.buckets[0];
+        (u128::from(w.limit) * 1_000_000_000 * u128::from(PERMILLE) / u128::from(w.unit)) as u64
+    }
+
+    /// The controller's cap on new orders, ‰ (1000: none).
+    pub fn new_order_permille(&self) -> u32 {
+        self.new_permille as u32
     }
 
     /// The weight of a request kind.
@@ -257,6 +317,16 @@ impl RateLimiter {
                 worst_wait_ns = worst_wait_ns.max(deficit.div_ceil(per_ns));
             }
         }
+        let gated = !is_cancel && self.new_permille < PERMILLE;
+        if gated {
+            let gate = &mut self.gate;
+            gate.refill(now_ns, PERMILLE);
+            let deficit = gate.deficit(gate.unit * u64::from(weight), 0);
+            if deficit > 0 {
+                let per_ns = gate.limit * PERMILLE;
+                worst_wait_ns = worst_wait_ns.max(deficit.div_ceil(per_ns));
+            }
+        }
         if worst_wait_ns > 0 {
             return Err(NotReady {
                 ready_at_ns: now_ns + worst_wait_ns,
@@ -264,6 +334,12 @@ impl RateLimiter {
         }
         for bucket in &mut self.buckets[..self.bucket_count] {
             bucket.tokens -= bucket.unit * u64::from(weight);
+        }
+        if gated {
+            self.gate.tokens -= self.gate.unit * u64::from(weight);
+        }
+        if !is_cancel {
+            self.admitted_new_weight += u64::from(weight);
         }
         Ok(())
     }
@@ -282,6 +358,18 @@ impl RateLimiter {
     /// Venue throttle rejects seen.
     pub fn throttle_events(&self) -> u64 {
         self.throttle_events
+    }
+
+    /// The venue refused a cancel of an order it still holds open (a venue under its own rate
+    /// limit refuses cancels too): counted for the adaptive controller; the refill rate is not
+    /// cut (a cancel refused is not a new order refused).
+    pub fn on_cancel_refused(&mut self) {
+        self.cancel_refusals += 1;
+    }
+
+    /// Cancels refused on orders still open.
+    pub fn cancel_refusals(&self) -> u64 {
+        self.cancel_refusals
     }
 
     /// Current refill rate in ‰ of normal.
@@ -485,6 +573,75 @@ mod tests {
                 }
             }
         }
+    }
+
+    proptest! {
+        // Goal: the controller's cap holds: with new orders capped at p ‰, in any window of
+        // the first length the new orders admitted stay within p ‰ of burst + limit (at least
+        // one of each), and cancels are never held by it. Method: a random cap set after a
+        // random prefix, then a sliding check of the new orders admitted under it.
+        #[test]
+        fn new_order_cap_holds_and_spares_cancels(
+            windows in windows_strategy(),
+            cap in 1u32..=1000,
+            prefix in 0usize..50,
+            steps in proptest::collection::vec((0u64..20_000, any::<bool>()), 1..400),
+        ) {
+            let mut limiter = RateLimiter::new(config(&windows, 0), 0).unwrap();
+            let mut now = 0;
+            let mut log: Vec<u64> = Vec::new();
+            for (i, (gap, is_cancel)) in steps.iter().enumerate() {
+                now += gap;
+                if i == prefix {
+                    limiter.set_new_order_permille(now, cap);
+                }
+                let ok = limiter.try_acquire(now, 1, *is_cancel).is_ok();
+                if ok && !is_cancel && i >= prefix {
+                    log.push(now);
+                }
+            }
+            let (window_ns, limit, burst) = windows[0];
+            let p = u64::from(cap);
+            let most = (u64::from(burst) * p / 1000).max(1) + (u64::from(limit) * p / 1000).max(1);
+            for (i, &start) in log.iter().enumerate() {
+                let n = log[i..].iter().take_while(|t| **t < start + window_ns).count() as u64;
+                prop_assert!(n <= most, "{} new orders in a window, cap allows {}", n, most);
+            }
+        }
+    }
+
+    // Goal: a cap of 250 ‰ admits a quarter of the rate to new orders, none of it taken from
+    // cancels, and 1000 ‰ lifts it.
+    #[test]
+    fn new_order_cap_is_a_quarter_and_lifts() {
+        let cfg = config(&[(1_000_000_000, 1000, 100)], 0);
+        let mut limiter = RateLimiter::new(cfg, 0).unwrap();
+        limiter.set_new_order_permille(0, 250);
+        // Burst: 25 of 100.
+        let burst = (0..200).filter(|_| limiter.try_acquire(0, 1, false).is_ok()).count();
+        assert_eq!(burst, 25);
+        // Cancels still have the rest of the bucket.
+        let cancels = (0..200).filter(|_| limiter.try_acquire(0, 1, true).is_ok()).count();
+        assert_eq!(cancels, 75);
+        // Over one second at 1 ms steps: 250 new orders (the gate), when the buckets allow.
+        let mut news = 0;
+        for ms in 1..=1000u64 {
+            let now = ms * 1_000_000;
+            while limiter.try_acquire(now, 1, false).is_ok() {
+                news += 1;
+            }
+        }
+        assert_eq!(news, 250);
+        limiter.set_new_order_permille(1_000_000_000, 1000);
+        assert_eq!(limiter.new_order_permille(), 1000);
+        let mut news = 0;
+        for ms in 1001..=2000u64 {
+            let now = ms * 1_000_000;
+            while limiter.try_acquire(now, 1, false).is_ok() {
+                news += 1;
+            }
+        }
+        assert!(news >= 990, "{news} new orders in the second after the cap was lifted");
     }
 
     // Goal: a flood of new orders cannot take the cancels' reserve.

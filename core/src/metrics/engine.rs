@@ -61,6 +61,11 @@ struct FrontVenue {
     in_flight: Slot,
     new_ack: Slot,
     cancel_ack: Slot,
+    venue_throttled: Slot,
+    cancel_refused: Slot,
+    new_rate_permille: Slot,
+    new_admitted: Slot,
+    rate_per_second: Slot,
 }
 
 #[derive(Debug)]
@@ -78,6 +83,7 @@ struct SymbolSlots {
     in_flight: Slot,
     unknown: Slot,
     shed: Slot,
+    control_shed: Slot,
 }
 
 /// Reads one counter out of the dispatcher's stats.
@@ -161,7 +167,7 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
             .refused
             .push(l.add(d, Counter, "keel_refused_total", &labels)?);
     }
-    let counters: [(&str, StatOf); 10] = [
+    let counters: [(&str, StatOf); 12] = [
         ("keel_shed_total", |s| s.shed),
         ("keel_throttled_total", |s| s.throttled),
         ("keel_breaker_refused_total", |s| s.breaker_refused),
@@ -174,6 +180,8 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
         }),
         ("keel_executor_stalls_total", |s| s.executor_stalls),
         ("keel_mass_cancel_skipped_total", |s| s.mass_cancel_skipped),
+        ("keel_control_commands_total", |s| s.control_commands),
+        ("keel_control_refused_total", |s| s.control_refused),
     ];
     for (name, get) in counters {
         front.counters.push((l.add(d, Counter, name, "")?, get));
@@ -195,6 +203,11 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
             in_flight: l.add(d, Gauge, "keel_venue_in_flight", &venue)?,
             new_ack: l.add(d, Histogram, "keel_new_order_ack_seconds", &venue)?,
             cancel_ack: l.add(d, Histogram, "keel_cancel_ack_seconds", &venue)?,
+            venue_throttled: l.add(d, Counter, "keel_venue_throttle_rejects_total", &venue)?,
+            cancel_refused: l.add(d, Counter, "keel_venue_cancel_refused_total", &venue)?,
+            new_rate_permille: l.add(d, Gauge, "keel_control_new_rate_permille", &venue)?,
+            new_admitted: l.add(d, Counter, "keel_limiter_new_weight_total", &venue)?,
+            rate_per_second: l.add(d, Gauge, "keel_limiter_weight_per_second", &venue)?,
         });
     }
     for s in 0..names.strategies {
@@ -214,6 +227,7 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
             in_flight: l.add(d, Gauge, "keel_symbol_in_flight", &symbol)?,
             unknown: l.add(d, Gauge, "keel_symbol_unknown_orders", &symbol)?,
             shed: l.add(d, Gauge, "keel_symbol_shed", &symbol)?,
+            control_shed: l.add(d, Gauge, "keel_symbol_control_shed", &symbol)?,
         });
     }
     let e = REGION_EXECUTOR;
@@ -405,6 +419,15 @@ impl FrontMetrics {
             );
             w.set_histogram(slots.new_ack, &lat.new_ack[v]);
             w.set_histogram(slots.cancel_ack, &lat.cancel_ack[v]);
+            w.set(slots.venue_throttled, d.venue_throttle_rejects(venue));
+            w.set(slots.cancel_refused, d.venue_cancel_refusals(venue));
+            w.set(
+                slots.new_rate_permille,
+                u64::from(d.new_order_permille(venue)),
+            );
+            let (admitted, per_second) = d.new_order_weight(venue);
+            w.set(slots.new_admitted, admitted);
+            w.set(slots.rate_per_second, per_second);
         }
         for (i, slots) in s.strategies.iter().enumerate() {
             let id = StrategyId(i as u16);
@@ -428,6 +451,10 @@ impl FrontMetrics {
                 );
                 w.set(slots.unknown, u64::from(u));
                 w.set(slots.shed, u64::from(d.symbol_shed(symbol)));
+                w.set(
+                    slots.control_shed,
+                    u64::from(d.symbol_shed_by_control(symbol)),
+                );
             }
         }
         w.set(s.unknown_orders, unknown);

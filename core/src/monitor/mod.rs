@@ -6,6 +6,7 @@
 //! cannot slow a loop: the loops only ever write their regions of the file.
 
 pub mod alerts;
+pub mod control;
 pub mod prometheus;
 
 use std::io::{Read, Write};
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use alerts::{Alerts, AlertsConfig, BudgetConfig};
+use control::{ControlConfig, Controller};
 
 use crate::clock::{Clock, TscClock};
 use crate::metrics::engine::{breaker_text, engine_state_text, label_value, link_state_text};
@@ -62,7 +64,10 @@ pub enum MonitorError {
 
 /// The side thread's state.
 pub struct Monitor {
-    listener: TcpListener,
+    /// Its port (`None`: no HTTP, the thread runs the controller only).
+    listener: Option<TcpListener>,
+    /// The adaptive controller and its ring into the dispatcher loop, if switched on.
+    control: Option<(Controller, crate::engine::control::ControlSender)>,
     reader: CountersReader,
     alerts: Alerts,
     clients: Vec<TcpStream>,
@@ -74,26 +79,33 @@ pub struct Monitor {
 impl std::fmt::Debug for Monitor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Monitor")
-            .field("addr", &self.listener.local_addr().ok())
+            .field("addr", &self.local_addr())
             .finish_non_exhaustive()
     }
 }
 
 impl Monitor {
-    /// Binds `addr` and opens the counters file at `counters`.
+    /// Binds `addr` (if given) and opens the counters file at `counters`.
     pub fn bind(
-        addr: SocketAddr,
+        addr: Option<SocketAddr>,
         counters: &std::path::Path,
         alerts: AlertsConfig,
         budget: BudgetConfig,
     ) -> Result<Self, MonitorError> {
-        let listener =
-            TcpListener::bind(addr).map_err(|source| MonitorError::Listen { addr, source })?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|source| MonitorError::Listen { addr, source })?;
+        let listener = match addr {
+            Some(addr) => {
+                let listener = TcpListener::bind(addr)
+                    .map_err(|source| MonitorError::Listen { addr, source })?;
+                listener
+                    .set_nonblocking(true)
+                    .map_err(|source| MonitorError::Listen { addr, source })?;
+                Some(listener)
+            }
+            None => None,
+        };
         Ok(Self {
             listener,
+            control: None,
             reader: CountersReader::open(counters)?,
             alerts: Alerts::new(alerts, budget),
             clients: Vec::new(),
@@ -105,7 +117,23 @@ impl Monitor {
 
     /// The address it serves.
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.listener.local_addr().ok()
+        self.listener.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// Runs the adaptive controller on this thread, sending through `ring`; returns its
+    /// counters and its off switch. A `config` switched off changes nothing.
+    pub fn control(
+        &mut self,
+        config: ControlConfig,
+        ring: crate::engine::control::ControlSender,
+    ) -> (
+        Arc<control::ControllerCounters>,
+        Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let controller = Controller::new(config, &self.reader.snapshot());
+        let handles = (controller.counters(), controller.off_switch());
+        self.control = Some((controller, ring));
+        handles
     }
 
     /// Its counters.
@@ -124,7 +152,16 @@ impl Monitor {
                 self.read(now);
                 self.push_events();
             }
-            match self.listener.accept() {
+            if let Some((controller, ring)) = &mut self.control {
+                // The controller reads the file at its own interval (it skips until due).
+                let snap = self.reader.snapshot();
+                controller.tick(now, &snap, ring);
+            }
+            let Some(listener) = &self.listener else {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            };
+            match listener.accept() {
                 Ok((stream, _)) => self.serve(stream),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(5));
@@ -132,6 +169,7 @@ impl Monitor {
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         }
+        // Stopping: whatever the controller capped stays with the engine, which stops too.
     }
 
     fn read(&mut self, now: u64) {
@@ -335,6 +373,26 @@ impl Monitor {
                 ));
             }
         }
+        if let Some((controller, ring)) = &self.control {
+            let c = controller.counters();
+            for (name, v) in [
+                ("keel_controller_ticks_total", c.ticks.load(Ordering::Relaxed)),
+                ("keel_controller_decreases_total", c.decreases.load(Ordering::Relaxed)),
+                ("keel_controller_increases_total", c.increases.load(Ordering::Relaxed)),
+                ("keel_controller_sheds_total", c.sheds.load(Ordering::Relaxed)),
+                ("keel_controller_unsheds_total", c.unsheds.load(Ordering::Relaxed)),
+                ("keel_controller_commands_total", c.commands.load(Ordering::Relaxed)),
+                ("keel_controller_ring_full_total", ring.ring_full()),
+            ] {
+                extra.push((name.to_string(), "counter", String::new(), v as f64));
+            }
+            extra.push((
+                "keel_controller_on".to_string(),
+                "gauge",
+                String::new(),
+                f64::from(u8::from(controller.is_on())),
+            ));
+        }
         let c = &self.counters;
         for (name, v) in [
             ("keel_monitor_requests_total", &c.requests),
@@ -393,6 +451,8 @@ impl Monitor {
                 "cancel_p99_us": p99_us("keel_cancel_ack_seconds", l),
                 "window_p99_us": window.map(|p| p as f64 / 1e3),
                 "baseline_p99_us": baseline.map(|p| p as f64 / 1e3),
+                "new_cap_permille": s.scalar("keel_control_new_rate_permille", l),
+                "venue_throttled": s.scalar("keel_venue_throttle_rejects_total", l),
             }));
         }
         let strategies: Vec<serde_json::Value> = s
@@ -463,6 +523,7 @@ impl Monitor {
             "venues": venues,
             "strategies": strategies,
             "alerts": alerts,
+            "control": self.control.as_ref().map(|(c, _)| c.state_json()),
         })
         .to_string()
     }
@@ -505,20 +566,54 @@ fn avoid_cores(avoid: &[usize]) {
 /// The live page: one screen, fed by `/events`.
 pub const DASHBOARD: &str = include_str!("dashboard.html");
 
-/// Spawns the side thread on `addr` for the counters file at `counters`.
+/// What the side thread needs besides its port.
+#[derive(Debug)]
+pub struct SideThread {
+    /// The engine's counters file.
+    pub counters: PathBuf,
+    /// `[alerts]`.
+    pub alerts: AlertsConfig,
+    /// `[budget]`.
+    pub budget: BudgetConfig,
+    /// `[control]` and the engine's control ring (`None`: no controller).
+    pub control: Option<(ControlConfig, crate::engine::control::ControlSender)>,
+    /// The loops' cores, kept off.
+    pub avoid: Vec<usize>,
+}
+
+/// The running side thread: where it serves, the controller's handles, the thread.
+#[derive(Debug)]
+pub struct Spawned {
+    /// The bound address (`None`: no HTTP).
+    pub addr: Option<SocketAddr>,
+    /// The controller's counters and off switch, if it runs.
+    pub control: Option<(
+        Arc<control::ControllerCounters>,
+        Arc<std::sync::atomic::AtomicBool>,
+    )>,
+    /// The thread.
+    pub thread: std::thread::JoinHandle<()>,
+}
+
+/// Spawns the side thread: HTTP on `addr` (if given) and the controller (if given).
 pub fn spawn(
-    addr: SocketAddr,
-    counters: PathBuf,
-    alerts: AlertsConfig,
-    budget: BudgetConfig,
+    addr: Option<SocketAddr>,
+    side: SideThread,
     stop: Arc<AtomicBool>,
-    avoid: Vec<usize>,
-) -> Result<(SocketAddr, std::thread::JoinHandle<()>), MonitorError> {
-    let monitor = Monitor::bind(addr, &counters, alerts, budget)?;
-    let bound = monitor.local_addr().unwrap_or(addr);
+) -> Result<Spawned, MonitorError> {
+    let mut monitor = Monitor::bind(addr, &side.counters, side.alerts, side.budget)?;
+    let control = side
+        .control
+        .map(|(config, ring)| monitor.control(config, ring));
+    let bound = monitor.local_addr();
+    let avoid = side.avoid;
     let thread = std::thread::Builder::new()
         .name("keel-monitor".into())
         .spawn(move || monitor.run(&stop, &avoid))
         .expect("spawning the monitor thread");
-    Ok((bound, thread))
+    Ok(Spawned {
+        addr: bound,
+        control,
+        thread,
+    })
 }

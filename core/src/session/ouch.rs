@@ -1055,11 +1055,18 @@ impl OuchClient {
                     reason: self.config.rejects.reason(reason),
                 }
             }
-            // OUCH's cancel reject carries no reason: the order was not open to cancel.
+            // OUCH's cancel reject carries no reason: the order was not open to cancel (or the
+            // venue refused the cancel, e.g. over its rate limit). Either way the cancel is
+            // answered: nothing is pending any more, so a later status answer or barrier must
+            // not answer it a second time.
             Outbound::CancelReject { user_ref, .. } => {
                 let Some(id) = self.id(user_ref) else {
                     return Mapped::Nothing;
                 };
+                self.update(user_ref, |o| {
+                    o.cancel_pending = false;
+                    o.awaiting_since_ns = None;
+                });
                 OutcomeKind::CancelRejected {
                     id,
                     reason: CancelRejectReason::TooLateToCancel,
@@ -1532,6 +1539,43 @@ mod tests {
             }
             other => panic!("not an OUCH message: {other:?}"),
         }
+    }
+
+    // Goal: a cancel the venue refused (a Cancel Reject: too late, or over its rate limit)
+    // is answered once. Method: an open order's cancel is refused; a status query's barrier
+    // answer afterwards says the order is still open — it must not answer the old cancel a
+    // second time (the order table would refuse that answer as a contradiction and the link
+    // would go READ-ONLY for nothing).
+    #[test]
+    fn a_refused_cancel_is_answered_once() {
+        let mut c = client(8);
+        c.config.reconcile = ReconcileMode::AccountQueryBarrier;
+        login(&mut c, 1).unwrap();
+        c.restore_order(&order(1), 1, 0, true).unwrap();
+        assert_eq!(
+            written_type(&mut c, RequestKind::Cancel { id: id(1) }),
+            b'X'
+        );
+        let reject = Outbound::CancelReject {
+            timestamp: 0,
+            user_ref: 1,
+        };
+        let (_, got) = sequenced(&mut c, &reject);
+        assert_eq!(
+            got,
+            vec![OutcomeKind::CancelRejected {
+                id: id(1),
+                reason: CancelRejectReason::TooLateToCancel
+            }]
+        );
+        assert_eq!(written_type(&mut c, RequestKind::Query { id: id(1) }), b'Q');
+        let response = Outbound::AccountQueryResponse {
+            timestamp: 0,
+            next_user_ref: 2,
+        };
+        let (_, got) = sequenced(&mut c, &response);
+        assert_eq!(got, vec![OutcomeKind::StillOpen { id: id(1) }]);
+        assert_eq!(c.stats().contradictions, 0);
     }
 
     // Goal (issue 12, rail 4): in standard-OUCH mode an order in doubt is settled with what a

@@ -573,6 +573,18 @@ impl Exchange {
         }
     }
 
+    /// Sets the account message limit at run time (`rate-limit` on the control port): at most
+    /// `messages` per `window_ns` (0 messages: none). Windows already running keep their count.
+    pub fn set_rate_limit(&mut self, messages: u32, window_ns: u64) {
+        self.config.rate_limit_messages = messages;
+        self.config.rate_window_ns = window_ns.max(1);
+    }
+
+    /// The account message limit: messages per window, and the window.
+    pub fn rate_limit(&self) -> (u32, u64) {
+        (self.config.rate_limit_messages, self.config.rate_window_ns)
+    }
+
     fn within_rate(&mut self, now_ns: u64, account: u32) -> bool {
         if self.config.rate_limit_messages == 0 {
             return true;

@@ -994,7 +994,9 @@ impl<T: Transport> VenueServer<T> {
     /// against its range, printed in the error):
     /// `latency MS [JITTER_MS]`, `delay-reports MS`, `delay-final MS`, `stall MS` (each
     /// 0..=[`FAULT_DELAY_MAX_MS`]), `accept-limit N` (0..=sessions_max), `refuse on|off`,
-    /// `drop`, `restart`, `reject-burst N` (a u32), `flow N` (events per second,
+    /// `drop`, `restart`, `reject-burst N` (a u32), `rate-limit N [WINDOW_MS]` (each account
+    /// may send N order messages per window, 0 for no limit; the window 1..=
+    /// [`FAULT_DELAY_MAX_MS`], unchanged if not given; beyond it: throttle rejects), `flow N` (events per second,
     /// 0..=[`EVENTS_PER_SEC_MAX`]), `replay-all` (the next login is replayed from sequence 1:
     /// duplicates), `clock-jump SECONDS` (signed, at most [`CLOCK_JUMP_MAX_S`] either way: the
     /// wall clock behind the message timestamps jumps), `saturate N MS` | `saturate off` (more
@@ -1063,6 +1065,16 @@ impl<T: Transport> VenueServer<T> {
                 let ms = args.num("milliseconds", 0, delay_max)?;
                 args.end()?;
                 f.stalled_until_ns = now_ns + ms * MS;
+            }
+            "rate-limit" => {
+                // Messages per window (0: no limit), and the window in ms (default: as is).
+                let messages = args.num("messages", 0, u64::from(u32::MAX))? as u32;
+                let (_, window_ns) = self.exchange.rate_limit();
+                let window_ms = args
+                    .optional("window milliseconds", 1, delay_max)?
+                    .unwrap_or(window_ns / MS);
+                args.end()?;
+                self.exchange.set_rate_limit(messages, window_ms.max(1) * MS);
             }
             "reject-burst" => {
                 let n = args.num("orders", 0, u64::from(u32::MAX))? as u32;
@@ -1220,7 +1232,11 @@ impl<T: Transport> VenueServer<T> {
 /// Every control command: its syntax and what it does, as `help` answers them (one line each,
 /// then `ok help`). A command added to [`VenueServer::apply_control`] gets its line here (the
 /// test `control_help_lists_every_command` sends each one).
-pub const CONTROL_COMMANDS: [(&str, &str); 26] = [
+pub const CONTROL_COMMANDS: [(&str, &str); 27] = [
+    (
+        "rate-limit N [WINDOW_MS]",
+        "each account: N order messages per window (0: none), then throttle rejects",
+    ),
     (
         "latency MS [JITTER_MS]",
         "added ack/fill latency, with uniform jitter (0..=60000 ms)",
