@@ -51,6 +51,121 @@ fn cancel_after_ten_thousand_new_orders_leaves_first() {
     assert_eq!(rig.dispatcher.stats().shed, 0);
 }
 
+// Goal: the FIFO baseline (`LaneOrder::Arrival`, used by the demo and the benchmarks for
+// comparison) is what it claims: the same setup as above, and the cancel now waits behind
+// every new order queued before it. Switched back, priority returns at once.
+#[test]
+fn the_fifo_baseline_makes_the_cancel_wait_and_priority_returns() {
+    let mut config = roomy_config();
+    config.limiter = limiter(1_000, 10);
+    let mut rig = Rig::new(config);
+    let live = rig.live_order(0, 0, 10);
+    rig.advance(SEC);
+    rig.dispatcher
+        .set_lane_order(keel::dispatch::LaneOrder::Arrival);
+    for i in 0..50 {
+        rig.new_order(0, (i % 8) as u16, 1);
+    }
+    // The cancel arrives after them (heads that arrive in the same pass tie, and a tie goes
+    // to the cancel: the baseline is never made worse than FIFO).
+    rig.poll();
+    let mut sent = rig.requests(0);
+    rig.advance(1);
+    rig.send(0, Command::Cancel { id: live });
+    for _ in 0..100 {
+        rig.poll();
+        sent.extend(rig.requests(0));
+        rig.advance(MS);
+    }
+    let cancel_at = sent
+        .iter()
+        .position(|r| r.kind == RequestKind::Cancel { id: live })
+        .expect("the cancel was sent");
+    assert_eq!(cancel_at, 50, "FIFO: every earlier new order leaves first");
+    // Priority again: a cancel overtakes what is queued.
+    rig.dispatcher
+        .set_lane_order(keel::dispatch::LaneOrder::Priority);
+    let live = rig.live_order(0, 1, 10);
+    for i in 0..50 {
+        rig.new_order(0, (i % 8) as u16, 1);
+    }
+    rig.send(0, Command::Cancel { id: live });
+    rig.poll();
+    let first = rig.requests(0);
+    assert!(
+        first
+            .iter()
+            .any(|r| r.kind == RequestKind::Cancel { id: live }),
+        "the cancel leaves in the first pass"
+    );
+}
+
+// Goal: the adaptive controller's cap (issue 13) holds new orders to its rate while cancels
+// keep the whole budget, and its shed refuses a symbol's new orders apart from an operator's
+// (lifting one never lifts the other).
+#[test]
+fn the_controller_cap_spares_cancels_and_its_shed_is_its_own() {
+    let mut config = roomy_config();
+    config.limiter = limiter(1_000, 100);
+    let mut rig = Rig::new(config);
+    let live: Vec<_> = (0..20).map(|_| rig.live_order(0, 0, 10)).collect();
+    rig.advance(SEC);
+    rig.dispatcher
+        .set_new_order_permille(rig.now_ns, VenueId(0), 100)
+        .unwrap();
+    assert_eq!(rig.dispatcher.new_order_permille(VenueId(0)), 100);
+    for i in 0..50 {
+        rig.new_order(0, (i % 8) as u16, 1);
+    }
+    for id in &live {
+        rig.send(0, Command::Cancel { id: *id });
+    }
+    rig.poll();
+    let sent = rig.requests(0);
+    let news = sent
+        .iter()
+        .filter(|r| matches!(r.kind, RequestKind::New(_)))
+        .count();
+    let cancels = sent
+        .iter()
+        .filter(|r| matches!(r.kind, RequestKind::Cancel { .. }))
+        .count();
+    assert_eq!(cancels, 20, "cancels are not capped");
+    assert_eq!(news, 10, "new orders: 10% of the burst of 100");
+    assert_eq!(
+        rig.dispatcher
+            .set_new_order_permille(0, VenueId(7), 10)
+            .err(),
+        Some(keel::dispatch::OperatorError::NoVenue(7, 1))
+    );
+    // Controller and operator sheds are separate holds.
+    rig.dispatcher
+        .set_symbol_shed_by_control(rig.now_ns, SymbolId(3), true)
+        .unwrap();
+    rig.dispatcher
+        .set_symbol_shed(rig.now_ns, SymbolId(3), true)
+        .unwrap();
+    rig.dispatcher
+        .set_symbol_shed_by_control(rig.now_ns, SymbolId(3), false)
+        .unwrap();
+    let held = rig.new_order(0, 3, 1);
+    rig.settle();
+    let told = rig.kinds(0);
+    assert!(
+        told.contains(&(
+            held,
+            EventKind::Refused {
+                reason: RefusalReason::SymbolShed
+            }
+        )),
+        "the operator's shed still holds: {told:?}"
+    );
+    rig.dispatcher
+        .set_symbol_shed(rig.now_ns, SymbolId(3), false)
+        .unwrap();
+    assert!(!rig.dispatcher.symbol_shed_by_control(SymbolId(3)));
+}
+
 // Goal: no new order leaves a link that is not SYNCED; it is refused with that reason.
 #[test]
 fn not_synced_refuses_new_orders() {

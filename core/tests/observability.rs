@@ -131,6 +131,11 @@ struct World {
 }
 
 fn world() -> World {
+    world_with("")
+}
+
+/// [`world`] with `extra` appended to the engine's configuration.
+fn world_with(extra: &str) -> World {
     let venue = venue(&["--flow-rate", "0"]);
     let dir = tempfile::tempdir().unwrap();
     let (journal, ipc) = (dir.path().join("journal"), dir.path().join("ipc"));
@@ -144,7 +149,7 @@ fn world() -> World {
          [metrics]\nhttp = \"127.0.0.1:0\"\n\
          [budget]\nnew_ack_p99_ns = \"1s\"\n\
          [[venue]]\nname = \"sim\"\naddress = \"{}\"\nusername = \"keel\"\n\
-         password = \"keel\"\nbackoff_base_ns = \"20ms\"\nbackoff_cap_ns = \"200ms\"\n",
+         password = \"keel\"\nbackoff_base_ns = \"20ms\"\nbackoff_cap_ns = \"200ms\"\n{extra}",
         journal.display(),
         ipc.display(),
         venue.entry
@@ -646,4 +651,131 @@ fn a_drill_fails_on_a_sabotaged_breaker_naming_what_failed() {
         "{text}"
     );
     stop_keel_run(engine, &log);
+}
+
+/// A series' value in Prometheus text (`name{labels} value`), 0 when absent.
+fn series(text: &str, series: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// Venue refusals so far: new orders throttled, cancels refused on open orders.
+fn refusals(addr: &str) -> u64 {
+    let (_, text) = get(addr, "/metrics");
+    series(&text, "keel_venue_throttle_rejects_total{venue=\"sim\"}")
+        + series(&text, "keel_venue_cancel_refused_total{venue=\"sim\"}")
+}
+
+/// For `for_ms`: a new order every 2 ms (500/s, alternating sides and symbols), and a cancel
+/// for each one accepted. Returns the sequence to continue from.
+fn offer_load(channel: &Channel, mut seq: u64, for_ms: u64) -> u64 {
+    let start = Instant::now();
+    let mut next = Instant::now();
+    while start.elapsed() < Duration::from_millis(for_ms) {
+        channel.beat_strategy();
+        if Instant::now() >= next {
+            next += Duration::from_millis(2);
+            seq += 1;
+            let order = NewOrder {
+                id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
+                venue: VenueId(0),
+                symbol: SymbolId((seq % 2) as u16),
+                side: if seq % 2 == 0 { Side::Buy } else { Side::Sell },
+                price: Price::from_units(if seq % 2 == 0 { 50 } else { 60 }, 0),
+                qty: 1,
+                tif: TimeInForce::Day,
+            };
+            channel.push_command(&Command::New(order));
+        }
+        while let Some(e) = channel.pop_event() {
+            if let Ok(IpcEvent::Event(e)) = e {
+                if e.kind == EventKind::Accepted {
+                    channel.push_command(&Command::Cancel { id: e.id });
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    seq
+}
+
+// Goal (issue 13, adaptive control): the controller measurably reduces the venue's refusals
+// when its capacity drops 4×, against static limits in the same run. Method: `keel run` with
+// `[control]` on; a strategy offers 500 new orders/s and cancels each one accepted (about
+// 1,000 messages/s, what keel's limiter allows); the venue's rate limit is lowered to 250
+// messages/s through its control port. For 3 s the controller is off (`keel ctl control off`:
+// static limits), for 3 s on. Refusals (throttled new orders, refused cancels) are read from
+// `/metrics` for each phase; with the controller they must be under half the static count,
+// its cuts counted and logged, and `keel ctl control` says its state.
+#[test]
+fn the_controller_cuts_venue_refusals_when_capacity_drops() {
+    let w = world_with(
+        "[control]\nenabled = true\ninterval_ns = \"100ms\"\nhold_ns = \"300ms\"\n\
+         increase_permille = 10\ncore_symbols = [\"AAPL\"]\nshed_below_permille = 50\n",
+    );
+    let log = w.dir.path().join("run.log");
+    let err_log = log.with_extension("err");
+    let engine = keel_run(&w.config, &log);
+    let addr = monitor_addr(&err_log);
+    let channel = synced_channel(&w.ipc);
+    let config_arg = w.config.to_str().unwrap();
+    let (code, answer) = keel(&["ctl", "--config", config_arg, "control", "off"]);
+    assert_eq!(code, 0, "{answer}");
+    let (code, answer) = keel(&["ctl", "--config", config_arg, "control"]);
+    assert!(code == 0 && answer.contains("controller off"), "{answer}");
+    let seq = offer_load(&channel, 0, 500);
+    assert_eq!(refusals(&addr), 0, "no refusal before the drop");
+
+    venue_control(&w.venue.control, "rate-limit 25 100");
+    let before = refusals(&addr);
+    let seq = offer_load(&channel, seq, 3_000);
+    let static_refusals = refusals(&addr) - before;
+
+    let (code, answer) = keel(&["ctl", "--config", config_arg, "control", "on"]);
+    assert_eq!(code, 0, "{answer}");
+    let before = refusals(&addr);
+    offer_load(&channel, seq, 3_000);
+    let controlled = refusals(&addr) - before;
+    let (_, text) = get(&addr, "/metrics");
+    eprintln!("refusals: static {static_refusals}, controller {controlled}");
+    assert!(
+        static_refusals > 200,
+        "the drop should refuse a lot: {static_refusals}"
+    );
+    assert!(
+        controlled * 2 < static_refusals,
+        "the controller should at least halve the refusals: static {static_refusals}, \
+         controller {controlled}"
+    );
+    assert!(
+        series(&text, "keel_controller_decreases_total") >= 1,
+        "{text}"
+    );
+    assert!(
+        series(&text, "keel_control_new_rate_permille{venue=\"sim\"}") < 1000,
+        "the cap holds while the venue is slow"
+    );
+    assert_eq!(series(&text, "keel_controller_on"), 1);
+    assert!(series(&text, "keel_control_commands_total") >= 1);
+    let state = get(&addr, "/api/state").1;
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    assert_eq!(state["control"]["on"], true, "{state}");
+    assert!(state["venues"][0]["new_cap_permille"].as_u64().unwrap() < 1000);
+    let report = stop_keel_run(engine, &log);
+    let err = std::fs::read_to_string(&err_log).unwrap_or_default();
+    assert!(err.contains("new-order cap lowered"), "{err}");
+    assert!(report.contains("keel run"), "{report}");
+}
+
+/// One line to the venue's control port; its answer (which must be `ok`).
+fn venue_control(addr: &str, command: &str) -> String {
+    use std::io::BufRead;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(format!("{command}\n").as_bytes()).unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(s).read_line(&mut line).unwrap();
+    assert!(line.starts_with("ok"), "{command}: {line}");
+    line.trim_end().to_string()
 }

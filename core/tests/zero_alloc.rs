@@ -165,6 +165,11 @@ fn one_million_commands_allocate_nothing() {
     let rollovers_before = rig.dispatcher.journal_mut().unwrap().rollovers();
 
     ARMED.with(|a| a.set(true));
+    // The adaptive controller's cap is set while armed: the measured run passes its gate.
+    let now = rig.now_ns;
+    rig.dispatcher
+        .set_new_order_permille(now, VenueId(0), 500)
+        .unwrap();
     driver.run(&mut rig, 1_000_000);
     let after = *rig.dispatcher.stats();
     // The operator's commands (`keel ctl`) on a loaded table: holds on and off (withdrawing
@@ -180,6 +185,14 @@ fn one_million_commands_allocate_nothing() {
     d.set_symbol_shed(now, SymbolId(3), false).unwrap();
     d.force_breaker(now, VenueId(0), true).unwrap();
     d.force_breaker(now, VenueId(0), false).unwrap();
+    // The adaptive controller's commands: a shed on and off, the cap lowered and lifted.
+    d.set_symbol_shed_by_control(now, SymbolId(4), true)
+        .unwrap();
+    d.set_symbol_shed_by_control(now, SymbolId(4), false)
+        .unwrap();
+    d.set_new_order_permille(now, VenueId(0), 10).unwrap();
+    d.set_new_order_permille(now, VenueId(0), 1000).unwrap();
+    d.count_control_command(true);
     let by_symbol = OperatorScope {
         symbol: Some(SymbolId(2)),
         ..OperatorScope::default()

@@ -184,15 +184,20 @@ fn engine_round(
     let side = Arc::new(AtomicBool::new(false));
     let mut side_threads = None;
     if eyes == Eyes::Scraped {
-        let (addr, monitor) = keel::monitor::spawn(
-            "127.0.0.1:0".parse().expect("addr"),
-            counters.clone(),
-            Default::default(),
-            Default::default(),
+        let side_thread = keel::monitor::SideThread {
+            counters: counters.clone(),
+            alerts: Default::default(),
+            budget: Default::default(),
+            control: None,
+            avoid: Vec::new(),
+        };
+        let spawned = keel::monitor::spawn(
+            Some("127.0.0.1:0".parse().expect("addr")),
+            side_thread,
             Arc::clone(&side),
-            Vec::new(),
         )
         .expect("monitor");
+        let (addr, monitor) = (spawned.addr.expect("bound"), spawned.thread);
         side_threads = Some((monitor, scraper(addr, Arc::clone(&side))));
     }
     while !engine.venue_synced(VenueId(0)) {

@@ -558,9 +558,19 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
         Scenario::CapacityDrop => vec![
             (Phase::Warmup, phase_ns(1_000), 2_000, 0),
             (Phase::Calm, phase_ns(2_000), 100, 500),
-            (Phase::DropStatic, phase_ns(3_000).max(2_000 * MS), 4_000, 500),
+            (
+                Phase::DropStatic,
+                phase_ns(3_000).max(2_000 * MS),
+                4_000,
+                500,
+            ),
             (Phase::Recovery, phase_ns(3_000).max(2_000 * MS), 100, 500),
-            (Phase::DropControlled, phase_ns(3_000).max(2_000 * MS), 4_000, 500),
+            (
+                Phase::DropControlled,
+                phase_ns(3_000).max(2_000 * MS),
+                4_000,
+                500,
+            ),
             (Phase::Recovery, phase_ns(2_000), 100, 500),
             (Phase::Drain, phase_ns(500), 0, 0),
         ],
@@ -775,10 +785,12 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
                     )
                 },
             );
-            let decreases = controller
-                .as_ref()
-                .map_or(0, |(c, _)| c.decreases.load(std::sync::atomic::Ordering::Relaxed));
-            inv.check(decreases > 0, || "the controller never lowered a cap".into());
+            let decreases = controller.as_ref().map_or(0, |(c, _)| {
+                c.decreases.load(std::sync::atomic::Ordering::Relaxed)
+            });
+            inv.check(decreases > 0, || {
+                "the controller never lowered a cap".into()
+            });
         }
         Scenario::Calm => {}
     }
@@ -1091,13 +1103,41 @@ fn report<T: SocketTransport>(
             "\nvenue capacity ÷4 (2,500 messages/s; keel's limiter 10,000/s)   static  controller"
         );
         for (what, a, b) in [
-            ("new orders rejected by the venue's throttle", st.venue_throttled, ct.venue_throttled),
-            ("cancels refused by the venue, order open    ", st.cancel_refused, ct.cancel_refused),
-            ("new orders accepted                         ", st.accepted, ct.accepted),
-            ("new orders held back by keel                ", st.held, ct.held),
-            ("cancel → canceled p50 (µs)                  ", sc.value_at_quantile(0.5), cc.value_at_quantile(0.5)),
-            ("cancel → canceled p99 (µs)                  ", sc.value_at_quantile(0.99), cc.value_at_quantile(0.99)),
-            ("cancel → canceled max (µs)                  ", sc.max(), cc.max()),
+            (
+                "new orders rejected by the venue's throttle",
+                st.venue_throttled,
+                ct.venue_throttled,
+            ),
+            (
+                "cancels refused by the venue, order open    ",
+                st.cancel_refused,
+                ct.cancel_refused,
+            ),
+            (
+                "new orders accepted                         ",
+                st.accepted,
+                ct.accepted,
+            ),
+            (
+                "new orders held back by keel                ",
+                st.held,
+                ct.held,
+            ),
+            (
+                "cancel → canceled p50 (µs)                  ",
+                sc.value_at_quantile(0.5),
+                cc.value_at_quantile(0.5),
+            ),
+            (
+                "cancel → canceled p99 (µs)                  ",
+                sc.value_at_quantile(0.99),
+                cc.value_at_quantile(0.99),
+            ),
+            (
+                "cancel → canceled max (µs)                  ",
+                sc.max(),
+                cc.max(),
+            ),
         ] {
             let _ = writeln!(out, "  {what}  {a:>9} {b:>10}");
         }

@@ -823,7 +823,9 @@ impl Dispatcher {
         sent
     }
 
-    /// The FIFO baseline's step: serves the lane whose head arrived first.
+    /// The FIFO baseline's step: serves the lane whose head arrived first (heads admitted in
+    /// the same pass tie, and a tie goes to the cancel: the baseline is never made worse than
+    /// a FIFO would be).
     fn serve_oldest(&mut self, now_ns: u64, v: usize) -> Step {
         let lanes = &self.venues[v];
         let cancel = lanes.cancels.front().map(|w| match *w {

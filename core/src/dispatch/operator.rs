@@ -330,7 +330,10 @@ impl Dispatcher {
             .venues
             .get(usize::from(venue.0))
             .map_or((0, 0), |g| {
-                (g.limiter.admitted_new_weight(), g.limiter.weight_per_second())
+                (
+                    g.limiter.admitted_new_weight(),
+                    g.limiter.weight_per_second(),
+                )
             })
     }
 

@@ -834,18 +834,27 @@ impl AdminServer {
                 )
             }
             Parsed::Control(on) => match (self.shared.control_off.get(), on) {
-                (None, _) => "error: no adaptive controller runs (set [control] enabled = true)\n"
-                    .into(),
+                (None, _) => {
+                    "error: no adaptive controller runs (set [control] enabled = true)\n".into()
+                }
                 (Some(off), None) => format!(
                     "ok: adaptive controller {}\n",
-                    if off.load(Ordering::Acquire) { "off" } else { "on" }
+                    if off.load(Ordering::Acquire) {
+                        "off"
+                    } else {
+                        "on"
+                    }
                 ),
                 (Some(off), Some(on)) => {
                     off.store(!on, Ordering::Release);
                     format!(
                         "ok: adaptive controller {} (its caps and sheds {} at its next tick)\n",
                         if on { "on" } else { "off" },
-                        if on { "follow the venue again" } else { "are lifted" }
+                        if on {
+                            "follow the venue again"
+                        } else {
+                            "are lifted"
+                        }
                     )
                 }
             },

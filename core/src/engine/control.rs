@@ -57,14 +57,14 @@ impl ControlSender {
 
 /// The dispatcher loop's end.
 #[derive(Debug)]
-pub(super) struct ControlPort {
+pub(crate) struct ControlPort {
     rx: rtrb::Consumer<ControlCommand>,
 }
 
 impl ControlPort {
     /// Applies up to [`COMMANDS_PER_PASS`] commands; returns how many. A command naming a
     /// venue or symbol this engine lacks is refused by the dispatcher and counted there.
-    pub(super) fn serve(&mut self, now_ns: u64, dispatcher: &mut Dispatcher) -> u32 {
+    pub(crate) fn serve(&mut self, now_ns: u64, dispatcher: &mut Dispatcher) -> u32 {
         let mut n = 0;
         while n < COMMANDS_PER_PASS {
             let Ok(command) = self.rx.pop() else { break };
@@ -83,8 +83,16 @@ impl ControlPort {
     }
 }
 
+impl ControlPort {
+    /// The next command, unapplied (for tests of the controller).
+    #[cfg(test)]
+    pub(crate) fn pop(&mut self) -> Option<ControlCommand> {
+        self.rx.pop().ok()
+    }
+}
+
 /// The two ends of a new control ring.
-pub(super) fn control_channel() -> (ControlPort, ControlSender) {
+pub(crate) fn control_channel() -> (ControlPort, ControlSender) {
     let (tx, rx) = rtrb::RingBuffer::new(CONTROL_RING_CAPACITY);
     (ControlPort { rx }, ControlSender { tx, full: 0 })
 }

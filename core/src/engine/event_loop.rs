@@ -10,8 +10,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::admin::AdminPort;
-use super::control::ControlPort;
 use super::bridge::{Bridge, BridgeStats};
+use super::control::ControlPort;
 use super::{LinkReport, Restored, Shared};
 use crate::dispatch::{DispatchStats, Dispatcher, StrategyHandle};
 use crate::feed::handler::{FeedHandler, FeedStats};

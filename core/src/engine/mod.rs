@@ -20,8 +20,8 @@
 //! the link then reconciles before SYNCED.
 
 pub mod admin;
-pub mod control;
 mod bridge;
+pub mod control;
 mod event_loop;
 pub mod lock;
 

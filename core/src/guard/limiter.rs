@@ -618,10 +618,14 @@ mod tests {
         let mut limiter = RateLimiter::new(cfg, 0).unwrap();
         limiter.set_new_order_permille(0, 250);
         // Burst: 25 of 100.
-        let burst = (0..200).filter(|_| limiter.try_acquire(0, 1, false).is_ok()).count();
+        let burst = (0..200)
+            .filter(|_| limiter.try_acquire(0, 1, false).is_ok())
+            .count();
         assert_eq!(burst, 25);
         // Cancels still have the rest of the bucket.
-        let cancels = (0..200).filter(|_| limiter.try_acquire(0, 1, true).is_ok()).count();
+        let cancels = (0..200)
+            .filter(|_| limiter.try_acquire(0, 1, true).is_ok())
+            .count();
         assert_eq!(cancels, 75);
         // Over one second at 1 ms steps: 250 new orders (the gate), when the buckets allow.
         let mut news = 0;
@@ -641,7 +645,10 @@ mod tests {
                 news += 1;
             }
         }
-        assert!(news >= 990, "{news} new orders in the second after the cap was lifted");
+        assert!(
+            news >= 990,
+            "{news} new orders in the second after the cap was lifted"
+        );
     }
 
     // Goal: a flood of new orders cannot take the cancels' reserve.

@@ -303,7 +303,10 @@ impl Controller {
         if has_core && low > 0 && !self.shed && any_low {
             self.shed = true;
             self.counters.sheds.fetch_add(1, Ordering::Relaxed);
-            self.note("symbols", "shed the non-core symbols: a new-order cap is low".into());
+            self.note(
+                "symbols",
+                "shed the non-core symbols: a new-order cap is low".into(),
+            );
         } else if self.shed && all_high {
             self.shed = false;
             self.counters.unsheds.fetch_add(1, Ordering::Relaxed);
@@ -496,5 +499,292 @@ impl Controller {
                 "what": a.what,
             })).collect::<Vec<_>>(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::control::{control_channel, ControlPort};
+    use crate::metrics::file::{Descriptor, MetricKind};
+    use crate::metrics::histogram::{bucket, BUCKETS};
+
+    const MS: u64 = 1_000_000;
+
+    /// A counters snapshot as the engine publishes it for one venue `sim` and the symbols
+    /// `AAPL` (core) and `NVDA`.
+    struct World {
+        throttles: u64,
+        cancel_refused: u64,
+        weight: u64,
+        cap: u64,
+        shed: [u64; 2],
+        ack: Vec<u64>,
+    }
+
+    impl World {
+        fn new() -> Self {
+            Self {
+                throttles: 0,
+                cancel_refused: 0,
+                weight: 0,
+                cap: 1000,
+                shed: [0, 0],
+                ack: vec![0; BUCKETS],
+            }
+        }
+
+        fn snapshot(&self) -> Snapshot {
+            let d = |kind, name: &str, labels: &str| Descriptor {
+                kind,
+                region: 0,
+                slot: 0,
+                name: name.into(),
+                labels: labels.into(),
+            };
+            let v = "venue=\"sim\"";
+            let scalar = |name: &str, labels: &str, value: u64| {
+                (d(MetricKind::Counter, name, labels), Value::Scalar(value))
+            };
+            Snapshot {
+                pid: 1,
+                started_unix_ns: 0,
+                state: 2,
+                regions: Vec::new(),
+                metrics: vec![
+                    scalar("keel_control_new_rate_permille", v, self.cap),
+                    scalar("keel_venue_throttle_rejects_total", v, self.throttles),
+                    scalar("keel_venue_cancel_refused_total", v, self.cancel_refused),
+                    scalar("keel_limiter_new_weight_total", v, self.weight),
+                    scalar("keel_limiter_weight_per_second", v, 10_000),
+                    (
+                        d(MetricKind::Histogram, "keel_new_order_ack_seconds", v),
+                        Value::Histogram {
+                            count: self.ack.iter().sum(),
+                            sum_ns: 0,
+                            counts: self.ack.clone(),
+                        },
+                    ),
+                    scalar("keel_symbol_control_shed", "symbol=\"AAPL\"", self.shed[0]),
+                    scalar("keel_symbol_control_shed", "symbol=\"NVDA\"", self.shed[1]),
+                ],
+            }
+        }
+
+        /// What the loop does with the commands: applies them to what it publishes.
+        fn apply(&mut self, port: &mut ControlPort) -> Vec<ControlCommand> {
+            let mut got = Vec::new();
+            while let Some(c) = port.pop() {
+                match c {
+                    ControlCommand::NewOrderRate { permille, .. } => self.cap = permille.into(),
+                    ControlCommand::Shed { symbol, on } => {
+                        self.shed[usize::from(symbol.0)] = u64::from(on);
+                    }
+                }
+                got.push(c);
+            }
+            got
+        }
+    }
+
+    fn config() -> ControlConfig {
+        ControlConfig {
+            enabled: true,
+            interval_ns: 100 * MS,
+            hold_ns: 300 * MS,
+            core_symbols: vec!["AAPL".into()],
+            shed_below_permille: 50,
+            ..ControlConfig::default()
+        }
+    }
+
+    // Goal: the AIMD rows of the module's table, one by one. Method: a venue sending 2,000
+    // weight/s (200 ‰ of its 10,000/s) starts refusing; the cap is cut from what was sent,
+    // held, cut again, then raised by `increase` per healthy tick back to 1000 ‰, where the
+    // cap is lifted; each change reaches the loop as one command, and nothing is resent once
+    // the loop has published it.
+    #[test]
+    fn cuts_from_what_was_sent_holds_then_raises_to_the_full_rate() {
+        let (mut port, mut ring) = control_channel();
+        let mut w = World::new();
+        let mut c = Controller::new(config(), &w.snapshot());
+        let mut now = 0;
+        let mut tick = |c: &mut Controller, w: &mut World, dt: u64, weight: u64, refused: u64| {
+            now += dt;
+            w.weight += weight;
+            w.throttles += refused;
+            c.tick(now, &w.snapshot(), &mut ring);
+            w.apply(&mut port)
+        };
+        assert!(
+            tick(&mut c, &mut w, 0, 0, 0).is_empty(),
+            "the first reading is a baseline"
+        );
+        assert!(
+            tick(&mut c, &mut w, 100 * MS, 200, 0).is_empty(),
+            "healthy at full rate"
+        );
+        // Refusals: 200 weight in 100 ms is 200 ‰; halved to 100 ‰.
+        let got = tick(&mut c, &mut w, 100 * MS, 200, 5);
+        let rate = |permille| ControlCommand::NewOrderRate {
+            venue: VenueId(0),
+            permille,
+        };
+        assert_eq!(got, vec![rate(100)]);
+        // Held for 300 ms: more refusals change nothing.
+        assert!(tick(&mut c, &mut w, 100 * MS, 100, 3).is_empty());
+        assert!(tick(&mut c, &mut w, 100 * MS, 100, 3).is_empty());
+        // Past the hold: cut again from what was sent (100 ‰) to 50 ‰: the shed starts.
+        let got = tick(&mut c, &mut w, 100 * MS, 100, 1);
+        assert_eq!(
+            got,
+            vec![
+                rate(50),
+                ControlCommand::Shed {
+                    symbol: SymbolId(1),
+                    on: true
+                }
+            ]
+        );
+        assert_eq!(w.shed, [0, 1], "only the non-core symbol is shed");
+        // Held, then healthy ticks raise by 20 ‰ each.
+        for _ in 0..3 {
+            tick(&mut c, &mut w, 100 * MS, 50, 0);
+        }
+        assert_eq!(w.cap, 70);
+        assert_eq!(
+            w.shed,
+            [0, 1],
+            "the shed holds until every cap is above 100 ‰"
+        );
+        let mut ticks = 0;
+        while w.cap < 1000 {
+            tick(&mut c, &mut w, 100 * MS, 50, 0);
+            ticks += 1;
+            assert!(ticks < 100, "the cap never came back");
+        }
+        assert_eq!(
+            w.shed,
+            [0, 0],
+            "the shed is lifted once the caps are back up"
+        );
+        assert!(
+            tick(&mut c, &mut w, 100 * MS, 200, 0).is_empty(),
+            "nothing to resend"
+        );
+        let k = c.counters();
+        assert_eq!(k.decreases.load(Ordering::Relaxed), 2);
+        assert_eq!(k.sheds.load(Ordering::Relaxed), 1);
+        assert_eq!(k.unsheds.load(Ordering::Relaxed), 1);
+        assert!(c.recent().len() <= RECENT_MAX);
+    }
+
+    // Goal: a cancel refused on an open order is a bad tick too, and a slow venue (its ack
+    // p99 above `ack_p99_ns`) is one; ticks come no faster than `interval_ns`.
+    #[test]
+    fn cancel_refusals_and_slow_acks_are_bad_ticks() {
+        let (mut port, mut ring) = control_channel();
+        let mut w = World::new();
+        let mut cfg = config();
+        cfg.ack_p99_ns = 5 * MS;
+        cfg.ack_samples_min = 10;
+        let mut c = Controller::new(cfg, &w.snapshot());
+        c.tick(0, &w.snapshot(), &mut ring);
+        w.weight += 1000;
+        w.cancel_refused += 1;
+        c.tick(50 * MS, &w.snapshot(), &mut ring);
+        assert!(w.apply(&mut port).is_empty(), "not yet an interval");
+        c.tick(100 * MS, &w.snapshot(), &mut ring);
+        w.apply(&mut port);
+        assert_eq!(w.cap, 500, "1000 weight in 100 ms is the full rate, halved");
+        // Past the hold: 20 answers at 8 ms, 2,000 weight in 400 ms (500 ‰) sent.
+        w.ack[bucket(8 * MS)] += 20;
+        w.weight += 2000;
+        c.tick(500 * MS, &w.snapshot(), &mut ring);
+        w.apply(&mut port);
+        assert_eq!(w.cap, 250, "slow acks halve the cap");
+        assert_eq!(c.venues().next().map(|v| v.2), Some("ack p99 over target"));
+    }
+
+    // Goal: switched off, the controller lifts every cap and shed it set; switched on again it
+    // starts from fresh readings (refusals seen while off do not cut at once). A full ring is
+    // counted and the command sent again on the next tick.
+    #[test]
+    fn the_off_switch_lifts_everything_and_a_full_ring_heals() {
+        let (mut port, mut ring) = control_channel();
+        let mut w = World::new();
+        let mut c = Controller::new(config(), &w.snapshot());
+        c.tick(0, &w.snapshot(), &mut ring);
+        w.weight += 100;
+        w.throttles += 1;
+        c.tick(100 * MS, &w.snapshot(), &mut ring);
+        w.apply(&mut port);
+        assert_eq!(w.cap, 50);
+        assert_eq!(w.shed, [0, 1]);
+        c.off_switch().store(true, Ordering::Release);
+        assert!(!c.is_on());
+        w.throttles += 100;
+        c.tick(200 * MS, &w.snapshot(), &mut ring);
+        w.apply(&mut port);
+        assert_eq!((w.cap, w.shed), (1000, [0, 0]));
+        c.off_switch().store(false, Ordering::Release);
+        c.tick(300 * MS, &w.snapshot(), &mut ring);
+        c.tick(400 * MS, &w.snapshot(), &mut ring);
+        assert!(
+            w.apply(&mut port).is_empty(),
+            "no cut from what happened while off"
+        );
+        // Fill the ring, then a cut: counted as ring-full, sent once there is room.
+        while ring.send(ControlCommand::Shed {
+            symbol: SymbolId(0),
+            on: false,
+        }) {}
+        w.throttles += 1;
+        w.weight += 1000;
+        c.tick(500 * MS, &w.snapshot(), &mut ring);
+        assert_eq!(c.counters().ring_full.load(Ordering::Relaxed), 1);
+        w.apply(&mut port);
+        assert_eq!(w.cap, 1000, "the cut never reached the loop");
+        c.tick(600 * MS, &w.snapshot(), &mut ring);
+        w.apply(&mut port);
+        assert_eq!(w.cap, 500, "sent again on the next tick");
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_key() {
+        let ok = ControlConfig::default();
+        assert_eq!(ok.validate(), Ok(()));
+        for (bad, key) in [
+            (
+                ControlConfig {
+                    decrease_permille: 1000,
+                    ..ok.clone()
+                },
+                "decrease_permille",
+            ),
+            (
+                ControlConfig {
+                    rate_min_permille: 0,
+                    ..ok.clone()
+                },
+                "rate_min_permille",
+            ),
+            (
+                ControlConfig {
+                    interval_ns: 1,
+                    ..ok.clone()
+                },
+                "interval_ns",
+            ),
+            (
+                ControlConfig {
+                    shed_below_permille: 501,
+                    ..ok.clone()
+                },
+                "shed_below_permille",
+            ),
+        ] {
+            assert_eq!(bad.validate().map_err(|e| e.key), Err(key));
+        }
     }
 }

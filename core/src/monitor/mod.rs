@@ -376,12 +376,30 @@ impl Monitor {
         if let Some((controller, ring)) = &self.control {
             let c = controller.counters();
             for (name, v) in [
-                ("keel_controller_ticks_total", c.ticks.load(Ordering::Relaxed)),
-                ("keel_controller_decreases_total", c.decreases.load(Ordering::Relaxed)),
-                ("keel_controller_increases_total", c.increases.load(Ordering::Relaxed)),
-                ("keel_controller_sheds_total", c.sheds.load(Ordering::Relaxed)),
-                ("keel_controller_unsheds_total", c.unsheds.load(Ordering::Relaxed)),
-                ("keel_controller_commands_total", c.commands.load(Ordering::Relaxed)),
+                (
+                    "keel_controller_ticks_total",
+                    c.ticks.load(Ordering::Relaxed),
+                ),
+                (
+                    "keel_controller_decreases_total",
+                    c.decreases.load(Ordering::Relaxed),
+                ),
+                (
+                    "keel_controller_increases_total",
+                    c.increases.load(Ordering::Relaxed),
+                ),
+                (
+                    "keel_controller_sheds_total",
+                    c.sheds.load(Ordering::Relaxed),
+                ),
+                (
+                    "keel_controller_unsheds_total",
+                    c.unsheds.load(Ordering::Relaxed),
+                ),
+                (
+                    "keel_controller_commands_total",
+                    c.commands.load(Ordering::Relaxed),
+                ),
                 ("keel_controller_ring_full_total", ring.ring_full()),
             ] {
                 extra.push((name.to_string(), "counter", String::new(), v as f64));

@@ -1074,7 +1074,8 @@ impl<T: Transport> VenueServer<T> {
                     .optional("window milliseconds", 1, delay_max)?
                     .unwrap_or(window_ns / MS);
                 args.end()?;
-                self.exchange.set_rate_limit(messages, window_ms.max(1) * MS);
+                self.exchange
+                    .set_rate_limit(messages, window_ms.max(1) * MS);
             }
             "reject-burst" => {
                 let n = args.num("orders", 0, u64::from(u32::MAX))? as u32;
