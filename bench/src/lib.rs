@@ -67,6 +67,33 @@ pub fn print_header(unit: &str, baseline: &str) {
     );
 }
 
+/// The simulated venue (no synthetic flow, blocking waits) stepped by a thread of its own
+/// until `stop`; returns the thread and the venue's order-entry address.
+pub fn venue_thread(
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (std::thread::JoinHandle<()>, std::net::SocketAddr) {
+    use keel::clock::{Clock, TscClock};
+    use keel::venue::server::{VenueConfig, VenueServer};
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let mut venue = VenueServer::new(VenueConfig {
+            wait: keel::net::WaitMode::Blocking,
+            flow: keel::venue::flow::FlowConfig {
+                events_per_sec: 0,
+                ..keel::venue::flow::FlowConfig::default()
+            },
+            ..VenueConfig::default()
+        })
+        .expect("venue");
+        tx.send(venue.local_addr()).expect("main waits");
+        let clock = TscClock::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            venue.step(clock.now_ns(), 1_000_000).expect("venue step");
+        }
+    });
+    (thread, rx.recv().expect("venue address"))
+}
+
 /// Pins the current thread to `core` if the machine has it; otherwise warns and carries on.
 pub use keel::runtime::pin_or_warn;
 

@@ -28,15 +28,13 @@ use hdrhistogram::Histogram;
 use keel::clock::{Clock, TscClock};
 use keel::config::EngineConfig;
 use keel::engine::{EngineBuilder, Topology};
-use keel::net::{TransportKind, WaitMode};
+use keel::net::TransportKind;
 use keel::order::{
     ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
     VenueId,
 };
 use keel::runtime::IdlePolicy;
-use keel::venue::flow::FlowConfig;
-use keel::venue::server::{VenueConfig, VenueServer};
-use keel_bench::{arg_u64, flag, histogram, print_header, print_row, summary};
+use keel_bench::{arg_u64, flag, histogram, print_header, print_row, summary, venue_thread};
 
 const REQUEST_BYTES: usize = 50;
 const REPLY_BYTES: usize = 67;
@@ -46,27 +44,6 @@ const IDLE: IdlePolicy = IdlePolicy::BackoffPark {
     park_min_ns: 1_000,
     park_max_ns: 20_000,
 };
-
-fn venue(stop: Arc<AtomicBool>) -> (std::thread::JoinHandle<()>, std::net::SocketAddr) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let mut venue = VenueServer::new(VenueConfig {
-            wait: WaitMode::Blocking,
-            flow: FlowConfig {
-                events_per_sec: 0,
-                ..FlowConfig::default()
-            },
-            ..VenueConfig::default()
-        })
-        .expect("venue");
-        tx.send(venue.local_addr()).expect("main waits");
-        let clock = TscClock::new();
-        while !stop.load(Ordering::Relaxed) {
-            venue.step(clock.now_ns(), 1_000_000).expect("venue step");
-        }
-    });
-    (thread, rx.recv().expect("venue address"))
-}
 
 fn echo(stop: Arc<AtomicBool>) -> (std::thread::JoinHandle<()>, std::net::SocketAddr) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -264,7 +241,7 @@ fn main() {
     let rounds = if smoke { 1 } else { 4 };
     let per_round = total / rounds;
     let stop = Arc::new(AtomicBool::new(false));
-    let (venue_thread, venue_addr) = venue(Arc::clone(&stop));
+    let (venue, venue_addr) = venue_thread(Arc::clone(&stop));
     let (echo_thread, echo_addr) = echo(Arc::clone(&stop));
     let clock = TscClock::new();
     let mut floor = TcpStream::connect(echo_addr).expect("connect echo");
@@ -312,7 +289,7 @@ fn main() {
     stop.store(true, Ordering::Relaxed);
     drop(floor);
     let _ = echo_thread.join();
-    let _ = venue_thread.join();
+    let _ = venue.join();
     let s: Vec<_> = h.iter().map(summary).collect();
     println!(
         "end-to-end order round trip (strategy -> engine -> venue -> strategy, New -> Accepted), {} per contender, {rounds} interleaved rounds",

@@ -194,7 +194,7 @@ pub fn view(s: &Snapshot, budget: Option<&crate::monitor::alerts::BudgetConfig>)
     }
     let _ = writeln!(
         o,
-        "\n{:<12} {:<13} {:<9} {:>6} {:>8} {:>8} {:>6} {:>9} {:>14} {:>12} {:>12}",
+        "\n{:<12} {:<13} {:<9} {:>6} {:>8} {:>8} {:>6} {:>9} {:>14} {:>12} {:>12} {:>6} {:>9}",
         "venue",
         "link",
         "breaker",
@@ -205,7 +205,9 @@ pub fn view(s: &Snapshot, budget: Option<&crate::monitor::alerts::BudgetConfig>)
         "in-flight",
         "lanes c/r/n",
         "ack p99 µs",
-        "cancel p99"
+        "cancel p99",
+        "cap‰",
+        "refusals"
     );
     let venues: Vec<&str> = s
         .metrics
@@ -222,7 +224,7 @@ pub fn view(s: &Snapshot, budget: Option<&crate::monitor::alerts::BudgetConfig>)
         let lane = |k: &str| s.scalar("keel_lane_depth", &format!("{l},lane=\"{k}\""));
         let _ = writeln!(
             o,
-            "{:<12} {:<13} {:<9} {:>6} {:>8} {:>8} {:>6} {:>9} {:>14} {:>12} {:>12}",
+            "{:<12} {:<13} {:<9} {:>6} {:>8} {:>8} {:>6} {:>9} {:>14} {:>12} {:>12} {:>6} {:>9}",
             v,
             link_state_text(s.scalar("keel_link_state", &l)),
             breaker_text(s.scalar("keel_breaker_state", &l)),
@@ -234,6 +236,12 @@ pub fn view(s: &Snapshot, budget: Option<&crate::monitor::alerts::BudgetConfig>)
             format!("{}/{}/{}", lane("cancel"), lane("replace"), lane("new")),
             p(s, "keel_new_order_ack_seconds", &l, 0.99).map_or("-".into(), micros),
             p(s, "keel_cancel_ack_seconds", &l, 0.99).map_or("-".into(), micros),
+            match s.scalar("keel_control_new_rate_permille", &l) {
+                1000.. => "full".to_string(),
+                cap => cap.to_string(),
+            },
+            s.scalar("keel_venue_throttle_rejects_total", &l)
+                + s.scalar("keel_venue_cancel_refused_total", &l),
         );
     }
     if b.new_ack_p99_ns > 0 || b.cancel_ack_p99_ns > 0 {

@@ -227,7 +227,7 @@ impl Controller {
                 let name = crate::metrics::engine::label_value(&d.labels, "symbol")
                     .unwrap_or("")
                     .to_string();
-                let core = config.core_symbols.iter().any(|c| *c == name);
+                let core = config.core_symbols.contains(&name);
                 symbols.push((name, core));
             }
         }
