@@ -443,3 +443,104 @@ fn operator_metrics_alert_and_budget_keys_at_their_bounds() {
         assert!(e.contains(key), "{extra}: {e}");
     }
 }
+
+// Goal (issue 13): `[control]` takes its worst legal values and refuses its worst illegal ones
+// by key, with the value; a core symbol must be one of `symbols`; the controller is refused
+// without a counters file (it would steer blind).
+#[test]
+fn control_keys_at_their_bounds() {
+    let with_file = "[metrics]\nfile = \"/tmp/keel-control-test-counters\"\n";
+    let ok =
+        |extra: &str| EngineConfig::from_toml(&format!("{MINIMAL}\n{with_file}{extra}")).unwrap();
+    let c = ok(
+        "[control]\nenabled = true\ninterval_ns = \"10ms\"\nrate_min_permille = 1\n\
+                decrease_permille = 999\nincrease_permille = 1000\nhold_ns = \"60m\"\n\
+                ack_p99_ns = \"1ns\"\nack_samples_min = 1\nshed_below_permille = 500\n\
+                core_symbols = [\"AAPL\"]",
+    );
+    let k = &c.metrics.control;
+    assert!(k.enabled);
+    assert_eq!(
+        (
+            k.interval_ns,
+            k.rate_min_permille,
+            k.decrease_permille,
+            k.hold_ns
+        ),
+        (10_000_000, 1, 999, 3_600_000_000_000)
+    );
+    assert_eq!(k.core_symbols, vec!["AAPL".to_string()]);
+    let c =
+        ok("[control]\ninterval_ns = \"60s\"\nrate_min_permille = 1000\nshed_below_permille = 0");
+    assert!(!c.metrics.control.enabled, "off unless asked");
+    for (extra, key, value) in [
+        (
+            "[control]\ninterval_ns = \"9ms\"",
+            "control.interval_ns",
+            "9000000",
+        ),
+        (
+            "[control]\ninterval_ns = \"61s\"",
+            "control.interval_ns",
+            "61000000000",
+        ),
+        (
+            "[control]\nrate_min_permille = 0",
+            "control.rate_min_permille",
+            "0",
+        ),
+        (
+            "[control]\nrate_min_permille = 1001",
+            "control.rate_min_permille",
+            "1001",
+        ),
+        (
+            "[control]\ndecrease_permille = 1000",
+            "control.decrease_permille",
+            "1000",
+        ),
+        (
+            "[control]\ndecrease_permille = 0",
+            "control.decrease_permille",
+            "0",
+        ),
+        (
+            "[control]\nincrease_permille = 0",
+            "control.increase_permille",
+            "0",
+        ),
+        (
+            "[control]\nhold_ns = \"61m\"",
+            "control.hold_ns",
+            "3660000000000",
+        ),
+        (
+            "[control]\nshed_below_permille = 501",
+            "control.shed_below_permille",
+            "501",
+        ),
+        (
+            "[control]\nrate_min_permille = -1",
+            "control.rate_min_permille",
+            "-1",
+        ),
+        (
+            "[control]\ncore_symbols = [\"TSLA\"]",
+            "control.core_symbols",
+            "TSLA",
+        ),
+        ("[control]\ncore_symbols = [1]", "control.core_symbols", "1"),
+        ("[control]\nsteer = true", "control.steer", "control.steer"),
+    ] {
+        let e = EngineConfig::from_toml(&format!("{MINIMAL}\n{with_file}{extra}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(key) && e.contains(value), "{extra}: {e}");
+    }
+    // No counters file: metrics off, or no file and no [ipc] directory.
+    let e = refused("[control]\nenabled = true").to_string();
+    assert!(e.contains("control.enabled"), "{e}");
+    let e =
+        refused("[metrics]\nenabled = false\nfile = \"c\"\n[control]\nenabled = true").to_string();
+    assert!(e.contains("counters file"), "{e}");
+}
