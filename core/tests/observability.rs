@@ -433,7 +433,7 @@ fn the_shipped_alert_rules_pass_promtool() {
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("SUCCESS: 7 rules found"), "{text}");
+    assert!(text.contains("SUCCESS: 8 rules found"), "{text}");
 }
 
 // Goal: the side thread refuses what is not a request, and a slow or hostile client cannot
@@ -599,7 +599,9 @@ fn drill(w: &World, fault: &str, timeout_s: &str) -> (i32, String) {
 // engine, a link cut (the venue drops the session) passes every expectation — left SYNCED,
 // reconnected, SYNCED again, nothing unreconciled, no new order sent while down — and so does
 // a reject burst driven by the drill's own orders (breaker open, refusals to the strategy,
-// probes, closed again) and a gateway restart; the timeline is printed.
+// probes, closed again), a gateway restart, and a venue stall past the ack timeout (orders in
+// doubt, queried, never resent, the symbol's new orders refused meanwhile, every doubt
+// resolved); the timeline is printed.
 #[test]
 fn drills_pass_on_a_healthy_engine() {
     let (w, engine, log) = drill_world("");
@@ -623,6 +625,17 @@ fn drills_pass_on_a_healthy_engine() {
         text.contains("PASS SYNCED again after reconciling"),
         "{text}"
     );
+    // Last: its ack timeouts count against the breaker.
+    let (code, text) = drill(&w, "venue-stall", "20");
+    assert_eq!(code, 0, "venue-stall: {text}");
+    for expected in [
+        "PASS orders past the ack timeout went in doubt",
+        "PASS queried, never resent",
+        "PASS new orders on the symbol refused while in doubt",
+        "PASS every doubt resolved once the venue answered",
+    ] {
+        assert!(text.contains(expected), "{expected}: {text}");
+    }
     stop_keel_run(engine, &log);
 }
 
@@ -638,10 +651,13 @@ fn a_drill_fails_on_a_sabotaged_breaker_naming_what_failed() {
     std::fs::write(&w.config, text).unwrap();
     let log = w.dir.path().join("run2.log");
     let engine = keel_run(&w.config, &log);
+    // The new engine's file (the old one's, until replaced, says stopped), its link SYNCED.
     wait_until("SYNCED again", Duration::from_secs(20), || {
-        keel(&["stat", "--config", w.config.to_str().unwrap(), "--once"])
-            .1
-            .contains("SYNCED")
+        let (_, text) = keel(&["stat", "--config", w.config.to_str().unwrap(), "--json"]);
+        serde_json::from_str::<serde_json::Value>(&text).is_ok_and(|json| {
+            json["state"] == "running"
+                && json_value(&json, "keel_link_state", "venue=\"sim\"") == Some(4)
+        })
     });
     let (code, text) = drill(&w, "reject-burst", "3");
     assert_eq!(code, 1, "{text}");

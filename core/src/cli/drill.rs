@@ -33,6 +33,11 @@ pub enum Fault {
     /// drill's own orders, the breaker must open, refuse new orders to the strategy, probe
     /// with real orders, and close again.
     RejectBurst,
+    /// The venue stops answering order entry past keel's ack timeout while its session stays
+    /// up (`stall`): with the drill's own orders, those in flight must go in doubt (`Unknown`)
+    /// and be queried, never resent; new orders on the symbol refused while in doubt; every
+    /// doubt resolved once the venue answers again.
+    VenueStall,
 }
 
 #[derive(Debug, Args)]
@@ -49,7 +54,7 @@ pub struct DrillArgs {
     /// The venue (its name in the configuration; default the first).
     #[arg(long)]
     venue: Option<String>,
-    /// A strategy slot no live strategy uses: the drill's orders (reject-burst) go through
+    /// A strategy slot no live strategy uses: the drill's orders (reject-burst, venue-stall) go through
     /// its channel.
     #[arg(long, default_value_t = 0)]
     strategy: u16,
@@ -68,6 +73,9 @@ struct Seen {
     sent_new: u64,
     unreconciled: u64,
     breaker_refused: u64,
+    unknown: u64,
+    queries: u64,
+    ack_timeouts: u64,
 }
 
 fn seen(s: &Snapshot, venue: &str) -> Seen {
@@ -79,6 +87,9 @@ fn seen(s: &Snapshot, venue: &str) -> Seen {
         sent_new: s.scalar("keel_sent_total", "kind=\"new\""),
         unreconciled: s.scalar("keel_link_unreconciled", &l),
         breaker_refused: s.scalar("keel_breaker_refused_total", ""),
+        unknown: s.scalar("keel_unknown_orders", ""),
+        queries: s.scalar("keel_sent_total", "kind=\"query\""),
+        ack_timeouts: s.scalar("keel_link_ack_timeouts_total", &l),
     }
 }
 
@@ -178,6 +189,44 @@ pub fn run(args: DrillArgs) -> ExitCode {
 }
 
 type Outcome = (Vec<Verdict>, Vec<String>);
+
+/// The drill's own strategy channel (slot `strategy`, claimed) and its next order sequence.
+fn own_channel(
+    config: &crate::config::EngineConfig,
+    strategy: u16,
+) -> Result<(Channel, u64), String> {
+    let ipc = config
+        .ipc
+        .as_ref()
+        .ok_or("the configuration has no [ipc]")?;
+    let channel =
+        Channel::open(&ipc.channel_path(StrategyId(strategy))).map_err(|e| e.to_string())?;
+    channel.claim_strategy();
+    let next = channel.id_floor() + 1;
+    Ok((channel, next))
+}
+
+/// A drill order: one share, resting far from the market (nothing trades).
+fn resting(id: ClientOrderId, venue: usize) -> NewOrder {
+    NewOrder {
+        id,
+        venue: VenueId(venue as u16),
+        symbol: SymbolId(0),
+        side: Side::Buy,
+        price: Price::from_units(1, 0),
+        qty: 1,
+        tif: TimeInForce::Day,
+    }
+}
+
+/// The venue's count of duplicate order ids (its `stats` on the control port).
+fn duplicate_ids(addr: &str) -> Result<u64, String> {
+    let line = control(addr, "stats")?;
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("duplicate_ids="))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("venue control {addr}: no duplicate_ids in `{line}`"))
+}
 
 fn drill(args: &DrillArgs) -> Result<Outcome, String> {
     let text = std::fs::read_to_string(&args.config)
@@ -292,15 +341,103 @@ fn drill(args: &DrillArgs) -> Result<Outcome, String> {
                 detail: format!("{sent_while_down} sent"),
             });
         }
+        Fault::VenueStall => {
+            let (channel, mut next) = own_channel(&config, args.strategy)?;
+            let ack_ns = config.venues[venue_index].ack_timeout_ns;
+            let stall_ms = ack_ns / 1_000_000 + 1_000;
+            let duplicates_before = duplicate_ids(&args.venue_control)?;
+            t.note(format!(
+                "fault: venue control `stall {stall_ms}` (the ack timeout is {} ms)",
+                ack_ns / 1_000_000
+            ));
+            control(&args.venue_control, &format!("stall {stall_ms}"))?;
+            let stall_end = t.clock.now_ns() + stall_ms * 1_000_000;
+            let end = stall_end + timeout_ns;
+            let (mut max_unknown, mut refused_in_doubt, mut last_send) = (0u64, 0u64, 0u64);
+            let mut ours: Vec<ClientOrderId> = Vec::new();
+            let mut answered = std::collections::HashSet::new();
+            let mut after = before;
+            while t.clock.now_ns() < end {
+                channel.beat_strategy();
+                let now = t.clock.now_ns();
+                // Orders at a steady pace until the stall ends (resting far from the market).
+                if now < stall_end && now - last_send >= 5_000_000 {
+                    last_send = now;
+                    let id = ClientOrderId::new(StrategyId(args.strategy), next)
+                        .map_err(|e| e.to_string())?;
+                    next += 1;
+                    if channel.push_command(&Command::New(resting(id, venue_index))) {
+                        ours.push(id);
+                    }
+                }
+                while let Some(e) = channel.pop_event() {
+                    if let Ok(IpcEvent::Event(e)) = e {
+                        match e.kind {
+                            EventKind::Refused {
+                                reason: crate::order::RefusalReason::UnknownOrderOnSymbol,
+                            } => refused_in_doubt += 1,
+                            EventKind::Accepted => {
+                                let _ = channel.push_command(&Command::Cancel { id: e.id });
+                            }
+                            _ => {}
+                        }
+                        if e.kind != EventKind::Unknown {
+                            answered.insert(e.id);
+                        }
+                    }
+                }
+                after = seen(&reader.snapshot(), &venue);
+                max_unknown = max_unknown.max(after.unknown);
+                t.observe(after);
+                if now > stall_end && after.unknown == 0 && answered.len() >= ours.len() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            for id in &ours {
+                let _ = channel.push_command(&Command::Cancel { id: *id });
+            }
+            channel.beat_strategy();
+            let duplicates = duplicate_ids(&args.venue_control)? - duplicates_before;
+            verdicts.push(Verdict {
+                what: "orders past the ack timeout went in doubt",
+                held: max_unknown > 0 && after.ack_timeouts > before.ack_timeouts,
+                detail: format!(
+                    "{} ack timeouts, at most {max_unknown} orders Unknown",
+                    after.ack_timeouts - before.ack_timeouts
+                ),
+            });
+            verdicts.push(Verdict {
+                what: "queried, never resent",
+                held: after.queries > before.queries && duplicates == 0,
+                detail: format!(
+                    "{} status queries, {duplicates} duplicate ids at the venue",
+                    after.queries - before.queries
+                ),
+            });
+            verdicts.push(Verdict {
+                what: "new orders on the symbol refused while in doubt",
+                held: refused_in_doubt > 0,
+                detail: format!("{refused_in_doubt} refused `unknown order on symbol`"),
+            });
+            verdicts.push(Verdict {
+                what: "every doubt resolved once the venue answered",
+                held: after.unknown == 0 && answered.len() >= ours.len(),
+                detail: format!(
+                    "{} Unknown left; {} of the drill's {} orders answered",
+                    after.unknown,
+                    answered.len().min(ours.len()),
+                    ours.len()
+                ),
+            });
+            verdicts.push(Verdict {
+                what: "nothing unreconciled",
+                held: after.unreconciled == 0,
+                detail: format!("{} unreconciled", after.unreconciled),
+            });
+        }
         Fault::RejectBurst => {
-            let ipc = config
-                .ipc
-                .as_ref()
-                .ok_or("the configuration has no [ipc]")?;
-            let channel = Channel::open(&ipc.channel_path(StrategyId(args.strategy)))
-                .map_err(|e| e.to_string())?;
-            channel.claim_strategy();
-            let mut next = channel.id_floor() + 1;
+            let (channel, mut next) = own_channel(&config, args.strategy)?;
             // Enough rejects to open the breaker (its calls_min), a few more for a failed
             // probe round: then the venue answers again and the probes must close it.
             let burst = config
@@ -334,16 +471,7 @@ fn drill(args: &DrillArgs) -> Result<Outcome, String> {
                     let id = ClientOrderId::new(StrategyId(args.strategy), next)
                         .map_err(|e| e.to_string())?;
                     next += 1;
-                    let order = NewOrder {
-                        id,
-                        venue: VenueId(venue_index as u16),
-                        symbol: SymbolId(0),
-                        side: Side::Buy,
-                        price: Price::from_units(1, 0),
-                        qty: 1,
-                        tif: TimeInForce::Day,
-                    };
-                    if channel.push_command(&Command::New(order)) {
+                    if channel.push_command(&Command::New(resting(id, venue_index))) {
                         ours.push(id);
                     }
                 }

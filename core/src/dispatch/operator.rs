@@ -234,12 +234,29 @@ impl Dispatcher {
         symbol: SymbolId,
         on: bool,
     ) -> Result<u32, OperatorError> {
+        self.shed_hold(now_ns, symbol, on, false)
+    }
+
+    /// One of the two shed holds on `symbol` (the operator's, or the controller's) on or off;
+    /// returns the unreleased orders withdrawn.
+    fn shed_hold(
+        &mut self,
+        now_ns: u64,
+        symbol: SymbolId,
+        on: bool,
+        by_control: bool,
+    ) -> Result<u32, OperatorError> {
         let scope = OperatorScope {
             symbol: Some(symbol),
             ..OperatorScope::default()
         };
         self.check_scope(scope)?;
-        self.holds.symbol_shed[usize::from(symbol.0)] = on;
+        let holds = if by_control {
+            &mut self.holds.symbol_shed_by_control
+        } else {
+            &mut self.holds.symbol_shed
+        };
+        holds[usize::from(symbol.0)] = on;
         Ok(if on {
             self.withdraw_unsent(now_ns, scope)
         } else {
@@ -264,17 +281,7 @@ impl Dispatcher {
         symbol: SymbolId,
         on: bool,
     ) -> Result<u32, OperatorError> {
-        let scope = OperatorScope {
-            symbol: Some(symbol),
-            ..OperatorScope::default()
-        };
-        self.check_scope(scope)?;
-        self.holds.symbol_shed_by_control[usize::from(symbol.0)] = on;
-        Ok(if on {
-            self.withdraw_unsent(now_ns, scope)
-        } else {
-            0
-        })
+        self.shed_hold(now_ns, symbol, on, true)
     }
 
     /// Counts one adaptive controller command, applied or refused.
