@@ -20,6 +20,7 @@ pub mod engine;
 pub mod feed;
 pub mod guard;
 pub mod hash;
+pub mod http;
 pub mod ipc;
 pub mod journal;
 pub mod log;

@@ -1,7 +1,7 @@
 //! Fuzz targets for every decoder keel runs on bytes it did not write: SoupBinTCP, OUCH (both
 //! dialects), WebSocket frames and handshakes (both roles), market-data JSON (requests and the
 //! feed handler's parsing, driven over the simulated network), IPC records, journal files, the
-//! configuration file and the OUCH session's `on_packet`.
+//! configuration file, the OUCH session's `on_packet` and HTTP/1.1 responses (`http`).
 //!
 //! Method: property tests (proptest), not coverage-guided fuzzing: cargo-fuzz needs a nightly
 //! compiler (`-Zsanitizer`), and CI has only stable Rust (docs/architecture.md, "Fuzzing").
@@ -2133,4 +2133,115 @@ fn session_on_packet() {
             Ok(())
         },
     );
+}
+
+// ----- HTTP/1.1 responses (issue 14) -----------------------------------------------------------
+
+const HTTP_RESPONSE_TOKENS: &[&[u8]] = &[
+    b"\r\n",
+    b"\r\n\r\n",
+    b"HTTP/1.1 ",
+    b"HTTP/1.0 ",
+    b"Content-Length: ",
+    b"Transfer-Encoding: chunked\r\n",
+    b"Transfer-Encoding: gzip\r\n",
+    b"Connection: close\r\n",
+    b"0\r\n\r\n",
+    b"ffffffffffffffff\r\n",
+    b";ext=1",
+    b"100 Continue\r\n\r\n",
+    b"204",
+    b" ",
+    b":",
+];
+
+/// Reads `stream` as responses, one after the other, in pieces of `step` bytes, as a client's
+/// loop would: every read ends in a response, a typed error, or a wait for more; consumed bytes
+/// never exceed what was given; the body never outgrows its buffer.
+fn walk_http(stream: &[u8], step: usize) -> Result<(), TestCaseError> {
+    use keel::http::{Limits, Method, ResponseReader};
+    let limits = Limits {
+        head_max: 512,
+        headers_max: 16,
+        body_max: 256,
+    };
+    let mut reader = ResponseReader::new(limits);
+    let mut body = [0u8; 128];
+    let mut buffered: Vec<u8> = Vec::new();
+    let mut fed = 0;
+    reader.start(Method::Get);
+    while fed < stream.len() {
+        let n = step.max(1).min(stream.len() - fed);
+        buffered.extend_from_slice(&stream[fed..fed + n]);
+        fed += n;
+        loop {
+            match reader.feed(&buffered, &mut body) {
+                Ok((used, done)) => {
+                    prop_assert!(used <= buffered.len());
+                    prop_assert!(reader.body_len() <= body.len());
+                    buffered.drain(..used);
+                    if !done {
+                        break;
+                    }
+                    reader.start(Method::Get);
+                    if used == 0 && buffered.is_empty() {
+                        break;
+                    }
+                }
+                Err(_) => return Ok(()),
+            }
+        }
+    }
+    let _ = reader.on_close();
+    Ok(())
+}
+
+#[test]
+fn http_responses() {
+    let input = (
+        vec(
+            (
+                vec(any::<u8>(), 0..120),
+                any::<bool>(),
+                100u16..600,
+                vec(1usize..30, 0..6),
+            ),
+            1..4,
+        ),
+        mutations(),
+        bytes(400),
+        1usize..64,
+    );
+    fuzz("http", 1, input, |(responses, edits, random, step)| {
+        let mut stream = Vec::new();
+        for (body, chunked, status, sizes) in &responses {
+            let status = if (100..200).contains(status) {
+                200
+            } else {
+                *status
+            };
+            stream.extend_from_slice(format!("HTTP/1.1 {status} X\r\nServer: t\r\n").as_bytes());
+            if *chunked {
+                stream.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
+                let mut rest = body.as_slice();
+                let mut sizes = sizes.iter().copied().cycle();
+                while !rest.is_empty() {
+                    let n = sizes.next().unwrap_or(rest.len()).min(rest.len());
+                    stream.extend_from_slice(format!("{n:x}\r\n").as_bytes());
+                    stream.extend_from_slice(&rest[..n]);
+                    stream.extend_from_slice(b"\r\n");
+                    rest = &rest[n..];
+                }
+                stream.extend_from_slice(b"0\r\n\r\n");
+            } else {
+                stream.extend_from_slice(
+                    format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes(),
+                );
+                stream.extend_from_slice(body);
+            }
+        }
+        walk_http(&random, step)?;
+        mutate(&mut stream, &edits, HTTP_RESPONSE_TOKENS);
+        walk_http(&stream, step)
+    });
 }

@@ -54,8 +54,8 @@ pub struct DrillArgs {
     /// The venue (its name in the configuration; default the first).
     #[arg(long)]
     venue: Option<String>,
-    /// A strategy slot no live strategy uses: the drill's orders (reject-burst, venue-stall) go through
-    /// its channel.
+    /// A strategy slot no live strategy uses: the drill's orders (reject-burst, venue-stall)
+    /// go through its channel.
     #[arg(long, default_value_t = 0)]
     strategy: u16,
     /// How long each expectation may take, seconds (reject-burst adds the breaker's open
