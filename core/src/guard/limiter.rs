@@ -355,6 +355,19 @@ impl RateLimiter {
         self.throttle_events += 1;
     }
 
+    /// The venue says `used` weight of window `window`'s limit is spent (a used-weight header):
+    /// what is left locally is lowered to `limit_weight - used` if it was more (never raised:
+    /// the venue's count may lag the requests in flight). Unknown windows are ignored.
+    pub fn align_used(&mut self, now_ns: u64, window: usize, used: u32) {
+        let rate = self.rate_permille(now_ns);
+        let Some(bucket) = self.buckets[..self.bucket_count].get_mut(window) else {
+            return;
+        };
+        bucket.refill(now_ns, rate);
+        let left = bucket.limit.saturating_sub(u64::from(used));
+        bucket.tokens = bucket.tokens.min(left.saturating_mul(bucket.unit));
+    }
+
     /// Venue throttle rejects seen.
     pub fn throttle_events(&self) -> u64 {
         self.throttle_events

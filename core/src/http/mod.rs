@@ -21,6 +21,7 @@
 use std::fmt;
 
 pub mod client;
+pub mod gate;
 
 /// Bounds on what a response may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
