@@ -12,4 +12,5 @@ pub mod book;
 pub mod exchange;
 pub mod flow;
 pub mod md_server;
+pub mod rest;
 pub mod server;

@@ -1,0 +1,295 @@
+//! The simulated venue's REST limits (issue 14, in progress; docs/rest.md): what the large
+//! venues do to a client of their market-data REST API, as a state machine the venue's HTTP
+//! endpoint (not wired yet: `keel venue --rest-listen`) runs per client.
+//!
+//! - Every endpoint has a weight ([`endpoint_weight`]); a client has a per-second and a
+//!   per-minute weight budget in fixed windows (each starts at the client's first request in
+//!   it).
+//! - A request that would overrun a window is answered **429** with `Retry-After` (whole
+//!   seconds to the end of that window) and is not counted; every answer carries the used
+//!   weight of both windows (`X-Used-Weight-1s`, `X-Used-Weight-1m`).
+//! - A client that keeps sending while told to wait collects strikes; at `ban_after` strikes it
+//!   is **banned**: every request answered **418** with `Retry-After` until the ban ends.
+//!
+//! | client state | request | answer | state after |
+//! | --- | --- | --- | --- |
+//! | banned, before its end | any | 418, Retry-After to the ban's end | banned |
+//! | told to wait (after a 429), before the time given | any | 429 (strike); at `ban_after` strikes 418 | waiting / banned |
+//! | free | fits both windows | served, weight counted | free |
+//! | free | overruns a window | 429, Retry-After to that window's end | told to wait |
+
+/// A venue's REST limits per client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestLimits {
+    /// Weight per second.
+    pub second_weight: u32,
+    /// Weight per minute.
+    pub minute_weight: u32,
+    /// Requests sent while told to wait before a ban.
+    pub ban_after: u32,
+    /// How long a ban lasts.
+    pub ban_ns: u64,
+}
+
+impl Default for RestLimits {
+    fn default() -> Self {
+        Self {
+            second_weight: 50,
+            minute_weight: 1_200,
+            ban_after: 5,
+            ban_ns: 120_000_000_000,
+        }
+    }
+}
+
+/// The weight of a GET on `path` with `query` (`None`: no such endpoint): ticker 1, depth 2
+/// up to 100 levels and 10 beyond, klines 5, exchange information 10.
+pub fn endpoint_weight(path: &str, query: &str) -> Option<u32> {
+    match path {
+        "/api/v3/ticker" => Some(1),
+        "/api/v3/depth" => {
+            let limit = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("limit="))
+                .and_then(|v| v.parse::<u32>().ok())
+                .unwrap_or(100);
+            Some(if limit <= 100 { 2 } else { 10 })
+        }
+        "/api/v3/klines" => Some(5),
+        "/api/v3/exchangeInfo" => Some(10),
+        _ => None,
+    }
+}
+
+/// What the venue answers a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Served; the used weight of both windows after it.
+    Serve {
+        /// Used this second.
+        used_1s: u32,
+        /// Used this minute.
+        used_1m: u32,
+    },
+    /// 429: wait this many seconds.
+    TooMany {
+        /// `Retry-After`.
+        retry_after_s: u64,
+        /// Used this second.
+        used_1s: u32,
+        /// Used this minute.
+        used_1m: u32,
+    },
+    /// 418: banned for this many more seconds.
+    Banned {
+        /// `Retry-After`.
+        retry_after_s: u64,
+    },
+}
+
+const SEC: u64 = 1_000_000_000;
+
+/// One client's windows, wait and ban.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientWindows {
+    second: (u64, u32),
+    minute: (u64, u32),
+    wait_until_ns: u64,
+    strikes: u32,
+    banned_until_ns: u64,
+    /// Requests answered 429.
+    pub throttled: u64,
+    /// Requests answered 418.
+    pub banned: u64,
+}
+
+impl ClientWindows {
+    /// Decides a request of `weight` at `now_ns` (see the module's table).
+    pub fn admit(&mut self, now_ns: u64, weight: u32, limits: &RestLimits) -> Verdict {
+        let secs = |ns: u64| ns.div_ceil(SEC).max(1);
+        if now_ns < self.banned_until_ns {
+            self.banned += 1;
+            return Verdict::Banned {
+                retry_after_s: secs(self.banned_until_ns - now_ns),
+            };
+        }
+        for (window, len) in [(&mut self.second, SEC), (&mut self.minute, 60 * SEC)] {
+            if now_ns >= window.0.saturating_add(len) || window.0 == 0 && window.1 == 0 {
+                *window = (now_ns, 0);
+            }
+        }
+        let (used_1s, used_1m) = (self.second.1, self.minute.1);
+        if now_ns < self.wait_until_ns {
+            self.strikes += 1;
+            if self.strikes >= limits.ban_after {
+                self.banned_until_ns = now_ns.saturating_add(limits.ban_ns);
+                self.strikes = 0;
+                self.banned += 1;
+                return Verdict::Banned {
+                    retry_after_s: secs(limits.ban_ns),
+                };
+            }
+            self.throttled += 1;
+            return Verdict::TooMany {
+                retry_after_s: secs(self.wait_until_ns - now_ns),
+                used_1s,
+                used_1m,
+            };
+        }
+        let over_1s = used_1s.saturating_add(weight) > limits.second_weight;
+        let over_1m = used_1m.saturating_add(weight) > limits.minute_weight;
+        if over_1s || over_1m {
+            let end = if over_1m {
+                self.minute.0 + 60 * SEC
+            } else {
+                self.second.0 + SEC
+            };
+            self.wait_until_ns = end;
+            self.throttled += 1;
+            return Verdict::TooMany {
+                retry_after_s: secs(end - now_ns),
+                used_1s,
+                used_1m,
+            };
+        }
+        self.strikes = 0;
+        self.second.1 = used_1s + weight;
+        self.minute.1 = used_1m + weight;
+        Verdict::Serve {
+            used_1s: self.second.1,
+            used_1m: self.minute.1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn limits() -> RestLimits {
+        RestLimits {
+            second_weight: 10,
+            minute_weight: 30,
+            ban_after: 3,
+            ban_ns: 10 * SEC,
+        }
+    }
+
+    #[test]
+    fn weights_by_endpoint() {
+        assert_eq!(endpoint_weight("/api/v3/ticker", "symbol=AAPL"), Some(1));
+        assert_eq!(
+            endpoint_weight("/api/v3/depth", "symbol=AAPL&limit=100"),
+            Some(2)
+        );
+        assert_eq!(endpoint_weight("/api/v3/depth", "limit=5000"), Some(10));
+        assert_eq!(endpoint_weight("/api/v3/depth", "limit=x"), Some(2));
+        assert_eq!(endpoint_weight("/api/v3/klines", ""), Some(5));
+        assert_eq!(endpoint_weight("/api/v3/order", ""), None);
+    }
+
+    // Goal: each row of the module's table.
+    #[test]
+    fn serve_then_429_then_ban() {
+        let l = limits();
+        let mut c = ClientWindows::default();
+        let t0 = 5 * SEC;
+        assert_eq!(
+            c.admit(t0, 5, &l),
+            Verdict::Serve {
+                used_1s: 5,
+                used_1m: 5
+            }
+        );
+        assert_eq!(
+            c.admit(t0, 5, &l),
+            Verdict::Serve {
+                used_1s: 10,
+                used_1m: 10
+            }
+        );
+        // Over the second: 429 until the second's end, not counted.
+        assert_eq!(
+            c.admit(t0 + SEC / 2, 1, &l),
+            Verdict::TooMany {
+                retry_after_s: 1,
+                used_1s: 10,
+                used_1m: 10
+            }
+        );
+        // Still sending while told to wait: strikes, then the ban.
+        assert!(matches!(
+            c.admit(t0 + SEC / 2, 1, &l),
+            Verdict::TooMany { .. }
+        ));
+        assert!(matches!(
+            c.admit(t0 + SEC / 2, 1, &l),
+            Verdict::TooMany { .. }
+        ));
+        assert_eq!(
+            c.admit(t0 + SEC / 2, 1, &l),
+            Verdict::Banned { retry_after_s: 10 }
+        );
+        assert_eq!(
+            c.admit(t0 + 5 * SEC, 1, &l),
+            Verdict::Banned { retry_after_s: 6 }
+        );
+        // After the ban: served again, the minute still counting.
+        assert_eq!(
+            c.admit(t0 + 11 * SEC, 1, &l),
+            Verdict::Serve {
+                used_1s: 1,
+                used_1m: 11
+            }
+        );
+        assert_eq!((c.throttled, c.banned), (3, 2));
+    }
+
+    // Goal: a client that waits as told is never banned, and the minute window holds too.
+    #[test]
+    fn a_client_that_waits_is_never_banned() {
+        let l = limits();
+        let mut c = ClientWindows::default();
+        let mut now = SEC;
+        let mut served = 0;
+        for _ in 0..200 {
+            match c.admit(now, 3, &l) {
+                Verdict::Serve { .. } => served += 1,
+                Verdict::TooMany { retry_after_s, .. } => now += retry_after_s * SEC,
+                Verdict::Banned { .. } => panic!("banned though it waited"),
+            }
+            now += SEC / 10;
+        }
+        assert!(served > 0 && c.banned == 0);
+    }
+
+    proptest! {
+        // Goal: whatever a client sends, the weight served in any one of the client's fixed
+        // windows never exceeds its limit.
+        #[test]
+        fn served_weight_stays_within_the_windows(
+            steps in proptest::collection::vec((0u64..400_000_000, 1u32..6), 1..400),
+        ) {
+            let l = limits();
+            let mut c = ClientWindows::default();
+            let mut now = SEC;
+            let mut served: Vec<(u64, u32)> = Vec::new();
+            for (gap, w) in steps {
+                now += gap;
+                if let Verdict::Serve { used_1s, used_1m } = c.admit(now, w, &l) {
+                    prop_assert!(used_1s <= l.second_weight && used_1m <= l.minute_weight);
+                    served.push((now, w));
+                }
+            }
+            // A fixed window is at most its length long: any interval of that length holds
+            // at most two windows' worth.
+            for (len, limit) in [(SEC, l.second_weight), (60 * SEC, l.minute_weight)] {
+                for (i, &(start, _)) in served.iter().enumerate() {
+                    let sum: u32 = served[i..].iter().take_while(|(t, _)| *t < start + len).map(|(_, w)| *w).sum();
+                    prop_assert!(sum <= 2 * limit);
+                }
+            }
+        }
+    }
+}
