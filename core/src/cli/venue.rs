@@ -129,6 +129,22 @@ pub struct VenueArgs {
     /// Do not serve market data.
     #[arg(long)]
     no_market_data: bool,
+    /// Serve the REST API here (ticker, depth, klines, exchange information; docs/rest.md),
+    /// e.g. 127.0.0.1:15003; its address is said on a second line.
+    #[arg(long)]
+    rest_listen: Option<SocketAddr>,
+    /// REST weight each client may use per second.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    rest_second_weight: u32,
+    /// REST weight each client may use per minute.
+    #[arg(long, default_value_t = 1200, value_parser = clap::value_parser!(u32).range(1..))]
+    rest_minute_weight: u32,
+    /// Requests a client may send while told to wait (429) before it is banned (418).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    rest_ban_after: u32,
+    /// How long a REST ban lasts, seconds.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    rest_ban_s: u64,
     /// Market-data connections at most.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::net::CONNS_MAX)))]
     md_connections: u32,
@@ -212,6 +228,18 @@ pub fn run(args: VenueArgs) -> ExitCode {
             ping_interval_ns: args.md_ping_s * 1_000_000_000,
             ..crate::venue::md_server::MdConfig::default()
         }),
+        rest: args
+            .rest_listen
+            .map(|listen| crate::venue::rest::RestConfig {
+                listen,
+                limits: crate::venue::rest::RestLimits {
+                    second_weight: args.rest_second_weight,
+                    minute_weight: args.rest_minute_weight,
+                    ban_after: args.rest_ban_after,
+                    ban_ns: args.rest_ban_s * 1_000_000_000,
+                },
+                conns_max: 256,
+            }),
         ..VenueConfig::default()
     };
     // The fallback rule (TransportKind::fallback): io_uring that cannot be set up at all means
@@ -256,6 +284,9 @@ fn serve<T: SocketTransport>(mut server: VenueServer<T>, args: &VenueArgs) -> Ex
             .market_data_addr()
             .map_or("-".into(), |a| format!("ws://{a}/md"))
     );
+    if let Some((addr, _)) = server.rest() {
+        crate::say_line!("keel venue: REST API on http://{addr}");
+    }
     // Scripts and tests read the addresses from a pipe: say it now, not at exit.
     let _ = std::io::Write::flush(&mut std::io::stdout());
     let clock = TscClock::new();

@@ -162,6 +162,256 @@ impl ClientWindows {
     }
 }
 
+/// `keel venue --rest-listen`: where the REST API listens and its limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestConfig {
+    /// The address.
+    pub listen: std::net::SocketAddr,
+    /// Per-client limits.
+    pub limits: RestLimits,
+    /// Connections at once (one more is closed at once).
+    pub conns_max: u32,
+}
+
+/// Longest request head, bytes (a longer one is answered 431 and closed).
+const REQUEST_HEAD_MAX: usize = 8 * 1024;
+/// Requests one connection may have answered per pass.
+const REQUESTS_PER_PASS: usize = 16;
+
+/// What the REST endpoint counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RestStats {
+    /// Requests read.
+    pub requests: u64,
+    /// Answered 200.
+    pub served: u64,
+    /// Answered 429.
+    pub throttled: u64,
+    /// Answered 418.
+    pub banned: u64,
+    /// Refused as malformed, too large, an unknown path or method (4xx, counted, closed or
+    /// answered).
+    pub bad: u64,
+    /// Connections refused (pool full).
+    pub refused: u64,
+}
+
+/// API keys the endpoint keeps windows for; requests with further keys share the anonymous
+/// budget.
+const KEYS_MAX: usize = 64;
+
+/// The venue's REST endpoint. A client is its API key (`X-Api-Key`), each with its own
+/// [`ClientWindows`]; requests without one share one budget, as the large venues limit by
+/// address (every client of this venue is on loopback: one address). Opening more
+/// connections buys nothing.
+#[derive(Debug)]
+pub struct RestEndpoint {
+    /// Its listener.
+    pub listener: crate::net::ListenerId,
+    /// Its address.
+    pub local: std::net::SocketAddr,
+    config: RestConfig,
+    conns: Vec<crate::net::ConnId>,
+    anonymous: ClientWindows,
+    keyed: Vec<(String, ClientWindows)>,
+    stats: RestStats,
+    out: Vec<u8>,
+}
+
+/// What an endpoint's body builder answers for a served request: the JSON body, or a status
+/// (404 for an unknown symbol) and its message.
+pub type Built = Result<String, (u16, String)>;
+
+impl RestEndpoint {
+    /// An endpoint on `listener`.
+    pub fn new(
+        listener: crate::net::ListenerId,
+        local: std::net::SocketAddr,
+        config: RestConfig,
+    ) -> Self {
+        Self {
+            listener,
+            local,
+            conns: Vec::with_capacity(config.conns_max as usize),
+            anonymous: ClientWindows::default(),
+            keyed: Vec::with_capacity(KEYS_MAX),
+            config,
+            stats: RestStats::default(),
+            out: Vec::with_capacity(64 * 1024),
+        }
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> RestStats {
+        self.stats
+    }
+
+    /// The limits (changed by the control port's `rest-limit`).
+    pub fn limits_mut(&mut self) -> &mut RestLimits {
+        &mut self.config.limits
+    }
+
+    /// A connection accepted on its listener.
+    pub fn accept(&mut self, t: &mut impl crate::net::Transport, conn: crate::net::ConnId) {
+        if self.conns.len() >= self.config.conns_max as usize {
+            self.stats.refused += 1;
+            t.close(conn);
+            return;
+        }
+        self.conns.push(conn);
+    }
+
+    /// A connection closed.
+    pub fn closed(&mut self, conn: crate::net::ConnId) {
+        self.conns.retain(|c| *c != conn);
+    }
+
+    /// The windows of the client with `key` (none, or past [`KEYS_MAX`]: the anonymous ones).
+    fn windows(&mut self, key: Option<&str>) -> &mut ClientWindows {
+        let Some(key) = key else {
+            return &mut self.anonymous;
+        };
+        match self.keyed.iter().position(|(k, _)| k == key) {
+            Some(i) => &mut self.keyed[i].1,
+            None if self.keyed.len() < KEYS_MAX => {
+                self.keyed.push((key.to_string(), ClientWindows::default()));
+                &mut self.keyed.last_mut().expect("just pushed").1
+            }
+            None => &mut self.anonymous,
+        }
+    }
+
+    /// Answers every whole request received (at most [`REQUESTS_PER_PASS`] per connection);
+    /// `build(path, query)` makes a served request's body.
+    pub fn serve(
+        &mut self,
+        now_ns: u64,
+        t: &mut impl crate::net::Transport,
+        build: impl Fn(&str, &str) -> Built,
+    ) {
+        let mut i = 0;
+        while i < self.conns.len() {
+            let conn = self.conns[i];
+            let mut close = false;
+            for _ in 0..REQUESTS_PER_PASS {
+                let buf = t.received(conn);
+                if buf.is_empty() {
+                    break;
+                }
+                let mut headers = [httparse::EMPTY_HEADER; 32];
+                let mut req = httparse::Request::new(&mut headers);
+                let window = &buf[..buf.len().min(REQUEST_HEAD_MAX)];
+                let (status, head_len, path, query, key) = match req.parse(window) {
+                    Ok(httparse::Status::Complete(n)) => {
+                        let key = req
+                            .headers
+                            .iter()
+                            .find(|h| h.name.eq_ignore_ascii_case("x-api-key"))
+                            .and_then(|h| std::str::from_utf8(h.value).ok())
+                            .map(|k| k.trim().chars().take(64).collect::<String>());
+                        let target = req.path.unwrap_or("");
+                        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+                        let has_body = req.headers.iter().any(|h| {
+                            (h.name.eq_ignore_ascii_case("content-length") && h.value != b"0")
+                                || h.name.eq_ignore_ascii_case("transfer-encoding")
+                        });
+                        let status = if req.method != Some("GET") || has_body {
+                            405
+                        } else {
+                            0
+                        };
+                        (status, n, path.to_string(), query.to_string(), key)
+                    }
+                    Ok(httparse::Status::Partial) if buf.len() < REQUEST_HEAD_MAX => break,
+                    Ok(httparse::Status::Partial) => {
+                        (431, buf.len(), String::new(), String::new(), None)
+                    }
+                    Err(_) => (400, buf.len(), String::new(), String::new(), None),
+                };
+                t.consume(conn, head_len);
+                self.stats.requests += 1;
+                let limits = self.config.limits;
+                let (code, body, extra) = if status != 0 {
+                    self.stats.bad += 1;
+                    close = status != 405;
+                    (status, format!("{{\"error\":{status}}}"), None)
+                } else if let Some(weight) = endpoint_weight(&path, &query) {
+                    let verdict = self.windows(key.as_deref()).admit(now_ns, weight, &limits);
+                    match verdict {
+                        Verdict::Serve { used_1s, used_1m } => match build(&path, &query) {
+                            Ok(body) => {
+                                self.stats.served += 1;
+                                (200, body, Some((used_1s, used_1m, None)))
+                            }
+                            Err((code, why)) => {
+                                self.stats.bad += 1;
+                                let body = serde_json::json!({"error": why}).to_string();
+                                (code, body, Some((used_1s, used_1m, None)))
+                            }
+                        },
+                        Verdict::TooMany {
+                            retry_after_s,
+                            used_1s,
+                            used_1m,
+                        } => {
+                            self.stats.throttled += 1;
+                            let body = "{\"error\":\"too many requests\"}".to_string();
+                            (429, body, Some((used_1s, used_1m, Some(retry_after_s))))
+                        }
+                        Verdict::Banned { retry_after_s } => {
+                            self.stats.banned += 1;
+                            let body = "{\"error\":\"banned\"}".to_string();
+                            (418, body, Some((0, 0, Some(retry_after_s))))
+                        }
+                    }
+                } else {
+                    self.stats.bad += 1;
+                    (404, "{\"error\":\"no such endpoint\"}".to_string(), None)
+                };
+                self.out.clear();
+                let reason = match code {
+                    200 => "OK",
+                    400 => "Bad Request",
+                    404 => "Not Found",
+                    405 => "Method Not Allowed",
+                    418 => "I'm a teapot",
+                    429 => "Too Many Requests",
+                    431 => "Request Header Fields Too Large",
+                    _ => "Error",
+                };
+                let mut head = format!(
+                    "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\n",
+                    body.len()
+                );
+                if let Some((used_1s, used_1m, retry)) = extra {
+                    head +=
+                        &format!("X-Used-Weight-1s: {used_1s}\r\nX-Used-Weight-1m: {used_1m}\r\n");
+                    if let Some(s) = retry {
+                        head += &format!("Retry-After: {s}\r\n");
+                    }
+                }
+                if close {
+                    head += "Connection: close\r\n";
+                }
+                head += "\r\n";
+                self.out.extend_from_slice(head.as_bytes());
+                self.out.extend_from_slice(body.as_bytes());
+                if t.send(conn, &self.out).is_err() || close {
+                    close = true;
+                    break;
+                }
+            }
+            if close {
+                t.close(conn);
+                self.conns.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

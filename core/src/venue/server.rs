@@ -127,6 +127,8 @@ pub struct VenueConfig {
     /// The WebSocket market-data server (`None`: off). Its `symbols` are replaced by the
     /// exchange's.
     pub market_data: Option<super::md_server::MdConfig>,
+    /// The REST API (`--rest-listen`), if served (docs/rest.md).
+    pub rest: Option<super::rest::RestConfig>,
 }
 
 impl Default for VenueConfig {
@@ -147,6 +149,7 @@ impl Default for VenueConfig {
             wait: WaitMode::Blocking,
             spin_reads: false,
             market_data: None,
+            rest: None,
         }
     }
 }
@@ -269,6 +272,7 @@ pub struct VenueServer<T: Transport = Reactor> {
     /// The market-data server (on the same kind of transport), fed from the exchange after
     /// every pass.
     md: Option<super::md_server::MdServer<T>>,
+    rest: Option<super::rest::RestEndpoint>,
     md_trades: Vec<crate::venue::exchange::Trade>,
     md_levels: Vec<(u16, crate::proto::md::BookSide, i64, u64)>,
     /// Hostile fault: the next Login Accepted announces this sequence number whatever the
@@ -292,6 +296,7 @@ impl<T: SocketTransport> VenueServer<T> {
             conns_max: config
                 .sessions_max
                 .saturating_add(config.controls_max)
+                .saturating_add(config.rest.map_or(0, |r| r.conns_max))
                 .saturating_add(16),
             wait: config.wait,
             recv_buffer_bytes: 64 * 1024,
@@ -313,8 +318,16 @@ impl<T: SocketTransport> VenueServer<T> {
             }
             None => None,
         };
+        let rest = match config.rest {
+            Some(r) => {
+                let (listener, local) = reactor.listen(r.listen)?;
+                Some(super::rest::RestEndpoint::new(listener, local, r))
+            }
+            None => None,
+        };
         let mut server = VenueServer::with_transport(config, reactor, local);
         server.md = md;
+        server.rest = rest;
         server.order_entry = order_entry;
         server.control = control;
         server.control_local = control_local;
@@ -350,6 +363,7 @@ impl<T: Transport> VenueServer<T> {
             scratch: vec![0; 2048],
             stats: VenueStats::default(),
             md: None,
+            rest: None,
             md_trades: Vec::with_capacity(1_024),
             md_levels: Vec::with_capacity(1_024),
             login_seq_once: None,
@@ -412,6 +426,27 @@ impl<T: Transport> VenueServer<T> {
         }
     }
 
+    /// Answers the REST API's requests from the exchange's state (the market-data server's
+    /// books and sequence numbers when it runs, so a depth snapshot ties to the WebSocket
+    /// stream).
+    fn serve_rest(&mut self, now_ns: u64) {
+        let Some(mut rest) = self.rest.take() else {
+            return;
+        };
+        let names = &self.config.exchange.symbols;
+        let md = self.md.as_ref();
+        let reference = self.config.flow.reference_price;
+        rest.serve(now_ns, &mut self.reactor, |path, query| {
+            rest_body(path, query, names, md, reference)
+        });
+        self.rest = Some(rest);
+    }
+
+    /// The REST API's address and counters, if served.
+    pub fn rest(&self) -> Option<(SocketAddr, super::rest::RestStats)> {
+        self.rest.as_ref().map(|r| (r.local, r.stats()))
+    }
+
     /// The order-entry address (with the port the OS chose).
     pub fn local_addr(&self) -> SocketAddr {
         self.local
@@ -467,6 +502,7 @@ impl<T: Transport> VenueServer<T> {
             self.conn_scratch = conns;
         }
         self.read_controls(now_ns);
+        self.serve_rest(now_ns);
         self.release_delayed(now_ns);
         self.flow.run_until(now_ns, &mut self.exchange);
         self.write_streams(now_ns);
@@ -515,8 +551,18 @@ impl<T: Transport> VenueServer<T> {
                 }
                 self.open_session(now_ns, conn);
             }
+            NetEvent::Accepted { listener, conn }
+                if self.rest.as_ref().is_some_and(|r| r.listener == listener) =>
+            {
+                if let Some(rest) = &mut self.rest {
+                    rest.accept(&mut self.reactor, conn);
+                }
+            }
             NetEvent::Accepted { conn, .. } => self.reactor.close(conn),
             NetEvent::Closed { conn, .. } => {
+                if let Some(rest) = &mut self.rest {
+                    rest.closed(conn);
+                }
                 self.sessions.remove(&conn);
                 self.controls.retain(|c| c.conn != conn);
                 self.held.retain(|c| *c != conn);
@@ -1383,6 +1429,77 @@ impl<'a, I: Iterator<Item = &'a str>> ControlArgs<'a, I> {
         match self.args.next() {
             None => Ok(()),
             Some(w) => Err(format!("{}: unexpected argument '{w}'", self.cmd)),
+        }
+    }
+}
+
+/// A REST answer's JSON body for `path?query` (the endpoint already weighed and admitted it).
+fn rest_body<T: Transport>(
+    path: &str,
+    query: &str,
+    names: &[String],
+    md: Option<&super::md_server::MdServer<T>>,
+    reference: i64,
+) -> super::rest::Built {
+    let param = |key: &str| {
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+    };
+    let scale = crate::order::Price::SCALE;
+    let price = |p: i64| format!("{}.{:04}", p / scale, (p % scale).abs());
+    if path == "/api/v3/exchangeInfo" {
+        let symbols: Vec<_> = names
+            .iter()
+            .map(|n| serde_json::json!({"symbol": n, "status": "TRADING"}))
+            .collect();
+        return Ok(serde_json::json!({"symbols": symbols}).to_string());
+    }
+    let name = param("symbol").ok_or((400, "symbol is required".to_string()))?;
+    let symbol = names
+        .iter()
+        .position(|n| n == name)
+        .ok_or_else(|| (404, format!("no symbol {name}")))? as u16;
+    let book = md.map(|m| m.book(symbol)).unwrap_or_default();
+    match path {
+        "/api/v3/ticker" => {
+            let bid = book.bids.first().map_or(reference, |l| l.0);
+            let ask = book.asks.first().map_or(reference, |l| l.0);
+            Ok(serde_json::json!({
+                "symbol": name, "bidPrice": price(bid), "askPrice": price(ask),
+                "lastUpdateId": book.seq,
+            })
+            .to_string())
+        }
+        "/api/v3/depth" => {
+            let limit = param("limit")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(100usize)
+                .min(5_000);
+            let side = |levels: &[(i64, u64)]| -> Vec<_> {
+                levels
+                    .iter()
+                    .take(limit)
+                    .map(|(p, q)| serde_json::json!([price(*p), q.to_string()]))
+                    .collect()
+            };
+            Ok(serde_json::json!({
+                "lastUpdateId": book.seq, "bids": side(&book.bids), "asks": side(&book.asks),
+            })
+            .to_string())
+        }
+        _ => {
+            // Klines: the venue keeps no candle history; flat one-minute candles at the
+            // reference price, as many as asked (at most 1,000), stand in for it.
+            let limit = param("limit")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(500usize)
+                .min(1_000);
+            let p = price(reference);
+            let candles: Vec<_> = (0..limit as u64)
+                .map(|i| serde_json::json!([i * 60_000, p, p, p, p, "0"]))
+                .collect();
+            Ok(serde_json::Value::from(candles).to_string())
         }
     }
 }

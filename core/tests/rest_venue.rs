@@ -1,0 +1,224 @@
+//! The simulated venue's REST API (`keel venue --rest-listen`, issue 14): read by a client not
+//! written here (Python's standard `http.client`, one kept connection), and by keel's own
+//! HTTP client behind its REST gate — a burst of snapshot and kline requests shaped by the gate
+//! gets no 429, the same burst sent straight gets 429s and then a ban (418).
+
+// A test driver waits on other processes by the wall clock; the core never does.
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use keel::clock::{Clock, TscClock};
+use keel::guard::limiter::WindowLimit;
+use keel::http::client::{HttpClient, HttpClientConfig, Outcome};
+use keel::http::gate::{Decision, RestGate, RestGateConfig};
+use keel::http::{Method, Request};
+use keel::net::{Reactor, ReactorConfig, SocketTransport};
+
+mod common;
+
+use common::peers::{python, Proc, KEEL};
+
+/// `keel venue` with its REST API: `weight` per second per client, banned after 3 requests
+/// sent while told to wait, for 3 s.
+fn rest_venue(weight: &str) -> (Proc, SocketAddr) {
+    let mut child = Command::new(KEEL)
+        .args([
+            "venue",
+            "--listen",
+            "127.0.0.1:0",
+            "--control",
+            "127.0.0.1:0",
+        ])
+        .args(["--md-listen", "127.0.0.1:0", "--rest-listen", "127.0.0.1:0"])
+        .args([
+            "--rest-second-weight",
+            weight,
+            "--rest-ban-after",
+            "3",
+            "--rest-ban-s",
+            "3",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("keel venue");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let _first = lines.next().expect("first line").expect("utf-8");
+    let rest = lines.next().expect("second line").expect("utf-8");
+    let addr = rest
+        .rsplit("http://")
+        .next()
+        .expect("address")
+        .trim()
+        .parse()
+        .expect("addr");
+    (Proc(child), addr)
+}
+
+// Goal: a standard client reads every endpoint on one connection, and the limits answer 429
+// with Retry-After and the used weight.
+#[test]
+fn python_reads_the_rest_api() {
+    let Some(python) = python() else { return };
+    let (_venue, addr) = rest_venue("10");
+    let script = r#"
+import http.client, json, sys
+c = http.client.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=10)
+out = {}
+def get(path, key=None):
+    c.request("GET", path, headers={"X-Api-Key": key} if key else {})
+    r = c.getresponse()
+    body = r.read()
+    return r.status, dict(r.getheaders()), body
+s, h, b = get("/api/v3/ticker?symbol=AAPL")
+out["ticker"] = [s, json.loads(b)["symbol"], h.get("X-Used-Weight-1s")]
+s, h, b = get("/api/v3/depth?symbol=MSFT&limit=5")
+d = json.loads(b)
+out["depth"] = [s, type(d["lastUpdateId"]).__name__, len(d["bids"]) <= 5]
+s, h, b = get("/api/v3/exchangeInfo", key="info")
+out["info"] = [s, [x["symbol"] for x in json.loads(b)["symbols"]]]
+s, h, b = get("/api/v3/depth?symbol=NOPE")
+out["unknown"] = [s]
+s, h, b = get("/api/v3/klines?symbol=AAPL&limit=3", key="other")
+out["klines"] = [s, len(json.loads(b))]
+s, h, b = get("/api/v3/exchangeInfo")
+out["limited"] = [s, h.get("Retry-After"), h.get("X-Used-Weight-1s")]
+print(json.dumps(out))
+"#;
+    let out = Command::new(python)
+        .args([
+            "-c",
+            script,
+            &addr.ip().to_string(),
+            &addr.port().to_string(),
+        ])
+        .output()
+        .expect("python");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(text.trim()).expect("json");
+    assert_eq!(v["ticker"], serde_json::json!([200, "AAPL", "1"]));
+    assert_eq!(v["depth"], serde_json::json!([200, "int", true]));
+    assert_eq!(
+        v["info"],
+        serde_json::json!([200, ["AAPL", "MSFT", "AMZN", "NVDA"]])
+    );
+    assert_eq!(v["unknown"], serde_json::json!([404]));
+    assert_eq!(
+        v["klines"],
+        serde_json::json!([200, 3]),
+        "another key has its own budget"
+    );
+    // Anonymous: ticker 1 + depth 2 + the unknown symbol's depth 2 = 5 used; the exchange
+    // information's 10 would overrun: refused, not counted, told when to come back.
+    assert_eq!(v["limited"], serde_json::json!([429, "1", "5"]), "{v}");
+}
+
+/// Sends `n` requests (depth and klines alternately) and counts the answers by status;
+/// `gate`: each waits for the gate's grant first.
+fn burst(addr: SocketAddr, n: u64, gate: Option<&mut RestGate>) -> (u64, u64, u64) {
+    let clock = TscClock::new();
+    let mut transport = Reactor::open(ReactorConfig::default()).expect("io_uring");
+    let mut client = HttpClient::new(HttpClientConfig::new(addr));
+    let targets = [
+        "/api/v3/depth?symbol=AAPL&limit=100",
+        "/api/v3/klines?symbol=AAPL&limit=500",
+    ];
+    let (mut ok, mut limited, mut banned) = (0, 0, 0);
+    let mut gate = gate;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut events = Vec::new();
+    for i in 0..n {
+        let target = targets[(i % 2) as usize];
+        if let Some(g) = gate.as_deref_mut() {
+            let weight = g.weight_of(target);
+            g.acquire(clock.now_ns(), i, weight).expect("queued");
+            let mut granted = false;
+            while !granted {
+                assert!(Instant::now() < deadline);
+                g.poll(clock.now_ns(), |d| {
+                    assert!(matches!(d, Decision::Granted { .. }), "{d:?}");
+                    granted = true;
+                });
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let req = Request {
+            method: Method::Get,
+            target,
+            host: "",
+            headers: &[],
+            body: b"",
+        };
+        client
+            .send(&mut transport, clock.now_ns(), &req)
+            .expect("send");
+        let outcome = loop {
+            assert!(Instant::now() < deadline);
+            events.clear();
+            keel::net::Transport::poll(&mut transport, clock.now_ns(), 1_000_000, &mut events)
+                .unwrap();
+            let mut got = None;
+            for e in &events {
+                got = got.or(client.on_event(&mut transport, e));
+            }
+            if let Some(o) = got.or_else(|| client.poll(&mut transport, clock.now_ns())) {
+                break o;
+            }
+        };
+        match outcome {
+            Outcome::Response { status: 200 } => ok += 1,
+            Outcome::Response { status: 429 } => limited += 1,
+            Outcome::Response { status: 418 } => banned += 1,
+            other => panic!("{other:?}"),
+        }
+        if let Some(g) = gate.as_deref_mut() {
+            let h = client.head();
+            g.on_response(clock.now_ns(), h.status, h.retry_after_s(), &[]);
+        }
+    }
+    (ok, limited, banned)
+}
+
+// Goal (issue 14, start-up burst): the venue allows 40 weight per second; 24 requests of depth
+// (2) and klines (5), 84 in all. Through keel's gate (18 per second, burst 18: at most 36 in
+// any second, 4 to spare for the network's jitter) every one is served, no 429; sent straight,
+// the venue answers 429s and then bans.
+#[test]
+fn the_gate_shapes_a_burst_the_venue_would_refuse() {
+    let (_venue, addr) = rest_venue("40");
+    let mut config = RestGateConfig {
+        endpoints: vec![("/api/v3/depth".into(), 2), ("/api/v3/klines".into(), 5)],
+        acquire_timeout_ns: 30_000_000_000,
+        ..RestGateConfig::default()
+    };
+    config.limiter.windows = [
+        Some(WindowLimit {
+            window_ns: 1_000_000_000,
+            limit_weight: 18,
+            burst_weight: 18,
+        }),
+        None,
+        None,
+        None,
+    ];
+    let mut gate = RestGate::new(config, TscClock::new().now_ns()).expect("gate");
+    let (ok, limited, banned) = burst(addr, 24, Some(&mut gate));
+    assert_eq!((ok, limited, banned), (24, 0, 0), "through the gate");
+    assert_eq!(gate.stats().granted, 24);
+    assert!(gate.stats().wait_sum_ns > 0, "the gate made requests wait");
+    // The same burst, straight (a fresh venue: the gated client's second is its own).
+    let (_venue, addr) = rest_venue("40");
+    let (ok, limited, banned) = burst(addr, 24, None);
+    assert!(
+        limited >= 1 && banned >= 1,
+        "straight: {ok} ok, {limited} × 429, {banned} × 418"
+    );
+}
