@@ -73,6 +73,17 @@ fn outcome(client: &mut HttpClient, transport: &mut Reactor, clock: &TscClock) -
     }
 }
 
+/// Sends `req` and drives the transport until its outcome.
+fn ask(
+    client: &mut HttpClient,
+    transport: &mut Reactor,
+    clock: &TscClock,
+    req: &Request<'_>,
+) -> Outcome {
+    client.send(transport, clock.now_ns(), req).unwrap();
+    outcome(client, transport, clock)
+}
+
 /// Lets the transport report what is pending (e.g. a close) without a request in flight.
 fn settle(client: &mut HttpClient, transport: &mut Reactor, clock: &TscClock) {
     let mut events: Vec<NetEvent> = Vec::with_capacity(64);
@@ -116,31 +127,22 @@ fn keel_http_client_against_aiohttp() {
     let mut client = HttpClient::new(config);
 
     // Sized JSON, then chunked JSON, then sized again: one connection for all three.
-    client
-        .send(&mut transport, clock.now_ns(), &get("/api/v3/ticker"))
-        .unwrap();
     assert_eq!(
-        outcome(&mut client, &mut transport, &clock),
+        ask(&mut client, &mut transport, &clock, &get("/api/v3/ticker")),
         Outcome::Response { status: 200 }
     );
     assert_eq!(json(client.body())["symbol"], "BTCUSDT");
     assert_eq!(client.head().header_u64("x-mbx-used-weight-1m"), Some(1));
-    client
-        .send(&mut transport, clock.now_ns(), &get("/api/v3/depth"))
-        .unwrap();
     assert_eq!(
-        outcome(&mut client, &mut transport, &clock),
+        ask(&mut client, &mut transport, &clock, &get("/api/v3/depth")),
         Outcome::Response { status: 200 }
     );
     assert_eq!(client.head().framing, keel::http::Framing::Chunked);
     let depth = json(client.body());
     assert_eq!(depth["lastUpdateId"], 1027024);
     assert_eq!(depth["bids"].as_array().unwrap().len(), 40);
-    client
-        .send(&mut transport, clock.now_ns(), &get("/api/v3/ticker"))
-        .unwrap();
     assert_eq!(
-        outcome(&mut client, &mut transport, &clock),
+        ask(&mut client, &mut transport, &clock, &get("/api/v3/ticker")),
         Outcome::Response { status: 200 }
     );
     assert_eq!(client.head().header_u64("x-mbx-used-weight-1m"), Some(3));
@@ -169,20 +171,16 @@ fn keel_http_client_against_aiohttp() {
         headers: &[("Content-Type", "application/json")],
         body: br#"{"symbol":"BTCUSDT","side":"BUY","qty":"1"}"#,
     };
-    client.send(&mut transport, clock.now_ns(), &order).unwrap();
     assert_eq!(
-        outcome(&mut client, &mut transport, &clock),
+        ask(&mut client, &mut transport, &clock, &order),
         Outcome::TimedOut {
             method: Method::Post,
             idempotent: false
         }
     );
     // A GET that times out may be retried by the layer above.
-    client
-        .send(&mut transport, clock.now_ns(), &get("/slow"))
-        .unwrap();
     assert_eq!(
-        outcome(&mut client, &mut transport, &clock),
+        ask(&mut client, &mut transport, &clock, &get("/slow")),
         Outcome::TimedOut {
             method: Method::Get,
             idempotent: true
@@ -190,22 +188,16 @@ fn keel_http_client_against_aiohttp() {
     );
 
     // The server closes after its answer: the next request opens a new connection.
-    client
-        .send(&mut transport, clock.now_ns(), &get("/close"))
-        .unwrap();
     assert_eq!(
-        outcome(&mut client, &mut transport, &clock),
+        ask(&mut client, &mut transport, &clock, &get("/close")),
         Outcome::Response { status: 200 }
     );
     assert!(!client.head().keep_alive);
     assert_eq!(client.body(), b"bye");
     settle(&mut client, &mut transport, &clock);
     let connects = client.stats().connects;
-    client
-        .send(&mut transport, clock.now_ns(), &get("/stats"))
-        .unwrap();
     assert_eq!(
-        outcome(&mut client, &mut transport, &clock),
+        ask(&mut client, &mut transport, &clock, &get("/stats")),
         Outcome::Response { status: 200 }
     );
     assert_eq!(client.stats().connects, connects + 1);
@@ -218,9 +210,8 @@ fn keel_http_client_against_aiohttp() {
 
     // A malformed response is refused by name and its connection dropped.
     let mut raw = HttpClient::new(HttpClientConfig::new(peer.raw));
-    raw.send(&mut transport, clock.now_ns(), &get("/")).unwrap();
     assert_eq!(
-        outcome(&mut raw, &mut transport, &clock),
+        ask(&mut raw, &mut transport, &clock, &get("/")),
         Outcome::Failed {
             why: FailReason::Response(HttpError::ConflictingFraming),
             written: true,

@@ -219,6 +219,27 @@ fn resting(id: ClientOrderId, venue: usize) -> NewOrder {
     }
 }
 
+/// One drill order every 5 ms: sends the next (`pace`: the last send, the next sequence, the
+/// orders sent) when due.
+fn paced_order(
+    channel: &Channel,
+    now: u64,
+    strategy: u16,
+    venue: usize,
+    (last_send, next, ours): (&mut u64, &mut u64, &mut Vec<ClientOrderId>),
+) -> Result<(), String> {
+    if now - *last_send < 5_000_000 {
+        return Ok(());
+    }
+    *last_send = now;
+    let id = ClientOrderId::new(StrategyId(strategy), *next).map_err(|e| e.to_string())?;
+    *next += 1;
+    if channel.push_command(&Command::New(resting(id, venue))) {
+        ours.push(id);
+    }
+    Ok(())
+}
+
 /// The venue's count of duplicate order ids (its `stats` on the control port).
 fn duplicate_ids(addr: &str) -> Result<u64, String> {
     let line = control(addr, "stats")?;
@@ -361,14 +382,9 @@ fn drill(args: &DrillArgs) -> Result<Outcome, String> {
                 channel.beat_strategy();
                 let now = t.clock.now_ns();
                 // Orders at a steady pace until the stall ends (resting far from the market).
-                if now < stall_end && now - last_send >= 5_000_000 {
-                    last_send = now;
-                    let id = ClientOrderId::new(StrategyId(args.strategy), next)
-                        .map_err(|e| e.to_string())?;
-                    next += 1;
-                    if channel.push_command(&Command::New(resting(id, venue_index))) {
-                        ours.push(id);
-                    }
+                if now < stall_end {
+                    let pace = (&mut last_send, &mut next, &mut ours);
+                    paced_order(&channel, now, args.strategy, venue_index, pace)?;
                 }
                 while let Some(e) = channel.pop_event() {
                     if let Ok(IpcEvent::Event(e)) = e {
@@ -466,15 +482,8 @@ fn drill(args: &DrillArgs) -> Result<Outcome, String> {
                 channel.beat_strategy();
                 let now = t.clock.now_ns();
                 // Orders at a steady pace (resting far from the market: nothing trades).
-                if now - last_send >= 5_000_000 {
-                    last_send = now;
-                    let id = ClientOrderId::new(StrategyId(args.strategy), next)
-                        .map_err(|e| e.to_string())?;
-                    next += 1;
-                    if channel.push_command(&Command::New(resting(id, venue_index))) {
-                        ours.push(id);
-                    }
-                }
+                let pace = (&mut last_send, &mut next, &mut ours);
+                paced_order(&channel, now, args.strategy, venue_index, pace)?;
                 while let Some(e) = channel.pop_event() {
                     if let Ok(IpcEvent::Event(e)) = e {
                         match e.kind {
