@@ -6,9 +6,8 @@
 // A test driver waits on other processes by the wall clock; the core never does.
 #![allow(clippy::disallowed_methods)]
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use keel::clock::{Clock, TscClock};
@@ -20,42 +19,25 @@ use keel::net::{Reactor, ReactorConfig, SocketTransport};
 
 mod common;
 
-use common::peers::{python, Proc, KEEL};
+use common::peers::{python, venue, Proc};
 
 /// `keel venue` with its REST API: `weight` per second per client, banned after 3 requests
 /// sent while told to wait, for 3 s.
 fn rest_venue(weight: &str) -> (Proc, SocketAddr) {
-    let mut child = Command::new(KEEL)
-        .args([
-            "venue",
-            "--listen",
-            "127.0.0.1:0",
-            "--control",
-            "127.0.0.1:0",
-        ])
-        .args(["--md-listen", "127.0.0.1:0", "--rest-listen", "127.0.0.1:0"])
-        .args([
-            "--rest-second-weight",
-            weight,
-            "--rest-ban-after",
-            "3",
-            "--rest-ban-s",
-            "3",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("keel venue");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let _first = lines.next().expect("first line").expect("utf-8");
-    let rest = lines.next().expect("second line").expect("utf-8");
-    let addr = rest
-        .rsplit("http://")
-        .next()
-        .expect("address")
-        .trim()
+    let extra = [
+        "--rest-listen",
+        "127.0.0.1:0",
+        "--rest-second-weight",
+        weight,
+    ];
+    let v = venue(&[&extra[..], &["--rest-ban-after", "3", "--rest-ban-s", "3"]].concat());
+    let addr = v
+        .rest
+        .as_deref()
+        .expect("REST address")
         .parse()
         .expect("addr");
-    (Proc(child), addr)
+    (v.proc, addr)
 }
 
 // Goal: a standard client reads every endpoint on one connection, and the limits answer 429

@@ -214,10 +214,12 @@ impl HttpClient {
         match (self.conn, self.connected) {
             (Some(conn), true) => {
                 self.stats.reused += 1;
-                self.state = State::Awaiting;
                 if let Err(e) = self.write(transport, conn) {
+                    // Nothing was written: the connection is dropped, the client stays idle.
+                    self.drop_conn(transport);
                     return Err(SendError::Connect(e.to_string()));
                 }
+                self.state = State::Awaiting;
             }
             _ => {
                 let conn = transport

@@ -275,15 +275,17 @@ impl Controller {
         self.shed
     }
 
+    /// Whether a tick is due at `now_ns` (the caller reads the counters file only then).
+    pub fn due(&self, now_ns: u64) -> bool {
+        self.config.enabled
+            && self
+                .last_tick_ns
+                .is_none_or(|t| now_ns.saturating_sub(t) >= self.config.interval_ns)
+    }
+
     /// Decides, if a tick is due, and sends what the loop has not applied yet.
     pub fn tick(&mut self, now_ns: u64, snap: &Snapshot, ring: &mut ControlSender) {
-        if !self.config.enabled {
-            return;
-        }
-        if self
-            .last_tick_ns
-            .is_some_and(|t| now_ns.saturating_sub(t) < self.config.interval_ns)
-        {
+        if !self.due(now_ns) {
             return;
         }
         let elapsed_ns = self.last_tick_ns.map(|t| now_ns.saturating_sub(t));
@@ -310,6 +312,7 @@ impl Controller {
         } else if self.shed && all_high {
             self.shed = false;
             self.counters.unsheds.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(target: "keel::control", "non-core symbols no longer shed: every cap is back up");
             self.note("symbols", "lifted the shed: every cap is back up".into());
         }
         self.apply(snap, ring);
@@ -418,9 +421,6 @@ impl Controller {
     fn note(&mut self, target: &str, what: String) {
         if self.recent.len() >= RECENT_MAX {
             self.recent.remove(0);
-        }
-        if target == "symbols" {
-            tracing::warn!(target: "keel::control", "{what}");
         }
         self.recent.push(Adjustment {
             target: target.to_string(),

@@ -153,9 +153,11 @@ impl Monitor {
                 self.push_events();
             }
             if let Some((controller, ring)) = &mut self.control {
-                // The controller reads the file at its own interval (it skips until due).
-                let snap = self.reader.snapshot();
-                controller.tick(now, &snap, ring);
+                // The controller reads the file at its own interval, not at every turn here.
+                if controller.due(now) {
+                    let snap = self.reader.snapshot();
+                    controller.tick(now, &snap, ring);
+                }
             }
             let Some(listener) = &self.listener else {
                 std::thread::sleep(Duration::from_millis(5));

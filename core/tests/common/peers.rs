@@ -42,6 +42,8 @@ pub struct Venue {
     pub control: String,
     /// Market data, `ws://host:port/md`.
     pub md: String,
+    /// The REST API, `host:port` (with `--rest-listen`).
+    pub rest: Option<String>,
 }
 
 /// `keel venue` on free ports, with `extra` arguments.
@@ -60,15 +62,26 @@ pub fn venue(extra: &[&str]) -> Venue {
         .spawn()
         .expect("keel venue");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("the venue's first line");
-    // "keel venue: order entry on A, control on B, symbols S, market data on ws://C/md"
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    out.read_line(&mut line).expect("the venue's first line");
+    // "keel venue: order entry on A, control on B, symbols S, market data on ws://C/md", then
+    // with --rest-listen "keel venue: REST API on http://D".
+    let rest = extra.contains(&"--rest-listen").then(|| {
+        let mut second = String::new();
+        out.read_line(&mut second).expect("the venue's REST line");
+        second
+            .rsplit("http://")
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    });
     let words: Vec<&str> = line.split_whitespace().collect();
     Venue {
         entry: words[5].trim_end_matches(',').to_string(),
         control: words[8].trim_end_matches(',').to_string(),
         md: words.last().expect("md address").to_string(),
+        rest,
         proc: Proc(child),
     }
 }
