@@ -741,6 +741,16 @@ fn the_controller_cuts_venue_refusals_when_capacity_drops() {
     assert_eq!(code, 0, "{answer}");
     let (code, answer) = keel(&["ctl", "--config", config_arg, "control"]);
     assert!(code == 0 && answer.contains("controller off"), "{answer}");
+    let (code, answer) = keel(&["ctl", "--config", config_arg, "control", "maybe"]);
+    assert!(
+        code != 0 && answer.contains("expected on or off"),
+        "{answer}"
+    );
+    let (code, answer) = keel(&["ctl", "--config", config_arg, "control", "on", "off"]);
+    assert!(
+        code != 0 && answer.contains("usage: control [on|off]"),
+        "{answer}"
+    );
     let seq = offer_load(&channel, 0, 500);
     assert_eq!(refusals(&addr), 0, "no refusal before the drop");
 

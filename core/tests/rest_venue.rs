@@ -204,3 +204,35 @@ fn the_gate_shapes_a_burst_the_venue_would_refuse() {
         "straight: {ok} ok, {limited} × 429, {banned} × 418"
     );
 }
+
+// Goal: hostile requests to the venue's REST API are refused by status, never a panic or a
+// hang, and the API keeps serving: bytes that are not HTTP (400, closed), a head over 8 KiB
+// (431, closed), a POST (405), an unknown path (404, no weight), the worst legal depth limit.
+#[test]
+fn hostile_requests_are_refused_and_the_api_keeps_serving() {
+    use std::io::{Read, Write};
+    let (_venue, addr) = rest_venue("40");
+    let answer = |bytes: &[u8]| -> String {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s.write_all(bytes);
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).unwrap_or(0);
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    assert!(answer(b"\x00\x01garbage\r\n\r\n").starts_with("HTTP/1.1 400"));
+    let long = [b"GET / HTTP/1.1\r\nX: ".as_slice(), &[b'a'; 9000]].concat();
+    assert!(answer(&long).starts_with("HTTP/1.1 431"));
+    let post = b"POST /api/v3/ticker?symbol=AAPL HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
+    assert!(answer(post).starts_with("HTTP/1.1 405"));
+    let unknown = answer(b"GET /api/v3/order HTTP/1.1\r\n\r\n");
+    assert!(unknown.starts_with("HTTP/1.1 404"), "{unknown}");
+    let deep = answer(b"GET /api/v3/depth?symbol=AAPL&limit=4294967295 HTTP/1.1\r\n\r\n");
+    assert!(deep.starts_with("HTTP/1.1 200"), "{deep}");
+    assert!(
+        deep.contains("X-Used-Weight-1s: 10"),
+        "the deepest book weighs 10: {deep}"
+    );
+    let ok = answer(b"GET /api/v3/ticker?symbol=AAPL HTTP/1.1\r\n\r\n");
+    assert!(ok.starts_with("HTTP/1.1 200"), "still serving: {ok}");
+}

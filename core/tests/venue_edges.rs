@@ -162,6 +162,22 @@ fn control_numbers_are_refused_with_their_range() {
             "error reject-burst: orders 4294967296 is out of range 0..=4294967295",
         ),
         (
+            "rate-limit 4294967296",
+            "error rate-limit: messages 4294967296 is out of range 0..=4294967295",
+        ),
+        (
+            "rate-limit 10 0",
+            "error rate-limit: window milliseconds 0 is out of range 1..=60000",
+        ),
+        (
+            "rate-limit 10 60001",
+            "error rate-limit: window milliseconds 60001 is out of range 1..=60000",
+        ),
+        (
+            "rate-limit 10 100 7",
+            "error rate-limit: unexpected argument '7'",
+        ),
+        (
             "saturate 0 10",
             "error saturate: attempts 0 is out of range 1..=65535",
         ),
@@ -181,6 +197,11 @@ fn control_numbers_are_refused_with_their_range() {
     assert_eq!(c.cmd("stall 0"), "ok stall 0");
     assert_eq!(c.cmd("latency 60000 60000"), "ok latency 60000 60000");
     assert_eq!(c.cmd("latency 0"), "ok latency 0");
+    assert_eq!(
+        c.cmd("rate-limit 4294967295 60000"),
+        "ok rate-limit 4294967295 60000"
+    );
+    assert_eq!(c.cmd("rate-limit 0"), "ok rate-limit 0");
 }
 
 // Goal (issue 10: a control line over 64 KiB is neither answered nor closed and keeps its slot):

@@ -212,6 +212,9 @@ pub struct RestEndpoint {
     pub local: std::net::SocketAddr,
     config: RestConfig,
     conns: Vec<crate::net::ConnId>,
+    /// Connections answered and to be closed once their answer has left (closing at once
+    /// would drop it).
+    closing: Vec<crate::net::ConnId>,
     anonymous: ClientWindows,
     keyed: Vec<(String, ClientWindows)>,
     stats: RestStats,
@@ -233,6 +236,7 @@ impl RestEndpoint {
             listener,
             local,
             conns: Vec::with_capacity(config.conns_max as usize),
+            closing: Vec::with_capacity(config.conns_max as usize),
             anonymous: ClientWindows::default(),
             keyed: Vec::with_capacity(KEYS_MAX),
             config,
@@ -253,7 +257,7 @@ impl RestEndpoint {
 
     /// A connection accepted on its listener.
     pub fn accept(&mut self, t: &mut impl crate::net::Transport, conn: crate::net::ConnId) {
-        if self.conns.len() >= self.config.conns_max as usize {
+        if self.conns.len() + self.closing.len() >= self.config.conns_max as usize {
             self.stats.refused += 1;
             t.close(conn);
             return;
@@ -264,6 +268,7 @@ impl RestEndpoint {
     /// A connection closed.
     pub fn closed(&mut self, conn: crate::net::ConnId) {
         self.conns.retain(|c| *c != conn);
+        self.closing.retain(|c| *c != conn);
     }
 
     /// The windows of the client with `key` (none, or past [`KEYS_MAX`]: the anonymous ones).
@@ -289,6 +294,14 @@ impl RestEndpoint {
         t: &mut impl crate::net::Transport,
         build: impl Fn(&str, &str) -> Built,
     ) {
+        // Answered connections close once their answer has been written.
+        self.closing.retain(|&conn| {
+            let sent = t.send_pending(conn) == 0;
+            if sent {
+                t.close(conn);
+            }
+            !sent
+        });
         let mut i = 0;
         while i < self.conns.len() {
             let conn = self.conns[i];
@@ -403,8 +416,7 @@ impl RestEndpoint {
                 }
             }
             if close {
-                t.close(conn);
-                self.conns.remove(i);
+                self.closing.push(self.conns.remove(i));
             } else {
                 i += 1;
             }
