@@ -236,3 +236,135 @@ fn hostile_requests_are_refused_and_the_api_keeps_serving() {
     let ok = answer(b"GET /api/v3/ticker?symbol=AAPL HTTP/1.1\r\n\r\n");
     assert!(ok.starts_with("HTTP/1.1 200"), "still serving: {ok}");
 }
+
+/// `keel fetch ARGS --json` against `addr`: its exit code and its summary.
+fn fetch(addr: SocketAddr, args: &[&str]) -> (i32, serde_json::Value) {
+    let out = Command::new(common::peers::KEEL)
+        .args([
+            "fetch",
+            "--json",
+            "--transport",
+            "epoll",
+            "--rest",
+            &addr.to_string(),
+        ])
+        .args(args)
+        .output()
+        .expect("keel fetch");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let summary = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "keel fetch printed no summary ({e}): {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), summary)
+}
+
+fn symbols(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("S{i:02}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+// Goal (issue 14, the start-up burst): 50 symbols × (a depth snapshot + 500 candles) through
+// the gate finish with every answer whole, no 429 and no ban; the same burst without the gate
+// (another API key, so its own windows) gets 429s and then a ban, and does not finish.
+#[test]
+fn a_start_up_burst_through_the_gate_gets_no_429_and_without_it_a_ban() {
+    let list = symbols(50);
+    let v = venue(&["--rest-listen", "127.0.0.1:0", "--symbols", &list]);
+    let addr: SocketAddr = v.rest.as_deref().unwrap().parse().unwrap();
+    let (code, s) = fetch(addr, &["--api-key", "gated"]);
+    assert_eq!(code, 0, "{s}");
+    assert_eq!(s["symbols"], 50, "{s}");
+    assert_eq!(s["ok"], 100, "{s}");
+    assert_eq!(s["candles"], 25_000, "{s}");
+    assert_eq!(s["status_429"], 0, "{s}");
+    assert_eq!(s["status_418"], 0, "{s}");
+    assert_eq!(s["acquire_timeouts"], 0, "{s}");
+    assert_eq!(
+        s["sent"], 101,
+        "the exchange information and 100, nothing twice: {s}"
+    );
+    // The symbols from the venue's exchange information when none are given.
+    let (code, s) = fetch(
+        addr,
+        &["--api-key", "listed", "--klines", "0", "--depth", "5"],
+    );
+    assert_eq!(code, 0, "{s}");
+    assert_eq!(s["symbols"], 50, "{s}");
+    let (code, s) = fetch(addr, &["--api-key", "ungated", "--no-limiter"]);
+    assert_eq!(code, 1, "without the gate the burst does not finish: {s}");
+    assert!(s["status_429"].as_u64().unwrap() > 0, "{s}");
+    assert!(s["status_418"].as_u64().unwrap() > 0, "banned: {s}");
+    assert!(s["failed"].as_u64().unwrap() > 0, "{s}");
+}
+
+// Goal (issue 14, retries): a gate that believes the venue allows four times what it does
+// meets a burst of 429s; every retry goes back through the gate (requests sent = requests +
+// retries, one retry per 429), Retry-After is honoured (the venue never bans), and every
+// request ends with its data. Then the venue's REST latency (control `rest-latency`) only
+// slows the fetch down.
+#[test]
+fn retries_after_429_go_back_through_the_gate() {
+    use std::io::{Read, Write};
+    let list = symbols(20);
+    let v = venue(&["--rest-listen", "127.0.0.1:0", "--symbols", &list]);
+    let addr: SocketAddr = v.rest.as_deref().unwrap().parse().unwrap();
+    let (code, s) = fetch(
+        addr,
+        &[
+            "--symbols",
+            &list,
+            "--second-weight",
+            "200",
+            "--minute-weight",
+            "5000",
+        ],
+    );
+    assert_eq!(code, 0, "{s}");
+    assert_eq!(s["ok"], 40, "{s}");
+    let throttled = s["status_429"].as_u64().unwrap();
+    assert!(throttled > 0, "the venue must have said 429: {s}");
+    assert_eq!(
+        s["status_418"], 0,
+        "Retry-After honoured, never banned: {s}"
+    );
+    assert_eq!(s["retries"].as_u64().unwrap(), throttled, "{s}");
+    assert_eq!(s["sent"].as_u64().unwrap(), 40 + throttled, "{s}");
+    // Control knobs: a slower venue, then a tighter one.
+    let mut control = std::net::TcpStream::connect(&v.control).unwrap();
+    control
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut ask = |line: &str| {
+        control.write_all(line.as_bytes()).unwrap();
+        let mut buf = [0u8; 512];
+        let n = control.read(&mut buf).unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    assert_eq!(ask("rest-latency 50\n"), "ok rest-latency 50\n");
+    assert!(ask("rest-latency 60001\n").starts_with("error rest-latency"));
+    assert_eq!(ask("rest-limit 20 600\n"), "ok rest-limit 20 600\n");
+    assert!(ask("rest-limit 0\n").starts_with("error rest-limit"));
+    let (code, s) = fetch(
+        addr,
+        &[
+            "--symbols",
+            &list,
+            "--klines",
+            "0",
+            "--api-key",
+            "second",
+            "--second-weight",
+            "20",
+            "--minute-weight",
+            "600",
+        ],
+    );
+    assert_eq!(code, 0, "{s}");
+    assert_eq!(s["ok"], 20, "{s}");
+    assert_eq!(s["status_429"], 0, "{s}");
+}

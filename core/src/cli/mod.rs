@@ -3,6 +3,7 @@
 mod ctl;
 mod drill;
 mod dump;
+mod fetch;
 mod run;
 mod stat;
 mod venue;
@@ -94,6 +95,12 @@ enum Command {
     /// the engine must then do, with the timeline. Exit 0 when every expectation held, 1
     /// naming those that failed, 2 when the drill could not run.
     Drill(drill::DrillArgs),
+    /// The start-up burst: a depth snapshot and kline history for many symbols from a venue's
+    /// REST API (`keel venue --rest-listen`), shaped by the client-side gate so the venue never
+    /// answers 429 (docs/rest.md); `--no-limiter` shows what happens without it. Prints the
+    /// gate's figures (acquire wait mean and p99, acquire timeouts, 429 share, 418s); exit 0
+    /// when every request brought its data, 1 when any did not.
+    Fetch(fetch::FetchArgs),
     /// A running engine's counters, from another process: a live view of its counters file
     /// (docs/observability.md), `--once`, or `--json` for scripts.
     Stat(stat::StatArgs),
@@ -140,6 +147,7 @@ where
             | Command::Ctl(_)
             | Command::Stat(_)
             | Command::Drill(_)
+            | Command::Fetch(_)
             | Command::Journal(_)
             | Command::Log(_)
     ) {
@@ -154,6 +162,7 @@ where
         Command::Ctl(args) => ctl::run(args),
         Command::Stat(args) => stat::run(args),
         Command::Drill(args) => drill::run(args),
+        Command::Fetch(args) => fetch::run(args),
         Command::Journal(args) => dump::journal(args),
         Command::Log(args) => dump::log(args),
         Command::Defaults => defaults(),

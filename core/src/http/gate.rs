@@ -25,7 +25,7 @@
 use std::collections::VecDeque;
 
 use crate::guard::backoff::{Backoff, BackoffConfig};
-use crate::guard::limiter::{LimiterConfig, LimiterConfigError, RateLimiter};
+use crate::guard::limiter::{LimiterConfig, LimiterConfigError, RateLimiter, WindowLimit};
 use crate::metrics::Histogram;
 use crate::rng::Rng64;
 
@@ -48,6 +48,38 @@ pub struct RestGateConfig {
     pub ban_pause_ns: u64,
     /// Delays between retries (equal jitter).
     pub retry: BackoffConfig,
+    /// Whether 429/418 answers pause the gate and cut its rate (off only to show what a
+    /// client without the gate does: `keel fetch --no-limiter`).
+    pub feedback: bool,
+}
+
+impl RestGateConfig {
+    /// A gate for a venue that allows `per_second` weight per second and `per_minute` per
+    /// minute to each client. The venue counts in fixed windows, so a bucket may send at most
+    /// `burst + rate` in any one of them: each bucket keeps a tenth of the venue's limit as
+    /// burst (at least `heaviest`, the heaviest request) and refills at the rest less a
+    /// twentieth of the limit (the margin for time in flight). The
+    /// endpoint weights and every other setting are the defaults, to be set by the caller.
+    pub fn for_venue_limits(per_second: u32, per_minute: u32, heaviest: u32) -> Self {
+        let window = |window_ns: u64, limit: u32| {
+            let burst = (limit / 10).max(heaviest).min(limit);
+            WindowLimit {
+                window_ns,
+                // A twentieth more held back: a request reaches the venue a little after it
+                // leaves, and two that left a window apart may arrive within one.
+                limit_weight: (limit - burst - limit / 20).max(1),
+                burst_weight: burst,
+            }
+        };
+        let mut config = Self::default();
+        config.limiter.windows = [
+            Some(window(1_000_000_000, per_second)),
+            Some(window(60_000_000_000, per_minute)),
+            None,
+            None,
+        ];
+        config
+    }
 }
 
 impl Default for RestGateConfig {
@@ -66,6 +98,7 @@ impl Default for RestGateConfig {
                 attempts_max: 5,
                 ..BackoffConfig::default()
             },
+            feedback: true,
         }
     }
 }
@@ -266,7 +299,19 @@ impl RestGate {
     /// Decides at `now_ns`: fails every waiting request past its deadline, then grants from
     /// the head of the queue while the windows allow (FIFO: a heavy head is not starved by
     /// light ones behind it). Nothing is granted while paused.
-    pub fn poll(&mut self, now_ns: u64, mut decide: impl FnMut(Decision)) {
+    pub fn poll(&mut self, now_ns: u64, decide: impl FnMut(Decision)) {
+        self.poll_at_most(now_ns, usize::MAX, decide);
+    }
+
+    /// As [`RestGate::poll`], granting at most `grants_max` requests: a caller with that many
+    /// free connections takes only what it can send at once, so a grant is never held back
+    /// locally and then sent in a bunch the venue would count in one of its windows.
+    pub fn poll_at_most(
+        &mut self,
+        now_ns: u64,
+        grants_max: usize,
+        mut decide: impl FnMut(Decision),
+    ) {
         let mut i = 0;
         while i < self.queue.len() {
             let w = self.queue[i];
@@ -281,7 +326,12 @@ impl RestGate {
         if now_ns < self.paused_until_ns {
             return;
         }
+        let mut granted = 0;
         while let Some(&w) = self.queue.front() {
+            if granted >= grants_max {
+                return;
+            }
+            granted += 1;
             if now_ns < w.not_before_ns {
                 // A retry still in its backoff: the requests behind it may go meanwhile.
                 let Some(pos) = self.queue.iter().position(|q| now_ns >= q.not_before_ns) else {
@@ -325,6 +375,14 @@ impl RestGate {
         used: &[(usize, u32)],
     ) {
         let after = retry_after_s.map(|s| s.saturating_mul(1_000_000_000));
+        if !self.config.feedback {
+            match status {
+                429 => self.stats.throttled_429 += 1,
+                418 => self.stats.banned_418 += 1,
+                _ => {}
+            }
+            return;
+        }
         match status {
             429 => {
                 self.stats.throttled_429 += 1;

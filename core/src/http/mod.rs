@@ -22,6 +22,7 @@ use std::fmt;
 
 pub mod client;
 pub mod gate;
+pub mod session;
 
 /// Bounds on what a response may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -212,6 +212,10 @@ pub struct RestEndpoint {
     pub local: std::net::SocketAddr,
     config: RestConfig,
     conns: Vec<crate::net::ConnId>,
+    /// Per connection of `conns`: when its waiting request may be answered (the latency
+    /// fault; 0 when nothing waits).
+    due_ns: Vec<u64>,
+    latency_ns: u64,
     /// Connections answered and to be closed once their answer has left (closing at once
     /// would drop it).
     closing: Vec<crate::net::ConnId>,
@@ -236,6 +240,8 @@ impl RestEndpoint {
             listener,
             local,
             conns: Vec::with_capacity(config.conns_max as usize),
+            due_ns: Vec::with_capacity(config.conns_max as usize),
+            latency_ns: 0,
             closing: Vec::with_capacity(config.conns_max as usize),
             anonymous: ClientWindows::default(),
             keyed: Vec::with_capacity(KEYS_MAX),
@@ -255,6 +261,12 @@ impl RestEndpoint {
         &mut self.config.limits
     }
 
+    /// Every answer waits this long from the moment its request is read (control
+    /// `rest-latency`).
+    pub fn set_latency_ns(&mut self, latency_ns: u64) {
+        self.latency_ns = latency_ns;
+    }
+
     /// A connection accepted on its listener.
     pub fn accept(&mut self, t: &mut impl crate::net::Transport, conn: crate::net::ConnId) {
         if self.conns.len() + self.closing.len() >= self.config.conns_max as usize {
@@ -263,11 +275,15 @@ impl RestEndpoint {
             return;
         }
         self.conns.push(conn);
+        self.due_ns.push(0);
     }
 
     /// A connection closed.
     pub fn closed(&mut self, conn: crate::net::ConnId) {
-        self.conns.retain(|c| *c != conn);
+        if let Some(i) = self.conns.iter().position(|c| *c == conn) {
+            self.conns.remove(i);
+            self.due_ns.remove(i);
+        }
         self.closing.retain(|c| *c != conn);
     }
 
@@ -310,6 +326,15 @@ impl RestEndpoint {
                 let buf = t.received(conn);
                 if buf.is_empty() {
                     break;
+                }
+                if self.latency_ns > 0 {
+                    if self.due_ns[i] == 0 {
+                        self.due_ns[i] = now_ns.saturating_add(self.latency_ns);
+                    }
+                    if now_ns < self.due_ns[i] {
+                        break;
+                    }
+                    self.due_ns[i] = 0;
                 }
                 let mut headers = [httparse::EMPTY_HEADER; 32];
                 let mut req = httparse::Request::new(&mut headers);
@@ -417,6 +442,7 @@ impl RestEndpoint {
             }
             if close {
                 self.closing.push(self.conns.remove(i));
+                self.due_ns.remove(i);
             } else {
                 i += 1;
             }

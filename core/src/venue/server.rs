@@ -1047,6 +1047,9 @@ impl<T: Transport> VenueServer<T> {
     /// duplicates), `clock-jump SECONDS` (signed, at most [`CLOCK_JUMP_MAX_S`] either way: the
     /// wall clock behind the message timestamps jumps), `saturate N MS` | `saturate off` (more
     /// than N connects, 1..=65535, in a window of MS, 1..=[`FAULT_DELAY_MAX_MS`], all fail),
+    /// `rest-limit SECOND [MINUTE]` (the REST API's weight per client and second, and per
+    /// minute, each 1..=4,294,967,295), `rest-latency MS` (each REST answer waits MS,
+    /// 0..=[`FAULT_DELAY_MAX_MS`], from the moment its request is read),
     /// `status`, `help` (the caller answers it with [`control_help`]).
     ///
     /// Hostile-venue commands (docs/operations.md, "A hostile venue"): `lie unknown-fill` |
@@ -1122,6 +1125,28 @@ impl<T: Transport> VenueServer<T> {
                 args.end()?;
                 self.exchange
                     .set_rate_limit(messages, window_ms.max(1) * MS);
+            }
+            "rest-limit" | "rest-latency" => {
+                let Some(rest) = self.rest.as_mut() else {
+                    return Err(format!(
+                        "{cmd}: no REST API (start the venue with --rest-listen)"
+                    ));
+                };
+                if cmd == "rest-limit" {
+                    // Weight per client and second, and per minute (unchanged if not given).
+                    let second = args.num("weight per second", 1, u64::from(u32::MAX))? as u32;
+                    let minute = args.optional("weight per minute", 1, u64::from(u32::MAX))?;
+                    args.end()?;
+                    let limits = rest.limits_mut();
+                    limits.second_weight = second;
+                    if let Some(minute) = minute {
+                        limits.minute_weight = minute as u32;
+                    }
+                } else {
+                    let ms = args.num("milliseconds", 0, delay_max)?;
+                    args.end()?;
+                    rest.set_latency_ns(ms * MS);
+                }
             }
             "reject-burst" => {
                 let n = args.num("orders", 0, u64::from(u32::MAX))? as u32;
@@ -1279,10 +1304,18 @@ impl<T: Transport> VenueServer<T> {
 /// Every control command: its syntax and what it does, as `help` answers them (one line each,
 /// then `ok help`). A command added to [`VenueServer::apply_control`] gets its line here (the
 /// test `control_help_lists_every_command` sends each one).
-pub const CONTROL_COMMANDS: [(&str, &str); 27] = [
+pub const CONTROL_COMMANDS: [(&str, &str); 29] = [
     (
         "rate-limit N [WINDOW_MS]",
         "each account: N order messages per window (0: none), then throttle rejects",
+    ),
+    (
+        "rest-limit SECOND [MINUTE]",
+        "REST API: weight per client and second (and minute), then 429, then 418",
+    ),
+    (
+        "rest-latency MS",
+        "REST API: every answer waits MS from its request (0..=60000)",
     ),
     (
         "latency MS [JITTER_MS]",
