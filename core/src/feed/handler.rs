@@ -26,6 +26,9 @@ use sha1::{Digest, Sha1};
 use super::book::{Applied, Delta, LocalBook, LEVELS_MAX};
 use super::fanout::{self, Publisher, Subscriber, TradeTick};
 use crate::guard::backoff::{Backoff, BackoffConfig};
+use crate::http::gate::RestGateStats;
+use crate::http::session::{RestEvent, RestSession, RestSessionStats};
+use crate::http::Method;
 use crate::net::{ConnId, NetEvent, Transport};
 use crate::proto::md::BookSide;
 use crate::proto::ws::{self, close_code, Decoder, Opcode, Role, WsMessage};
@@ -54,6 +57,35 @@ pub struct FeedConfig {
     pub resync_retry_ns: u64,
     /// Reconnect if the server sent nothing (not even a ping) for this long.
     pub silent_ns: u64,
+    /// Where snapshots come from: the WebSocket (`{"op":"snapshot"}`) or the venue's REST
+    /// depth endpoint, through the REST gate.
+    pub snapshot: SnapshotSource,
+}
+
+/// Where a feed's snapshots come from (`[[feed]] snapshot`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SnapshotSource {
+    /// From the WebSocket server: a snapshot on subscribing and on request.
+    #[default]
+    Ws,
+    /// From the venue's REST API: deltas are buffered from the stream, a depth snapshot is
+    /// fetched through the gate, deltas at or below its update id are dropped, the rest must
+    /// follow on without a gap; every resync the same way. Snapshots the WebSocket sends
+    /// anyway are ignored (counted).
+    Rest(RestSnapshots),
+}
+
+/// `[[feed]] snapshot = "rest"`: the venue's REST API and how to ask it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestSnapshots {
+    /// The REST API: its address, connections, gate and timeouts.
+    pub session: crate::http::session::RestSessionConfig,
+    /// The depth endpoint's path (the symbol and `limit` are added as a query).
+    pub path: String,
+    /// Levels asked for per side (`limit`).
+    pub depth_limit: u32,
+    /// What one depth request weighs at the venue (for the gate).
+    pub depth_weight: u32,
 }
 
 impl Default for FeedConfig {
@@ -73,6 +105,7 @@ impl Default for FeedConfig {
             max_message: 4 << 20,
             resync_retry_ns: 500_000_000,
             silent_ns: 15_000_000_000,
+            snapshot: SnapshotSource::Ws,
         }
     }
 }
@@ -110,6 +143,12 @@ pub struct FeedStats {
     pub protocol_errors: u64,
     /// Upgrade answers refused (not 101, wrong accept key, head too long or not UTF-8).
     pub handshakes_refused: u64,
+    /// REST snapshots asked for (`snapshot = "rest"`).
+    pub rest_requests: u64,
+    /// REST snapshots that failed (refused by the gate, timed out, not 200, malformed).
+    pub rest_failures: u64,
+    /// Snapshots the WebSocket sent while snapshots come from REST (ignored).
+    pub ws_snapshots_ignored: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -332,6 +371,170 @@ fn frame_len(b: &[u8]) -> Option<u64> {
     Some(len.saturating_add(at + mask_len))
 }
 
+/// A REST depth answer, `{"lastUpdateId":N,"bids":[["price","qty"],...],"asks":[...]}` (prices
+/// as decimals with at most [`PRICE_DECIMALS`] places, quantities whole; numbers accepted
+/// too), into the level buffers; its update id, or `None` if it is not one. Allocates nothing.
+fn parse_depth(body: &[u8], bids: &mut Vec<(i64, u64)>, asks: &mut Vec<(i64, u64)>) -> Option<u64> {
+    let seed = DepthSeed { bids, asks };
+    let mut json = serde_json::Deserializer::from_slice(body);
+    let id = seed.deserialize(&mut json).ok()?;
+    json.end().ok()?;
+    id
+}
+
+/// Decimal places of a price on the wire (keel's fixed point: [`crate::order::Price::SCALE`]).
+const PRICE_DECIMALS: usize = 4;
+
+/// `"123.4500"` (or `123`) as keel's fixed point; `None` past its range or precision.
+fn parse_price(text: &str) -> Option<i64> {
+    let (neg, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (whole, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let frac = frac.trim_end_matches('0');
+    if frac.len() > PRICE_DECIMALS || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut units: i64 = whole.parse().ok()?;
+    units = units.checked_mul(crate::order::Price::SCALE)?;
+    let mut f = 0i64;
+    for (i, b) in frac.bytes().enumerate() {
+        f += i64::from(b - b'0') * 10i64.pow((PRICE_DECIMALS - 1 - i) as u32);
+    }
+    let v = units.checked_add(f)?;
+    Some(if neg { -v } else { v })
+}
+
+/// `"12"` (or `"12.000"`, or a number) as a whole quantity.
+fn parse_qty(text: &str) -> Option<u64> {
+    let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
+    if !frac.bytes().all(|b| b == b'0') {
+        return None;
+    }
+    whole.parse().ok()
+}
+
+/// A price or a quantity: a JSON string or number.
+enum Num<'a> {
+    Text(&'a str),
+    Int(i128),
+}
+
+impl<'de> de::Deserialize<'de> for Num<'de> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Num<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a decimal string or a whole number")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Num<'de>, E> {
+                Ok(Num::Text(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Num<'de>, E> {
+                Ok(Num::Int(i128::from(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Num<'de>, E> {
+                Ok(Num::Int(i128::from(v)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Num<'_> {
+    fn price(&self) -> Option<i64> {
+        match *self {
+            Num::Text(t) => parse_price(t),
+            Num::Int(i) => i64::try_from(i)
+                .ok()?
+                .checked_mul(crate::order::Price::SCALE),
+        }
+    }
+
+    fn qty(&self) -> Option<u64> {
+        match *self {
+            Num::Text(t) => parse_qty(t),
+            Num::Int(i) => u64::try_from(i).ok(),
+        }
+    }
+}
+
+/// Reads a REST depth answer into the level buffers; `Some(update id)` when it has one.
+struct DepthSeed<'b> {
+    bids: &'b mut Vec<(i64, u64)>,
+    asks: &'b mut Vec<(i64, u64)>,
+}
+
+impl<'de> DeserializeSeed<'de> for DepthSeed<'_> {
+    type Value = Option<u64>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<u64>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DepthSeed<'_> {
+    type Value = Option<u64>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a depth object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<u64>, A::Error> {
+        self.bids.clear();
+        self.asks.clear();
+        let mut id = None;
+        while let Some(key) = map.next_key::<&'de str>()? {
+            match key {
+                "lastUpdateId" => id = Some(map.next_value::<u64>()?),
+                "bids" => map.next_value_seed(TextLevelsSeed(&mut *self.bids))?,
+                "asks" => map.next_value_seed(TextLevelsSeed(&mut *self.asks))?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(id)
+    }
+}
+
+/// `[["price", "qty"], ...]` into a buffer, keeping no more than its capacity (one level
+/// more than a book holds is enough to refuse the snapshot as an overflow).
+struct TextLevelsSeed<'b>(&'b mut Vec<(i64, u64)>);
+
+impl<'de> DeserializeSeed<'de> for TextLevelsSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TextLevelsSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of [price, qty] levels")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some((p, q)) = seq.next_element::<(Num<'de>, Num<'de>)>()? {
+            let (Some(price), Some(qty)) = (p.price(), q.qty()) else {
+                return Err(de::Error::custom("a level that is not [price, quantity]"));
+            };
+            if self.0.len() < self.0.capacity() {
+                self.0.push((price, qty));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The feed handler. See the module docs.
 #[derive(Debug)]
 pub struct FeedHandler {
@@ -362,6 +565,19 @@ pub struct FeedHandler {
     bids: Vec<(i64, u64)>,
     asks: Vec<(i64, u64)>,
     stats: FeedStats,
+    /// The REST API snapshots come from (`snapshot = "rest"`), with per symbol whether a
+    /// request is out, and the buffer its targets are written into.
+    rest: Option<RestSide>,
+}
+
+#[derive(Debug)]
+struct RestSide {
+    session: RestSession,
+    asked: Vec<bool>,
+    target: String,
+    path: String,
+    depth_limit: u32,
+    depth_weight: u32,
 }
 
 impl FeedHandler {
@@ -392,8 +608,47 @@ impl FeedHandler {
             bids: Vec::with_capacity(LEVELS_MAX + 1),
             asks: Vec::with_capacity(LEVELS_MAX + 1),
             stats: FeedStats::default(),
+            rest: None,
             config,
         }
+    }
+
+    /// A handler that takes its snapshots from a REST API (`snapshot = "rest"`; with
+    /// [`SnapshotSource::Ws`] as [`FeedHandler::new`]). Fails on a gate configuration the
+    /// limiter refuses.
+    pub fn with_snapshots(
+        config: FeedConfig,
+        now_ns: u64,
+    ) -> Result<Self, crate::http::session::RestSessionConfigError> {
+        let rest = match &config.snapshot {
+            SnapshotSource::Ws => None,
+            SnapshotSource::Rest(r) => {
+                let symbol_max = config.symbols.iter().map(String::len).max().unwrap_or(0);
+                Some(RestSide {
+                    session: RestSession::new(r.session.clone(), now_ns)?,
+                    asked: vec![false; config.symbols.len()],
+                    target: String::with_capacity(r.path.len() + symbol_max + 32),
+                    path: r.path.clone(),
+                    depth_limit: r.depth_limit,
+                    depth_weight: r.depth_weight,
+                })
+            }
+        };
+        let mut handler = Self::new(config);
+        handler.rest = rest;
+        Ok(handler)
+    }
+
+    /// The REST API's counters and its gate's figures (`snapshot = "rest"`).
+    pub fn rest_stats(&self) -> Option<(RestSessionStats, &RestGateStats)> {
+        self.rest
+            .as_ref()
+            .map(|r| (r.session.stats(), r.session.gate_stats()))
+    }
+
+    /// The gate's refill rate now, per mille (`snapshot = "rest"`).
+    pub fn rest_rate_permille(&mut self, now_ns: u64) -> Option<u64> {
+        self.rest.as_mut().map(|r| r.session.rate_permille(now_ns))
     }
 
     /// A new subscriber with room for `trade_capacity` unread trades (add them before
@@ -476,6 +731,12 @@ impl FeedHandler {
 
     /// Handles one transport event.
     pub fn on_event(&mut self, now_ns: u64, t: &mut impl Transport, event: &NetEvent) {
+        if let Some(mut rest) = self.rest.take() {
+            rest.session.on_event(now_ns, t, event, |e| {
+                self.on_rest(now_ns, &mut rest.asked, e)
+            });
+            self.rest = Some(rest);
+        }
         let Some(conn) = self.conn() else {
             return;
         };
@@ -637,7 +898,13 @@ impl FeedHandler {
             if self.config.trades {
                 self.send_request(t, conn, "subscribe", Some("trades"), i);
             }
-            self.resync_due_ns[i] = now_ns + self.config.resync_retry_ns;
+            // From the WebSocket the snapshot comes with the subscription; from REST it is
+            // asked for at the next step (the stream's deltas buffer meanwhile).
+            self.resync_due_ns[i] = if self.rest.is_some() {
+                now_ns
+            } else {
+                now_ns + self.config.resync_retry_ns
+            };
         }
     }
 
@@ -666,6 +933,10 @@ impl FeedHandler {
         };
         let symbol = sym as u16;
         let outcome = match m.kind {
+            "snapshot" if self.rest.is_some() => {
+                self.stats.ws_snapshots_ignored += 1;
+                return;
+            }
             "snapshot" => {
                 self.stats.snapshots += 1;
                 let (bids, asks) = (self.bids.iter().copied(), self.asks.iter().copied());
@@ -710,42 +981,126 @@ impl FeedHandler {
             }
             _ => return, // subscribed, ticker, ...
         };
+        if self.applied(sym, outcome, m.kind == "book") {
+            self.resync(now_ns, t, conn, sym);
+        }
+    }
+
+    /// Counts what applying a snapshot or a delta did and hands a new top to the
+    /// subscribers; whether the book was dropped and must resync.
+    fn applied(&mut self, sym: usize, outcome: Applied, delta: bool) -> bool {
         match outcome {
             Applied::Ok => {
-                if m.kind == "book" {
+                if delta {
                     self.stats.deltas += 1;
                 }
                 let top = fanout::top_of(&self.books[sym]);
                 for p in &mut self.publishers {
-                    p.book(symbol, &top);
+                    p.book(sym as u16, &top);
                 }
+                false
             }
-            Applied::Duplicate => self.stats.duplicates += 1,
-            Applied::Buffered => {}
+            Applied::Duplicate => {
+                self.stats.duplicates += 1;
+                false
+            }
+            Applied::Buffered => false,
             Applied::Gap { .. } => {
                 self.stats.gaps += 1;
-                self.resync(now_ns, t, conn, sym);
+                true
             }
             Applied::Crossed { .. } => {
                 self.stats.crossed += 1;
-                self.resync(now_ns, t, conn, sym);
+                true
             }
             Applied::Overflow => {
                 self.stats.overflows += 1;
-                self.resync(now_ns, t, conn, sym);
+                true
             }
         }
     }
 
     fn resync(&mut self, now_ns: u64, t: &mut impl Transport, conn: ConnId, sym: usize) {
-        self.stats.resyncs += 1;
-        self.send_request(t, conn, "snapshot", None, sym);
         self.resync_due_ns[sym] = now_ns + self.config.resync_retry_ns;
+        let Some(rest) = self.rest.as_mut() else {
+            self.stats.resyncs += 1;
+            self.send_request(t, conn, "snapshot", None, sym);
+            return;
+        };
+        if rest.asked[sym] {
+            // One snapshot request per symbol at a time: the one out serves this resync.
+            return;
+        }
+        self.stats.resyncs += 1;
+        self.stats.rest_requests += 1;
+        use std::fmt::Write;
+        rest.target.clear();
+        let _ = write!(
+            rest.target,
+            "{}?symbol={}&limit={}",
+            rest.path, self.config.symbols[sym], rest.depth_limit
+        );
+        let weight = Some(rest.depth_weight);
+        match rest
+            .session
+            .submit(now_ns, sym as u64, Method::Get, &rest.target, weight)
+        {
+            Ok(()) => rest.asked[sym] = true,
+            // Refused at once (table or queue full): asked again at the next retry.
+            Err(_) => self.stats.rest_failures += 1,
+        }
+    }
+
+    /// A REST snapshot's outcome: applied to the book that waits for it (its buffered deltas
+    /// above the update id follow on, or the book resyncs), or counted and asked again after
+    /// `resync_retry_ns`.
+    fn on_rest(&mut self, now_ns: u64, asked: &mut [bool], e: RestEvent<'_>) {
+        let (token, body) = match e {
+            RestEvent::Done {
+                token,
+                status: 200,
+                body,
+                ..
+            } => (token, body),
+            RestEvent::Done { token, .. } | RestEvent::Failed { token, .. } => {
+                if let Some(a) = asked.get_mut(token as usize) {
+                    *a = false;
+                }
+                self.stats.rest_failures += 1;
+                return;
+            }
+        };
+        let sym = token as usize;
+        let Some(a) = asked.get_mut(sym) else {
+            return;
+        };
+        *a = false;
+        if self.books[sym].seq().is_some() || !matches!(self.state, State::Live(_)) {
+            // In sync already (a request that crossed a resync), or no stream to follow.
+            return;
+        }
+        let Some(update_id) = parse_depth(body, &mut self.bids, &mut self.asks) else {
+            self.stats.rest_failures += 1;
+            self.stats.malformed += 1;
+            return;
+        };
+        self.stats.snapshots += 1;
+        let (bids, asks) = (self.bids.iter().copied(), self.asks.iter().copied());
+        let outcome = self.books[sym].snapshot(update_id, bids, asks);
+        if self.applied(sym, outcome, false) {
+            // Dropped again (a gap after the snapshot, a crossed book): ask again at once.
+            self.resync_due_ns[sym] = now_ns;
+        }
     }
 
     /// Timers: reconnect when due, ask again for snapshots that did not come, give up on a
     /// silent server.
     pub fn step(&mut self, now_ns: u64, t: &mut impl Transport) {
+        if let Some(mut rest) = self.rest.take() {
+            rest.session
+                .poll(now_ns, t, |e| self.on_rest(now_ns, &mut rest.asked, e));
+            self.rest = Some(rest);
+        }
         let silent = now_ns.saturating_sub(self.last_heard_ns) > self.config.silent_ns;
         match self.state {
             State::Down { retry_at_ns } if now_ns >= retry_at_ns => self.connect(now_ns, t),

@@ -1047,7 +1047,9 @@ impl<T: Transport> VenueServer<T> {
     /// duplicates), `clock-jump SECONDS` (signed, at most [`CLOCK_JUMP_MAX_S`] either way: the
     /// wall clock behind the message timestamps jumps), `saturate N MS` | `saturate off` (more
     /// than N connects, 1..=65535, in a window of MS, 1..=[`FAULT_DELAY_MAX_MS`], all fail),
-    /// `rest-limit SECOND [MINUTE]` (the REST API's weight per client and second, and per
+    /// `md-faults DROP DUP SWAP CROSS` (every n-th book delta to every market-data client
+    /// dropped, sent twice, swapped with the next, replaced by one that crosses the book; each
+    /// a u32, 0: never), `rest-limit SECOND [MINUTE]` (the REST API's weight per client and second, and per
     /// minute, each 1..=4,294,967,295), `rest-latency MS` (each REST answer waits MS,
     /// 0..=[`FAULT_DELAY_MAX_MS`], from the moment its request is read),
     /// `status`, `help` (the caller answers it with [`control_help`]).
@@ -1125,6 +1127,26 @@ impl<T: Transport> VenueServer<T> {
                 args.end()?;
                 self.exchange
                     .set_rate_limit(messages, window_ms.max(1) * MS);
+            }
+            "md-faults" => {
+                // Every n-th book delta to every client dropped, doubled, swapped with the
+                // next, replaced by a crossing copy (0: never).
+                let mut every = [0u32; 4];
+                for (n, name) in every.iter_mut().zip(["drop", "duplicate", "swap", "cross"]) {
+                    *n = args.num(name, 0, u64::from(u32::MAX))? as u32;
+                }
+                args.end()?;
+                let Some(md) = self.md.as_mut() else {
+                    return Err(
+                        "md-faults: no market data (the venue runs with --no-market-data)".into(),
+                    );
+                };
+                md.set_faults(super::md_server::MdFaults {
+                    drop_every: every[0],
+                    duplicate_every: every[1],
+                    swap_every: every[2],
+                    cross_every: every[3],
+                });
             }
             "rest-limit" | "rest-latency" => {
                 let Some(rest) = self.rest.as_mut() else {
@@ -1304,7 +1326,11 @@ impl<T: Transport> VenueServer<T> {
 /// Every control command: its syntax and what it does, as `help` answers them (one line each,
 /// then `ok help`). A command added to [`VenueServer::apply_control`] gets its line here (the
 /// test `control_help_lists_every_command` sends each one).
-pub const CONTROL_COMMANDS: [(&str, &str); 29] = [
+pub const CONTROL_COMMANDS: [(&str, &str); 30] = [
+    (
+        "md-faults DROP DUP SWAP CROSS",
+        "market data: every n-th book delta dropped, doubled, swapped, crossed (0: never)",
+    ),
     (
         "rate-limit N [WINDOW_MS]",
         "each account: N order messages per window (0: none), then throttle rejects",
