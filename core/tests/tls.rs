@@ -18,8 +18,8 @@ use keel::http::client::{FailReason, HttpClient, HttpClientConfig, Outcome};
 use keel::http::{Method, Request};
 use keel::net::tls::{client_config, server_config, server_name, TlsError};
 use keel::net::{
-    CloseReason, ConnId, EpollReactor, NetError, NetEvent, Reactor, ReactorConfig,
-    SocketTransport, Tls, TlsConfig, Transport,
+    CloseReason, ConnId, EpollReactor, NetError, NetEvent, Reactor, ReactorConfig, SocketTransport,
+    Tls, TlsConfig, Transport,
 };
 use rustls::CertificateError;
 
@@ -171,12 +171,22 @@ impl<T: Transport> Pair<T> {
 
 /// Bytes `from` sends to `to` (a pattern of `len` bytes), sent as room allows and read as they
 /// come; the received bytes must equal the pattern.
-fn transfer<T: Transport>(pair: &mut Pair<T>, server_to_client: bool, from: ConnId, to: ConnId, len: usize) {
+fn transfer<T: Transport>(
+    pair: &mut Pair<T>,
+    server_to_client: bool,
+    from: ConnId,
+    to: ConnId,
+    len: usize,
+) {
     let pattern: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
     let (mut sent, mut got) = (0, Vec::with_capacity(len));
     let deadline = Instant::now() + Duration::from_secs(15);
     while got.len() < len {
-        assert!(Instant::now() < deadline, "transfer stalled at {} of {len}", got.len());
+        assert!(
+            Instant::now() < deadline,
+            "transfer stalled at {} of {len}",
+            got.len()
+        );
         let (tx, rx) = if server_to_client {
             (&mut pair.server, &mut pair.client)
         } else {
@@ -229,7 +239,9 @@ fn keel_to_keel<T: SocketTransport>() {
     // A few bytes each way: the server finds which accepted connection is `a` by its bytes.
     p.client.send(a, b"hello from a").unwrap();
     p.until("server reads a's bytes", |p| {
-        accepted.iter().any(|&c| p.server.received(c) == b"hello from a")
+        accepted
+            .iter()
+            .any(|&c| p.server.received(c) == b"hello from a")
     });
     let sa = *accepted
         .iter()
@@ -238,7 +250,9 @@ fn keel_to_keel<T: SocketTransport>() {
     let sb = *accepted.iter().find(|&&c| c != sa).unwrap();
     p.server.consume(sa, 12);
     p.server.send(sa, b"hello back").unwrap();
-    p.until("client reads the answer", |p| p.client.received(a) == b"hello back");
+    p.until("client reads the answer", |p| {
+        p.client.received(a) == b"hello back"
+    });
     p.client.consume(a, 10);
 
     transfer(&mut p, false, a, sa, 2 << 20);
@@ -264,7 +278,10 @@ fn keel_to_keel<T: SocketTransport>() {
     assert_eq!((s.server_handshakes, s.handshake_failures), (2, 0), "{s:?}");
     assert_eq!((c.client_handshakes, c.handshake_failures), (2, 0), "{c:?}");
     assert!(s.plaintext_bytes_in >= 2 << 20 && c.plaintext_bytes_in >= 2 << 20);
-    assert!(s.backpressure_stalls + c.backpressure_stalls > 0, "{s:?} {c:?}");
+    assert!(
+        s.backpressure_stalls + c.backpressure_stalls > 0,
+        "{s:?} {c:?}"
+    );
 }
 
 #[test]
@@ -279,11 +296,18 @@ fn keel_client_and_server_over_io_uring() {
 
 /// The client's handshake against a server presenting `cert` fails with `ConnectFailed
 /// { EPROTO }`; returns the kept error and the server's counters.
-fn refused<T: SocketTransport>(certs: &Certs, cert: &str, name: &str) -> (TlsError, keel::net::TlsStats) {
+fn refused<T: SocketTransport>(
+    certs: &Certs,
+    cert: &str,
+    name: &str,
+) -> (TlsError, keel::net::TlsStats) {
     let (server, addr) = tls_server::<T>(certs, cert).unwrap();
     let client = tls_client::<T>(certs).unwrap();
     let mut p = Pair::new(server, client);
-    let conn = p.client.connect_tls(addr, server_name(name).unwrap()).unwrap();
+    let conn = p
+        .client
+        .connect_tls(addr, server_name(name).unwrap())
+        .unwrap();
     p.until("connect failed", |p| {
         p.client_events
             .iter()
@@ -293,12 +317,28 @@ fn refused<T: SocketTransport>(certs: &Certs, cert: &str, name: &str) -> (TlsErr
         conn,
         errno: libc::EPROTO
     }));
-    assert!(!p.client_events.iter().any(|e| matches!(e, NetEvent::Connected { .. })));
-    p.until("server counts the failure", |p| p.server.stats().handshake_failures == 1);
-    assert!(p.accepted().is_empty(), "a failed handshake reached the server's owner");
+    assert!(!p
+        .client_events
+        .iter()
+        .any(|e| matches!(e, NetEvent::Connected { .. })));
+    p.until("server counts the failure", |p| {
+        p.server.stats().handshake_failures == 1
+    });
+    assert!(
+        p.accepted().is_empty(),
+        "a failed handshake reached the server's owner"
+    );
     let c = p.client.stats();
-    assert_eq!((c.handshake_failures, c.certificate_errors), (1, 1), "{c:?}");
-    let error = p.client.last_error(conn).expect("the error is kept").clone();
+    assert_eq!(
+        (c.handshake_failures, c.certificate_errors),
+        (1, 1),
+        "{c:?}"
+    );
+    let error = p
+        .client
+        .last_error(conn)
+        .expect("the error is kept")
+        .clone();
     eprintln!("{cert}: {error}");
     (error, p.server.stats())
 }
@@ -310,7 +350,12 @@ fn bad_certificates_are_refused_with_a_clear_error() {
     let Some(certs) = certs() else { return };
     let (e, s) = refused::<EpollReactor>(&certs, "other", "localhost");
     assert!(
-        matches!(e, TlsError::Rustls(rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer))),
+        matches!(
+            e,
+            TlsError::Rustls(rustls::Error::InvalidCertificate(
+                CertificateError::UnknownIssuer
+            ))
+        ),
         "{e:?}"
     );
     assert_eq!(s.alerts_received, 1, "{s:?}");
@@ -348,7 +393,10 @@ fn bad_certificates_are_refused_with_a_clear_error() {
         },
     );
     let mut p = Pair::new(server, public);
-    let conn = p.client.connect_tls(addr, server_name("localhost").unwrap()).unwrap();
+    let conn = p
+        .client
+        .connect_tls(addr, server_name("localhost").unwrap())
+        .unwrap();
     p.until("refused", |p| {
         p.client_has(NetEvent::ConnectFailed {
             conn,
@@ -364,7 +412,10 @@ fn until_closed<T: Transport>(pair: &mut Pair<T>, stream: &mut TcpStream) {
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut buf = [0u8; 4096];
     loop {
-        assert!(Instant::now() < deadline, "the server never closed the connection");
+        assert!(
+            Instant::now() < deadline,
+            "the server never closed the connection"
+        );
         match stream.read(&mut buf) {
             Ok(0) => return,
             Ok(_) => {}
@@ -398,7 +449,10 @@ fn not_tls_is_closed_counted_and_the_server_carries_on() {
     assert!(p.accepted().is_empty());
     assert!(p.server.latest_error().is_some());
 
-    let conn = p.client.connect_tls(addr, server_name("localhost").unwrap()).unwrap();
+    let conn = p
+        .client
+        .connect_tls(addr, server_name("localhost").unwrap())
+        .unwrap();
     p.until("a good client is accepted", |p| {
         p.client_has(NetEvent::Connected { conn }) && p.accepted().len() == 1
     });
@@ -419,8 +473,15 @@ fn https_peer(certs: &Certs) -> (Proc, SocketAddr) {
         .read_line(&mut line)
         .unwrap();
     let words: Vec<&str> = line.split_whitespace().collect();
-    assert_eq!(words.first(), Some(&"https"), "peer said {line:?} (is aiohttp installed?)");
-    (Proc(child), format!("127.0.0.1:{}", words[1]).parse().unwrap())
+    assert_eq!(
+        words.first(),
+        Some(&"https"),
+        "peer said {line:?} (is aiohttp installed?)"
+    );
+    (
+        Proc(child),
+        format!("127.0.0.1:{}", words[1]).parse().unwrap(),
+    )
 }
 
 fn outcome<T: Transport>(client: &mut HttpClient, t: &mut Tls<T>, clock: &TscClock) -> Outcome {
@@ -449,7 +510,8 @@ fn keel_https_client_against_aiohttp() {
     let (_peer, addr) = https_peer(&certs);
     let clock = TscClock::new();
     let mut t = tls_client::<EpollReactor>(&certs).unwrap();
-    t.add_destination(addr, server_name("localhost").unwrap()).unwrap();
+    t.add_destination(addr, server_name("localhost").unwrap())
+        .unwrap();
     let mut config = HttpClientConfig::new(addr);
     config.host = format!("localhost:{}", addr.port());
     config.timeout_ns = 10_000_000_000;
@@ -463,7 +525,10 @@ fn keel_https_client_against_aiohttp() {
     };
     for _ in 0..2 {
         client.send(&mut t, clock.now_ns(), &get).unwrap();
-        assert_eq!(outcome(&mut client, &mut t, &clock), Outcome::Response { status: 200 });
+        assert_eq!(
+            outcome(&mut client, &mut t, &clock),
+            Outcome::Response { status: 200 }
+        );
         let body: serde_json::Value = serde_json::from_slice(client.body()).unwrap();
         assert_eq!(body["hello"], "keel");
         assert_eq!(body["tls"], true);
@@ -480,7 +545,10 @@ fn keel_https_client_against_aiohttp() {
         body: &body,
     };
     client.send(&mut t, clock.now_ns(), &post).unwrap();
-    assert_eq!(outcome(&mut client, &mut t, &clock), Outcome::Response { status: 200 });
+    assert_eq!(
+        outcome(&mut client, &mut t, &clock),
+        Outcome::Response { status: 200 }
+    );
     assert_eq!(client.body(), &body[..]);
 
     // The default (public) roots: the test CA is unknown, the request fails to connect.
@@ -491,7 +559,9 @@ fn keel_https_client_against_aiohttp() {
             ..TlsConfig::default()
         },
     );
-    public.add_destination(addr, server_name("localhost").unwrap()).unwrap();
+    public
+        .add_destination(addr, server_name("localhost").unwrap())
+        .unwrap();
     let mut client = HttpClient::new(config);
     client.send(&mut public, clock.now_ns(), &get).unwrap();
     match outcome(&mut client, &mut public, &clock) {
@@ -524,7 +594,10 @@ fn control(addr: &str, command: &str) -> String {
 
 /// The number after `key=` in the part of `line` after `part`.
 fn counter(line: &str, part: &str, key: &str) -> u64 {
-    let rest = line.split(part).nth(1).unwrap_or_else(|| panic!("{part} in {line}"));
+    let rest = line
+        .split(part)
+        .nth(1)
+        .unwrap_or_else(|| panic!("{part} in {line}"));
     let word = rest
         .split_whitespace()
         .find_map(|w| w.strip_prefix(&format!("{key}=")))
@@ -582,7 +655,11 @@ fn venue_serves_https_and_wss() {
     {
         Ok(out) => {
             let body = String::from_utf8_lossy(&out.stdout);
-            assert!(out.status.success(), "curl: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "curl: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             assert!(body.contains("lastUpdateId"), "{body}");
         }
         Err(e) => eprintln!("curl not run: {e}"),

@@ -306,7 +306,11 @@ fn serve<T: SocketTransport>(mut server: VenueServer<T>, args: &VenueArgs) -> Ex
         })
     );
     if let Some((addr, _)) = server.rest() {
-        let scheme = if server.rest_is_tls() { "https" } else { "http" };
+        let scheme = if server.rest_is_tls() {
+            "https"
+        } else {
+            "http"
+        };
         crate::say_line!("keel venue: REST API on {scheme}://{addr}");
     }
     // Scripts and tests read the addresses from a pipe: say it now, not at exit.

@@ -151,7 +151,9 @@ impl TlsError {
     pub fn is_certificate(&self) -> bool {
         matches!(
             self,
-            TlsError::Rustls(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
+            TlsError::Rustls(
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            )
         )
     }
 }
@@ -233,7 +235,10 @@ fn pem_error(what: &'static str, path: &Path, reason: impl ToString) -> TlsSetup
 }
 
 /// Reads every certificate of a PEM file.
-fn certificates(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
+fn certificates(
+    what: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
     let certs = CertificateDer::pem_file_iter(path)
         .map_err(|e| pem_error(what, path, e))?
         .collect::<Result<Vec<_>, _>>()
@@ -470,7 +475,11 @@ impl<T: Transport> Tls<T> {
 
     /// The error a TLS connection failed with, among the last [`ERRORS_KEPT`].
     pub fn last_error(&self, conn: ConnId) -> Option<&TlsError> {
-        self.errors.iter().rev().find(|(c, _)| *c == conn).map(|(_, e)| e)
+        self.errors
+            .iter()
+            .rev()
+            .find(|(c, _)| *c == conn)
+            .map(|(_, e)| e)
     }
 
     /// The most recent TLS error of any connection.
@@ -510,7 +519,11 @@ impl<T: Transport> Tls<T> {
     fn on_inner(&mut self, event: NetEvent, events: &mut Vec<NetEvent>) {
         match event {
             NetEvent::Accepted { listener, conn } if self.listeners.contains(&listener) => {
-                let server = self.config.server.clone().expect("TLS listener without config");
+                let server = self
+                    .config
+                    .server
+                    .clone()
+                    .expect("TLS listener without config");
                 match ServerConnection::new(server) {
                     Ok(tls) => {
                         let tls = rustls::Connection::Server(tls);
@@ -574,7 +587,9 @@ impl<T: Transport> Tls<T> {
             (State::Open, _) => events.push(NetEvent::Closed { conn, reason }),
             (State::Closing, _) => match c.ending {
                 Ending::Report(r) => events.push(NetEvent::Closed { conn, reason: r }),
-                Ending::ConnectFailed(errno) => events.push(NetEvent::ConnectFailed { conn, errno }),
+                Ending::ConnectFailed(errno) => {
+                    events.push(NetEvent::ConnectFailed { conn, errno })
+                }
                 Ending::Silent => {}
             },
             // An inner close reported twice cannot happen (its id is then stale); ignore it.
@@ -899,10 +914,13 @@ impl<T: Transport> Transport for Tls<T> {
                 free: u32::try_from(free).unwrap_or(u32::MAX),
             });
         }
-        c.tls.writer().write_all(bytes).map_err(|source| NetError::Io {
-            call: "TLS write",
-            source,
-        })?;
+        c.tls
+            .writer()
+            .write_all(bytes)
+            .map_err(|source| NetError::Io {
+                call: "TLS write",
+                source,
+            })?;
         self.stats.plaintext_bytes_out += bytes.len() as u64;
         self.write_out(conn);
         Ok(())

@@ -1275,7 +1275,11 @@ impl<T: Transport> VenueServer<T> {
             "tls" => {
                 args.end()?;
                 let md = self.md.as_ref().map(|m| m.tls_stats()).unwrap_or_default();
-                return Ok(format!("rest {}; md {}", tls_line(&self.tls_stats()), tls_line(&md)));
+                return Ok(format!(
+                    "rest {}; md {}",
+                    tls_line(&self.tls_stats()),
+                    tls_line(&md)
+                ));
             }
             "stats" => {
                 args.end()?;

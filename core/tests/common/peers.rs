@@ -69,12 +69,7 @@ pub fn venue(extra: &[&str]) -> Venue {
     let rest = extra.contains(&"--rest-listen").then(|| {
         let mut second = String::new();
         out.read_line(&mut second).expect("the venue's REST line");
-        second
-            .rsplit("://")
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_string()
+        second.rsplit("://").next().unwrap_or("").trim().to_string()
     });
     let words: Vec<&str> = line.split_whitespace().collect();
     Venue {
