@@ -676,3 +676,35 @@ fn venue_serves_https_and_wss() {
     // order-entry port accepts a plain TCP connection (SoupBinTCP is not TLS).
     TcpStream::connect(&v.entry).unwrap();
 }
+
+/// Goal: a client that connects to a TLS listener and never says anything is closed once
+/// `handshake_timeout_ns` passes, counted, never accepted.
+#[test]
+fn a_silent_client_is_timed_out_of_the_handshake() {
+    let Some(certs) = certs() else { return };
+    let server = server_config(&certs.file("server.pem"), &certs.file("server.key")).unwrap();
+    let mut t = Tls::new(
+        open::<EpollReactor>().unwrap(),
+        TlsConfig {
+            server: Some(server),
+            handshake_timeout_ns: 200_000_000,
+            ..TlsConfig::default()
+        },
+    );
+    let (_, addr) = t.listen_tls("127.0.0.1:0".parse().unwrap()).unwrap();
+    let client = tls_client::<EpollReactor>(&certs).unwrap();
+    let mut p = Pair::new(t, client);
+    let mut silent = TcpStream::connect(addr).unwrap();
+    until_closed(&mut p, &mut silent);
+    let s = p.server.stats();
+    assert_eq!(
+        (s.handshake_timeouts, s.handshake_failures),
+        (1, 1),
+        "{s:?}"
+    );
+    assert!(p.accepted().is_empty());
+    assert_eq!(
+        p.server.latest_error().unwrap().1,
+        TlsError::HandshakeTimeout
+    );
+}
