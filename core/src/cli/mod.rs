@@ -69,7 +69,7 @@ enum Command {
     ///
     /// docs/operations.md ("The simulated venue at its edges") has every range.
     #[command(verbatim_doc_comment)]
-    Venue(venue::VenueArgs),
+    Venue(Box<venue::VenueArgs>),
     /// The main job: the simulated venue on loopback, the engine and a synthetic strategy in
     /// one loop, through calm trading, a cancel storm (100× the calm rate, 97% cancels), a
     /// venue disconnect, reconnection and reconciliation, and calm again. Prints live
@@ -157,7 +157,7 @@ where
         restore_sigpipe();
     }
     match cli.command {
-        Command::Venue(args) => venue::run(args),
+        Command::Venue(args) => venue::run(*args),
         Command::Run(args) => run::run(args),
         Command::Ctl(args) => ctl::run(args),
         Command::Stat(args) => stat::run(args),

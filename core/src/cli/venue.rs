@@ -159,6 +159,14 @@ pub struct VenueArgs {
     /// Seconds between pings to market-data clients (silent for 3 intervals: closed, 4002).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     md_ping_s: u64,
+    /// Serve market data (`wss://`) and the REST API (`https://`) over TLS with this
+    /// certificate chain (PEM, the leaf first); needs --tls-key. Order entry and the control
+    /// port stay plaintext (docs/tls.md).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
 /// Runs the venue until the duration elapses (or forever).
@@ -181,6 +189,16 @@ pub fn run(args: VenueArgs) -> ExitCode {
     }
     let mut session = [b' '; 10];
     session[..args.session.len()].copy_from_slice(args.session.as_bytes());
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => match crate::net::tls::server_config(cert, key) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                crate::warn_line!("keel venue: --tls-cert/--tls-key: {e}");
+                return ExitCode::from(64);
+            }
+        },
+        _ => None,
+    };
     let config = VenueConfig {
         listen: args.listen,
         control: Some(args.control),
@@ -226,6 +244,7 @@ pub fn run(args: VenueArgs) -> ExitCode {
             conns_max: args.md_connections,
             queue_max: args.md_queue as usize,
             ping_interval_ns: args.md_ping_s * 1_000_000_000,
+            tls: tls.clone(),
             ..crate::venue::md_server::MdConfig::default()
         }),
         rest: args
@@ -240,6 +259,7 @@ pub fn run(args: VenueArgs) -> ExitCode {
                 },
                 conns_max: 256,
             }),
+        tls,
         ..VenueConfig::default()
     };
     // The fallback rule (TransportKind::fallback): io_uring that cannot be set up at all means
@@ -280,12 +300,18 @@ fn serve<T: SocketTransport>(mut server: VenueServer<T>, args: &VenueArgs) -> Ex
         server.control_addr().map_or("-".into(), |a| a.to_string()),
         args.symbols.join(","),
         T::KIND,
-        server
-            .market_data_addr()
-            .map_or("-".into(), |a| format!("ws://{a}/md"))
+        server.market_data().map_or("-".into(), |md| {
+            let scheme = if md.is_tls() { "wss" } else { "ws" };
+            format!("{scheme}://{}/md", md.local_addr())
+        })
     );
     if let Some((addr, _)) = server.rest() {
-        crate::say_line!("keel venue: REST API on http://{addr}");
+        let scheme = if server.rest_is_tls() {
+            "https"
+        } else {
+            "http"
+        };
+        crate::say_line!("keel venue: REST API on {scheme}://{addr}");
     }
     // Scripts and tests read the addresses from a pipe: say it now, not at exit.
     let _ = std::io::Write::flush(&mut std::io::stdout());

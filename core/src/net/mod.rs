@@ -13,12 +13,14 @@
 //! io_uring is asked for and cannot be set up ([`NetError::Unavailable`]), the rule of
 //! [`TransportKind::fallback`] moves the process to epoll with a warning (docs/operations.md,
 //! "Transports"). The third transport, `sim` (feature `simulator`), is an in-memory network
-//! for deterministic tests.
+//! for deterministic tests. [`Tls`] (`tls`) wraps any of them and is a transport itself: TLS
+//! for market data and REST, never for order entry.
 
 pub mod epoll;
 #[cfg(feature = "simulator")]
 pub mod sim;
 pub mod socket;
+pub mod tls;
 pub mod uring;
 
 use std::net::SocketAddr;
@@ -376,6 +378,7 @@ impl FromStr for TransportKind {
 
 pub use epoll::EpollReactor;
 pub use socket::{ReactorConfig, WaitMode, CONNS_MAX};
+pub use tls::{Tls, TlsConfig, TlsError, TlsStats};
 pub use uring::Reactor;
 
 #[cfg(test)]

@@ -37,8 +37,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
 use crate::net::{
-    ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, SocketTransport, Transport,
-    WaitMode,
+    ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, SocketTransport, Tls,
+    TlsConfig, TlsStats, Transport, WaitMode,
 };
 use crate::proto::md::{self as msg, BookSide, Channel, Request};
 use crate::proto::ws::{self, close_code, Decoder, Opcode, Role, WsMessage};
@@ -90,6 +90,9 @@ pub struct MdConfig {
     /// Benchmark baseline only: serialize each trade once per subscriber instead of once
     /// (what a server without a shared log does). Off in production.
     pub serialize_per_connection: bool,
+    /// Serve `wss://` with this certificate (`keel venue --tls-cert/--tls-key`); `None`:
+    /// plaintext `ws://`.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 impl Default for MdConfig {
@@ -115,6 +118,7 @@ impl Default for MdConfig {
             log_events: 1 << 18,
             wait: WaitMode::Blocking,
             serialize_per_connection: false,
+            tls: None,
         }
     }
 }
@@ -357,7 +361,9 @@ impl Conn {
 #[derive(Debug)]
 pub struct MdServer<T: Transport = Reactor> {
     config: MdConfig,
-    reactor: T,
+    /// The transport, under a TLS layer that is empty (every call passes through) unless
+    /// `tls` is set.
+    reactor: Tls<T>,
     listener: ListenerId,
     local: SocketAddr,
     conns: Vec<Option<Conn>>,
@@ -396,7 +402,7 @@ impl MdServer {
 impl<T: SocketTransport> MdServer<T> {
     /// Binds and allocates every buffer, on the socket transport `T`.
     pub fn open(config: MdConfig) -> Result<Self, NetError> {
-        let mut reactor = T::open(ReactorConfig {
+        let inner = T::open(ReactorConfig {
             conns_max: config.conns_max,
             send_buffer_bytes: config.send_buffer_bytes,
             recv_buffer_bytes: config.recv_buffer_bytes,
@@ -410,7 +416,20 @@ impl<T: SocketTransport> MdServer<T> {
             socket_send_buffer: Some(config.socket_send_buffer_bytes),
             ..ReactorConfig::default()
         })?;
-        let (listener, local) = reactor.listen(config.listen)?;
+        let mut reactor = Tls::new(
+            inner,
+            TlsConfig {
+                client: None,
+                server: config.tls.clone(),
+                plaintext_buffer_bytes: config.recv_buffer_bytes,
+                send_buffer_bytes: config.send_buffer_bytes,
+                handshake_timeout_ns: config.handshake_timeout_ns,
+            },
+        );
+        let (listener, local) = match config.tls {
+            Some(_) => reactor.listen_tls(config.listen)?,
+            None => reactor.listen(config.listen)?,
+        };
         let symbols = config
             .symbols
             .iter()
@@ -457,6 +476,16 @@ impl<T: Transport> MdServer<T> {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// Whether the listener serves TLS (`wss://`).
+    pub fn is_tls(&self) -> bool {
+        self.reactor.is_tls_listener(self.listener)
+    }
+
+    /// The TLS layer's counters (all zero without TLS).
+    pub fn tls_stats(&self) -> TlsStats {
+        self.reactor.stats()
     }
 
     /// Changes the injected faults (all zero: a clean feed).

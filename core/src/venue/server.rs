@@ -23,8 +23,8 @@ use std::net::SocketAddr;
 use super::exchange::{Exchange, ExchangeConfig, Lie};
 use super::flow::{Flow, FlowConfig, EVENTS_PER_SEC_MAX};
 use crate::net::{
-    ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, SocketTransport, Transport,
-    WaitMode,
+    ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, SocketTransport, Tls,
+    TlsConfig, TlsStats, Transport, WaitMode,
 };
 use crate::proto::ouch::decode_inbound;
 use crate::proto::soupbin::{
@@ -129,6 +129,10 @@ pub struct VenueConfig {
     pub market_data: Option<super::md_server::MdConfig>,
     /// The REST API (`--rest-listen`), if served (docs/rest.md).
     pub rest: Option<super::rest::RestConfig>,
+    /// Serve the REST API over TLS (`https://`) with this certificate (`--tls-cert`,
+    /// `--tls-key`; the market-data server takes it in its own config). Order entry and the
+    /// control port stay plaintext.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 impl Default for VenueConfig {
@@ -150,6 +154,7 @@ impl Default for VenueConfig {
             spin_reads: false,
             market_data: None,
             rest: None,
+            tls: None,
         }
     }
 }
@@ -243,7 +248,9 @@ struct Delayed {
 /// on any [`Transport`] (the simulated network in deterministic tests).
 #[derive(Debug)]
 pub struct VenueServer<T: Transport = Reactor> {
-    reactor: T,
+    /// The transport, under a TLS layer that is empty (every call passes through) unless the
+    /// REST API is served over TLS.
+    reactor: Tls<T>,
     exchange: Exchange,
     flow: Flow,
     config: VenueConfig,
@@ -292,7 +299,7 @@ impl<T: SocketTransport> VenueServer<T> {
     /// market-data server too).
     pub fn open(config: VenueConfig) -> Result<Self, NetError> {
         // Both pools, plus room for connections accepted only to be refused at once.
-        let mut reactor = T::open(ReactorConfig {
+        let inner = T::open(ReactorConfig {
             conns_max: config
                 .sessions_max
                 .saturating_add(config.controls_max)
@@ -304,6 +311,13 @@ impl<T: SocketTransport> VenueServer<T> {
             spin_reads: config.spin_reads,
             ..ReactorConfig::default()
         })?;
+        let mut reactor = Tls::new(
+            inner,
+            TlsConfig {
+                server: config.tls.clone(),
+                ..TlsConfig::default()
+            },
+        );
         let (order_entry, local) = reactor.listen(config.listen)?;
         let (control, control_local) = match config.control {
             Some(addr) => reactor.listen(addr).map(|(id, a)| (Some(id), Some(a)))?,
@@ -320,12 +334,15 @@ impl<T: SocketTransport> VenueServer<T> {
         };
         let rest = match config.rest {
             Some(r) => {
-                let (listener, local) = reactor.listen(r.listen)?;
+                let (listener, local) = match config.tls {
+                    Some(_) => reactor.listen_tls(r.listen)?,
+                    None => reactor.listen(r.listen)?,
+                };
                 Some(super::rest::RestEndpoint::new(listener, local, r))
             }
             None => None,
         };
-        let mut server = VenueServer::with_transport(config, reactor, local);
+        let mut server = VenueServer::with_tls(config, reactor, local);
         server.md = md;
         server.rest = rest;
         server.order_entry = order_entry;
@@ -338,6 +355,10 @@ impl<T: SocketTransport> VenueServer<T> {
 impl<T: Transport> VenueServer<T> {
     /// A venue on an existing transport (already listening at `local` as listener 0).
     pub fn with_transport(config: VenueConfig, transport: T, local: SocketAddr) -> Self {
+        Self::with_tls(config, Tls::plain(transport), local)
+    }
+
+    fn with_tls(config: VenueConfig, transport: Tls<T>, local: SocketAddr) -> Self {
         let exchange = Exchange::new(config.exchange.clone());
         let flow = Flow::new(config.flow, exchange.symbol_count());
         Self {
@@ -440,6 +461,18 @@ impl<T: Transport> VenueServer<T> {
             rest_body(path, query, names, md, reference)
         });
         self.rest = Some(rest);
+    }
+
+    /// The TLS layer's counters (REST; all zero without TLS).
+    pub fn tls_stats(&self) -> TlsStats {
+        self.reactor.stats()
+    }
+
+    /// Whether the REST API is served over TLS.
+    pub fn rest_is_tls(&self) -> bool {
+        self.rest
+            .as_ref()
+            .is_some_and(|r| self.reactor.is_tls_listener(r.listener))
     }
 
     /// The REST API's address and counters, if served.
@@ -1286,6 +1319,15 @@ impl<T: Transport> VenueServer<T> {
                     .trim_end()
                     .to_string());
             }
+            "tls" => {
+                args.end()?;
+                let md = self.md.as_ref().map(|m| m.tls_stats()).unwrap_or_default();
+                return Ok(format!(
+                    "rest {}; md {}",
+                    tls_line(&self.tls_stats()),
+                    tls_line(&md)
+                ));
+            }
             "stats" => {
                 args.end()?;
                 let s = self.exchange.stats();
@@ -1326,7 +1368,7 @@ impl<T: Transport> VenueServer<T> {
 /// Every control command: its syntax and what it does, as `help` answers them (one line each,
 /// then `ok help`). A command added to [`VenueServer::apply_control`] gets its line here (the
 /// test `control_help_lists_every_command` sends each one).
-pub const CONTROL_COMMANDS: [(&str, &str); 30] = [
+pub const CONTROL_COMMANDS: [(&str, &str); 31] = [
     (
         "md-faults DROP DUP SWAP CROSS",
         "market data: every n-th book delta dropped, doubled, swapped, crossed (0: never)",
@@ -1427,9 +1469,27 @@ pub const CONTROL_COMMANDS: [(&str, &str); 30] = [
         "stats",
         "the exchange's counters (accepted=.. rejected=.. ...)",
     ),
+    (
+        "tls",
+        "the TLS counters of the REST and market-data listeners (rest handshakes=.. ...; md ...)",
+    ),
     ("status", "answer ok (liveness check)"),
     ("help", "this list, one line per command, then ok help"),
 ];
+
+/// One listener's TLS counters, as the `tls` command says them.
+fn tls_line(s: &TlsStats) -> String {
+    format!(
+        "handshakes={} handshake_failures={} alerts_received={} protocol_errors={} \
+         handshake_timeouts={} closed_in_handshake={}",
+        s.server_handshakes,
+        s.handshake_failures,
+        s.alerts_received,
+        s.protocol_errors,
+        s.handshake_timeouts,
+        s.closed_in_handshake
+    )
+}
 
 /// The answer to `help`: one line per command (syntax, then what it does), then `ok help`, the
 /// line every command's answer ends with. No listed line starts `ok ` or `error `.

@@ -65,16 +65,11 @@ pub fn venue(extra: &[&str]) -> Venue {
     let mut out = BufReader::new(child.stdout.take().expect("stdout"));
     out.read_line(&mut line).expect("the venue's first line");
     // "keel venue: order entry on A, control on B, symbols S, market data on ws://C/md", then
-    // with --rest-listen "keel venue: REST API on http://D".
+    // with --rest-listen "keel venue: REST API on http://D" (https:// with --tls-cert).
     let rest = extra.contains(&"--rest-listen").then(|| {
         let mut second = String::new();
         out.read_line(&mut second).expect("the venue's REST line");
-        second
-            .rsplit("http://")
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_string()
+        second.rsplit("://").next().unwrap_or("").trim().to_string()
     });
     let words: Vec<&str> = line.split_whitespace().collect();
     Venue {
