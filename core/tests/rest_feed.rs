@@ -16,7 +16,8 @@ use keel::clock::{Clock, TscClock};
 use keel::feed::handler::{FeedConfig, FeedHandler, RestSnapshots, SnapshotSource};
 use keel::http::gate::RestGateConfig;
 use keel::http::session::RestSessionConfig;
-use keel::net::{EpollReactor, ReactorConfig, SocketTransport, Transport};
+use keel::net::tls::{client_config, server_name};
+use keel::net::{EpollReactor, ReactorConfig, SocketTransport, Tls, TlsConfig, Transport};
 
 mod common;
 
@@ -35,8 +36,32 @@ fn control(addr: &str, line: &str) -> String {
 }
 
 /// The venue's book of `symbol` from its REST API (its own key, so the feed's budget is not
-/// touched): `(update id, bids, asks)` in keel's fixed point.
-fn venue_book(rest: SocketAddr, symbol: &str) -> (u64, Vec<(i64, u64)>, Vec<(i64, u64)>) {
+/// touched): `(update id, bids, asks)` in keel's fixed point. Over TLS, read by Python's
+/// httpx trusting the test CA.
+fn venue_book(
+    rest: SocketAddr,
+    symbol: &str,
+    tls: Option<&Certs>,
+) -> (u64, Vec<(i64, u64)>, Vec<(i64, u64)>) {
+    let body = match tls {
+        Some(certs) => https_get(certs, rest, symbol),
+        None => http_get(rest, symbol),
+    };
+    parse_book(&body)
+}
+
+fn https_get(certs: &Certs, rest: SocketAddr, symbol: &str) -> String {
+    let url = format!("https://localhost:{}/api/v3/depth?symbol={symbol}&limit=5000", rest.port());
+    let out = std::process::Command::new(&certs.python)
+        .args(["-c", "import httpx, sys; r = httpx.get(sys.argv[1], verify=sys.argv[2], headers={'X-Api-Key': 'test'}); r.raise_for_status(); print(r.text)"])
+        .args([&url, &certs.path("ca.pem")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn http_get(rest: SocketAddr, symbol: &str) -> String {
     let mut s = TcpStream::connect(rest).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let req = format!(
@@ -63,7 +88,10 @@ fn venue_book(rest: SocketAddr, symbol: &str) -> (u64, Vec<(i64, u64)>, Vec<(i64
             }
         }
     };
-    let body = body.as_str();
+    body
+}
+
+fn parse_book(body: &str) -> (u64, Vec<(i64, u64)>, Vec<(i64, u64)>) {
     let v: serde_json::Value = serde_json::from_str(body).unwrap();
     let side = |k: &str| -> Vec<(i64, u64)> {
         v[k].as_array()
@@ -137,109 +165,110 @@ fn run_until<T: Transport>(
     }
 }
 
+/// Test certificates (trustme, from PyPI: core/tests/interop/tls_certs.py).
+struct Certs {
+    dir: tempfile::TempDir,
+    python: String,
+}
+
+impl Certs {
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    fn make() -> Option<Self> {
+        let python = common::peers::python()?;
+        let dir = tempfile::tempdir().unwrap();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/tls_certs.py");
+        let out = std::process::Command::new(&python).arg(script).arg(dir.path()).output().unwrap();
+        assert!(out.stdout.starts_with(b"ok"), "{}", String::from_utf8_lossy(&out.stderr));
+        Some(Self { dir, python })
+    }
+}
+
 // Goal: the local books from REST snapshots and WebSocket deltas equal the venue's after a
 // feed that dropped, duplicated, reordered and crossed deltas; every fault was detected and
-// every resync came from a REST snapshot through the gate (no 429).
+// every resync came from a REST snapshot through the gate (no 429). Plaintext.
 #[test]
 fn rest_snapshots_and_ws_deltas_keep_the_venue_book_through_faults() {
-    let v = venue(&[
-        "--rest-listen",
-        "127.0.0.1:0",
-        "--symbols",
-        &SYMBOLS.join(","),
-        "--flow-rate",
-        "3000",
-    ]);
-    let rest: SocketAddr = v.rest.as_deref().unwrap().parse().unwrap();
-    let md: SocketAddr =
-        v.md.trim_start_matches("ws://")
-            .trim_end_matches("/md")
-            .parse()
-            .unwrap();
-    let clock = TscClock::new();
+    let v = venue(&["--rest-listen", "127.0.0.1:0", "--symbols", &SYMBOLS.join(","), "--flow-rate", "3000"]);
     let mut t = EpollReactor::open(ReactorConfig::default()).unwrap();
+    keeps_the_venue_book(&v, &mut t, None);
+}
+
+// Goal: the same on a venue that serves only TLS (`https://` snapshots, `wss://` deltas), the
+// certificates checked against the test CA.
+#[test]
+fn rest_snapshots_and_ws_deltas_keep_the_venue_book_over_tls() {
+    let Some(certs) = Certs::make() else { return };
+    let (cert, key) = (certs.path("server.pem"), certs.path("server.key"));
+    let v = venue(&[
+        "--rest-listen", "127.0.0.1:0", "--symbols", &SYMBOLS.join(","), "--flow-rate", "3000",
+        "--tls-cert", &cert, "--tls-key", &key,
+    ]);
+    assert!(v.md.starts_with("wss://"), "{}", v.md);
+    let client = client_config(Some(std::path::Path::new(&certs.path("ca.pem")))).unwrap();
+    let mut t = Tls::new(
+        EpollReactor::open(ReactorConfig::default()).unwrap(),
+        TlsConfig { client: Some(client), ..TlsConfig::default() },
+    );
+    let (md, rest) = addresses(&v);
+    t.add_destination(md, server_name("localhost").unwrap()).unwrap();
+    t.add_destination(rest, server_name("localhost").unwrap()).unwrap();
+    keeps_the_venue_book(&v, &mut t, Some(&certs));
+    let tls = t.stats();
+    assert!(tls.client_handshakes >= 2, "{tls:?}");
+    assert_eq!(tls.handshake_failures + tls.open_failures, 0, "{tls:?}");
+}
+
+/// The venue's market-data and REST addresses.
+fn addresses(v: &common::peers::Venue) -> (SocketAddr, SocketAddr) {
+    let rest: SocketAddr = v.rest.as_deref().unwrap().parse().unwrap();
+    let md = v.md.split("://").nth(1).unwrap().trim_end_matches("/md").parse().unwrap();
+    (md, rest)
+}
+
+fn keeps_the_venue_book<T: Transport>(v: &common::peers::Venue, t: &mut T, tls: Option<&Certs>) {
+    let (md, rest) = addresses(v);
+    let clock = TscClock::new();
     let mut handler = FeedHandler::with_snapshots(rest_feed(md, rest), clock.now_ns()).unwrap();
-    handler.start(clock.now_ns(), &mut t);
-    run_until(
-        &mut handler,
-        &mut t,
-        &clock,
-        Duration::from_secs(20),
-        FeedHandler::synced,
-    );
-    assert_eq!(
-        control(&v.control, "md-faults 97 89 83 101"),
-        "ok md-faults 97 89 83 101\n"
-    );
+    handler.start(clock.now_ns(), t);
+    run_until(&mut handler, t, &clock, Duration::from_secs(20), FeedHandler::synced);
+    assert_eq!(control(&v.control, "md-faults 97 89 83 101"), "ok md-faults 97 89 83 101\n");
     let faulty_until = Instant::now() + Duration::from_millis(3_000);
-    run_until(
-        &mut handler,
-        &mut t,
-        &clock,
-        Duration::from_secs(10),
-        |_| Instant::now() > faulty_until,
-    );
-    assert_eq!(
-        control(&v.control, "md-faults 0 0 0 0"),
-        "ok md-faults 0 0 0 0\n"
-    );
+    run_until(&mut handler, t, &clock, Duration::from_secs(10), |_| Instant::now() > faulty_until);
+    assert_eq!(control(&v.control, "md-faults 0 0 0 0"), "ok md-faults 0 0 0 0\n");
     // A clean stream for a while (it resyncs), then none: the books must be the venue's.
     let clean_until = Instant::now() + Duration::from_millis(1_000);
-    run_until(
-        &mut handler,
-        &mut t,
-        &clock,
-        Duration::from_secs(10),
-        |_| Instant::now() > clean_until,
-    );
+    run_until(&mut handler, t, &clock, Duration::from_secs(10), |_| Instant::now() > clean_until);
     assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
     let deadline = Instant::now() + Duration::from_secs(20);
     'symbols: for (i, symbol) in SYMBOLS.iter().enumerate() {
         loop {
             let settle = Instant::now() + Duration::from_millis(200);
-            run_until(
-                &mut handler,
-                &mut t,
-                &clock,
-                Duration::from_secs(20),
-                |_| Instant::now() > settle,
-            );
-            let (id, bids, asks) = venue_book(rest, symbol);
+            run_until(&mut handler, t, &clock, Duration::from_secs(20), |_| Instant::now() > settle);
+            let (id, bids, asks) = venue_book(rest, symbol, tls);
             let b = handler.book(i as u16);
             if b.seq() == Some(id) {
                 assert_eq!(b.bids().collect::<Vec<_>>(), bids, "{symbol}");
                 assert_eq!(b.asks().collect::<Vec<_>>(), asks, "{symbol}");
                 continue 'symbols;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{symbol}: book at {:?}, venue at {id}: {:?}",
-                b.seq(),
-                handler.stats()
-            );
+            assert!(Instant::now() < deadline, "{symbol}: book at {:?}, venue at {id}: {:?}", b.seq(), handler.stats());
         }
     }
     let stats = handler.stats();
     let (rest_stats, gate) = handler.rest_stats().unwrap();
-    eprintln!(
-        "feed from REST snapshots: {stats:?}; {rest_stats:?}; 429 {} 418 {}",
-        gate.throttled_429, gate.banned_418
-    );
+    eprintln!("feed from REST snapshots: {stats:?}; {rest_stats:?}; 429 {} 418 {}", gate.throttled_429, gate.banned_418);
     assert!(stats.gaps > 0, "{stats:?}");
     assert!(stats.duplicates > 0, "{stats:?}");
     assert!(stats.crossed > 0, "{stats:?}");
     assert!(stats.snapshots >= SYMBOLS.len() as u64, "{stats:?}");
-    assert_eq!(
-        stats.snapshots, rest_stats.done,
-        "every snapshot from REST: {stats:?} {rest_stats:?}"
-    );
+    assert_eq!(stats.snapshots, rest_stats.done, "every snapshot from REST: {stats:?} {rest_stats:?}");
     assert!(stats.rest_requests >= stats.snapshots, "{stats:?}");
     assert_eq!(stats.malformed, 0, "{stats:?}");
     assert_eq!(stats.protocol_errors, 0, "{stats:?}");
-    assert_eq!(
-        stats.disconnects, 0,
-        "resyncs never cost the stream: {stats:?}"
-    );
+    assert_eq!(stats.disconnects, 0, "resyncs never cost the stream: {stats:?}");
     assert_eq!(gate.throttled_429, 0);
     assert_eq!(gate.banned_418, 0);
 }
