@@ -607,8 +607,195 @@ fn read_feed(
             allowed: ">= backoff_base_ns >= 1",
         });
     }
+    read_feed_tls(&mut s, &mut c)?;
+    read_feed_snapshot(&mut s, &mut c)?;
     s.finish()?;
     Ok(c)
+}
+
+/// `tls`, `tls_server_name`, `tls_ca_file` of a `[[feed]]`.
+fn read_feed_tls(s: &mut Section<'_>, c: &mut crate::feed::handler::FeedConfig) -> Result<()> {
+    let mut tls = false;
+    s.bool("tls", &mut tls)?;
+    let name = s.string("tls_server_name")?;
+    let ca = s.string("tls_ca_file")?;
+    if !tls {
+        if let Some((key, value)) = name
+            .map(|v| ("tls_server_name", v))
+            .or(ca.map(|v| ("tls_ca_file", v)))
+        {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key(key),
+                value: format!("\"{value}\""),
+                allowed: "only with tls = true",
+            });
+        }
+        return Ok(());
+    }
+    let server_name = name.map_or_else(|| c.addr.ip().to_string(), str::to_string);
+    if crate::net::tls::server_name(&server_name).is_err() {
+        return Err(FileConfigError::WrongType {
+            key: s.key("tls_server_name"),
+            value: format!("\"{server_name}\""),
+            expected: "a DNS name or an IP address",
+        });
+    }
+    c.tls = Some(crate::feed::handler::FeedTls {
+        server_name,
+        ca_file: ca.map(std::path::PathBuf::from),
+    });
+    Ok(())
+}
+
+/// `snapshot` and the `rest_*` keys of a `[[feed]]`.
+fn read_feed_snapshot(s: &mut Section<'_>, c: &mut crate::feed::handler::FeedConfig) -> Result<()> {
+    use crate::feed::handler::{RestSnapshots, SnapshotSource};
+    let rest = match s.string("snapshot")? {
+        None | Some("ws") => false,
+        Some("rest") => true,
+        Some(other) => {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key("snapshot"),
+                value: format!("\"{other}\""),
+                allowed: "\"ws\" or \"rest\"",
+            })
+        }
+    };
+    const KEYS: [&str; 13] = [
+        "rest_address",
+        "rest_path",
+        "rest_depth_limit",
+        "rest_depth_weight",
+        "rest_second_weight",
+        "rest_minute_weight",
+        "rest_connections",
+        "rest_acquire_timeout_ns",
+        "rest_timeout_ns",
+        "rest_retry_attempts",
+        "rest_api_key",
+        "rest_used_weight_second_header",
+        "rest_used_weight_minute_header",
+    ];
+    if !rest {
+        if let Some(key) = KEYS.iter().find(|k| s.table.contains_key(**k)) {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key(key),
+                value: s.table[*key].to_string(),
+                allowed: "only with snapshot = \"rest\"",
+            });
+        }
+        return Ok(());
+    }
+    let text = s.required_string("rest_address")?;
+    let address = text.parse().map_err(|_| FileConfigError::WrongType {
+        key: s.key("rest_address"),
+        value: format!("\"{text}\""),
+        expected: "an IP address and port, e.g. \"127.0.0.1:15003\"",
+    })?;
+    let mut r = RestSnapshots::new(address);
+    if let Some(path) = s.string("rest_path")? {
+        if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == b'?' || b >= 0x7f) {
+            return Err(FileConfigError::WrongType {
+                key: s.key("rest_path"),
+                value: format!("\"{path}\""),
+                expected: "an absolute path without spaces, controls or a query",
+            });
+        }
+        r.path = path.to_string();
+    }
+    s.int("rest_depth_limit", &mut r.depth_limit)?;
+    s.int("rest_depth_weight", &mut r.depth_weight)?;
+    s.int("rest_second_weight", &mut r.second_weight)?;
+    s.int("rest_minute_weight", &mut r.minute_weight)?;
+    s.int("rest_connections", &mut r.connections)?;
+    s.duration("rest_acquire_timeout_ns", &mut r.acquire_timeout_ns)?;
+    s.duration("rest_timeout_ns", &mut r.timeout_ns)?;
+    s.int("rest_retry_attempts", &mut r.retry_attempts)?;
+    if let Some(key) = s.string("rest_api_key")? {
+        if key.is_empty() || key.len() > 256 || !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(FileConfigError::WrongType {
+                key: s.key("rest_api_key"),
+                value: "(not shown)".into(),
+                expected: "1 to 256 visible ASCII characters",
+            });
+        }
+        r.api_key = Some(key.to_string());
+    }
+    for (i, name) in [
+        "rest_used_weight_second_header",
+        "rest_used_weight_minute_header",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if let Some(h) = s.string(name)? {
+            if !h
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                return Err(FileConfigError::WrongType {
+                    key: s.key(name),
+                    value: format!("\"{h}\""),
+                    expected: "a header name (letters, digits, '-', '_'), or \"\" for none",
+                });
+            }
+            r.used_weight_headers[i] = h.to_string();
+        }
+    }
+    let checks: [(&str, u64, u64, u64); 8] = [
+        ("rest_depth_limit", u64::from(r.depth_limit), 1, 5_000),
+        (
+            "rest_second_weight",
+            u64::from(r.second_weight),
+            1,
+            1_000_000,
+        ),
+        (
+            "rest_minute_weight",
+            u64::from(r.minute_weight),
+            1,
+            60_000_000,
+        ),
+        (
+            "rest_depth_weight",
+            u64::from(r.depth_weight),
+            1,
+            u64::from(r.second_weight.min(r.minute_weight)),
+        ),
+        ("rest_connections", r.connections as u64, 1, 64),
+        (
+            "rest_acquire_timeout_ns",
+            r.acquire_timeout_ns,
+            1_000_000,
+            3_600_000_000_000,
+        ),
+        (
+            "rest_timeout_ns",
+            r.timeout_ns,
+            1_000_000,
+            3_600_000_000_000,
+        ),
+        ("rest_retry_attempts", u64::from(r.retry_attempts), 1, 100),
+    ];
+    for (key, value, min, max) in checks {
+        if !(min..=max).contains(&value) {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key(key),
+                value: value.to_string(),
+                allowed: match key {
+                    "rest_depth_limit" => "1..=5000",
+                    "rest_second_weight" => "1..=1000000",
+                    "rest_minute_weight" => "1..=60000000",
+                    "rest_depth_weight" => "1..=min(rest_second_weight, rest_minute_weight)",
+                    "rest_connections" => "1..=64",
+                    "rest_retry_attempts" => "1..=100",
+                    _ => "1ms..=60m",
+                },
+            });
+        }
+    }
+    c.snapshot = SnapshotSource::Rest(r);
+    Ok(())
 }
 
 fn read_loops(mut s: Section<'_>) -> Result<LoopConfig> {

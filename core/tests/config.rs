@@ -310,6 +310,57 @@ fn feed_tables_are_checked() {
     );
 }
 
+// Goal: a feed's TLS and REST-snapshot keys land where they say; each bad value, and a key
+// that only means something with another (`rest_*` without `snapshot = "rest"`, `tls_*`
+// without `tls = true`), is refused naming the key and the value.
+#[test]
+fn feed_tls_and_rest_snapshot_keys_are_checked() {
+    use keel::feed::handler::SnapshotSource;
+    let feed = "[[feed]]\naddress = \"127.0.0.1:15002\"\n";
+    let c = EngineConfig::from_toml(&format!(
+        "{MINIMAL}\n{feed}tls = true\nsnapshot = \"rest\"\nrest_address = \"127.0.0.1:15003\"\nrest_second_weight = 20"
+    ))
+    .unwrap();
+    let tls = c.feeds[0].tls.as_ref().unwrap();
+    assert_eq!(tls.server_name, "127.0.0.1", "defaults to the address");
+    assert_eq!(tls.ca_file, None);
+    let SnapshotSource::Rest(r) = &c.feeds[0].snapshot else {
+        panic!("not rest")
+    };
+    assert_eq!(r.address.to_string(), "127.0.0.1:15003");
+    assert_eq!(
+        (r.second_weight, r.minute_weight, r.depth_limit),
+        (20, 1_200, 1_000)
+    );
+    let key_of = |e: FileConfigError| match e {
+        FileConfigError::OutOfRange { key, value, .. }
+        | FileConfigError::WrongType { key, value, .. } => (key, value),
+        FileConfigError::Missing(key) => (key, String::new()),
+        other => panic!("{other:?}"),
+    };
+    for (extra, key, value) in [
+        ("snapshot = \"both\"", "snapshot", "\"both\""),
+        ("snapshot = \"rest\"", "rest_address", ""),
+        ("rest_address = \"127.0.0.1:1\"", "rest_address", "\"127.0.0.1:1\""),
+        ("snapshot = \"rest\"\nrest_address = \"somewhere\"", "rest_address", "\"somewhere\""),
+        ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_depth_limit = 0", "rest_depth_limit", "0"),
+        ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_depth_limit = 5001", "rest_depth_limit", "5001"),
+        ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_depth_weight = 51", "rest_depth_weight", "51"),
+        ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_connections = 65", "rest_connections", "65"),
+        ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_path = \"/a b\"", "rest_path", "\"/a b\""),
+        ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_path = \"/a?x=1\"", "rest_path", "\"/a?x=1\""),
+        ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_api_key = \"a\\nb\"", "rest_api_key", "(not shown)"),
+        ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_used_weight_minute_header = \"X: y\"", "rest_used_weight_minute_header", "\"X: y\""),
+        ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_timeout_ns = 5", "rest_timeout_ns", "5"),
+        ("tls_ca_file = \"/ca.pem\"", "tls_ca_file", "\"/ca.pem\""),
+        ("tls = true\ntls_server_name = \"not a name\"", "tls_server_name", "\"not a name\""),
+    ] {
+        let (k, v) = key_of(refused(&format!("{feed}{extra}")));
+        assert_eq!(k, format!("feed[0].{key}"), "{extra}");
+        assert_eq!(v, value, "{extra}");
+    }
+}
+
 // Goal: nothing that would be cut on the wire or abort at start gets past the configuration:
 // a username wider than SoupBinTCP's 6 characters (two accounts "trader01" and "trader02"
 // would log in as one), a packet limit past the receive buffer, and sizes whose start-up

@@ -158,6 +158,23 @@ backoff_cap_ns = "1m"
 resync_retry_ns = "250us"
 silent_ns = 61_000_000_000
 pending_max = 1
+tls = true
+tls_server_name = "md.venue.example"
+tls_ca_file = "/etc/keel/venue-ca.pem"
+snapshot = "rest"
+rest_address = "10.1.2.3:9443"
+rest_path = "/v1/depth"
+rest_depth_limit = 5000
+rest_depth_weight = 7
+rest_second_weight = 9
+rest_minute_weight = 99
+rest_connections = 64
+rest_acquire_timeout_ns = "1ms"
+rest_timeout_ns = "1m"
+rest_retry_attempts = 100
+rest_api_key = "k\"ey"
+rest_used_weight_second_header = ""
+rest_used_weight_minute_header = "X-Weight-Minute"
 
 [[venue]]
 name = "venue \"one\""

@@ -14,8 +14,6 @@ use std::time::{Duration, Instant};
 
 use keel::clock::{Clock, TscClock};
 use keel::feed::handler::{FeedConfig, FeedHandler, RestSnapshots, SnapshotSource};
-use keel::http::gate::RestGateConfig;
-use keel::http::session::RestSessionConfig;
 use keel::net::tls::{client_config, server_name};
 use keel::net::{EpollReactor, ReactorConfig, SocketTransport, Tls, TlsConfig, Transport};
 
@@ -51,13 +49,20 @@ fn venue_book(
 }
 
 fn https_get(certs: &Certs, rest: SocketAddr, symbol: &str) -> String {
-    let url = format!("https://localhost:{}/api/v3/depth?symbol={symbol}&limit=5000", rest.port());
+    let url = format!(
+        "https://localhost:{}/api/v3/depth?symbol={symbol}&limit=5000",
+        rest.port()
+    );
     let out = std::process::Command::new(&certs.python)
         .args(["-c", "import httpx, sys; r = httpx.get(sys.argv[1], verify=sys.argv[2], headers={'X-Api-Key': 'test'}); r.raise_for_status(); print(r.text)"])
         .args([&url, &certs.path("ca.pem")])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -113,23 +118,13 @@ fn parse_book(body: &str) -> (u64, Vec<(i64, u64)>, Vec<(i64, u64)>) {
 }
 
 fn rest_feed(md: SocketAddr, rest: SocketAddr) -> FeedConfig {
-    let mut gate = RestGateConfig::for_venue_limits(50, 1_200, 10);
-    gate.endpoints = vec![("/api/v3/depth".into(), 10)];
-    let mut session = RestSessionConfig::new(rest, gate);
-    session.connections = 2;
-    session.used_weight_headers = vec![
-        (0, "X-Used-Weight-1s".into()),
-        (1, "X-Used-Weight-1m".into()),
-    ];
     FeedConfig {
         addr: md,
         symbols: SYMBOLS.iter().map(|s| s.to_string()).collect(),
         resync_retry_ns: 200_000_000,
         snapshot: SnapshotSource::Rest(RestSnapshots {
-            session,
-            path: "/api/v3/depth".into(),
             depth_limit: 5_000,
-            depth_weight: 10,
+            ..RestSnapshots::new(rest)
         }),
         ..FeedConfig::default()
     }
@@ -180,8 +175,16 @@ impl Certs {
         let python = common::peers::python()?;
         let dir = tempfile::tempdir().unwrap();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/tls_certs.py");
-        let out = std::process::Command::new(&python).arg(script).arg(dir.path()).output().unwrap();
-        assert!(out.stdout.starts_with(b"ok"), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = std::process::Command::new(&python)
+            .arg(script)
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.stdout.starts_with(b"ok"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Some(Self { dir, python })
     }
 }
@@ -191,7 +194,14 @@ impl Certs {
 // every resync came from a REST snapshot through the gate (no 429). Plaintext.
 #[test]
 fn rest_snapshots_and_ws_deltas_keep_the_venue_book_through_faults() {
-    let v = venue(&["--rest-listen", "127.0.0.1:0", "--symbols", &SYMBOLS.join(","), "--flow-rate", "3000"]);
+    let v = venue(&[
+        "--rest-listen",
+        "127.0.0.1:0",
+        "--symbols",
+        &SYMBOLS.join(","),
+        "--flow-rate",
+        "3000",
+    ]);
     let mut t = EpollReactor::open(ReactorConfig::default()).unwrap();
     keeps_the_venue_book(&v, &mut t, None);
 }
@@ -203,18 +213,31 @@ fn rest_snapshots_and_ws_deltas_keep_the_venue_book_over_tls() {
     let Some(certs) = Certs::make() else { return };
     let (cert, key) = (certs.path("server.pem"), certs.path("server.key"));
     let v = venue(&[
-        "--rest-listen", "127.0.0.1:0", "--symbols", &SYMBOLS.join(","), "--flow-rate", "3000",
-        "--tls-cert", &cert, "--tls-key", &key,
+        "--rest-listen",
+        "127.0.0.1:0",
+        "--symbols",
+        &SYMBOLS.join(","),
+        "--flow-rate",
+        "3000",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
     ]);
     assert!(v.md.starts_with("wss://"), "{}", v.md);
     let client = client_config(Some(std::path::Path::new(&certs.path("ca.pem")))).unwrap();
     let mut t = Tls::new(
         EpollReactor::open(ReactorConfig::default()).unwrap(),
-        TlsConfig { client: Some(client), ..TlsConfig::default() },
+        TlsConfig {
+            client: Some(client),
+            ..TlsConfig::default()
+        },
     );
     let (md, rest) = addresses(&v);
-    t.add_destination(md, server_name("localhost").unwrap()).unwrap();
-    t.add_destination(rest, server_name("localhost").unwrap()).unwrap();
+    t.add_destination(md, server_name("localhost").unwrap())
+        .unwrap();
+    t.add_destination(rest, server_name("localhost").unwrap())
+        .unwrap();
     keeps_the_venue_book(&v, &mut t, Some(&certs));
     let tls = t.stats();
     assert!(tls.client_handshakes >= 2, "{tls:?}");
@@ -224,7 +247,13 @@ fn rest_snapshots_and_ws_deltas_keep_the_venue_book_over_tls() {
 /// The venue's market-data and REST addresses.
 fn addresses(v: &common::peers::Venue) -> (SocketAddr, SocketAddr) {
     let rest: SocketAddr = v.rest.as_deref().unwrap().parse().unwrap();
-    let md = v.md.split("://").nth(1).unwrap().trim_end_matches("/md").parse().unwrap();
+    let md =
+        v.md.split("://")
+            .nth(1)
+            .unwrap()
+            .trim_end_matches("/md")
+            .parse()
+            .unwrap();
     (md, rest)
 }
 
@@ -233,20 +262,38 @@ fn keeps_the_venue_book<T: Transport>(v: &common::peers::Venue, t: &mut T, tls: 
     let clock = TscClock::new();
     let mut handler = FeedHandler::with_snapshots(rest_feed(md, rest), clock.now_ns()).unwrap();
     handler.start(clock.now_ns(), t);
-    run_until(&mut handler, t, &clock, Duration::from_secs(20), FeedHandler::synced);
-    assert_eq!(control(&v.control, "md-faults 97 89 83 101"), "ok md-faults 97 89 83 101\n");
+    run_until(
+        &mut handler,
+        t,
+        &clock,
+        Duration::from_secs(20),
+        FeedHandler::synced,
+    );
+    assert_eq!(
+        control(&v.control, "md-faults 97 89 83 101"),
+        "ok md-faults 97 89 83 101\n"
+    );
     let faulty_until = Instant::now() + Duration::from_millis(3_000);
-    run_until(&mut handler, t, &clock, Duration::from_secs(10), |_| Instant::now() > faulty_until);
-    assert_eq!(control(&v.control, "md-faults 0 0 0 0"), "ok md-faults 0 0 0 0\n");
+    run_until(&mut handler, t, &clock, Duration::from_secs(10), |_| {
+        Instant::now() > faulty_until
+    });
+    assert_eq!(
+        control(&v.control, "md-faults 0 0 0 0"),
+        "ok md-faults 0 0 0 0\n"
+    );
     // A clean stream for a while (it resyncs), then none: the books must be the venue's.
     let clean_until = Instant::now() + Duration::from_millis(1_000);
-    run_until(&mut handler, t, &clock, Duration::from_secs(10), |_| Instant::now() > clean_until);
+    run_until(&mut handler, t, &clock, Duration::from_secs(10), |_| {
+        Instant::now() > clean_until
+    });
     assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
     let deadline = Instant::now() + Duration::from_secs(20);
     'symbols: for (i, symbol) in SYMBOLS.iter().enumerate() {
         loop {
             let settle = Instant::now() + Duration::from_millis(200);
-            run_until(&mut handler, t, &clock, Duration::from_secs(20), |_| Instant::now() > settle);
+            run_until(&mut handler, t, &clock, Duration::from_secs(20), |_| {
+                Instant::now() > settle
+            });
             let (id, bids, asks) = venue_book(rest, symbol, tls);
             let b = handler.book(i as u16);
             if b.seq() == Some(id) {
@@ -254,21 +301,143 @@ fn keeps_the_venue_book<T: Transport>(v: &common::peers::Venue, t: &mut T, tls: 
                 assert_eq!(b.asks().collect::<Vec<_>>(), asks, "{symbol}");
                 continue 'symbols;
             }
-            assert!(Instant::now() < deadline, "{symbol}: book at {:?}, venue at {id}: {:?}", b.seq(), handler.stats());
+            assert!(
+                Instant::now() < deadline,
+                "{symbol}: book at {:?}, venue at {id}: {:?}",
+                b.seq(),
+                handler.stats()
+            );
         }
     }
     let stats = handler.stats();
     let (rest_stats, gate) = handler.rest_stats().unwrap();
-    eprintln!("feed from REST snapshots: {stats:?}; {rest_stats:?}; 429 {} 418 {}", gate.throttled_429, gate.banned_418);
+    eprintln!(
+        "feed from REST snapshots: {stats:?}; {rest_stats:?}; 429 {} 418 {}",
+        gate.throttled_429, gate.banned_418
+    );
     assert!(stats.gaps > 0, "{stats:?}");
     assert!(stats.duplicates > 0, "{stats:?}");
     assert!(stats.crossed > 0, "{stats:?}");
     assert!(stats.snapshots >= SYMBOLS.len() as u64, "{stats:?}");
-    assert_eq!(stats.snapshots, rest_stats.done, "every snapshot from REST: {stats:?} {rest_stats:?}");
+    assert_eq!(
+        stats.snapshots, rest_stats.done,
+        "every snapshot from REST: {stats:?} {rest_stats:?}"
+    );
     assert!(stats.rest_requests >= stats.snapshots, "{stats:?}");
     assert_eq!(stats.malformed, 0, "{stats:?}");
     assert_eq!(stats.protocol_errors, 0, "{stats:?}");
-    assert_eq!(stats.disconnects, 0, "resyncs never cost the stream: {stats:?}");
+    assert_eq!(
+        stats.disconnects, 0,
+        "resyncs never cost the stream: {stats:?}"
+    );
     assert_eq!(gate.throttled_429, 0);
     assert_eq!(gate.banned_418, 0);
+}
+
+// Goal (issue 14, done when): `keel run` from its configuration file alone keeps a feed's books
+// on a venue that serves only TLS — `[[feed]] tls = true`, `snapshot = "rest"` — next to a
+// plaintext OUCH link on the same transport; the gate's figures reach the counters file
+// (`keel stat --json`): requests granted, none waiting past its deadline, no 429, no 418.
+#[test]
+fn keel_run_keeps_a_tls_rest_feed_from_its_configuration() {
+    let Some(certs) = Certs::make() else { return };
+    let (cert, key) = (certs.path("server.pem"), certs.path("server.key"));
+    let v = venue(&[
+        "--rest-listen",
+        "127.0.0.1:0",
+        "--symbols",
+        "AAPL,MSFT",
+        "--flow-rate",
+        "500",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ]);
+    let (md, rest) = addresses(&v);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("keel.toml");
+    let text = format!(
+        "symbols = [\"AAPL\", \"MSFT\"]\n\
+         [engine]\nidle = \"backoff\"\n\
+         [operator]\ncancel_on_stop = false\n\
+         [journal]\ndir = \"{}\"\n[ipc]\ndir = \"{}\"\n\
+         [[venue]]\nname = \"sim\"\naddress = \"{}\"\nusername = \"keel\"\npassword = \"keel\"\n\
+         [[feed]]\naddress = \"{md}\"\ntls = true\ntls_server_name = \"localhost\"\n\
+         tls_ca_file = \"{}\"\nsnapshot = \"rest\"\nrest_address = \"{rest}\"\n",
+        dir.path().join("journal").display(),
+        dir.path().join("ipc").display(),
+        v.entry,
+        certs.path("ca.pem"),
+    );
+    std::fs::write(&config, text).unwrap();
+    let log = dir.path().join("engine.log");
+    let engine = common::peers::keel_run(&config, &log);
+    let stat = || -> serde_json::Value {
+        let out = std::process::Command::new(common::peers::KEEL)
+            .args(["stat", "--config", config.to_str().unwrap(), "--json"])
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+    };
+    let value = |json: &serde_json::Value, name: &str, labels: &str| -> Option<u64> {
+        json["metrics"]
+            .as_array()?
+            .iter()
+            .find(|m| m["name"] == name && m["labels"] == labels)?["value"]
+            .as_u64()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let json = loop {
+        let json = stat();
+        let synced = value(&json, "keel_feed_synced", "feed=\"0\"") == Some(1);
+        let deltas = value(&json, "keel_feed_deltas_total", "feed=\"0\"").unwrap_or(0);
+        let link = value(&json, "keel_link_state", "venue=\"sim\"");
+        if synced && deltas > 50 && link == Some(4) {
+            break json;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no synced TLS feed: {json}\n{}",
+            std::fs::read_to_string(log.with_extension("err")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let f = "feed=\"0\"";
+    assert!(
+        value(&json, "keel_feed_snapshots_total", f).unwrap() >= 2,
+        "{json}"
+    );
+    assert!(
+        value(&json, "keel_rest_granted_total", f).unwrap() >= 2,
+        "{json}"
+    );
+    assert_eq!(
+        value(&json, "keel_rest_acquire_timeouts_total", f),
+        Some(0),
+        "{json}"
+    );
+    assert_eq!(
+        value(
+            &json,
+            "keel_rest_responses_total",
+            "feed=\"0\",status=\"429\""
+        ),
+        Some(0)
+    );
+    assert_eq!(
+        value(
+            &json,
+            "keel_rest_responses_total",
+            "feed=\"0\",status=\"418\""
+        ),
+        Some(0)
+    );
+    assert_eq!(
+        value(&json, "keel_rest_rate_permille", f),
+        Some(1_000),
+        "{json}"
+    );
+    let report = common::peers::stop_keel_run(engine, &log);
+    assert!(!report.is_empty());
 }

@@ -14,7 +14,7 @@ use toml::Value;
 use super::{EngineConfig, ProtocolConfig, VenueLinkConfig, DURATION_UNITS};
 use crate::dispatch::DispatcherConfig;
 use crate::engine::{IpcConfig, LoopConfig, Topology};
-use crate::feed::handler::FeedConfig;
+use crate::feed::handler::{FeedConfig, SnapshotSource};
 use crate::journal::JournalConfig;
 use crate::net::WaitMode;
 use crate::order::RejectReason;
@@ -304,6 +304,38 @@ fn feed(out: &mut Out, c: &FeedConfig) {
     out.duration("resync_retry_ns", c.resync_retry_ns);
     out.duration("silent_ns", c.silent_ns);
     out.int("pending_max", c.pending_max);
+    match &c.tls {
+        None => out.bool("tls", false),
+        Some(tls) => {
+            out.bool("tls", true);
+            out.string("tls_server_name", &tls.server_name);
+            match &tls.ca_file {
+                Some(ca) => out.path("tls_ca_file", ca),
+                None => out.comment("tls_ca_file absent: the public roots are trusted"),
+            }
+        }
+    }
+    let SnapshotSource::Rest(r) = &c.snapshot else {
+        out.string("snapshot", "ws");
+        return;
+    };
+    out.string("snapshot", "rest");
+    out.string("rest_address", &r.address.to_string());
+    out.string("rest_path", &r.path);
+    out.int("rest_depth_limit", r.depth_limit);
+    out.int("rest_depth_weight", r.depth_weight);
+    out.int("rest_second_weight", r.second_weight);
+    out.int("rest_minute_weight", r.minute_weight);
+    out.int("rest_connections", r.connections);
+    out.duration("rest_acquire_timeout_ns", r.acquire_timeout_ns);
+    out.duration("rest_timeout_ns", r.timeout_ns);
+    out.int("rest_retry_attempts", r.retry_attempts);
+    match &r.api_key {
+        Some(key) => out.string("rest_api_key", key),
+        None => out.comment("rest_api_key absent: requests carry no X-Api-Key"),
+    }
+    out.string("rest_used_weight_second_header", &r.used_weight_headers[0]);
+    out.string("rest_used_weight_minute_header", &r.used_weight_headers[1]);
 }
 
 fn venue(out: &mut Out, v: &VenueLinkConfig) {

@@ -374,7 +374,14 @@ impl<T: Transport> Executor<T> {
 
     fn publish(&mut self, now: u64, force: bool) {
         if let Some(m) = &mut self.metrics {
-            m.publish(now, force, self.passes, self.poll_errors, &self.links);
+            m.publish(
+                now,
+                force,
+                self.passes,
+                self.poll_errors,
+                &self.links,
+                &mut self.feeds,
+            );
         }
     }
 

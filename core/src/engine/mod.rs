@@ -42,7 +42,7 @@ use crate::dispatch::{
 };
 use crate::feed::handler::FeedHandler;
 use crate::journal::{Journal, OpenReport, Recovery};
-use crate::net::{EpollReactor, NetError, Reactor, ReactorConfig, Transport, TransportKind};
+use crate::net::{EpollReactor, Reactor, ReactorConfig, Transport, TransportKind};
 use crate::order::{Order, StrategyId, VenueId};
 use crate::runtime::watchdog::LoopHeartbeat;
 use crate::runtime::{pin_or_warn, tighten_timer_slack, IdlePolicy, Idler};
@@ -274,6 +274,14 @@ pub enum EngineError {
     /// unavailable has already fallen back to epoll).
     #[error("transport: {0}")]
     Transport(#[from] crate::net::NetError),
+    /// A feed could not be set up (its REST gate, its TLS settings).
+    #[error("feed[{feed}]: {why}")]
+    Feed {
+        /// The feed, in `[[feed]]` order.
+        feed: usize,
+        /// Why.
+        why: String,
+    },
     /// More in-process strategies than configured.
     #[error("{asked} in-process strategies asked, {configured} configured")]
     Strategies {
@@ -413,6 +421,8 @@ pub struct EngineBuilder {
     in_process: u16,
     /// One feed handler per configured market-data feed (subscribers are added before start).
     feeds: Vec<crate::feed::handler::FeedHandler>,
+    /// A feed that could not be built, reported by `build`/`start`.
+    feed_error: Option<EngineError>,
 }
 
 impl EngineBuilder {
@@ -424,16 +434,29 @@ impl EngineBuilder {
         } else {
             config.dispatcher.strategies
         };
+        let mut feed_error = None;
         let feeds = config
             .feeds
             .iter()
             .cloned()
-            .map(crate::feed::handler::FeedHandler::new)
+            .enumerate()
+            .map(|(i, f)| {
+                crate::feed::handler::FeedHandler::with_snapshots(f.clone(), 0).unwrap_or_else(
+                    |e| {
+                        feed_error.get_or_insert(EngineError::Feed {
+                            feed: i,
+                            why: e.to_string(),
+                        });
+                        crate::feed::handler::FeedHandler::new(f)
+                    },
+                )
+            })
             .collect();
         Self {
             config,
             in_process,
             feeds,
+            feed_error,
         }
     }
 
@@ -477,6 +500,9 @@ impl EngineBuilder {
     /// dispatcher, the venue links (through [`build_link`]), the feed handlers, the strategy
     /// channels and bridges. Shared by [`EngineBuilder::build`] and [`EngineBuilder::start`].
     fn assemble(self, now_ns: u64) -> Result<Parts, EngineError> {
+        if let Some(e) = self.feed_error {
+            return Err(e);
+        }
         let config = self.config;
         let feeds = self.feeds;
         let strategies = config.dispatcher.strategies;
@@ -610,6 +636,13 @@ impl EngineBuilder {
                         .map(|s| String::from_utf8_lossy(s).trim_end().to_string())
                         .collect(),
                     strategies,
+                    feeds: config
+                        .feeds
+                        .iter()
+                        .map(|f| {
+                            matches!(f.snapshot, crate::feed::handler::SnapshotSource::Rest(_))
+                        })
+                        .collect(),
                 };
                 let (layout, front_slots, exec_slots) =
                     crate::metrics::engine::layout(&metric_names)?;
@@ -662,7 +695,19 @@ impl EngineBuilder {
             now_ns,
         );
         let reactor = ReactorConfig {
-            conns_max: (links.len() as u32 + feeds.len() as u32 + 2).max(4),
+            // A connection per link and feed, a feed's REST connections, and spares.
+            conns_max: (links.len() as u32
+                + feeds.len() as u32
+                + config
+                    .feeds
+                    .iter()
+                    .map(|f| match &f.snapshot {
+                        crate::feed::handler::SnapshotSource::Rest(r) => r.connections as u32,
+                        crate::feed::handler::SnapshotSource::Ws => 0,
+                    })
+                    .sum::<u32>()
+                + 2)
+            .max(4),
             ..loops.reactor
         };
         Ok(Parts {
@@ -719,6 +764,7 @@ impl EngineBuilder {
 
     /// Restores the journal (if configured), builds every part, starts the loops.
     pub fn start(self) -> Result<RunningEngine, EngineError> {
+        let tls = exec_tls(&self.config.feeds)?;
         let clock = TscClock::new();
         let parts = self.assemble(clock.now_ns())?;
         let Parts {
@@ -782,9 +828,11 @@ impl EngineBuilder {
                         metrics: exec_metrics,
                         idle: loops.idle,
                     };
-                    match open_transport(loops.transport, reactor)? {
+                    match open_transport(loops.transport, reactor, tls)? {
                         Opened::IoUring(t) => run.run(t, TransportKind::IoUring),
                         Opened::Epoll(t) => run.run(t, TransportKind::Epoll),
+                        Opened::TlsIoUring(t) => run.run(t, TransportKind::IoUring),
+                        Opened::TlsEpoll(t) => run.run(t, TransportKind::Epoll),
                     }
                 })]
             }
@@ -808,9 +856,11 @@ impl EngineBuilder {
                         metrics: exec_metrics,
                         idle: loops.executor_idle,
                     };
-                    match open_transport(loops.transport, reactor)? {
+                    match open_transport(loops.transport, reactor, tls)? {
                         Opened::IoUring(t) => run.run(t, TransportKind::IoUring),
                         Opened::Epoll(t) => run.run(t, TransportKind::Epoll),
+                        Opened::TlsIoUring(t) => run.run(t, TransportKind::IoUring),
+                        Opened::TlsEpoll(t) => run.run(t, TransportKind::Epoll),
                     }
                 });
                 let front_shared = Arc::clone(&shared);
@@ -919,31 +969,118 @@ impl Halves {
 
 /// A transport the executor loop opened on its own thread (an io_uring ring must be used by
 /// the thread that created it). Built once per loop thread and moved into its loop at once, so
-/// the difference in size between the variants costs nothing.
+/// the difference in size between the variants costs nothing. With a TLS feed configured the
+/// socket transport is wrapped in [`Tls`](crate::net::Tls) (the venue links' plaintext
+/// connections pass through it).
 #[allow(clippy::large_enum_variant)]
 enum Opened {
     IoUring(Reactor),
     Epoll(EpollReactor),
+    TlsIoUring(crate::net::Tls<Reactor>),
+    TlsEpoll(crate::net::Tls<EpollReactor>),
+}
+
+/// TLS for the executor's transport: the client settings the TLS feeds share and the
+/// addresses (market data, REST) that use them.
+#[derive(Debug, Clone)]
+pub(crate) struct ExecTls {
+    client: Arc<rustls::ClientConfig>,
+    destinations: Vec<(std::net::SocketAddr, rustls::pki_types::ServerName<'static>)>,
+}
+
+/// The TLS the feeds ask for (`[[feed]] tls = true`), or `None`. Every TLS feed must name the
+/// same CA file (one trust store per transport).
+pub(crate) fn exec_tls(
+    feeds: &[crate::feed::handler::FeedConfig],
+) -> Result<Option<ExecTls>, EngineError> {
+    let mut ca: Option<(usize, Option<&std::path::Path>)> = None;
+    let mut destinations = Vec::new();
+    for (i, f) in feeds.iter().enumerate() {
+        let Some(tls) = &f.tls else { continue };
+        let this = tls.ca_file.as_deref();
+        match ca {
+            Some((first, theirs)) if theirs != this => {
+                return Err(EngineError::Feed {
+                    feed: i,
+                    why: format!(
+                        "tls_ca_file {:?} differs from feed[{first}]'s {:?}: every TLS feed \
+                         trusts the same CAs",
+                        this, theirs
+                    ),
+                })
+            }
+            _ => ca = Some((ca.map_or(i, |c| c.0), this)),
+        }
+        let name =
+            crate::net::tls::server_name(&tls.server_name).map_err(|e| EngineError::Feed {
+                feed: i,
+                why: e.to_string(),
+            })?;
+        destinations.push((f.addr, name.clone()));
+        if let crate::feed::handler::SnapshotSource::Rest(r) = &f.snapshot {
+            destinations.push((r.address, name));
+        }
+    }
+    let Some((first, ca_file)) = ca else {
+        return Ok(None);
+    };
+    let client = crate::net::tls::client_config(ca_file).map_err(|e| EngineError::Feed {
+        feed: first,
+        why: e.to_string(),
+    })?;
+    Ok(Some(ExecTls {
+        client,
+        destinations,
+    }))
 }
 
 /// Opens the configured transport; io_uring that cannot be set up falls back to epoll (the
-/// rule of [`TransportKind::fallback`]) with a warning naming the cause.
-fn open_transport(kind: TransportKind, config: ReactorConfig) -> Result<Opened, NetError> {
-    match kind {
+/// rule of [`TransportKind::fallback`]) with a warning naming the cause. With `tls`, wrapped.
+fn open_transport(
+    kind: TransportKind,
+    config: ReactorConfig,
+    tls: Option<ExecTls>,
+) -> Result<Opened, EngineError> {
+    let opened = match kind {
         TransportKind::IoUring => match Reactor::new(config) {
-            Ok(r) => Ok(Opened::IoUring(r)),
+            Ok(r) => Opened::IoUring(r),
             Err(e) => match kind.fallback(&e) {
                 Some(TransportKind::Epoll) => {
                     crate::warn_line!(
                         "keel: warning: {e}; running the executor loop on epoll instead"
                     );
-                    Ok(Opened::Epoll(EpollReactor::new(config)?))
+                    Opened::Epoll(EpollReactor::new(config)?)
                 }
-                _ => Err(e),
+                _ => return Err(e.into()),
             },
         },
-        TransportKind::Epoll => Ok(Opened::Epoll(EpollReactor::new(config)?)),
+        TransportKind::Epoll => Opened::Epoll(EpollReactor::new(config)?),
+    };
+    let Some(tls) = tls else {
+        return Ok(opened);
+    };
+    fn wrap<T: Transport>(inner: T, tls: ExecTls) -> Result<crate::net::Tls<T>, EngineError> {
+        let mut t = crate::net::Tls::new(
+            inner,
+            crate::net::TlsConfig {
+                client: Some(tls.client),
+                ..crate::net::TlsConfig::default()
+            },
+        );
+        for (addr, name) in tls.destinations {
+            t.add_destination(addr, name)
+                .map_err(|e| EngineError::Feed {
+                    feed: 0,
+                    why: e.to_string(),
+                })?;
+        }
+        Ok(t)
     }
+    Ok(match opened {
+        Opened::IoUring(r) => Opened::TlsIoUring(wrap(r, tls)?),
+        Opened::Epoll(r) => Opened::TlsEpoll(wrap(r, tls)?),
+        wrapped => wrapped,
+    })
 }
 
 /// The `inline` topology's thread: one [`EngineLoop`] over the transport it opened.

@@ -26,8 +26,8 @@ use sha1::{Digest, Sha1};
 use super::book::{Applied, Delta, LocalBook, LEVELS_MAX};
 use super::fanout::{self, Publisher, Subscriber, TradeTick};
 use crate::guard::backoff::{Backoff, BackoffConfig};
-use crate::http::gate::RestGateStats;
-use crate::http::session::{RestEvent, RestSession, RestSessionStats};
+use crate::http::gate::{RestGateConfig, RestGateStats};
+use crate::http::session::{RestEvent, RestSession, RestSessionConfig, RestSessionStats};
 use crate::http::Method;
 use crate::net::{ConnId, NetEvent, Transport};
 use crate::proto::md::BookSide;
@@ -60,6 +60,10 @@ pub struct FeedConfig {
     /// Where snapshots come from: the WebSocket (`{"op":"snapshot"}`) or the venue's REST
     /// depth endpoint, through the REST gate.
     pub snapshot: SnapshotSource,
+    /// TLS for the market-data server and the REST API (`None`: plaintext). The handler
+    /// itself speaks plaintext: the transport it runs on carries TLS
+    /// ([`crate::net::tls::Tls`], set up by the engine from this).
+    pub tls: Option<FeedTls>,
 }
 
 /// Where a feed's snapshots come from (`[[feed]] snapshot`).
@@ -75,17 +79,91 @@ pub enum SnapshotSource {
     Rest(RestSnapshots),
 }
 
-/// `[[feed]] snapshot = "rest"`: the venue's REST API and how to ask it.
+/// `[[feed]] snapshot = "rest"`: the venue's REST API and how to ask it (docs/config.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RestSnapshots {
-    /// The REST API: its address, connections, gate and timeouts.
-    pub session: crate::http::session::RestSessionConfig,
+    /// The REST API's address.
+    pub address: SocketAddr,
     /// The depth endpoint's path (the symbol and `limit` are added as a query).
     pub path: String,
     /// Levels asked for per side (`limit`).
     pub depth_limit: u32,
     /// What one depth request weighs at the venue (for the gate).
     pub depth_weight: u32,
+    /// The venue's limit per client and second, and per minute (weight); the gate's buckets
+    /// are made from them ([`RestGateConfig::for_venue_limits`]).
+    pub second_weight: u32,
+    /// See `second_weight`.
+    pub minute_weight: u32,
+    /// Kept-alive connections.
+    pub connections: usize,
+    /// How long a snapshot request may wait at the gate.
+    pub acquire_timeout_ns: u64,
+    /// From writing a request to its whole answer.
+    pub timeout_ns: u64,
+    /// Attempts per request (429/418/5xx, lost connections and timeouts are retried through
+    /// the gate).
+    pub retry_attempts: u32,
+    /// Sent as `X-Api-Key`.
+    pub api_key: Option<String>,
+    /// The venue's used-weight headers for the second and minute windows (empty: none).
+    pub used_weight_headers: [String; 2],
+}
+
+impl RestSnapshots {
+    /// Defaults for a REST API at `address` (the simulated venue's paths and limits).
+    pub fn new(address: SocketAddr) -> Self {
+        Self {
+            address,
+            path: "/api/v3/depth".into(),
+            depth_limit: 1_000,
+            depth_weight: 10,
+            second_weight: 50,
+            minute_weight: 1_200,
+            connections: 2,
+            acquire_timeout_ns: 2_000_000_000,
+            timeout_ns: 5_000_000_000,
+            retry_attempts: 5,
+            api_key: None,
+            used_weight_headers: ["X-Used-Weight-1s".into(), "X-Used-Weight-1m".into()],
+        }
+    }
+
+    /// The REST session these settings make, for `symbols` symbols.
+    pub fn session_config(&self, symbols: usize) -> RestSessionConfig {
+        let mut gate = RestGateConfig::for_venue_limits(
+            self.second_weight,
+            self.minute_weight,
+            self.depth_weight,
+        );
+        gate.endpoints = vec![(self.path.clone(), self.depth_weight)];
+        gate.acquire_timeout_ns = self.acquire_timeout_ns;
+        gate.retry.attempts_max = self.retry_attempts;
+        let mut c = RestSessionConfig::new(self.address, gate);
+        c.connections = self.connections;
+        // One request per symbol at a time, and room for retries.
+        c.requests_max = (symbols + 1).max(4);
+        c.target_max = self.path.len() + 64 + 32;
+        c.timeout_ns = self.timeout_ns;
+        c.api_key = self.api_key.clone();
+        c.used_weight_headers = self
+            .used_weight_headers
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| !h.is_empty())
+            .map(|(i, h)| (i, h.clone()))
+            .collect();
+        c
+    }
+}
+
+/// `[[feed]] tls = true`: the market-data server (and the REST API) speak TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedTls {
+    /// The name the venue's certificate must carry (a DNS name or an IP address).
+    pub server_name: String,
+    /// A PEM file of the CAs to trust (a private venue); `None`: the public roots.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for FeedConfig {
@@ -106,6 +184,7 @@ impl Default for FeedConfig {
             resync_retry_ns: 500_000_000,
             silent_ns: 15_000_000_000,
             snapshot: SnapshotSource::Ws,
+            tls: None,
         }
     }
 }
@@ -624,8 +703,10 @@ impl FeedHandler {
             SnapshotSource::Ws => None,
             SnapshotSource::Rest(r) => {
                 let symbol_max = config.symbols.iter().map(String::len).max().unwrap_or(0);
+                let mut session = r.session_config(config.symbols.len());
+                session.target_max = r.path.len() + symbol_max + 32;
                 Some(RestSide {
-                    session: RestSession::new(r.session.clone(), now_ns)?,
+                    session: RestSession::new(session, now_ns)?,
                     asked: vec![false; config.symbols.len()],
                     target: String::with_capacity(r.path.len() + symbol_max + 32),
                     path: r.path.clone(),

@@ -30,6 +30,8 @@ pub struct MetricNames {
     pub symbols: Vec<String>,
     /// Strategies configured.
     pub strategies: u16,
+    /// Market-data feeds configured (`[[feed]]`), and which take REST snapshots.
+    pub feeds: Vec<bool>,
 }
 
 /// `key="value"`, the value cut to a label's room and escaped as Prometheus wants.
@@ -126,12 +128,37 @@ struct ExecVenue {
     wire_dropped: Slot,
 }
 
+#[derive(Debug)]
+struct FeedSlots {
+    synced: Slot,
+    snapshots: Slot,
+    deltas: Slot,
+    gaps: Slot,
+    resyncs: Slot,
+    disconnects: Slot,
+    rest: Option<RestSlots>,
+}
+
+/// A REST gate's figures (docs/rest.md, "Tuning the gate").
+#[derive(Debug)]
+struct RestSlots {
+    wait: Slot,
+    granted: Slot,
+    timeouts: Slot,
+    throttled: Slot,
+    banned: Slot,
+    retries: Slot,
+    failures: Slot,
+    rate_permille: Slot,
+}
+
 /// Where the executor loop writes.
 #[derive(Debug)]
 pub struct ExecSlots {
     passes: Slot,
     poll_errors: Slot,
     venues: Vec<ExecVenue>,
+    feeds: Vec<FeedSlots>,
 }
 
 /// Builds the engine's layout.
@@ -235,7 +262,34 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
         passes: l.add(e, Counter, "keel_executor_passes_total", "")?,
         poll_errors: l.add(e, Counter, "keel_transport_poll_errors_total", "")?,
         venues: Vec::new(),
+        feeds: Vec::new(),
     };
+    for (i, rest) in names.feeds.iter().enumerate() {
+        let feed = format!("feed=\"{i}\"");
+        let status = |code: &str| format!("{feed},status=\"{code}\"");
+        exec.feeds.push(FeedSlots {
+            synced: l.add(e, Gauge, "keel_feed_synced", &feed)?,
+            snapshots: l.add(e, Counter, "keel_feed_snapshots_total", &feed)?,
+            deltas: l.add(e, Counter, "keel_feed_deltas_total", &feed)?,
+            gaps: l.add(e, Counter, "keel_feed_gaps_total", &feed)?,
+            resyncs: l.add(e, Counter, "keel_feed_resyncs_total", &feed)?,
+            disconnects: l.add(e, Counter, "keel_feed_disconnects_total", &feed)?,
+            rest: if *rest {
+                Some(RestSlots {
+                    wait: l.add(e, Histogram, "keel_rest_acquire_wait_seconds", &feed)?,
+                    granted: l.add(e, Counter, "keel_rest_granted_total", &feed)?,
+                    timeouts: l.add(e, Counter, "keel_rest_acquire_timeouts_total", &feed)?,
+                    throttled: l.add(e, Counter, "keel_rest_responses_total", &status("429"))?,
+                    banned: l.add(e, Counter, "keel_rest_responses_total", &status("418"))?,
+                    retries: l.add(e, Counter, "keel_rest_retries_total", &feed)?,
+                    failures: l.add(e, Counter, "keel_rest_failures_total", &feed)?,
+                    rate_permille: l.add(e, Gauge, "keel_rest_rate_permille", &feed)?,
+                })
+            } else {
+                None
+            },
+        });
+    }
     for v in &names.venues {
         let venue = label("venue", v);
         exec.venues.push(ExecVenue {
@@ -488,6 +542,7 @@ impl ExecMetrics {
         passes: u64,
         poll_errors: u64,
         links: &[crate::session::link::VenueLink],
+        feeds: &mut [crate::feed::handler::FeedHandler],
     ) {
         if !force && now_ns < self.next_ns {
             return;
@@ -518,6 +573,27 @@ impl ExecMetrics {
             w.set(slots.requests_sent, stats.requests_sent);
             w.set(slots.marked_unknown, stats.marked_unknown);
             w.set(slots.wire_dropped, link.wire_dropped());
+        }
+        for (feed, slots) in feeds.iter_mut().zip(&s.feeds) {
+            let f = feed.stats();
+            w.set(slots.synced, u64::from(feed.synced()));
+            w.set(slots.snapshots, f.snapshots);
+            w.set(slots.deltas, f.deltas);
+            w.set(slots.gaps, f.gaps);
+            w.set(slots.resyncs, f.resyncs);
+            w.set(slots.disconnects, f.disconnects);
+            let Some(r) = &slots.rest else { continue };
+            let rate = feed.rest_rate_permille(now_ns).unwrap_or(1_000);
+            if let Some((session, gate)) = feed.rest_stats() {
+                w.set_histogram(r.wait, &gate.wait);
+                w.set(r.granted, gate.granted);
+                w.set(r.timeouts, gate.timed_out);
+                w.set(r.throttled, gate.throttled_429);
+                w.set(r.banned, gate.banned_418);
+                w.set(r.retries, gate.retries);
+                w.set(r.failures, session.failed);
+                w.set(r.rate_permille, rate);
+            }
         }
         w.end(now_ns);
     }
