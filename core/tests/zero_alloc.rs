@@ -545,6 +545,103 @@ fn market_data_path_allocates_nothing() {
     );
 }
 
+// Goal: a feed that takes its snapshots from REST (`snapshot = "rest"`) allocates nothing
+// either: deltas buffered while a snapshot is fetched through the gate on a kept-alive HTTP
+// connection, the depth answer parsed into the kept level buffers, deltas at or below its
+// update id dropped, the rest applied — and every resync after a gap the same way. Method: a
+// `keel venue` process (not counted) with its REST API streams a few thousand events a second;
+// after warm-up, inside the armed window, its market data drops every 300th delta (control
+// `md-faults`, written from bytes prepared before arming) until the handler has resynced from
+// REST at least `RESYNCS` times, then runs clean until every book is in sync again.
+#[test]
+fn rest_snapshot_path_allocates_nothing() {
+    use keel::feed::handler::{FeedConfig, RestSnapshots, SnapshotSource};
+    use keel::net::ReactorConfig;
+    use std::io::{Read, Write};
+
+    const RESYNCS: u64 = 6;
+    let v = common::peers::venue(&["--rest-listen", "127.0.0.1:0", "--flow-rate", "3000"]);
+    let rest: std::net::SocketAddr = v.rest.as_deref().unwrap().parse().unwrap();
+    let md: std::net::SocketAddr =
+        v.md.trim_start_matches("ws://")
+            .trim_end_matches("/md")
+            .parse()
+            .unwrap();
+    let clock = TscClock::new();
+    let mut handler = FeedHandler::with_snapshots(
+        FeedConfig {
+            addr: md,
+            resync_retry_ns: 200_000_000,
+            snapshot: SnapshotSource::Rest(RestSnapshots::new(rest)),
+            ..FeedConfig::default()
+        },
+        clock.now_ns(),
+    )
+    .unwrap();
+    let strategy = handler.subscribe(65_536);
+    let mut rig = FeedRig {
+        reactor: Reactor::new(ReactorConfig::default()).unwrap(),
+        handler,
+        strategy,
+        events: Vec::with_capacity(1_024),
+        clock,
+    };
+    let now = rig.clock.now_ns();
+    rig.handler.start(now, &mut rig.reactor);
+    rig.run_until("warm-up", |h| h.synced() && h.stats().deltas >= 2_000);
+    // A first resync from REST in warm-up too (its buffers, the gate's queue).
+    let mut control = std::net::TcpStream::connect(&v.control).unwrap();
+    let mut answer = [0u8; 256];
+    let faults_on = b"md-faults 300 0 0 0\n";
+    let faults_off = b"md-faults 0 0 0 0\n";
+    control.write_all(faults_on).unwrap();
+    let _ = control.read(&mut answer).unwrap();
+    let before = rig.handler.stats();
+    rig.run_until("a warm-up resync", |h| {
+        h.stats().gaps > before.gaps && h.stats().snapshots > before.snapshots
+    });
+    control.write_all(faults_off).unwrap();
+    let _ = control.read(&mut answer).unwrap();
+    rig.run_until("in sync", |h| h.synced());
+    let base = rig.handler.stats();
+
+    ALLOCATIONS.with(|n| n.set(0));
+    ARMED.with(|a| a.set(true));
+    rig.run_until("steady flow", |h| h.stats().deltas >= base.deltas + 3_000);
+    control.write_all(faults_on).unwrap();
+    let n = control.read(&mut answer).unwrap();
+    assert!(answer[..n].starts_with(b"ok md-faults"));
+    rig.run_until("resyncs from REST", |h| {
+        let s = h.stats();
+        s.gaps >= base.gaps + RESYNCS && s.snapshots >= base.snapshots + RESYNCS
+    });
+    control.write_all(faults_off).unwrap();
+    let _ = control.read(&mut answer).unwrap();
+    let after_faults = rig.handler.stats();
+    rig.run_until("in sync again", |h| {
+        h.synced() && h.stats().deltas >= after_faults.deltas + 1_000
+    });
+    ARMED.with(|a| a.set(false));
+    let allocations = ALLOCATIONS.with(Cell::get);
+    let stats = rig.handler.stats();
+    let (rest_stats, gate) = rig.handler.rest_stats().unwrap();
+    assert!(
+        stats.rest_requests - base.rest_requests >= RESYNCS,
+        "{stats:?}"
+    );
+    assert_eq!(stats.snapshots, rest_stats.done, "{stats:?} {rest_stats:?}");
+    assert_eq!(
+        stats.malformed + stats.protocol_errors + stats.rest_failures,
+        0,
+        "{stats:?}"
+    );
+    assert_eq!(gate.throttled_429 + gate.banned_418, 0);
+    assert_eq!(
+        allocations, 0,
+        "allocations on the REST snapshot path: {stats:?} {rest_stats:?}"
+    );
+}
+
 // Goal: a connection cut in the middle of a frame or of a fragmented message (no close frame:
 // the socket just ends) costs no allocation either, and leaves nothing behind for the next
 // connection. Method: a hand-written server on a plain TCP socket answers the upgrade, sends
