@@ -754,13 +754,14 @@ fn read_feed_snapshot(s: &mut Section<'_>, c: &mut crate::feed::handler::FeedCon
             "rest_minute_weight",
             u64::from(r.minute_weight),
             1,
-            60_000_000,
+            1_000_000,
         ),
         (
             "rest_depth_weight",
             u64::from(r.depth_weight),
             1,
-            u64::from(r.second_weight.min(r.minute_weight)),
+            // The minute bucket's burst must fit the limiter's arithmetic.
+            u64::from(r.second_weight.min(r.minute_weight).min(100_000)),
         ),
         ("rest_connections", r.connections as u64, 1, 64),
         (
@@ -785,8 +786,10 @@ fn read_feed_snapshot(s: &mut Section<'_>, c: &mut crate::feed::handler::FeedCon
                 allowed: match key {
                     "rest_depth_limit" => "1..=5000",
                     "rest_second_weight" => "1..=1000000",
-                    "rest_minute_weight" => "1..=60000000",
-                    "rest_depth_weight" => "1..=min(rest_second_weight, rest_minute_weight)",
+                    "rest_minute_weight" => "1..=1000000",
+                    "rest_depth_weight" => {
+                        "1..=min(rest_second_weight, rest_minute_weight, 100000)"
+                    }
                     "rest_connections" => "1..=64",
                     "rest_retry_attempts" => "1..=100",
                     _ => "1ms..=60m",

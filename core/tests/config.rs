@@ -332,6 +332,21 @@ fn feed_tls_and_rest_snapshot_keys_are_checked() {
         (r.second_weight, r.minute_weight, r.depth_limit),
         (20, 1_200, 1_000)
     );
+    // The worst legal values build a handler (the gate's buckets fit the limiter's arithmetic).
+    let c = EngineConfig::from_toml(&format!(
+        "{MINIMAL}\n{feed}snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\n\
+         rest_second_weight = 1000000\nrest_minute_weight = 1000000\nrest_depth_weight = 100000\n\
+         rest_depth_limit = 5000\nrest_connections = 64\nrest_retry_attempts = 100\n\
+         rest_acquire_timeout_ns = \"60m\"\nrest_timeout_ns = \"60m\""
+    ))
+    .unwrap();
+    keel::feed::handler::FeedHandler::with_snapshots(c.feeds[0].clone(), 0).unwrap();
+    let c = EngineConfig::from_toml(&format!(
+        "{MINIMAL}\n{feed}snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\n\
+         rest_second_weight = 1\nrest_minute_weight = 1\nrest_depth_weight = 1"
+    ))
+    .unwrap();
+    keel::feed::handler::FeedHandler::with_snapshots(c.feeds[0].clone(), 0).unwrap();
     let key_of = |e: FileConfigError| match e {
         FileConfigError::OutOfRange { key, value, .. }
         | FileConfigError::WrongType { key, value, .. } => (key, value),
@@ -352,6 +367,9 @@ fn feed_tls_and_rest_snapshot_keys_are_checked() {
         ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_api_key = \"a\\nb\"", "rest_api_key", "(not shown)"),
         ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_used_weight_minute_header = \"X: y\"", "rest_used_weight_minute_header", "\"X: y\""),
         ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_timeout_ns = 5", "rest_timeout_ns", "5"),
+        ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_minute_weight = 1000001", "rest_minute_weight", "1000001"),
+        ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_second_weight = 0", "rest_second_weight", "0"),
+        ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_second_weight = 1000000\nrest_minute_weight = 1000000\nrest_depth_weight = 100001", "rest_depth_weight", "100001"),
         ("tls_ca_file = \"/ca.pem\"", "tls_ca_file", "\"/ca.pem\""),
         ("tls = true\ntls_server_name = \"not a name\"", "tls_server_name", "\"not a name\""),
     ] {

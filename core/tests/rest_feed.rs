@@ -21,6 +21,9 @@ mod common;
 
 use common::peers::venue;
 
+/// A book as the venue tells it: update id, bids, asks.
+type Book = (u64, Vec<(i64, u64)>, Vec<(i64, u64)>);
+
 const SYMBOLS: [&str; 3] = ["AAPL", "MSFT", "NVDA"];
 
 /// One control command; its answer.
@@ -36,11 +39,7 @@ fn control(addr: &str, line: &str) -> String {
 /// The venue's book of `symbol` from its REST API (its own key, so the feed's budget is not
 /// touched): `(update id, bids, asks)` in keel's fixed point. Over TLS, read by Python's
 /// httpx trusting the test CA.
-fn venue_book(
-    rest: SocketAddr,
-    symbol: &str,
-    tls: Option<&Certs>,
-) -> (u64, Vec<(i64, u64)>, Vec<(i64, u64)>) {
+fn venue_book(rest: SocketAddr, symbol: &str, tls: Option<&Certs>) -> Book {
     let body = match tls {
         Some(certs) => https_get(certs, rest, symbol),
         None => http_get(rest, symbol),
@@ -96,7 +95,7 @@ fn http_get(rest: SocketAddr, symbol: &str) -> String {
     body
 }
 
-fn parse_book(body: &str) -> (u64, Vec<(i64, u64)>, Vec<(i64, u64)>) {
+fn parse_book(body: &str) -> Book {
     let v: serde_json::Value = serde_json::from_str(body).unwrap();
     let side = |k: &str| -> Vec<(i64, u64)> {
         v[k].as_array()

@@ -67,7 +67,10 @@ impl RestGateConfig {
                 window_ns,
                 // A twentieth more held back: a request reaches the venue a little after it
                 // leaves, and two that left a window apart may arrive within one.
-                limit_weight: (limit - burst - limit / 20).max(1),
+                limit_weight: limit
+                    .saturating_sub(burst)
+                    .saturating_sub(limit / 20)
+                    .max(1),
                 burst_weight: burst,
             }
         };
@@ -434,6 +437,25 @@ mod tests {
             });
         }
         c
+    }
+
+    proptest! {
+        // Goal: any venue limits and heaviest request, the worst legal and illegal alike, make
+        // buckets without a panic: burst within the limit, a rate of at least 1, and burst +
+        // rate over one window never above the venue's limit unless one request fills it.
+        #[test]
+        fn venue_limits_make_buckets_for_any_values(
+            second in any::<u32>(), minute in any::<u32>(), heaviest in any::<u32>()
+        ) {
+            let c = RestGateConfig::for_venue_limits(second, minute, heaviest);
+            for (w, limit) in c.limiter.windows.iter().flatten().zip([second, minute]) {
+                prop_assert!(w.burst_weight <= limit);
+                prop_assert!(w.limit_weight >= 1);
+                if w.burst_weight < limit {
+                    prop_assert!(u64::from(w.burst_weight) + u64::from(w.limit_weight) <= u64::from(limit));
+                }
+            }
+        }
     }
 
     #[test]
