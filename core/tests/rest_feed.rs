@@ -437,6 +437,15 @@ fn keel_run_keeps_a_tls_rest_feed_from_its_configuration() {
         Some(1_000),
         "{json}"
     );
+    let once = std::process::Command::new(common::peers::KEEL)
+        .args(["stat", "--config", config.to_str().unwrap(), "--once"])
+        .output()
+        .unwrap();
+    let once = String::from_utf8_lossy(&once.stdout);
+    assert!(once.contains("feed 0: synced"), "{once}");
+    assert!(once.contains("REST gate: wait mean"), "{once}");
+    assert!(once.contains("429 0, 418 0"), "{once}");
     let report = common::peers::stop_keel_run(engine, &log);
-    assert!(!report.is_empty());
+    assert!(report.contains("feed 0: "), "{report}");
+    assert!(report.contains("REST snapshots asked"), "{report}");
 }

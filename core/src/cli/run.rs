@@ -374,7 +374,7 @@ fn print_report(report: &EngineReport, venues: &[String], symbols: &[String]) {
         let _ = writeln!(
             out,
             "feed {i}: {} connects, {} snapshots, {} deltas, {} trades; {} gaps, {} duplicates, \
-             {} crossed, {} resyncs, {} trade gaps",
+             {} crossed, {} resyncs, {} trade gaps; REST snapshots asked {}, failed {}",
             f.connects,
             f.snapshots,
             f.deltas,
@@ -383,7 +383,9 @@ fn print_report(report: &EngineReport, venues: &[String], symbols: &[String]) {
             f.duplicates,
             f.crossed,
             f.resyncs,
-            f.trade_gaps
+            f.trade_gaps,
+            f.rest_requests,
+            f.rest_failures
         );
     }
     let _ = writeln!(out, "open orders: {}", report.open_orders.len());

@@ -277,6 +277,47 @@ pub fn view(s: &Snapshot, budget: Option<&crate::monitor::alerts::BudgetConfig>)
             if disabled == 1 { "DISABLED" } else { "enabled" }
         );
     }
+    let feeds: Vec<&str> = s
+        .metrics
+        .iter()
+        .filter(|(d, _)| d.name == "keel_feed_synced")
+        .filter_map(|(d, _)| label_value(&d.labels, "feed"))
+        .collect();
+    for id in feeds {
+        let l = format!("feed=\"{id}\"");
+        let _ = write!(
+            o,
+            "feed {id}: {}, {} snapshots, {} deltas, {} gaps, {} resyncs, {} disconnects",
+            if s.scalar("keel_feed_synced", &l) == 1 {
+                "synced"
+            } else {
+                "NOT SYNCED"
+            },
+            s.scalar("keel_feed_snapshots_total", &l),
+            s.scalar("keel_feed_deltas_total", &l),
+            s.scalar("keel_feed_gaps_total", &l),
+            s.scalar("keel_feed_resyncs_total", &l),
+            s.scalar("keel_feed_disconnects_total", &l),
+        );
+        if let Some(Value::Histogram { count, sum_ns, .. }) =
+            s.get("keel_rest_acquire_wait_seconds", &l)
+        {
+            let mean = if *count == 0 { 0 } else { sum_ns / count };
+            let _ = write!(
+                o,
+                "; REST gate: wait mean {} µs p99 {} µs, {} granted, {} acquire timeouts, 429 {}, 418 {}, {} retries, rate {}‰",
+                micros(mean),
+                p(s, "keel_rest_acquire_wait_seconds", &l, 0.99).map_or("-".into(), micros),
+                s.scalar("keel_rest_granted_total", &l),
+                s.scalar("keel_rest_acquire_timeouts_total", &l),
+                s.scalar("keel_rest_responses_total", &format!("{l},status=\"429\"")),
+                s.scalar("keel_rest_responses_total", &format!("{l},status=\"418\"")),
+                s.scalar("keel_rest_retries_total", &l),
+                s.scalar("keel_rest_rate_permille", &l),
+            );
+        }
+        let _ = writeln!(o);
+    }
     o
 }
 
