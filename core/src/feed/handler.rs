@@ -204,6 +204,10 @@ pub struct FeedStats {
     pub duplicates: u64,
     /// Sequence gaps (including deltas out of order).
     pub gaps: u64,
+    /// Books dropped because more than `pending_max` deltas in a row were at or below their
+    /// sequence: a snapshot from ahead of the stream (a venue's bad update id) would otherwise
+    /// freeze the book while it claims to be in sync.
+    pub stale: u64,
     /// Books found crossed or locked after a delta.
     pub crossed: u64,
     /// Books dropped for too many deltas before a snapshot.
@@ -622,6 +626,8 @@ pub struct FeedHandler {
     books: Vec<LocalBook>,
     /// Per symbol: when to ask for a snapshot again while the book waits for one.
     resync_due_ns: Vec<u64>,
+    /// Per symbol: deltas in a row at or below the book's sequence.
+    duplicates_in_row: Vec<u32>,
     last_trade: Vec<Option<u64>>,
     decoder: Decoder,
     backoff: Backoff,
@@ -671,6 +677,7 @@ impl FeedHandler {
         Self {
             books: (0..n).map(|_| LocalBook::new(config.pending_max)).collect(),
             resync_due_ns: vec![0; n],
+            duplicates_in_row: vec![0; n],
             last_trade: vec![None; n],
             decoder: Decoder::new(Role::Client, config.max_message),
             backoff: Backoff::new(config.backoff),
@@ -1070,8 +1077,12 @@ impl FeedHandler {
     /// Counts what applying a snapshot or a delta did and hands a new top to the
     /// subscribers; whether the book was dropped and must resync.
     fn applied(&mut self, sym: usize, outcome: Applied, delta: bool) -> bool {
+        if !delta {
+            self.duplicates_in_row[sym] = 0;
+        }
         match outcome {
             Applied::Ok => {
+                self.duplicates_in_row[sym] = 0;
                 if delta {
                     self.stats.deltas += 1;
                 }
@@ -1083,6 +1094,15 @@ impl FeedHandler {
             }
             Applied::Duplicate => {
                 self.stats.duplicates += 1;
+                self.duplicates_in_row[sym] += 1;
+                if self.duplicates_in_row[sym] as usize > self.config.pending_max {
+                    // The stream never reaches the book's sequence: the snapshot was not of
+                    // this stream. Drop it.
+                    self.duplicates_in_row[sym] = 0;
+                    self.stats.stale += 1;
+                    self.books[sym].reset();
+                    return true;
+                }
                 false
             }
             Applied::Buffered => false,
@@ -1264,6 +1284,123 @@ mod tests {
     /// Puts bytes in the inbox as if received.
     fn receive(h: &mut FeedHandler, bytes: &[u8]) {
         h.inbox.extend_from_slice(bytes);
+    }
+
+    /// A transport that takes everything and delivers nothing.
+    struct Sink;
+
+    impl Transport for Sink {
+        fn listen(
+            &mut self,
+            _: SocketAddr,
+        ) -> Result<(crate::net::ListenerId, SocketAddr), crate::net::NetError> {
+            Err(crate::net::NetError::NotOpen)
+        }
+        fn connect(&mut self, _: SocketAddr) -> Result<ConnId, crate::net::NetError> {
+            Ok(ConnId::new(0, 0))
+        }
+        fn send(&mut self, _: ConnId, _: &[u8]) -> Result<(), crate::net::NetError> {
+            Ok(())
+        }
+        fn received(&self, _: ConnId) -> &[u8] {
+            &[]
+        }
+        fn consume(&mut self, _: ConnId, _: usize) {}
+        fn close(&mut self, _: ConnId) {}
+        fn poll(
+            &mut self,
+            _: u64,
+            _: u64,
+            _: &mut Vec<NetEvent>,
+        ) -> Result<(), crate::net::NetError> {
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), crate::net::NetError> {
+            Ok(())
+        }
+    }
+
+    // Goal: a REST depth answer is read into the level buffers with its update id, prices in
+    // keel's fixed point; anything else — too many decimals, a fractional quantity, a price
+    // past i64, text that is not a number, a level that is not a pair, no update id, not JSON
+    // — is refused (`None`), never a panic or a half-filled book taken as whole.
+    #[test]
+    fn rest_depth_answers_parse_or_are_refused() {
+        let (mut bids, mut asks) = (Vec::with_capacity(3), Vec::with_capacity(3));
+        let good = br#"{"lastUpdateId":42,"bids":[["100.5","3"],["99","1.000"]],"asks":[[101,2]],"x":[1]}"#;
+        assert_eq!(parse_depth(good, &mut bids, &mut asks), Some(42));
+        assert_eq!(bids, [(1_005_000, 3), (990_000, 1)]);
+        assert_eq!(asks, [(1_010_000, 2)]);
+        for bad in [
+            &br#"{"lastUpdateId":1,"bids":[["1.00001","1"]],"asks":[]}"#[..],
+            br#"{"lastUpdateId":1,"bids":[["1","1.5"]],"asks":[]}"#,
+            br#"{"lastUpdateId":1,"bids":[["99999999999999999999","1"]],"asks":[]}"#,
+            br#"{"lastUpdateId":1,"bids":[["1e5","1"]],"asks":[]}"#,
+            br#"{"lastUpdateId":1,"bids":[["","1"]],"asks":[]}"#,
+            br#"{"lastUpdateId":1,"bids":[[".5","1"]],"asks":[]}"#,
+            br#"{"lastUpdateId":1,"bids":[["1","-1"]],"asks":[]}"#,
+            br#"{"lastUpdateId":1,"bids":[["1"]],"asks":[]}"#,
+            br#"{"lastUpdateId":1,"bids":[["1","2","3"]],"asks":[]}"#,
+            br#"{"lastUpdateId":1,"bids":{"1":"2"},"asks":[]}"#,
+            br#"{"lastUpdateId":-1,"bids":[],"asks":[]}"#,
+            br#"{"bids":[],"asks":[]}"#,
+            br#"{"lastUpdateId":1,"bids":[],"asks":[]} trailing"#,
+            br#"[1,2,3]"#,
+            b"\xff\xfe",
+            b"",
+        ] {
+            assert_eq!(
+                parse_depth(bad, &mut bids, &mut asks),
+                None,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // More levels than the buffers hold: the rest is read and dropped (the book then
+        // refuses the snapshot as an overflow, as it holds one level more than a side).
+        let deep = br#"{"lastUpdateId":7,"bids":[["1","1"],["2","1"],["3","1"],["4","1"],["5","1"]],"asks":[]}"#;
+        assert_eq!(parse_depth(deep, &mut bids, &mut asks), Some(7));
+        assert_eq!(bids.len(), 3);
+        assert_eq!(parse_price("-2.5"), Some(-25_000));
+        assert_eq!(parse_price("0.0001"), Some(1));
+        assert_eq!(parse_price("922337203685477.5807"), Some(i64::MAX));
+        assert_eq!(parse_price("922337203685477.5808"), None);
+    }
+
+    // Goal: a snapshot from ahead of the stream (a venue's update id no delta will ever pass,
+    // u64::MAX at worst) cannot freeze a book that claims to be in sync: after `pending_max`
+    // deltas in a row at or below its sequence the book is dropped, counted (`stale`) and
+    // resynchronised.
+    #[test]
+    fn a_snapshot_from_ahead_of_the_stream_is_dropped() {
+        let mut h = FeedHandler::new(FeedConfig {
+            pending_max: 8,
+            ..FeedConfig::default()
+        });
+        let conn = ConnId::new(0, 0);
+        h.state = State::Live(conn);
+        let mut t = Sink;
+        let snapshot = br#"{"type":"snapshot","symbol":"AAPL","seq":18446744073709551615,"bids":[[10,1]],"asks":[[20,1]]}"#;
+        h.message(0, &mut t, conn, snapshot);
+        assert_eq!(h.book(0).seq(), Some(u64::MAX));
+        for seq in 1..=8u64 {
+            let delta = format!(
+                r#"{{"type":"book","symbol":"AAPL","seq":{seq},"side":"bid","price":11,"qty":1}}"#
+            );
+            h.message(0, &mut t, conn, delta.as_bytes());
+            assert_eq!(h.book(0).seq(), Some(u64::MAX), "within pending_max");
+        }
+        h.message(
+            0,
+            &mut t,
+            conn,
+            br#"{"type":"book","symbol":"AAPL","seq":9,"side":"bid","price":11,"qty":1}"#,
+        );
+        let stats = h.stats();
+        assert_eq!(stats.stale, 1, "{stats:?}");
+        assert_eq!(h.book(0).seq(), None, "dropped");
+        assert_eq!(stats.resyncs, 1, "{stats:?}");
+        assert_eq!(stats.duplicates, 9, "{stats:?}");
     }
 
     // Goal: the upgrade request the handler writes is one the server side accepts, and the
