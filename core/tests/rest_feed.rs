@@ -210,19 +210,7 @@ fn rest_snapshots_and_ws_deltas_keep_the_venue_book_through_faults() {
 #[test]
 fn rest_snapshots_and_ws_deltas_keep_the_venue_book_over_tls() {
     let Some(certs) = Certs::make() else { return };
-    let (cert, key) = (certs.path("server.pem"), certs.path("server.key"));
-    let v = venue(&[
-        "--rest-listen",
-        "127.0.0.1:0",
-        "--symbols",
-        &SYMBOLS.join(","),
-        "--flow-rate",
-        "3000",
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
-    ]);
+    let v = tls_venue(&certs, &SYMBOLS.join(","), "3000");
     assert!(v.md.starts_with("wss://"), "{}", v.md);
     let client = client_config(Some(std::path::Path::new(&certs.path("ca.pem")))).unwrap();
     let mut t = Tls::new(
@@ -241,6 +229,23 @@ fn rest_snapshots_and_ws_deltas_keep_the_venue_book_over_tls() {
     let tls = t.stats();
     assert!(tls.client_handshakes >= 2, "{tls:?}");
     assert_eq!(tls.handshake_failures + tls.open_failures, 0, "{tls:?}");
+}
+
+/// `keel venue` serving its REST API and market data over TLS only, with the test certificate.
+fn tls_venue(certs: &Certs, symbols: &str, flow_rate: &str) -> common::peers::Venue {
+    let (cert, key) = (certs.path("server.pem"), certs.path("server.key"));
+    venue(&[
+        "--rest-listen",
+        "127.0.0.1:0",
+        "--symbols",
+        symbols,
+        "--flow-rate",
+        flow_rate,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ])
 }
 
 /// The venue's market-data and REST addresses.
@@ -340,19 +345,7 @@ fn keeps_the_venue_book<T: Transport>(v: &common::peers::Venue, t: &mut T, tls: 
 #[test]
 fn keel_run_keeps_a_tls_rest_feed_from_its_configuration() {
     let Some(certs) = Certs::make() else { return };
-    let (cert, key) = (certs.path("server.pem"), certs.path("server.key"));
-    let v = venue(&[
-        "--rest-listen",
-        "127.0.0.1:0",
-        "--symbols",
-        "AAPL,MSFT",
-        "--flow-rate",
-        "500",
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
-    ]);
+    let v = tls_venue(&certs, "AAPL,MSFT", "500");
     let (md, rest) = addresses(&v);
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("keel.toml");

@@ -784,16 +784,7 @@ impl<T: Transport> Tls<T> {
                 break;
             }
         }
-        let mut sent = 0;
-        while sent < c.out.len() {
-            let end = (sent + CHUNK_BYTES).min(c.out.len());
-            if self.inner.send(conn, &c.out[sent..end]).is_err() {
-                break;
-            }
-            sent = end;
-        }
-        c.out.drain(..sent);
-        self.stats.tls_bytes_out += sent as u64;
+        self.stats.tls_bytes_out += send_staged(&mut self.inner, conn, &mut c.out);
         if !c.out.is_empty() && !was_staged {
             self.staged.push(conn);
         }
@@ -845,16 +836,7 @@ impl<T: Transport> Tls<T> {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
-        let mut sent = 0;
-        while sent < c.out.len() {
-            let end = (sent + CHUNK_BYTES).min(c.out.len());
-            if self.inner.send(conn, &c.out[sent..end]).is_err() {
-                break;
-            }
-            sent = end;
-        }
-        c.out.drain(..sent);
-        self.stats.tls_bytes_out += sent as u64;
+        self.stats.tls_bytes_out += send_staged(&mut self.inner, conn, &mut c.out);
     }
 
     fn expire_handshakes(&mut self) {
@@ -1008,6 +990,21 @@ impl<T: Transport> Transport for Tls<T> {
         let staged = u32::try_from(staged).unwrap_or(u32::MAX);
         self.inner.send_pending(conn).saturating_add(staged)
     }
+}
+
+/// Hands staged ciphertext to `inner` in chunks of [`CHUNK_BYTES`] until it takes no more;
+/// drops what it took from `out` and returns how many bytes that was.
+fn send_staged<T: Transport>(inner: &mut T, conn: ConnId, out: &mut Vec<u8>) -> u64 {
+    let mut sent = 0;
+    while sent < out.len() {
+        let end = (sent + CHUNK_BYTES).min(out.len());
+        if inner.send(conn, &out[sent..end]).is_err() {
+            break;
+        }
+        sent = end;
+    }
+    out.drain(..sent);
+    sent as u64
 }
 
 /// A [`Tls`] over a socket transport is one too (the venue opens its transport this way).
