@@ -353,7 +353,25 @@ impl EngineConfig {
                     expected: "a table ([[feed]])",
                 });
             };
-            feeds.push(read_feed(Section::new(&prefix, t), &symbols)?);
+            let feed = read_feed(Section::new(&prefix, t), &symbols)?;
+            // One trust store per transport: every TLS feed names the same CA file.
+            let ca =
+                |f: &crate::feed::handler::FeedConfig| f.tls.as_ref().map(|t| t.ca_file.clone());
+            if let (Some(mine), Some(first)) = (
+                ca(&feed),
+                feeds
+                    .iter()
+                    .find_map(|f: &crate::feed::handler::FeedConfig| ca(f)),
+            ) {
+                if mine != first {
+                    return Err(FileConfigError::OutOfRange {
+                        key: format!("{prefix}.tls_ca_file"),
+                        value: format!("{mine:?}"),
+                        allowed: "the same as every other TLS feed's (one trust store)",
+                    });
+                }
+            }
+            feeds.push(feed);
         }
         let mut venues = Vec::new();
         for (i, v) in top.array("venue")?.iter().enumerate() {
@@ -493,6 +511,17 @@ pub enum ConfigWarning {
         /// Its parent, missing.
         parent: PathBuf,
     },
+    /// A feed's CA file cannot be used here: missing, unreadable, or no certificate in it (the
+    /// engine would refuse to start).
+    #[error("feed[{feed}].tls_ca_file = \"{}\": {why}", file.display())]
+    CaFile {
+        /// The feed.
+        feed: usize,
+        /// The file.
+        file: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
 }
 
 impl EngineConfig {
@@ -533,6 +562,18 @@ impl EngineConfig {
                     key,
                     dir: dir.clone(),
                     parent: parent.to_path_buf(),
+                });
+            }
+        }
+        for (feed, f) in self.feeds.iter().enumerate() {
+            let Some(file) = f.tls.as_ref().and_then(|t| t.ca_file.as_ref()) else {
+                continue;
+            };
+            if let Err(e) = crate::net::tls::client_config(Some(file)) {
+                warnings.push(ConfigWarning::CaFile {
+                    feed,
+                    file: file.clone(),
+                    why: e.to_string(),
                 });
             }
         }
@@ -600,6 +641,13 @@ fn read_feed(
     s.duration("resync_retry_ns", &mut c.resync_retry_ns)?;
     s.duration("silent_ns", &mut c.silent_ns)?;
     s.int("pending_max", &mut c.pending_max)?;
+    if !(1..=1_048_576).contains(&c.pending_max) {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("pending_max"),
+            value: c.pending_max.to_string(),
+            allowed: "1..=1048576",
+        });
+    }
     if c.backoff.base_ns == 0 || c.backoff.cap_ns < c.backoff.base_ns {
         return Err(FileConfigError::OutOfRange {
             key: s.key("backoff_cap_ns"),
@@ -626,7 +674,7 @@ fn read_feed_tls(s: &mut Section<'_>, c: &mut crate::feed::handler::FeedConfig) 
         {
             return Err(FileConfigError::OutOfRange {
                 key: s.key(key),
-                value: format!("\"{value}\""),
+                value: format!("{value:?}"),
                 allowed: "only with tls = true",
             });
         }
@@ -636,7 +684,7 @@ fn read_feed_tls(s: &mut Section<'_>, c: &mut crate::feed::handler::FeedConfig) 
     if crate::net::tls::server_name(&server_name).is_err() {
         return Err(FileConfigError::WrongType {
             key: s.key("tls_server_name"),
-            value: format!("\"{server_name}\""),
+            value: format!("{server_name:?}"),
             expected: "a DNS name or an IP address",
         });
     }
@@ -694,10 +742,14 @@ fn read_feed_snapshot(s: &mut Section<'_>, c: &mut crate::feed::handler::FeedCon
     })?;
     let mut r = RestSnapshots::new(address);
     if let Some(path) = s.string("rest_path")? {
-        if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == b'?' || b >= 0x7f) {
+        if !path.starts_with('/')
+            || path
+                .bytes()
+                .any(|b| b <= b' ' || b == b'?' || b == b'#' || b >= 0x7f)
+        {
             return Err(FileConfigError::WrongType {
                 key: s.key("rest_path"),
-                value: format!("\"{path}\""),
+                value: format!("{path:?}"),
                 expected: "an absolute path without spaces, controls or a query",
             });
         }
@@ -735,7 +787,7 @@ fn read_feed_snapshot(s: &mut Section<'_>, c: &mut crate::feed::handler::FeedCon
             {
                 return Err(FileConfigError::WrongType {
                     key: s.key(name),
-                    value: format!("\"{h}\""),
+                    value: format!("{h:?}"),
                     expected: "a header name (letters, digits, '-', '_'), or \"\" for none",
                 });
             }

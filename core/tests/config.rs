@@ -347,6 +347,37 @@ fn feed_tls_and_rest_snapshot_keys_are_checked() {
     ))
     .unwrap();
     keel::feed::handler::FeedHandler::with_snapshots(c.feeds[0].clone(), 0).unwrap();
+    // Two TLS feeds trusting different CAs: refused (one trust store per transport).
+    let two = format!(
+        "{MINIMAL}\n{feed}tls = true\ntls_ca_file = \"/a.pem\"\n\
+         [[feed]]\naddress = \"127.0.0.1:15004\"\ntls = true\ntls_ca_file = \"/b.pem\""
+    );
+    assert!(matches!(
+        EngineConfig::from_toml(&two).unwrap_err(),
+        FileConfigError::OutOfRange { key, .. } if key == "feed[1].tls_ca_file"
+    ));
+    // A CA file this machine cannot use: a warning naming it (missing; not a certificate).
+    let c = EngineConfig::from_toml(&format!(
+        "{MINIMAL}\n{feed}tls = true\ntls_ca_file = \"/nonexistent/ca.pem\"\n\
+         [[feed]]\naddress = \"127.0.0.1:15004\"\ntls = true\ntls_ca_file = \"/nonexistent/ca.pem\""
+    ))
+    .unwrap();
+    let w = c.warnings_for(2);
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(
+        w[0].to_string()
+            .starts_with("feed[0].tls_ca_file = \"/nonexistent/ca.pem\""),
+        "{}",
+        w[0]
+    );
+    let not_a_cert = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(not_a_cert.path(), "not a certificate").unwrap();
+    let c = EngineConfig::from_toml(&format!(
+        "{MINIMAL}\n{feed}tls = true\ntls_ca_file = \"{}\"",
+        not_a_cert.path().display()
+    ))
+    .unwrap();
+    assert_eq!(c.warnings_for(2).len(), 1);
     let key_of = |e: FileConfigError| match e {
         FileConfigError::OutOfRange { key, value, .. }
         | FileConfigError::WrongType { key, value, .. } => (key, value),
@@ -371,6 +402,9 @@ fn feed_tls_and_rest_snapshot_keys_are_checked() {
         ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_second_weight = 0", "rest_second_weight", "0"),
         ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_second_weight = 1000000\nrest_minute_weight = 1000000\nrest_depth_weight = 100001", "rest_depth_weight", "100001"),
         ("tls_ca_file = \"/ca.pem\"", "tls_ca_file", "\"/ca.pem\""),
+        ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_path = \"/a#b\"", "rest_path", "\"/a#b\""),
+        ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_path = \"/a\\r\\nHost: x\"", "rest_path", "\"/a\\r\\nHost: x\""),
+        ("pending_max = 0", "pending_max", "0"),
         ("tls = true\ntls_server_name = \"not a name\"", "tls_server_name", "\"not a name\""),
     ] {
         let (k, v) = key_of(refused(&format!("{feed}{extra}")));

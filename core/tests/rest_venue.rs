@@ -227,7 +227,36 @@ fn hostile_requests_are_refused_and_the_api_keeps_serving() {
     assert!(answer(post).starts_with("HTTP/1.1 405"));
     let unknown = answer(b"GET /api/v3/order HTTP/1.1\r\n\r\n");
     assert!(unknown.starts_with("HTTP/1.1 404"), "{unknown}");
-    let deep = answer(b"GET /api/v3/depth?symbol=AAPL&limit=4294967295 HTTP/1.1\r\n\r\n");
+    for bad in [
+        &b"GET /api/v3/depth?symbol=AAPL&limit=4294967295 HTTP/1.1\r\n\r\n"[..],
+        b"GET /api/v3/depth?symbol=AAPL&limit=0 HTTP/1.1\r\n\r\n",
+        b"GET /api/v3/depth?symbol=AAPL&limit=-1 HTTP/1.1\r\n\r\n",
+        b"GET /api/v3/depth?symbol=AAPL&limit=abc HTTP/1.1\r\n\r\n",
+        b"GET /api/v3/depth?symbol=AAPL&limit=+5 HTTP/1.1\r\n\r\n",
+        b"GET /api/v3/klines?symbol=AAPL&limit=1001 HTTP/1.1\r\n\r\n",
+        b"GET /api/v3/depth?symbol=AAPL&symbol=MSFT HTTP/1.1\r\n\r\n",
+    ] {
+        let a = answer(bad);
+        assert!(
+            a.starts_with("HTTP/1.1 400"),
+            "{}: {a}",
+            String::from_utf8_lossy(bad)
+        );
+        assert!(!a.contains("X-Used-Weight"), "not weighed: {a}");
+    }
+    // A body is never read as a request: the answer to a GET carrying one is 405, then the
+    // connection closes (one answer, never the smuggled request's).
+    let smuggled = b"GET /api/v3/ticker?symbol=AAPL HTTP/1.1\r\nContent-Length: 45\r\n\r\n\
+        GET /api/v3/exchangeInfo HTTP/1.1\r\nX: y\r\n\r\n";
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(smuggled).unwrap();
+    let mut all = Vec::new();
+    c.read_to_end(&mut all).expect("closed after the 405");
+    let a = String::from_utf8_lossy(&all);
+    assert!(a.starts_with("HTTP/1.1 405"), "{a}");
+    assert_eq!(a.matches("HTTP/1.1").count(), 1, "one answer only: {a}");
+    let deep = answer(b"GET /api/v3/depth?symbol=AAPL&limit=5000 HTTP/1.1\r\n\r\n");
     assert!(deep.starts_with("HTTP/1.1 200"), "{deep}");
     assert!(
         deep.contains("X-Used-Weight-1s: 10"),
@@ -367,4 +396,35 @@ fn retries_after_429_go_back_through_the_gate() {
     assert_eq!(code, 0, "{s}");
     assert_eq!(s["ok"], 20, "{s}");
     assert_eq!(s["status_429"], 0, "{s}");
+}
+
+// Goal (found by review): a symbol's name can add nothing to a request — it is percent-encoded
+// (a name with `&limit=5000` is one unknown symbol, answered 404, not a deeper book), a 404 is
+// not retried, and a fetch that runs out of time still prints its figures and why (exit 1).
+#[test]
+fn fetch_encodes_names_and_reports_when_it_gives_up() {
+    use std::io::{Read, Write};
+    let v = venue(&["--rest-listen", "127.0.0.1:0"]);
+    let addr: SocketAddr = v.rest.as_deref().unwrap().parse().unwrap();
+    let (code, s) = fetch(addr, &["--symbols", "AAPL,A&limit=5000#x", "--klines", "2"]);
+    assert_eq!(code, 1, "{s}");
+    assert_eq!(s["ok"], 2, "{s}");
+    assert_eq!(s["bad_data"], 2, "the unknown symbol's two answers: {s}");
+    assert_eq!(s["sent"], 4, "nothing retried: {s}");
+    let first = s["first_error"].as_str().unwrap();
+    assert!(first.contains("A&limit=5000#x: HTTP 404"), "{first}");
+    let mut control = std::net::TcpStream::connect(&v.control).unwrap();
+    control.write_all(b"rest-latency 3000\n").unwrap();
+    let mut buf = [0u8; 64];
+    let _ = control.read(&mut buf).unwrap();
+    let (code, s) = fetch(addr, &["--symbols", "AAPL", "--timeout-s", "1"]);
+    assert_eq!(code, 1, "{s}");
+    assert_eq!(s["gave_up"], true, "{s}");
+    assert!(
+        s["first_error"]
+            .as_str()
+            .unwrap()
+            .starts_with("gave up at --timeout-s"),
+        "{s}"
+    );
 }

@@ -140,10 +140,10 @@ fn fetch<T: SocketTransport>(mut t: T, args: &FetchArgs) -> Result<ExitCode, Str
         gate.retry.base_ns = 1_000_000;
         gate.retry.cap_ns = 1_000_000;
     }
-    let requests = (args.symbols.len().max(1) * 2 + 1).min(65_536);
     let mut config = RestSessionConfig::new(args.rest, gate);
     config.connections = args.connections as usize;
-    config.requests_max = requests.max(1_024);
+    // Requests are submitted as slots free up: any number of symbols, bounded memory.
+    config.requests_max = 1_024;
     config.api_key = args.api_key.clone();
     config.used_weight_headers = if args.no_limiter {
         Vec::new()
@@ -159,16 +159,20 @@ fn fetch<T: SocketTransport>(mut t: T, args: &FetchArgs) -> Result<ExitCode, Str
     let deadline = start.saturating_add(args.timeout_s * 1_000_000_000);
     let mut events: Vec<NetEvent> = Vec::with_capacity(256);
     if symbols.is_empty() {
-        session
-            .submit(start, INFO, Method::Get, "/api/v3/exchangeInfo", None)
-            .map_err(|e| e.to_string())?;
         let mut info = None;
-        drive(
+        let mut asked = false;
+        let done = drive(
             &mut t,
             &mut session,
             &clock,
             deadline,
             &mut events,
+            &mut |session, now| {
+                if !asked {
+                    asked = true;
+                    let _ = session.submit(now, INFO, Method::Get, "/api/v3/exchangeInfo", None);
+                }
+            },
             &mut |e| match e {
                 RestEvent::Done {
                     status: 200, body, ..
@@ -177,38 +181,51 @@ fn fetch<T: SocketTransport>(mut t: T, args: &FetchArgs) -> Result<ExitCode, Str
                 RestEvent::Failed { error, .. } => info = Some(Err(error.to_string())),
             },
         )?;
+        if !done {
+            return Err("exchange information: no answer before --timeout-s".into());
+        }
         symbols = info
             .unwrap_or_else(|| Err("no answer".into()))
             .map_err(|e| format!("exchange information: {e}"))?;
     }
-    let now = clock.now_ns();
+    // Every request, in order: a symbol's depth (token 2i), then its candles (2i + 1). The
+    // symbol is percent-encoded: a name from the venue can add no parameter, path or fragment.
+    let mut requests: Vec<(u64, String, Option<u32>)> = Vec::with_capacity(symbols.len() * 2);
+    let depth_weight = if args.depth > 100 { 10 } else { 2 };
     for (i, s) in symbols.iter().enumerate() {
-        let depth = format!("/api/v3/depth?symbol={s}&limit={}", args.depth);
-        let weight = if args.depth > 100 { 10 } else { 2 };
-        let mut submit = |token, target: &str, weight| {
-            if let Err(e) = session.submit(now, token, Method::Get, target, weight) {
-                tally.failed += 1;
-                tally
-                    .first_error
-                    .get_or_insert_with(|| format!("{target}: {e}"));
-            }
-        };
-        submit(i as u64 * 2, &depth, Some(weight));
+        let mut symbol = String::with_capacity(3 * s.len());
+        crate::http::push_query_value(&mut symbol, s);
+        let depth = format!("/api/v3/depth?symbol={symbol}&limit={}", args.depth);
+        requests.push((i as u64 * 2, depth, Some(depth_weight)));
         if args.klines > 0 {
             let klines = format!(
-                "/api/v3/klines?symbol={s}&interval=1m&limit={}",
+                "/api/v3/klines?symbol={symbol}&interval=1m&limit={}",
                 args.klines
             );
-            submit(i as u64 * 2 + 1, &klines, None);
+            requests.push((i as u64 * 2 + 1, klines, None));
         }
     }
+    let expected = requests.len() as u64;
     let klines = u64::from(args.klines);
-    drive(
+    let name = |token: u64| -> String { shown(&symbols[(token / 2) as usize]) };
+    let mut next = 0;
+    let (mut refused, mut refusal) = (0u64, None::<String>);
+    let done = drive(
         &mut t,
         &mut session,
         &clock,
         deadline,
         &mut events,
+        &mut |session, now| {
+            while next < requests.len() && session.room() > 0 {
+                let (token, target, weight) = &requests[next];
+                next += 1;
+                if let Err(e) = session.submit(now, *token, Method::Get, target, *weight) {
+                    refused += 1;
+                    refusal.get_or_insert_with(|| format!("{}: {e}", name(*token)));
+                }
+            }
+        },
         &mut |e| match e {
             RestEvent::Done {
                 token,
@@ -236,22 +253,36 @@ fn fetch<T: SocketTransport>(mut t: T, args: &FetchArgs) -> Result<ExitCode, Str
                     }
                     Err(e) => {
                         tally.bad_data += 1;
-                        let s = &symbols[(token / 2) as usize];
-                        tally.first_error.get_or_insert_with(|| format!("{s}: {e}"));
+                        tally
+                            .first_error
+                            .get_or_insert_with(|| format!("{}: {e}", name(token)));
                     }
                 }
             }
             RestEvent::Failed { token, error } => {
                 tally.failed += 1;
-                let s = &symbols[(token / 2) as usize];
                 tally
                     .first_error
-                    .get_or_insert_with(|| format!("{s}: {error}"));
+                    .get_or_insert_with(|| format!("{}: {error}", name(token)));
             }
         },
     )?;
+    tally.failed += refused;
+    if tally.first_error.is_none() {
+        tally.first_error = refusal;
+    }
+    if !done {
+        let outstanding = session.outstanding() + (requests.len() - next);
+        tally.first_error = Some(format!(
+            "gave up at --timeout-s with {outstanding} requests not done{}",
+            tally
+                .first_error
+                .as_deref()
+                .map(|e| format!(" (first error: {e})"))
+                .unwrap_or_default()
+        ));
+    }
     let elapsed_ns = clock.now_ns().saturating_sub(start);
-    let expected = symbols.len() as u64 * if klines > 0 { 2 } else { 1 };
     let g = session.gate_stats();
     let s = session.stats();
     let wait_mean_ms = if g.granted == 0 {
@@ -286,6 +317,7 @@ fn fetch<T: SocketTransport>(mut t: T, args: &FetchArgs) -> Result<ExitCode, Str
             "wait_p99_ms": wait_p99_ms,
             "elapsed_ms": elapsed_ns / 1_000_000,
             "limiter": !args.no_limiter,
+            "gave_up": !done,
             "first_error": tally.first_error,
         });
         println!("{summary}");
@@ -321,26 +353,27 @@ fn fetch<T: SocketTransport>(mut t: T, args: &FetchArgs) -> Result<ExitCode, Str
     })
 }
 
-/// Runs the loop until nothing is outstanding or the deadline passes.
+/// Runs the loop until nothing is left (`Ok(true)`) or the deadline passes (`Ok(false)`);
+/// `feed` submits requests as the session has room.
 fn drive<T: Transport>(
     t: &mut T,
     session: &mut RestSession,
     clock: &TscClock,
     deadline: u64,
     events: &mut Vec<NetEvent>,
+    feed: &mut impl FnMut(&mut RestSession, u64),
     on: &mut impl FnMut(RestEvent<'_>),
-) -> Result<(), String> {
+) -> Result<bool, String> {
     loop {
         let now = clock.now_ns();
+        feed(session, now);
         session.poll(now, t, &mut *on);
+        feed(session, now);
         if session.outstanding() == 0 {
-            return Ok(());
+            return Ok(true);
         }
         if now >= deadline {
-            return Err(format!(
-                "gave up with {} requests outstanding (--timeout-s)",
-                session.outstanding()
-            ));
+            return Ok(false);
         }
         events.clear();
         t.poll(now, 1_000_000, events).map_err(|e| e.to_string())?;
@@ -350,6 +383,16 @@ fn drive<T: Transport>(
         }
         t.flush().map_err(|e| e.to_string())?;
     }
+}
+
+/// A name from the venue as shown in a message: at most 64 characters, escaped.
+fn shown(name: &str) -> String {
+    let cut: String = name.chars().take(64).collect();
+    let mut out = cut.escape_debug().to_string();
+    if name.chars().count() > 64 {
+        out.push('…');
+    }
+    out
 }
 
 /// The symbols an exchange-information answer lists.
@@ -377,9 +420,14 @@ fn depth_levels(body: &[u8]) -> Result<u64, String> {
         for l in levels {
             let ok = l.as_array().is_some_and(|pq| {
                 pq.len() == 2
-                    && pq
-                        .iter()
-                        .all(|x| x.as_str().is_some_and(|s| s.parse::<f64>().is_ok()))
+                    && pq[0]
+                        .as_str()
+                        .and_then(crate::feed::handler::parse_price)
+                        .is_some()
+                    && pq[1]
+                        .as_str()
+                        .and_then(crate::feed::handler::parse_qty)
+                        .is_some()
             });
             if !ok {
                 return Err(format!("a {side} level that is not [price, quantity]: {l}"));

@@ -469,7 +469,7 @@ fn parse_depth(body: &[u8], bids: &mut Vec<(i64, u64)>, asks: &mut Vec<(i64, u64
 const PRICE_DECIMALS: usize = 4;
 
 /// `"123.4500"` (or `123`) as keel's fixed point; `None` past its range or precision.
-fn parse_price(text: &str) -> Option<i64> {
+pub(crate) fn parse_price(text: &str) -> Option<i64> {
     let (neg, digits) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),
@@ -493,7 +493,7 @@ fn parse_price(text: &str) -> Option<i64> {
 }
 
 /// `"12"` (or `"12.000"`, or a number) as a whole quantity.
-fn parse_qty(text: &str) -> Option<u64> {
+pub(crate) fn parse_qty(text: &str) -> Option<u64> {
     let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
     if !frac.bytes().all(|b| b == b'0') {
         return None;
@@ -711,11 +711,12 @@ impl FeedHandler {
             SnapshotSource::Rest(r) => {
                 let symbol_max = config.symbols.iter().map(String::len).max().unwrap_or(0);
                 let mut session = r.session_config(config.symbols.len());
-                session.target_max = r.path.len() + symbol_max + 32;
+                // The symbol percent-encoded: at most three bytes a byte.
+                session.target_max = r.path.len() + 3 * symbol_max + 32;
                 Some(RestSide {
                     session: RestSession::new(session, now_ns)?,
                     asked: vec![false; config.symbols.len()],
-                    target: String::with_capacity(r.path.len() + symbol_max + 32),
+                    target: String::with_capacity(r.path.len() + 3 * symbol_max + 32),
                     path: r.path.clone(),
                     depth_limit: r.depth_limit,
                     depth_weight: r.depth_weight,
@@ -1136,11 +1137,10 @@ impl FeedHandler {
         self.stats.rest_requests += 1;
         use std::fmt::Write;
         rest.target.clear();
-        let _ = write!(
-            rest.target,
-            "{}?symbol={}&limit={}",
-            rest.path, self.config.symbols[sym], rest.depth_limit
-        );
+        rest.target.push_str(&rest.path);
+        rest.target.push_str("?symbol=");
+        crate::http::push_query_value(&mut rest.target, &self.config.symbols[sym]);
+        let _ = write!(rest.target, "&limit={}", rest.depth_limit);
         let weight = Some(rest.depth_weight);
         match rest
             .session

@@ -163,6 +163,31 @@ fn is_field_value(s: &str) -> bool {
     s.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
 }
 
+/// Whether `target` may go on the wire as a request target: an absolute path (and query) of
+/// visible ASCII, no fragment (`#` is the client's own, never sent).
+pub fn valid_target(target: &str) -> bool {
+    target.starts_with('/')
+        && target
+            .bytes()
+            .all(|b| (0x21..0x7f).contains(&b) && b != b'#')
+}
+
+/// Appends `value` to `out` percent-encoded for a query (every byte but `A-Z a-z 0-9 - . _ ~`
+/// as `%XX`), so that a name from a venue or a file can never add a parameter, a fragment or a
+/// path. Allocates nothing when `out` has room (three bytes per byte of `value`).
+pub fn push_query_value(out: &mut String, value: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
+        }
+    }
+}
+
 /// Writes `req` into `out`; returns the bytes written. Refuses (and writes nothing usable)
 /// a request that does not fit or carries a field the wire cannot take as given.
 pub fn encode_request(req: &Request<'_>, out: &mut [u8]) -> Result<usize, HttpError> {
@@ -170,7 +195,7 @@ pub fn encode_request(req: &Request<'_>, out: &mut [u8]) -> Result<usize, HttpEr
         field,
         value: cut(value.as_bytes()),
     };
-    if !req.target.starts_with('/') || !req.target.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+    if !valid_target(req.target) {
         return Err(bad("target", req.target));
     }
     if req.host.is_empty() || !req.host.bytes().all(|b| (0x21..0x7f).contains(&b)) {

@@ -101,6 +101,9 @@ pub enum RestError {
     /// Every slot of the request table is taken.
     #[error("REST request table full ({0} requests)")]
     TableFull(usize),
+    /// The target cannot go on the wire (not an absolute path of visible ASCII, or a `#`).
+    #[error("request target {0:?} cannot be sent (an absolute path of visible ASCII, no '#')")]
+    BadTarget(String),
     /// The target is longer than `target_max`.
     #[error("request target of {len} bytes exceeds target_max {max}")]
     TargetTooLong {
@@ -299,6 +302,11 @@ impl RestSession {
         self.slots.iter().filter(|s| s.phase != Phase::Free).count()
     }
 
+    /// Requests that may still be submitted now (free slots in the table).
+    pub fn room(&self) -> usize {
+        self.slots.len() - self.outstanding()
+    }
+
     /// Takes a request: weighed by its target's path (or `weight` when the caller knows
     /// better, e.g. a depth snapshot whose weight depends on its `limit`) and queued at the
     /// gate. `token` comes back with its outcome.
@@ -320,6 +328,10 @@ impl RestSession {
                 max: self.config.target_max,
             };
             return refused(&mut self.stats, e);
+        }
+        if !super::valid_target(target) {
+            let shown = target.chars().take(64).collect();
+            return refused(&mut self.stats, RestError::BadTarget(shown));
         }
         let Some(i) = self.slots.iter().position(|s| s.phase == Phase::Free) else {
             return refused(&mut self.stats, RestError::TableFull(self.slots.len()));
@@ -423,6 +435,18 @@ impl RestSession {
                     self.slots[i].phase = Phase::InFlight;
                     self.carrying[c] = Some(i);
                 }
+                Err(super::client::SendError::Request(e)) => {
+                    // The request itself cannot be written: no retry can change that.
+                    let attempts = self.slots[i].attempt;
+                    self.fail(
+                        i,
+                        RestError::Failed {
+                            why: e.to_string(),
+                            attempts,
+                        },
+                        emit,
+                    );
+                }
                 Err(e) => {
                     // Nothing written: safe to retry whatever the method.
                     let attempts = self.slots[i].attempt;
@@ -459,7 +483,7 @@ impl RestSession {
                     .on_response(now_ns, status, head.retry_after_s(), &self.used);
                 let retried = status == 429
                     || status == 418
-                    || (status >= 500 && self.slots[i].method.idempotent());
+                    || ((500..=599).contains(&status) && self.slots[i].method.idempotent());
                 if retried {
                     self.retry_or_fail(now_ns, i, emit, || RestError::Status { status, attempts });
                     return;

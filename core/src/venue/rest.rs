@@ -61,6 +61,40 @@ pub fn endpoint_weight(path: &str, query: &str) -> Option<u32> {
     }
 }
 
+/// A query's parameters, each at most once, and `limit` a whole number in the endpoint's
+/// range (depth 1..=5,000, klines 1..=1,000): else why not (answered 400, not weighed).
+pub fn check_query(path: &str, query: &str) -> Result<(), String> {
+    let mut seen: [&str; 8] = [""; 8];
+    let mut n = 0;
+    for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+        let key = kv.split_once('=').map_or(kv, |(k, _)| k);
+        if seen[..n].contains(&key) {
+            return Err(format!("parameter '{key}' given twice"));
+        }
+        if n == seen.len() {
+            return Err(format!("more than {} parameters", seen.len()));
+        }
+        seen[n] = key;
+        n += 1;
+    }
+    let max = match path {
+        "/api/v3/depth" => 5_000,
+        "/api/v3/klines" => 1_000,
+        _ => return Ok(()),
+    };
+    let limit = query.split('&').find_map(|kv| kv.strip_prefix("limit="));
+    match limit {
+        None => Ok(()),
+        Some(v) => match v.parse::<u32>() {
+            Ok(l) if (1..=max).contains(&l) && v.bytes().all(|b| b.is_ascii_digit()) => Ok(()),
+            _ => Err(format!(
+                "limit '{}' is not a whole number in 1..={max}",
+                v.chars().take(32).collect::<String>()
+            )),
+        },
+    }
+}
+
 /// What the venue answers a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -104,6 +138,13 @@ pub struct ClientWindows {
 }
 
 impl ClientWindows {
+    /// Nothing counted for a minute, and neither banned nor told to wait.
+    pub fn idle(&self, now_ns: u64) -> bool {
+        now_ns >= self.minute.0.saturating_add(60 * SEC)
+            && now_ns >= self.banned_until_ns
+            && now_ns >= self.wait_until_ns
+    }
+
     /// Decides a request of `weight` at `now_ns` (see the module's table).
     pub fn admit(&mut self, now_ns: u64, weight: u32, limits: &RestLimits) -> Verdict {
         let secs = |ns: u64| ns.div_ceil(SEC).max(1);
@@ -196,8 +237,8 @@ pub struct RestStats {
     pub refused: u64,
 }
 
-/// API keys the endpoint keeps windows for; requests with further keys share the anonymous
-/// budget.
+/// API keys the endpoint keeps windows for; a further key takes the place of one idle for a
+/// minute, or is answered 429 (never merged into another client's budget).
 const KEYS_MAX: usize = 64;
 
 /// The venue's REST endpoint. A client is its API key (`X-Api-Key`), each with its own
@@ -288,18 +329,22 @@ impl RestEndpoint {
     }
 
     /// The windows of the client with `key` (none, or past [`KEYS_MAX`]: the anonymous ones).
-    fn windows(&mut self, key: Option<&str>) -> &mut ClientWindows {
+    fn windows(&mut self, now_ns: u64, key: Option<&str>) -> Option<&mut ClientWindows> {
         let Some(key) = key else {
-            return &mut self.anonymous;
+            return Some(&mut self.anonymous);
         };
-        match self.keyed.iter().position(|(k, _)| k == key) {
-            Some(i) => &mut self.keyed[i].1,
-            None if self.keyed.len() < KEYS_MAX => {
-                self.keyed.push((key.to_string(), ClientWindows::default()));
-                &mut self.keyed.last_mut().expect("just pushed").1
-            }
-            None => &mut self.anonymous,
+        if let Some(i) = self.keyed.iter().position(|(k, _)| k == key) {
+            return Some(&mut self.keyed[i].1);
         }
+        if self.keyed.len() < KEYS_MAX {
+            self.keyed.push((key.to_string(), ClientWindows::default()));
+            return self.keyed.last_mut().map(|(_, w)| w);
+        }
+        // Full: a key idle for a whole minute (no ban, no wait) gives its place up; else the
+        // new key is refused — never merged into a budget another client could get banned.
+        let i = self.keyed.iter().position(|(_, w)| w.idle(now_ns))?;
+        self.keyed[i] = (key.to_string(), ClientWindows::default());
+        Some(&mut self.keyed[i].1)
     }
 
     /// Answers every whole request received (at most [`REQUESTS_PER_PASS`] per connection);
@@ -371,10 +416,22 @@ impl RestEndpoint {
                 let limits = self.config.limits;
                 let (code, body, extra) = if status != 0 {
                     self.stats.bad += 1;
-                    close = status != 405;
+                    // Every refused request closes: a body it carried (a POST, a GET with
+                    // Content-Length or chunks) is never read as the next request.
+                    close = true;
                     (status, format!("{{\"error\":{status}}}"), None)
+                } else if let Err(why) = check_query(&path, &query) {
+                    self.stats.bad += 1;
+                    (400, serde_json::json!({ "error": why }).to_string(), None)
                 } else if let Some(weight) = endpoint_weight(&path, &query) {
-                    let verdict = self.windows(key.as_deref()).admit(now_ns, weight, &limits);
+                    let verdict = match self.windows(now_ns, key.as_deref()) {
+                        Some(w) => w.admit(now_ns, weight, &limits),
+                        None => Verdict::TooMany {
+                            retry_after_s: 60,
+                            used_1s: 0,
+                            used_1m: 0,
+                        },
+                    };
                     match verdict {
                         Verdict::Serve { used_1s, used_1m } => match build(&path, &query) {
                             Ok(body) => {
@@ -475,6 +532,62 @@ mod tests {
         assert_eq!(endpoint_weight("/api/v3/depth", "limit=x"), Some(2));
         assert_eq!(endpoint_weight("/api/v3/klines", ""), Some(5));
         assert_eq!(endpoint_weight("/api/v3/order", ""), None);
+    }
+
+    // Goal (found by review): a client inventing keys cannot push others into a shared budget
+    // it then gets banned: past the table a new key takes the place of one idle for a minute,
+    // else it is refused (`None`: answered 429) and the anonymous budget is untouched.
+    #[test]
+    fn the_key_table_never_merges_a_new_key_into_another_budget() {
+        let config = RestConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            limits: limits(),
+            conns_max: 4,
+        };
+        let mut e = RestEndpoint::new(crate::net::ListenerId(0), config.listen, config);
+        let l = limits();
+        for k in 0..KEYS_MAX {
+            let w = e.windows(SEC, Some(&format!("k{k}"))).unwrap();
+            assert!(matches!(w.admit(SEC, 1, &l), Verdict::Serve { .. }));
+        }
+        assert!(
+            e.windows(SEC, Some("newcomer")).is_none(),
+            "table full, all busy"
+        );
+        assert_eq!(
+            e.anonymous,
+            ClientWindows::default(),
+            "the anonymous budget untouched"
+        );
+        // A minute later every key is idle: the newcomer takes one place, with a fresh budget.
+        let later = 62 * SEC;
+        let w = e.windows(later, Some("newcomer")).unwrap();
+        assert_eq!(*w, ClientWindows::default());
+        assert!(e.keyed.iter().any(|(k, _)| k == "newcomer"));
+        assert_eq!(e.keyed.len(), KEYS_MAX);
+        // A banned key is never evicted (its ban would be lost).
+        let mut banned = ClientWindows::default();
+        banned.banned_until_ns = u64::MAX;
+        assert!(!banned.idle(later));
+    }
+
+    #[test]
+    fn queries_are_checked_before_they_are_weighed() {
+        assert!(check_query("/api/v3/depth", "symbol=A&limit=5000").is_ok());
+        assert!(check_query("/api/v3/depth", "symbol=A").is_ok());
+        assert!(check_query("/api/v3/klines", "symbol=A&limit=1000").is_ok());
+        for (path, q) in [
+            ("/api/v3/depth", "symbol=A&limit=5001"),
+            ("/api/v3/depth", "limit=0"),
+            ("/api/v3/depth", "limit=+1"),
+            ("/api/v3/depth", "limit="),
+            ("/api/v3/depth", "limit=18446744073709551616"),
+            ("/api/v3/klines", "limit=1001"),
+            ("/api/v3/ticker", "symbol=A&symbol=B"),
+            ("/api/v3/ticker", "a&b&c&d&e&f&g&h&i"),
+        ] {
+            assert!(check_query(path, q).is_err(), "{path}?{q}");
+        }
     }
 
     // Goal: each row of the module's table.
