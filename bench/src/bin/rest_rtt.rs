@@ -48,7 +48,13 @@ use keel::net::{
 use keel_bench::{arg_u64, flag, histogram, pin_or_warn, print_header, print_row, summary};
 
 const TARGET: &str = "/api/v3/ticker?symbol=AAPL";
-const BODY: &[u8] = br#"{"symbol":"AAPL","priceChange":"0.25","priceChangePercent":"0.132","lastPrice":"190.25","bidPrice":"190.24","bidQty":"300","askPrice":"190.26","askQty":"200","volume":"1250000","openTime":1764547200000,"closeTime":1764633600000,"count":48211}"#;
+const BODY: &[u8] = concat!(
+    r#"{"symbol":"AAPL","priceChange":"0.25","priceChangePercent":"0.132""#,
+    r#","lastPrice":"190.25","bidPrice":"190.24","bidQty":"300","askPrice":"190.26""#,
+    r#","askQty":"200","volume":"1250000","openTime":1764547200000"#,
+    r#","closeTime":1764633600000,"count":48211}"#,
+)
+.as_bytes();
 /// Gate requests per timed batch.
 const BATCH: u64 = 1_000;
 /// keel's blocking wait in the kernel per poll (epoll rounds it up to 1 ms).
@@ -273,13 +279,19 @@ fn client_config_for(addr: SocketAddr, host: &str) -> HttpClientConfig {
 }
 
 impl<T: Transport> Keel<T> {
-    fn new(name: &'static str, transport: T, config: HttpClientConfig, wait: WaitMode) -> Self {
+    fn new(
+        name: &'static str,
+        transport: T,
+        config: HttpClientConfig,
+        wait: WaitMode,
+        conns: Conns,
+    ) -> Self {
         Self {
             name,
             transport,
             client: HttpClient::new(config.clone()),
             config,
-            conns: Conns::KeptAlive,
+            conns,
             timeout_ns: if wait == WaitMode::Blocking {
                 BLOCKING_POLL_NS
             } else {
@@ -287,11 +299,6 @@ impl<T: Transport> Keel<T> {
             },
             events: Vec::with_capacity(64),
         }
-    }
-
-    fn new_conns(mut self) -> Self {
-        self.conns = Conns::New;
-        self
     }
 
     /// One GET from `send` to its outcome.
@@ -483,127 +490,174 @@ fn tls_client<T: SocketTransport>(
     Some(t)
 }
 
+/// Everything a contender is made from: the server's addresses, one rustls configuration.
+struct Setup {
+    plain: SocketAddr,
+    tls: SocketAddr,
+    rustls: Arc<rustls::ClientConfig>,
+}
+
+type Made = Option<Box<dyn Contender>>;
+
+impl Setup {
+    fn reqwest(&self, name: &'static str, tls: bool, conns: Conns) -> Made {
+        let (t, url) = if tls {
+            let url = format!("https://localhost:{}{TARGET}", self.tls.port());
+            (Some((&*self.rustls, self.tls)), url)
+        } else {
+            (None, format!("http://{}{TARGET}", self.plain))
+        };
+        Some(Box::new(Reqwest::new(name, t, url, conns)))
+    }
+
+    fn keel<T: SocketTransport + 'static>(
+        &self,
+        name: &'static str,
+        wait: WaitMode,
+        conns: Conns,
+    ) -> Made {
+        let config = client_config_for(self.plain, &self.plain.to_string());
+        let c = Keel::new(name, open::<T>(wait)?, config, wait, conns);
+        Some(Box::new(c))
+    }
+
+    fn keel_tls<T: SocketTransport + 'static>(
+        &self,
+        name: &'static str,
+        wait: WaitMode,
+        conns: Conns,
+    ) -> Made {
+        let t = tls_client::<T>(wait, &self.rustls, self.tls)?;
+        let c = Keel::new(
+            name,
+            t,
+            client_config_for(self.tls, "localhost"),
+            wait,
+            conns,
+        );
+        Some(Box::new(c))
+    }
+}
+
 fn contenders(server: &Server, ca: &Path) -> Vec<Entry> {
+    use Case::{Connect, Plain};
     use Conns::{KeptAlive, New};
     use WaitMode::{Blocking, BusyPoll};
     // One rustls configuration for both clients, resumption off (a full handshake each time).
-    let mut rustls_config = (*client_config(Some(ca)).expect("client TLS config")).clone();
-    rustls_config.resumption = rustls::client::Resumption::disabled();
-    let tls_config = Arc::new(rustls_config);
-    let (plain, tls) = (server.plain, server.tls);
-    let plain_url = format!("http://{plain}{TARGET}");
-    let tls_url = format!("https://localhost:{}{TARGET}", tls.port());
-    let plain_conf = || client_config_for(plain, &plain.to_string());
-    let tls_conf = || client_config_for(tls, "localhost");
-    let mut list = Vec::new();
-    let mut add = |case, conns, name, baseline, c: Option<Box<dyn Contender>>| {
-        if let Some(contender) = c {
-            list.push(Entry {
+    let mut rustls = (*client_config(Some(ca)).expect("client TLS config")).clone();
+    rustls.resumption = rustls::client::Resumption::disabled();
+    let s = Setup {
+        plain: server.plain,
+        tls: server.tls,
+        rustls: Arc::new(rustls),
+    };
+    // (table, connections, name, baseline of its table, the contender if this host has it)
+    let list: [(Case, Conns, &'static str, bool, Made); 13] = [
+        (
+            Plain,
+            KeptAlive,
+            "reqwest (tokio)",
+            true,
+            s.reqwest("reqwest", false, KeptAlive),
+        ),
+        (
+            Plain,
+            KeptAlive,
+            "keel epoll, busy",
+            false,
+            s.keel::<EpollReactor>("epoll busy", BusyPoll, KeptAlive),
+        ),
+        (
+            Plain,
+            KeptAlive,
+            "keel epoll, blocking",
+            false,
+            s.keel::<EpollReactor>("epoll blocking", Blocking, KeptAlive),
+        ),
+        (
+            Plain,
+            KeptAlive,
+            "keel io_uring, busy",
+            false,
+            s.keel::<Reactor>("io_uring busy", BusyPoll, KeptAlive),
+        ),
+        (
+            Plain,
+            KeptAlive,
+            "keel io_uring, blocking",
+            false,
+            s.keel::<Reactor>("io_uring blocking", Blocking, KeptAlive),
+        ),
+        (
+            Case::Tls,
+            KeptAlive,
+            "reqwest (tokio, rustls)",
+            true,
+            s.reqwest("reqwest TLS", true, KeptAlive),
+        ),
+        (
+            Case::Tls,
+            KeptAlive,
+            "keel Tls<epoll>, busy",
+            false,
+            s.keel_tls::<EpollReactor>("TLS epoll busy", BusyPoll, KeptAlive),
+        ),
+        (
+            Case::Tls,
+            KeptAlive,
+            "keel Tls<epoll>, blocking",
+            false,
+            s.keel_tls::<EpollReactor>("TLS epoll blocking", Blocking, KeptAlive),
+        ),
+        (
+            Case::Tls,
+            KeptAlive,
+            "keel Tls<io_uring>, busy",
+            false,
+            s.keel_tls::<Reactor>("TLS io_uring busy", BusyPoll, KeptAlive),
+        ),
+        (
+            Connect,
+            New,
+            "reqwest, new TLS connection",
+            true,
+            s.reqwest("reqwest new TLS", true, New),
+        ),
+        (
+            Connect,
+            New,
+            "reqwest, new plaintext conn.",
+            false,
+            s.reqwest("reqwest new", false, New),
+        ),
+        (
+            Connect,
+            New,
+            "keel epoll, new TLS connection",
+            false,
+            s.keel_tls::<EpollReactor>("epoll new TLS", BusyPoll, New),
+        ),
+        (
+            Connect,
+            New,
+            "keel epoll, new plaintext conn.",
+            false,
+            s.keel::<EpollReactor>("epoll new", BusyPoll, New),
+        ),
+    ];
+    list.into_iter()
+        .filter_map(|(case, conns, name, baseline, made)| {
+            Some(Entry {
                 case,
                 conns,
                 name,
                 baseline,
-                contender,
+                contender: made?,
                 h: histogram(),
                 requests: 0,
-            });
-        }
-    };
-    let r = |name, tls_on: bool, conns| -> Option<Box<dyn Contender>> {
-        let (t, url) = if tls_on {
-            (Some((&*tls_config, tls)), tls_url.clone())
-        } else {
-            (None, plain_url.clone())
-        };
-        Some(Box::new(Reqwest::new(name, t, url, conns)) as _)
-    };
-    add(
-        Case::Plain,
-        KeptAlive,
-        "reqwest (tokio)",
-        true,
-        r("reqwest", false, KeptAlive),
-    );
-    for (name, wait) in [
-        ("keel epoll, busy", BusyPoll),
-        ("keel epoll, blocking", Blocking),
-    ] {
-        let c = open::<EpollReactor>(wait).map(|t| Keel::new(name, t, plain_conf(), wait));
-        add(
-            Case::Plain,
-            KeptAlive,
-            name,
-            false,
-            c.map(|c| Box::new(c) as _),
-        );
-    }
-    for (name, wait) in [
-        ("keel io_uring, busy", BusyPoll),
-        ("keel io_uring, blocking", Blocking),
-    ] {
-        let c = open::<Reactor>(wait).map(|t| Keel::new(name, t, plain_conf(), wait));
-        add(
-            Case::Plain,
-            KeptAlive,
-            name,
-            false,
-            c.map(|c| Box::new(c) as _),
-        );
-    }
-    add(
-        Case::Tls,
-        KeptAlive,
-        "reqwest (tokio, rustls)",
-        true,
-        r("reqwest TLS", true, KeptAlive),
-    );
-    for (name, wait) in [
-        ("keel Tls<epoll>, busy", BusyPoll),
-        ("keel Tls<epoll>, blocking", Blocking),
-    ] {
-        let c = tls_client::<EpollReactor>(wait, &tls_config, tls)
-            .map(|t| Keel::new(name, t, tls_conf(), wait));
-        add(
-            Case::Tls,
-            KeptAlive,
-            name,
-            false,
-            c.map(|c| Box::new(c) as _),
-        );
-    }
-    let name = "keel Tls<io_uring>, busy";
-    let c = tls_client::<Reactor>(BusyPoll, &tls_config, tls)
-        .map(|t| Keel::new(name, t, tls_conf(), BusyPoll));
-    add(
-        Case::Tls,
-        KeptAlive,
-        name,
-        false,
-        c.map(|c| Box::new(c) as _),
-    );
-    add(
-        Case::Connect,
-        New,
-        "reqwest, new TLS connection",
-        true,
-        r("reqwest new TLS", true, New),
-    );
-    add(
-        Case::Connect,
-        New,
-        "reqwest, new plaintext conn.",
-        false,
-        r("reqwest new", false, New),
-    );
-    let name = "keel epoll, new TLS connection";
-    let c = tls_client::<EpollReactor>(BusyPoll, &tls_config, tls)
-        .map(|t| Keel::new(name, t, tls_conf(), BusyPoll).new_conns());
-    add(Case::Connect, New, name, false, c.map(|c| Box::new(c) as _));
-    let name = "keel epoll, new plaintext conn.";
-    let c = open::<EpollReactor>(BusyPoll)
-        .map(|t| Keel::new(name, t, plain_conf(), BusyPoll).new_conns());
-    add(Case::Connect, New, name, false, c.map(|c| Box::new(c) as _));
-    list
+            })
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
