@@ -849,7 +849,7 @@ fn read_feed_snapshot(s: &mut Section<'_>, c: &mut crate::feed::handler::FeedCon
             });
         }
     }
-    c.snapshot = SnapshotSource::Rest(r);
+    c.snapshot = SnapshotSource::Rest(Box::new(r));
     Ok(())
 }
 

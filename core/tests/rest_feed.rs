@@ -121,10 +121,10 @@ fn rest_feed(md: SocketAddr, rest: SocketAddr) -> FeedConfig {
         addr: md,
         symbols: SYMBOLS.iter().map(|s| s.to_string()).collect(),
         resync_retry_ns: 200_000_000,
-        snapshot: SnapshotSource::Rest(RestSnapshots {
+        snapshot: SnapshotSource::Rest(Box::new(RestSnapshots {
             depth_limit: 5_000,
             ..RestSnapshots::new(rest)
-        }),
+        })),
         ..FeedConfig::default()
     }
 }

@@ -572,7 +572,7 @@ fn rest_snapshot_path_allocates_nothing() {
         FeedConfig {
             addr: md,
             resync_retry_ns: 200_000_000,
-            snapshot: SnapshotSource::Rest(RestSnapshots::new(rest)),
+            snapshot: SnapshotSource::Rest(Box::new(RestSnapshots::new(rest))),
             ..FeedConfig::default()
         },
         clock.now_ns(),

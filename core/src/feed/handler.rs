@@ -76,7 +76,7 @@ pub enum SnapshotSource {
     /// fetched through the gate, deltas at or below its update id are dropped, the rest must
     /// follow on without a gap; every resync the same way. Snapshots the WebSocket sends
     /// anyway are ignored (counted).
-    Rest(RestSnapshots),
+    Rest(Box<RestSnapshots>),
 }
 
 /// `[[feed]] snapshot = "rest"`: the venue's REST API and how to ask it (docs/config.md).

@@ -65,17 +65,15 @@ pub fn endpoint_weight(path: &str, query: &str) -> Option<u32> {
 /// range (depth 1..=5,000, klines 1..=1,000): else why not (answered 400, not weighed).
 pub fn check_query(path: &str, query: &str) -> Result<(), String> {
     let mut seen: [&str; 8] = [""; 8];
-    let mut n = 0;
-    for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+    for (n, kv) in query.split('&').filter(|kv| !kv.is_empty()).enumerate() {
         let key = kv.split_once('=').map_or(kv, |(k, _)| k);
-        if seen[..n].contains(&key) {
+        if seen[..n.min(seen.len())].contains(&key) {
             return Err(format!("parameter '{key}' given twice"));
         }
         if n == seen.len() {
             return Err(format!("more than {} parameters", seen.len()));
         }
         seen[n] = key;
-        n += 1;
     }
     let max = match path {
         "/api/v3/depth" => 5_000,
@@ -566,8 +564,10 @@ mod tests {
         assert!(e.keyed.iter().any(|(k, _)| k == "newcomer"));
         assert_eq!(e.keyed.len(), KEYS_MAX);
         // A banned key is never evicted (its ban would be lost).
-        let mut banned = ClientWindows::default();
-        banned.banned_until_ns = u64::MAX;
+        let banned = ClientWindows {
+            banned_until_ns: u64::MAX,
+            ..ClientWindows::default()
+        };
         assert!(!banned.idle(later));
     }
 
