@@ -4,6 +4,7 @@ mod ctl;
 mod drill;
 mod dump;
 mod fetch;
+mod gateway;
 mod run;
 mod stat;
 mod venue;
@@ -101,6 +102,11 @@ enum Command {
     /// gate's figures (acquire wait mean and p99, acquire timeouts, 429 share, 418s); exit 0
     /// when every request brought its data, 1 when any did not.
     Fetch(fetch::FetchArgs),
+    /// A stateless market-data gateway: subscribes to a venue's events on a NATS bus (`keel
+    /// venue --nats`) and serves the WebSocket protocol of the venue's market-data server to
+    /// its own clients; books from snapshots asked on the bus, resynced after any gap
+    /// (docs/market-data.md, "Scaling out"). Adding a gateway is adding a subscriber.
+    Gateway(gateway::GatewayArgs),
     /// A running engine's counters, from another process: a live view of its counters file
     /// (docs/observability.md), `--once`, or `--json` for scripts.
     Stat(stat::StatArgs),
@@ -163,6 +169,7 @@ where
         Command::Stat(args) => stat::run(args),
         Command::Drill(args) => drill::run(args),
         Command::Fetch(args) => fetch::run(args),
+        Command::Gateway(args) => gateway::run(args),
         Command::Journal(args) => dump::journal(args),
         Command::Log(args) => dump::log(args),
         Command::Defaults => defaults(),

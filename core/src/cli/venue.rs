@@ -145,6 +145,11 @@ pub struct VenueArgs {
     /// How long a REST ban lasts, seconds.
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     rest_ban_s: u64,
+    /// Publish every book delta and trade on this NATS bus too (comma-separated URLs, e.g.
+    /// nats://127.0.0.1:4222), for `keel gateway`s to serve (docs/market-data.md, "Scaling
+    /// out"); said on a line of its own.
+    #[arg(long)]
+    nats: Option<String>,
     /// Market-data connections at most.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::net::CONNS_MAX)))]
     md_connections: u32,
@@ -291,6 +296,24 @@ fn refused(e: &NetError) -> ExitCode {
 /// Serves on whichever transport the venue opened until the duration elapses (or forever).
 fn serve<T: SocketTransport>(mut server: VenueServer<T>, args: &VenueArgs) -> ExitCode {
     const MS: u64 = 1_000_000;
+    // The bus publisher lives as long as the loop (dropped, it flushes and stops).
+    let mut _publisher = None;
+    if let Some(urls) = &args.nats {
+        let Some(md) = server.market_data_mut() else {
+            crate::warn_line!("keel venue: --nats needs market data (drop --no-market-data)");
+            return ExitCode::from(64);
+        };
+        match crate::venue::bus::Publisher::start(urls, args.symbols.clone(), 1 << 16) {
+            Ok((publisher, ring)) => {
+                md.attach_bus(ring);
+                _publisher = Some(publisher);
+            }
+            Err(e) => {
+                crate::warn_line!("keel venue: bus: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     server.exchange_mut().reject_burst_remaining = args.reject_burst;
     // Scripts read the addresses by position (the market data last): the transport goes
     // between them.
@@ -312,6 +335,9 @@ fn serve<T: SocketTransport>(mut server: VenueServer<T>, args: &VenueArgs) -> Ex
             "http"
         };
         crate::say_line!("keel venue: REST API on {scheme}://{addr}");
+    }
+    if let Some(urls) = &args.nats {
+        crate::say_line!("keel venue: market data published on the bus at {urls}");
     }
     // Scripts and tests read the addresses from a pipe: say it now, not at exit.
     let _ = std::io::Write::flush(&mut std::io::stdout());

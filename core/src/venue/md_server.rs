@@ -384,6 +384,11 @@ pub struct MdServer<T: Transport = Reactor> {
     published: bool,
     /// A delta held back by the swap fault.
     held: Option<(u16, u64)>,
+    /// The bus every event is also published on (`keel venue --nats`), and per symbol whether
+    /// an event was lost to a full ring (a snapshot follows once there is room).
+    bus: Option<(rtrb::Producer<super::bus::BusEvent>, Vec<bool>)>,
+    /// Events the bus ring had no room for.
+    bus_lost: u64,
 }
 
 fn json_frame(json: &[u8], frame: &mut Vec<u8>) {
@@ -467,6 +472,8 @@ impl<T: SocketTransport> MdServer<T> {
             delta_count: 0,
             published: false,
             held: None,
+            bus: None,
+            bus_lost: 0,
             config,
         })
     }
@@ -476,6 +483,131 @@ impl<T: Transport> MdServer<T> {
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// Publishes every book delta and trade on the bus too, through `ring` (docs/market-data.md,
+    /// "Scaling out"); a snapshot of every book goes first.
+    pub fn attach_bus(&mut self, ring: rtrb::Producer<super::bus::BusEvent>) {
+        self.bus = Some((ring, vec![true; self.symbols.len()]));
+        self.bus_snapshots();
+    }
+
+    /// Events the bus ring had no room for (each symbol then resyncs by a snapshot).
+    pub fn bus_lost(&self) -> u64 {
+        self.bus_lost
+    }
+
+    /// Pushes a snapshot of every symbol marked lost, while the ring has room.
+    fn bus_snapshots(&mut self) {
+        let Some((ring, lost)) = self.bus.as_mut() else {
+            return;
+        };
+        for (i, s) in self.symbols.iter().enumerate() {
+            if !lost[i] || ring.slots() == 0 {
+                continue;
+            }
+            let event = super::bus::BusEvent::Snapshot {
+                symbol: i as u16,
+                seq: s.book_seq,
+                trade_seq: s.trade_seq,
+                bids: s.bids.iter().rev().map(|(p, q)| (*p, *q)).collect(),
+                asks: s.asks.iter().map(|(p, q)| (*p, *q)).collect(),
+            };
+            if ring.push(event).is_ok() {
+                lost[i] = false;
+            }
+        }
+    }
+
+    /// One event onto the bus, or the symbol marked lost.
+    fn to_bus(&mut self, symbol: u16, event: super::bus::BusEvent) {
+        let Some((ring, lost)) = self.bus.as_mut() else {
+            return;
+        };
+        let i = usize::from(symbol);
+        if lost[i] || ring.push(event).is_err() {
+            lost[i] = true;
+            self.bus_lost += 1;
+        }
+    }
+
+    /// A gateway's delta from the bus: the level of `symbol` now holds `qty`, at book sequence
+    /// `seq`, which must be the next (else nothing changes and the caller resyncs). Published
+    /// to this server's clients as the venue's own delta.
+    pub fn apply_delta(
+        &mut self,
+        symbol: u16,
+        seq: u64,
+        side: BookSide,
+        price: i64,
+        qty: u64,
+    ) -> Result<(), u64> {
+        let s = &mut self.symbols[usize::from(symbol)];
+        if s.book_seq.checked_add(1) != Some(seq) {
+            return Err(s.book_seq);
+        }
+        let levels = match side {
+            BookSide::Bid => &mut s.bids,
+            BookSide::Ask => &mut s.asks,
+        };
+        // A delta that changes nothing still moves the sequence (the venue published it).
+        if levels.get(&price).copied().unwrap_or(0) == qty {
+            if qty == 0 {
+                levels.insert(price, 1);
+            } else {
+                levels.remove(&price);
+            }
+        }
+        s.book_seq = seq - 1;
+        self.update_level(symbol, side, price, qty);
+        Ok(())
+    }
+
+    /// A gateway's trade from the bus, numbered `seq` (a gap in the numbering is passed on as
+    /// it is: clients see it by the sequence).
+    pub fn apply_trade(
+        &mut self,
+        now_ns: u64,
+        symbol: u16,
+        seq: u64,
+        price: i64,
+        qty: u64,
+        buy: bool,
+    ) {
+        self.symbols[usize::from(symbol)].trade_seq = seq.saturating_sub(1);
+        self.trade(now_ns, symbol, price, qty, buy);
+    }
+
+    /// A gateway's snapshot from the bus: the book of `symbol` becomes it, at `seq`; every
+    /// client subscribed to the book gets it as a fresh snapshot (a resync, never a hole).
+    pub fn load_snapshot(
+        &mut self,
+        symbol: u16,
+        seq: u64,
+        trade_seq: u64,
+        bids: &[(i64, u64)],
+        asks: &[(i64, u64)],
+    ) {
+        let s = &mut self.symbols[usize::from(symbol)];
+        s.bids = bids.iter().copied().filter(|l| l.1 > 0).collect();
+        s.asks = asks.iter().copied().filter(|l| l.1 > 0).collect();
+        s.book_seq = seq;
+        s.trade_seq = s.trade_seq.max(trade_seq);
+        s.snapshot_seq = None;
+        for &slot in &s.subscribers[Channel::Book.index()] {
+            if let Some(c) = self.conns[slot as usize].as_mut() {
+                if !c.stale.contains(&symbol) {
+                    c.stale.push(symbol);
+                }
+            }
+        }
+        self.published = true;
+        self.publish_ticker(symbol);
+    }
+
+    /// Symbols served.
+    pub fn symbol_count(&self) -> usize {
+        self.symbols.len()
     }
 
     /// Whether the listener serves TLS (`wss://`).
@@ -565,6 +697,17 @@ impl<T: Transport> MdServer<T> {
         }
         s.book_seq += 1;
         let seq = s.book_seq;
+        if self.bus.is_some() {
+            let event = super::bus::BusEvent::Delta {
+                symbol,
+                seq,
+                side,
+                price,
+                qty,
+            };
+            self.to_bus(symbol, event);
+        }
+        let s = &self.symbols[usize::from(symbol)];
         self.scratch.clear();
         msg::write_delta(&mut self.scratch, &s.name, seq, side, price, qty);
         json_frame(&self.scratch, &mut self.frame);
@@ -647,6 +790,17 @@ impl<T: Transport> MdServer<T> {
         let s = &mut self.symbols[usize::from(symbol)];
         s.trade_seq += 1;
         let seq = s.trade_seq;
+        if self.bus.is_some() {
+            let event = super::bus::BusEvent::Trade {
+                symbol,
+                seq,
+                price,
+                qty,
+                buy,
+            };
+            self.to_bus(symbol, event);
+        }
+        let s = &self.symbols[usize::from(symbol)];
         self.scratch.clear();
         msg::write_trade(&mut self.scratch, &s.name, seq, price, qty, buy);
         json_frame(&self.scratch, &mut self.frame);
@@ -694,6 +848,13 @@ impl<T: Transport> MdServer<T> {
     /// One pass: accept, read, answer, fan out, ping, expire. Waits up to `timeout_ns` for
     /// network events in `Blocking` mode.
     pub fn step(&mut self, now_ns: u64, timeout_ns: u64) -> Result<(), NetError> {
+        if self
+            .bus
+            .as_ref()
+            .is_some_and(|(_, lost)| lost.contains(&true))
+        {
+            self.bus_snapshots();
+        }
         // What was published since the last pass leaves before this pass waits.
         if self.published {
             self.published = false;

@@ -9,6 +9,7 @@
 //! `simulator` cargo feature, which the `keel` binary, the tests and the benchmarks turn on.
 
 pub mod book;
+pub mod bus;
 pub mod exchange;
 pub mod flow;
 pub mod md_server;

@@ -397,6 +397,11 @@ impl<T: Transport> VenueServer<T> {
         self.md.as_ref()
     }
 
+    /// The market-data server, to attach a bus to.
+    pub fn market_data_mut(&mut self) -> Option<&mut super::md_server::MdServer<T>> {
+        self.md.as_mut()
+    }
+
     /// The market-data server's address, if configured.
     pub fn market_data_addr(&self) -> Option<SocketAddr> {
         self.md.as_ref().map(super::md_server::MdServer::local_addr)
