@@ -632,6 +632,24 @@ fn read_feed(
         value: format!("\"{text}\""),
         expected: "an IP address and port, e.g. \"127.0.0.1:15002\"",
     })?;
+    for (i, v) in s.array("alternates")?.iter().enumerate() {
+        let addr = v.as_str().and_then(|t| t.parse().ok());
+        let Some(addr) = addr else {
+            return Err(FileConfigError::WrongType {
+                key: format!("{}[{i}]", s.key("alternates")),
+                value: v.to_string(),
+                expected: "an IP address and port, e.g. \"127.0.0.1:15012\"",
+            });
+        };
+        c.alternates.push(addr);
+    }
+    if c.alternates.len() > 64 {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("alternates"),
+            value: c.alternates.len().to_string(),
+            allowed: "at most 64 addresses",
+        });
+    }
     if let Some(path) = s.string("path")? {
         c.path = path.to_string();
     }

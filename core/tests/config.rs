@@ -321,6 +321,7 @@ fn feed_tls_and_rest_snapshot_keys_are_checked() {
         "{MINIMAL}\n{feed}tls = true\nsnapshot = \"rest\"\nrest_address = \"127.0.0.1:15003\"\nrest_second_weight = 20"
     ))
     .unwrap();
+    assert!(c.feeds[0].alternates.is_empty());
     let tls = c.feeds[0].tls.as_ref().unwrap();
     assert_eq!(tls.server_name, "127.0.0.1", "defaults to the address");
     assert_eq!(tls.ca_file, None);
@@ -402,6 +403,8 @@ fn feed_tls_and_rest_snapshot_keys_are_checked() {
         ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_second_weight = 0", "rest_second_weight", "0"),
         ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_second_weight = 1000000\nrest_minute_weight = 1000000\nrest_depth_weight = 100001", "rest_depth_weight", "100001"),
         ("tls_ca_file = \"/ca.pem\"", "tls_ca_file", "\"/ca.pem\""),
+        ("alternates = [\"127.0.0.1:1\", \"nowhere\"]", "alternates[1]", "\"nowhere\""),
+        ("alternates = [5]", "alternates[0]", "5"),
         ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_path = \"/a#b\"", "rest_path", "\"/a#b\""),
         ("snapshot = \"rest\"\nrest_address = \"127.0.0.1:1\"\nrest_path = \"/a\\r\\nHost: x\"", "rest_path", "\"/a\\r\\nHost: x\""),
         ("pending_max = 0", "pending_max", "0"),

@@ -151,6 +151,7 @@ cancel_ack_p99_ns = "1ms"
 
 [[feed]]
 address = "10.1.2.3:9999"
+alternates = ["10.1.2.4:9999", "[::1]:80"]
 path = "/other"
 trades = false
 backoff_base_ns = 1

@@ -223,3 +223,93 @@ fn a_bus_restart_is_a_resync_not_wrong_data() {
     assert_eq!(s["wrong"], 0, "{s}");
     assert_eq!(s["converged"], 50, "{s}");
 }
+
+// Goal (issue 15): the engine's feed handler, given gateways (`[[feed]] address` and
+// `alternates`), moves to the next one when its gateway dies, resyncs every book by snapshot,
+// and ends with the venue's books.
+#[test]
+fn the_engines_feed_moves_to_the_next_gateway() {
+    use keel::clock::{Clock, TscClock};
+    use keel::feed::handler::{FeedConfig, FeedHandler};
+    use keel::guard::backoff::BackoffConfig;
+    use keel::net::{EpollReactor, ReactorConfig, SocketTransport};
+    let port = free_port();
+    let Some(_nats) = nats(port) else { return };
+    let url = format!("nats://127.0.0.1:{port}");
+    let v = venue(&[
+        "--nats",
+        &url,
+        "--rest-listen",
+        "127.0.0.1:0",
+        "--symbols",
+        SYMBOLS,
+        "--flow-rate",
+        "1000",
+    ]);
+    let rest: std::net::SocketAddr = v.rest.as_deref().unwrap().parse().unwrap();
+    let (g1, u1) = gateway(port, "127.0.0.1:0");
+    let (_g2, u2) = gateway(port, "127.0.0.1:0");
+    let addr = |u: &str| {
+        u.trim_start_matches("ws://")
+            .trim_end_matches("/md")
+            .parse()
+            .unwrap()
+    };
+    let mut handler = FeedHandler::new(FeedConfig {
+        addr: addr(&u1),
+        alternates: vec![addr(&u2)],
+        symbols: SYMBOLS.split(',').map(str::to_string).collect(),
+        backoff: BackoffConfig {
+            base_ns: 20_000_000,
+            cap_ns: 200_000_000,
+            ..BackoffConfig::default()
+        },
+        ..FeedConfig::default()
+    });
+    let mut t = EpollReactor::open(ReactorConfig::default()).unwrap();
+    let clock = TscClock::new();
+    handler.start(clock.now_ns(), &mut t);
+    let mut events = Vec::new();
+    let mut run_until =
+        |handler: &mut FeedHandler, what: &str, done: &dyn Fn(&FeedHandler) -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !done(handler) {
+                assert!(Instant::now() < deadline, "{what}: {:?}", handler.stats());
+                let now = clock.now_ns();
+                events.clear();
+                t.poll(now, 1_000_000, &mut events).unwrap();
+                for e in &events {
+                    handler.on_event(now, &mut t, e);
+                }
+                handler.step(now, &mut t);
+                t.flush().unwrap();
+            }
+        };
+    run_until(&mut handler, "synced on the first gateway", &|h| {
+        h.synced() && h.stats().deltas > 200
+    });
+    drop(g1);
+    let before = handler.stats();
+    run_until(&mut handler, "synced on the second gateway", &|h| {
+        h.stats().disconnects > before.disconnects
+            && h.synced()
+            && h.stats().deltas > before.deltas + 200
+    });
+    assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
+    for (i, symbol) in SYMBOLS.split(',').enumerate() {
+        let settle = Instant::now() + Duration::from_millis(300);
+        run_until(&mut handler, "quiet", &|_| Instant::now() > settle);
+        let (seq, bids, asks) = common::peers::parse_book(&common::peers::http_get(rest, symbol));
+        let b = handler.book(i as u16);
+        assert_eq!(b.seq(), Some(seq), "{symbol}");
+        assert_eq!(b.bids().collect::<Vec<_>>(), bids, "{symbol}");
+        assert_eq!(b.asks().collect::<Vec<_>>(), asks, "{symbol}");
+    }
+    let s = handler.stats();
+    assert!(s.connects >= 2, "{s:?}");
+    assert_eq!(
+        s.gaps + s.crossed + s.malformed + s.protocol_errors,
+        0,
+        "{s:?}"
+    );
+}

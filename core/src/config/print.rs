@@ -297,6 +297,12 @@ fn feed(out: &mut Out, c: &FeedConfig) {
         out.comment("an example address (TEST-NET-1): the venue's market data, or remove [[feed]]");
     }
     out.string("address", &c.addr.to_string());
+    let alternates: Vec<Value> = c
+        .alternates
+        .iter()
+        .map(|a| Value::String(a.to_string()))
+        .collect();
+    out.line(format_args!("alternates = {}", Value::Array(alternates)));
     out.string("path", &c.path);
     out.bool("trades", c.trades);
     out.duration("backoff_base_ns", c.backoff.base_ns);

@@ -1016,7 +1016,9 @@ pub(crate) fn exec_tls(
                 feed: i,
                 why: e.to_string(),
             })?;
-        destinations.push((f.addr, name.clone()));
+        for addr in std::iter::once(f.addr).chain(f.alternates.iter().copied()) {
+            destinations.push((addr, name.clone()));
+        }
         if let crate::feed::handler::SnapshotSource::Rest(r) = &f.snapshot {
             destinations.push((r.address, name));
         }

@@ -39,6 +39,10 @@ use crate::rng::{Rng64, SplitMix64};
 pub struct FeedConfig {
     /// The market-data server.
     pub addr: SocketAddr,
+    /// Further servers serving the same data (gateways: docs/market-data.md, "Scaling out"):
+    /// after a lost connection the handler reconnects to the next address in turn (`addr`,
+    /// then these), with its backoff's jitter, and resyncs every book.
+    pub alternates: Vec<SocketAddr>,
     /// The WebSocket path.
     pub path: String,
     /// Symbols to keep books of, in id order.
@@ -170,6 +174,7 @@ impl Default for FeedConfig {
     fn default() -> Self {
         Self {
             addr: "127.0.0.1:15002".parse().expect("literal address"),
+            alternates: Vec::new(),
             path: "/md".into(),
             symbols: vec!["AAPL".into(), "MSFT".into(), "AMZN".into(), "NVDA".into()],
             trades: true,
@@ -628,6 +633,8 @@ pub struct FeedHandler {
     resync_due_ns: Vec<u64>,
     /// Per symbol: deltas in a row at or below the book's sequence.
     duplicates_in_row: Vec<u32>,
+    /// Which address connects next (0: `addr`, then the alternates).
+    target: usize,
     last_trade: Vec<Option<u64>>,
     decoder: Decoder,
     backoff: Backoff,
@@ -678,6 +685,7 @@ impl FeedHandler {
             books: (0..n).map(|_| LocalBook::new(config.pending_max)).collect(),
             resync_due_ns: vec![0; n],
             duplicates_in_row: vec![0; n],
+            target: 0,
             last_trade: vec![None; n],
             decoder: Decoder::new(Role::Client, config.max_message),
             backoff: Backoff::new(config.backoff),
@@ -779,7 +787,7 @@ impl FeedHandler {
 
     fn connect(&mut self, now_ns: u64, t: &mut impl Transport) {
         self.stats.connects += 1;
-        match t.connect(self.config.addr) {
+        match t.connect(self.target_addr()) {
             Ok(conn) => {
                 self.state = State::Connecting(conn);
                 self.last_heard_ns = now_ns;
@@ -788,8 +796,18 @@ impl FeedHandler {
         }
     }
 
-    /// The connection is gone (or unusable): drop every book and schedule a reconnect.
+    /// The address the next connection goes to.
+    fn target_addr(&self) -> SocketAddr {
+        match self.target {
+            0 => self.config.addr,
+            i => self.config.alternates[i - 1],
+        }
+    }
+
+    /// The connection is gone (or unusable): drop every book and schedule a reconnect (to the
+    /// next address, when there are several).
     fn down(&mut self, now_ns: u64, t: &mut impl Transport) {
+        self.target = (self.target + 1) % (1 + self.config.alternates.len());
         if let Some(conn) = self.conn() {
             t.close(conn);
             self.stats.disconnects += 1;
@@ -834,12 +852,8 @@ impl FeedHandler {
                 let mut nonce = [0u8; 16];
                 nonce[..8].copy_from_slice(&self.rng.next_u64().to_le_bytes());
                 nonce[8..].copy_from_slice(&self.rng.next_u64().to_le_bytes());
-                let accept = write_upgrade(
-                    &mut self.request,
-                    self.config.addr,
-                    &self.config.path,
-                    nonce,
-                );
+                let host = self.target_addr();
+                let accept = write_upgrade(&mut self.request, host, &self.config.path, nonce);
                 if t.send(conn, &self.request).is_err() {
                     return self.down(now_ns, t);
                 }

@@ -172,3 +172,62 @@ pub fn stop_keel_run(mut engine: Proc, log: &std::path::Path) -> String {
     std::mem::forget(engine);
     std::fs::read_to_string(log).unwrap()
 }
+
+/// A book as the venue tells it: update id, bids, asks (best first).
+pub type Book = (u64, Vec<(i64, u64)>, Vec<(i64, u64)>);
+
+/// The venue's depth of `symbol` (5,000 levels) from its REST API at `rest`, as JSON text
+/// (its own API key, so no other client's budget is touched).
+pub fn http_get(rest: std::net::SocketAddr, symbol: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(rest).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let req = format!(
+        "GET /api/v3/depth?symbol={symbol}&limit=5000 HTTP/1.1\r\nHost: x\r\nX-Api-Key: test\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    // Read the head, then the body by its Content-Length (the venue keeps connections alive).
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 65_536];
+    let body = loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before the answer");
+        bytes.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .unwrap()
+                .parse()
+                .unwrap();
+            if body.len() >= len {
+                break body.to_string();
+            }
+        }
+    };
+    body
+}
+
+/// A REST depth answer as `(update id, bids, asks)` in keel's fixed point.
+pub fn parse_book(body: &str) -> Book {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    let side = |k: &str| -> Vec<(i64, u64)> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let p = l[0].as_str().unwrap();
+                let (w, f) = p.split_once('.').unwrap();
+                let price = w.parse::<i64>().unwrap() * 10_000 + f.parse::<i64>().unwrap();
+                (price, l[1].as_str().unwrap().parse().unwrap())
+            })
+            .collect()
+    };
+    (
+        v["lastUpdateId"].as_u64().unwrap(),
+        side("bids"),
+        side("asks"),
+    )
+}
