@@ -17,6 +17,16 @@ mod common;
 
 use common::peers::{python, venue, Proc, KEEL};
 
+/// The tests here run one at a time: each loads both cores (a venue, gateways, a bus, many
+/// Python clients), and side by side they would measure the machine, not the gateways.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 const CLIENTS_PY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/md_clients.py");
 const SYMBOLS: &str = "AAPL,MSFT";
 
@@ -147,6 +157,7 @@ impl Clients {
 // equal the venue's.
 #[test]
 fn clients_keep_the_venue_book_through_gateways_killed_and_added() {
+    let _serial = serial();
     let Some(python) = python() else { return };
     let port = free_port();
     let Some(_nats) = nats(port) else { return };
@@ -192,6 +203,7 @@ fn clients_keep_the_venue_book_through_gateways_killed_and_added() {
 // (a fresh snapshot, or a gap they repair), never wrong data.
 #[test]
 fn a_bus_restart_is_a_resync_not_wrong_data() {
+    let _serial = serial();
     let Some(python) = python() else { return };
     let port = free_port();
     let Some(nats1) = nats(port) else { return };
@@ -229,6 +241,7 @@ fn a_bus_restart_is_a_resync_not_wrong_data() {
 // and ends with the venue's books.
 #[test]
 fn the_engines_feed_moves_to_the_next_gateway() {
+    let _serial = serial();
     use keel::clock::{Clock, TscClock};
     use keel::feed::handler::{FeedConfig, FeedHandler};
     use keel::guard::backoff::BackoffConfig;
@@ -312,4 +325,77 @@ fn the_engines_feed_moves_to_the_next_gateway() {
         0,
         "{s:?}"
     );
+}
+
+/// A WebSocket client that subscribes to trades on every symbol and then never reads: its
+/// socket's buffers fill, then the gateway's queue for it.
+fn stalled_client(url: &str) -> TcpStream {
+    use keel::proto::ws::{encode_frame, header_len, Opcode};
+    let addr = url.trim_start_matches("ws://").trim_end_matches("/md");
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let upgrade = format!(
+        "GET /md HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    s.write_all(upgrade.as_bytes()).unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    for symbol in SYMBOLS.split(',') {
+        let json = format!(r#"{{"op":"subscribe","channel":"trades","symbol":"{symbol}"}}"#);
+        let mut frame = vec![0u8; header_len(json.len(), true) + json.len()];
+        let n = encode_frame(
+            &mut frame,
+            true,
+            Opcode::Text,
+            json.as_bytes(),
+            Some([1, 2, 3, 4]),
+        );
+        s.write_all(&frame[..n]).unwrap();
+    }
+    s
+}
+
+// Goal (issue 15): a trades subscriber that stops reading on one gateway is dropped by that
+// gateway (its queue bound, close 4001) and costs no other client anything: the healthy clients
+// of the same gateway and of another one keep the venue's books, with no disconnect.
+#[test]
+fn a_slow_consumer_on_one_gateway_hurts_no_one() {
+    let _serial = serial();
+    let Some(python) = python() else { return };
+    let port = free_port();
+    let Some(_nats) = nats(port) else { return };
+    let url = format!("nats://127.0.0.1:{port}");
+    let v = venue(&[
+        "--nats",
+        &url,
+        "--rest-listen",
+        "127.0.0.1:0",
+        "--symbols",
+        SYMBOLS,
+        "--flow-rate",
+        "3000",
+    ]);
+    let rest = v.rest.clone().unwrap();
+    let (_g1, u1) = gateway(port, "127.0.0.1:0");
+    let (_g2, u2) = gateway(port, "127.0.0.1:0");
+    let _stalled = stalled_client(&u1);
+    let clients = Clients::start(&python, &[u1, u2], 40, &rest);
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
+    std::thread::sleep(Duration::from_millis(500));
+    let s = clients.finish();
+    eprintln!("healthy clients beside a slow consumer: {s}");
+    assert_eq!(s["wrong"], 0, "{s}");
+    assert_eq!(s["converged"], 40, "{s}");
+    assert_eq!(s["reconnects"], 0, "no healthy client was dropped: {s}");
 }

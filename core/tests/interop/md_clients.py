@@ -13,7 +13,8 @@ Usage: md_clients.py GATEWAYS CLIENTS SYMBOLS REST DONE_FILE
 Every delta's sequence is checked: a gap (or a delta out of order) asks for a snapshot and
 is counted; applying a delta whose sequence is not the next is never done. Prints
 {"clients":..,"converged":..,"wrong":..,"gaps":..,"reconnects":..,"snapshots":..,
- "messages":..,"by_gateway":{..}} with `wrong` the clients whose books differ from the venue's.
+ "messages":..,"closes":{..}} with `wrong` the clients whose books differ from the venue's and
+`closes` why connections ended before the end (close code, or the error's kind).
 """
 
 import asyncio
@@ -31,6 +32,7 @@ CLIENTS = int(CLIENTS)
 SYMBOLS = SYMBOLS.split(",")
 
 totals = {"gaps": 0, "reconnects": 0, "snapshots": 0, "messages": 0}
+closes = {}
 live = {g: 0 for g in GATEWAYS}
 
 
@@ -85,8 +87,13 @@ async def client(i, books, done):
                             b.seq = m["seq"]
                 finally:
                     live[url] -= 1
-        except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException):
-            pass
+                    if not done.is_set():
+                        code = str(ws.close_code)
+                        closes[code] = closes.get(code, 0) + 1
+        except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException) as e:
+            if not done.is_set():
+                kind = type(e).__name__
+                closes[kind] = closes.get(kind, 0) + 1
         if done.is_set():
             return
         # Lost: the next gateway, after a jittered pause.
@@ -142,6 +149,7 @@ async def main():
         "wrong": len(wrong),
         "first_wrong": first,
         "venue_seq": {s: truth[s][0] for s in SYMBOLS},
+        "closes": closes,
         **totals,
     }), flush=True)
 
