@@ -399,3 +399,64 @@ fn a_slow_consumer_on_one_gateway_hurts_no_one() {
     assert_eq!(s["converged"], 40, "{s}");
     assert_eq!(s["reconnects"], 0, "no healthy client was dropped: {s}");
 }
+
+// Goal (adversary on the bus): a forged snapshot far ahead of the stream (sequence near
+// u64::MAX, made-up levels) published on a symbol's book subject cannot freeze the gateway's
+// book: the stream's deltas never pass it, the gateway sees more than `pending_max` in a row
+// at or below its sequence, resyncs from the real publisher — and every client ends with the
+// venue's books.
+#[test]
+fn a_forged_snapshot_on_the_bus_is_repaired() {
+    let _serial = serial();
+    use keel::venue::bus::{BusEvent, Publisher};
+    let Some(python) = python() else { return };
+    let port = free_port();
+    let Some(_nats) = nats(port) else { return };
+    let url = format!("nats://127.0.0.1:{port}");
+    let v = venue(&[
+        "--nats",
+        &url,
+        "--rest-listen",
+        "127.0.0.1:0",
+        "--symbols",
+        SYMBOLS,
+        "--flow-rate",
+        "3000",
+    ]);
+    let rest = v.rest.clone().unwrap();
+    let (_g1, u1) = gateway(port, "127.0.0.1:0");
+    let clients = Clients::start(&python, &[u1], 10, &rest);
+    std::thread::sleep(Duration::from_secs(2));
+    {
+        let symbols = SYMBOLS.split(',').map(str::to_string).collect();
+        let (forger, mut ring) = Publisher::start(&url, symbols, 16).unwrap();
+        ring.push(BusEvent::Snapshot {
+            symbol: 0,
+            seq: u64::MAX - 10,
+            trade_seq: 0,
+            bids: vec![(1, 999_999)],
+            asks: vec![(i64::MAX, 1)],
+        })
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while forger
+            .counters
+            .messages
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the forged snapshot was never published"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    } // the forger is gone: only the venue answers snapshot requests from here
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
+    std::thread::sleep(Duration::from_millis(500));
+    let s = clients.finish();
+    eprintln!("clients after a forged snapshot: {s}");
+    assert_eq!(s["wrong"], 0, "{s}");
+    assert_eq!(s["converged"], 10, "{s}");
+}

@@ -102,6 +102,7 @@ struct GatewayStats {
     duplicates: u64,
     resyncs: u64,
     overflows: u64,
+    stale: u64,
 }
 
 fn serve<T: SocketTransport>(mut md: MdServer<T>, args: &GatewayArgs) -> ExitCode {
@@ -132,6 +133,10 @@ fn serve<T: SocketTransport>(mut md: MdServer<T>, args: &GatewayArgs) -> ExitCod
     let mut pending: Vec<Vec<(u64, crate::proto::md::BookSide, i64, u64)>> =
         (0..n).map(|_| Vec::with_capacity(pending_max)).collect();
     let mut asked_ns: Vec<Option<u64>> = vec![None; n];
+    // Per symbol: deltas in a row at or below the book's sequence. A snapshot from ahead of
+    // the stream (a forged or corrupt sequence on the bus) would otherwise freeze the book
+    // while it looks in sync: past `pending_max` in a row the book resyncs.
+    let mut duplicates_in_row = vec![0usize; n];
     let retry_ns = args.snapshot_retry_ms * MS;
     let mut stats = GatewayStats::default();
     let end_ns = (args.duration_s > 0).then(|| clock.now_ns() + args.duration_s * 1_000_000_000);
@@ -170,8 +175,22 @@ fn serve<T: SocketTransport>(mut md: MdServer<T>, args: &GatewayArgs) -> ExitCod
                         continue;
                     }
                     match md.apply_delta(symbol, seq, side, price, qty) {
-                        Ok(()) => stats.deltas += 1,
-                        Err(at) if seq <= at => stats.duplicates += 1,
+                        Ok(()) => {
+                            stats.deltas += 1;
+                            duplicates_in_row[sym] = 0;
+                        }
+                        Err(at) if seq <= at => {
+                            stats.duplicates += 1;
+                            duplicates_in_row[sym] += 1;
+                            if duplicates_in_row[sym] > pending_max {
+                                duplicates_in_row[sym] = 0;
+                                stats.stale += 1;
+                                stats.resyncs += 1;
+                                synced[sym] = false;
+                                asked_ns[sym] = None;
+                                ask(&mut requests, &mut asked_ns[sym], sym, now);
+                            }
+                        }
                         Err(_) => {
                             // A gap on the bus: stop passing deltas on, ask for a snapshot.
                             stats.gaps += 1;
@@ -206,6 +225,7 @@ fn serve<T: SocketTransport>(mut md: MdServer<T>, args: &GatewayArgs) -> ExitCod
                         continue;
                     }
                     stats.snapshots += 1;
+                    duplicates_in_row[sym] = 0;
                     md.load_snapshot(symbol, seq, trade_seq, &bids, &asks);
                     synced[sym] = true;
                     asked_ns[sym] = None;
@@ -250,7 +270,7 @@ fn serve<T: SocketTransport>(mut md: MdServer<T>, args: &GatewayArgs) -> ExitCod
     let c = &bus.counters;
     use std::sync::atomic::Ordering::Relaxed;
     crate::say_line!(
-        "keel gateway: done: {} deltas, {} trades, {} snapshots, {} gaps, {} duplicates, {} resyncs, {} overflows; bus: {} messages, {} dropped, {} malformed, {} connects; {} clients served",
+        "keel gateway: done: {} deltas, {} trades, {} snapshots, {} gaps, {} duplicates, {} resyncs, {} overflows, {} stale; bus: {} messages, {} dropped, {} malformed, {} connects; {} clients served",
         stats.deltas,
         stats.trades,
         stats.snapshots,
@@ -258,6 +278,7 @@ fn serve<T: SocketTransport>(mut md: MdServer<T>, args: &GatewayArgs) -> ExitCod
         stats.duplicates,
         stats.resyncs,
         stats.overflows,
+        stats.stale,
         c.messages.load(Relaxed),
         c.dropped.load(Relaxed),
         c.malformed.load(Relaxed),
