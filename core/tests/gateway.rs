@@ -460,3 +460,85 @@ fn a_forged_snapshot_on_the_bus_is_repaired() {
     assert_eq!(s["wrong"], 0, "{s}");
     assert_eq!(s["converged"], 10, "{s}");
 }
+
+// Goal (issue 15): clients behind a real load balancer (Debian's HAProxy, TCP mode, round
+// robin, health checks) know one address only; a gateway behind it dies, the balancer stops
+// sending to it, the clients reconnect to the same address and land on a live gateway, resync,
+// and end with the venue's books.
+#[test]
+fn clients_behind_haproxy_survive_a_gateway() {
+    let _serial = serial();
+    let Some(python) = python() else { return };
+    if Command::new("haproxy").arg("-v").output().is_err() {
+        assert!(
+            std::env::var("KEEL_REQUIRE_OBSERVABILITY").as_deref() != Ok("1"),
+            "haproxy is not installed (scripts/test installs Debian's)"
+        );
+        eprintln!("load-balancer test not run: haproxy is not installed");
+        return;
+    }
+    let port = free_port();
+    let Some(_nats) = nats(port) else { return };
+    let url = format!("nats://127.0.0.1:{port}");
+    let v = venue(&[
+        "--nats",
+        &url,
+        "--rest-listen",
+        "127.0.0.1:0",
+        "--symbols",
+        SYMBOLS,
+        "--flow-rate",
+        "1000",
+    ]);
+    let rest = v.rest.clone().unwrap();
+    let (g1, u1) = gateway(port, "127.0.0.1:0");
+    let (_g2, u2) = gateway(port, "127.0.0.1:0");
+    let backend = |u: &str| {
+        u.trim_start_matches("ws://")
+            .trim_end_matches("/md")
+            .to_string()
+    };
+    let front = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("haproxy.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "defaults\n  mode tcp\n  timeout connect 1s\n  timeout client 60s\n  timeout server 60s\n\
+             frontend md\n  bind 127.0.0.1:{front}\n  default_backend gateways\n\
+             backend gateways\n  balance roundrobin\n\
+               server g1 {} check inter 200ms fall 1 rise 2\n\
+               server g2 {} check inter 200ms fall 1 rise 2\n",
+            backend(&u1),
+            backend(&u2)
+        ),
+    )
+    .unwrap();
+    let _lb = Proc(
+        Command::new("haproxy")
+            .args(["-f", cfg.to_str().unwrap(), "-db"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", front)).is_err() {
+        assert!(Instant::now() < deadline, "haproxy did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let clients = Clients::start(&python, &[format!("ws://127.0.0.1:{front}/md")], 100, &rest);
+    std::thread::sleep(Duration::from_secs(3));
+    drop(g1);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
+    std::thread::sleep(Duration::from_millis(500));
+    let s = clients.finish();
+    eprintln!("clients behind haproxy: {s}");
+    assert_eq!(s["wrong"], 0, "{s}");
+    assert_eq!(s["converged"], 100, "{s}");
+    assert!(
+        s["reconnects"].as_u64().unwrap() >= 25,
+        "g1's clients came back through the balancer: {s}"
+    );
+}
