@@ -389,6 +389,7 @@ fn a_slow_consumer_on_one_gateway_hurts_no_one() {
     let (_g1, u1) = gateway(port, "127.0.0.1:0");
     let (_g2, u2) = gateway(port, "127.0.0.1:0");
     let _stalled = stalled_client(&u1);
+    let u2_again = u2.clone();
     let clients = Clients::start(&python, &[u1, u2], 40, &rest);
     std::thread::sleep(Duration::from_secs(6));
     assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
@@ -398,6 +399,28 @@ fn a_slow_consumer_on_one_gateway_hurts_no_one() {
     assert_eq!(s["wrong"], 0, "{s}");
     assert_eq!(s["converged"], 40, "{s}");
     assert_eq!(s["reconnects"], 0, "no healthy client was dropped: {s}");
+    // The documented Python example, given a dead address first, moves on to a gateway and
+    // keeps the book (examples/python/md_client.py).
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/python/md_client.py"
+    );
+    let dead = format!("ws://127.0.0.1:{}/md", free_port());
+    let out = Command::new(&python)
+        .args([example, &format!("{dead},{u2_again}"), "AAPL", "2"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("{dead}: ")), "{stderr}");
+    let last = stdout.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("final AAPL seq ") && !last.contains("seq None"),
+        "{stdout}"
+    );
 }
 
 // Goal (adversary on the bus): a forged snapshot far ahead of the stream (sequence near
