@@ -305,7 +305,7 @@ fn serve<T: SocketTransport>(mut server: VenueServer<T>, args: &VenueArgs) -> Ex
         };
         match crate::venue::bus::Publisher::start(urls, args.symbols.clone(), 1 << 16) {
             Ok((publisher, ring)) => {
-                md.attach_bus(ring);
+                md.attach_bus(ring, std::sync::Arc::clone(&publisher.doorbell));
                 _publisher = Some(publisher);
             }
             Err(e) => {

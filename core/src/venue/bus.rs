@@ -136,6 +136,9 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 pub struct Publisher {
     /// What the thread counted.
     pub counters: Arc<BusCounters>,
+    /// Wakes the thread (the market-data server rings it once per pass that pushed events:
+    /// one wake-up per pass, not per event).
+    pub doorbell: Arc<tokio::sync::Notify>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -151,14 +154,17 @@ impl Publisher {
         let (producer, consumer) = rtrb::RingBuffer::new(capacity);
         let counters = Arc::new(BusCounters::default());
         let stop = Arc::new(AtomicBool::new(false));
+        let doorbell = Arc::new(tokio::sync::Notify::new());
         let rt = runtime()?;
         let (c, s, urls) = (Arc::clone(&counters), Arc::clone(&stop), urls.to_string());
+        let bell = Arc::clone(&doorbell);
         let thread = std::thread::Builder::new()
             .name("keel-bus-pub".into())
-            .spawn(move || rt.block_on(publish(urls, symbols, consumer, c, s)))?;
+            .spawn(move || rt.block_on(publish(urls, symbols, consumer, bell, c, s)))?;
         Ok((
             Self {
                 counters,
+                doorbell,
                 stop,
                 thread: Some(thread),
             },
@@ -170,6 +176,7 @@ impl Publisher {
 impl Drop for Publisher {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.doorbell.notify_one();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -208,6 +215,7 @@ async fn publish(
     urls: String,
     symbols: Vec<String>,
     mut ring: rtrb::Consumer<BusEvent>,
+    doorbell: Arc<tokio::sync::Notify>,
     counters: Arc<BusCounters>,
     stop: Arc<AtomicBool>,
 ) {
@@ -232,12 +240,19 @@ async fn publish(
     let mut mirrors: Vec<Mirror> = symbols.iter().map(|_| Mirror::default()).collect();
     let book_subjects: Vec<String> = symbols.iter().map(|s| subject(s, "book")).collect();
     let trade_subjects: Vec<String> = symbols.iter().map(|s| subject(s, "trades")).collect();
-    let mut tick = tokio::time::interval(Duration::from_micros(200));
+    // Woken by the doorbell; the tick (tokio's timers are millisecond-grained) only catches a
+    // ring the doorbell did not announce.
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut scratch = Vec::with_capacity(256);
     while !stop.load(Ordering::Relaxed) {
         tokio::select! {
-            _ = tick.tick() => {
+            () = async {
+                tokio::select! {
+                    () = doorbell.notified() => {}
+                    _ = tick.tick() => {}
+                }
+            } => {
                 while let Ok(event) = ring.pop() {
                     scratch.clear();
                     let (subject, payload) = match event {

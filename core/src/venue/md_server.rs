@@ -387,6 +387,10 @@ pub struct MdServer<T: Transport = Reactor> {
     /// The bus every event is also published on (`keel venue --nats`), and per symbol whether
     /// an event was lost to a full ring (a snapshot follows once there is room).
     bus: Option<(rtrb::Producer<super::bus::BusEvent>, Vec<bool>)>,
+    /// Rung once per pass that pushed events to the bus (wakes the bus thread).
+    bus_doorbell: Option<std::sync::Arc<tokio::sync::Notify>>,
+    /// Events pushed since the doorbell last rang.
+    bus_pushed: bool,
     /// Events the bus ring had no room for.
     bus_lost: u64,
 }
@@ -473,6 +477,8 @@ impl<T: SocketTransport> MdServer<T> {
             published: false,
             held: None,
             bus: None,
+            bus_doorbell: None,
+            bus_pushed: false,
             bus_lost: 0,
             config,
         })
@@ -487,8 +493,13 @@ impl<T: Transport> MdServer<T> {
 
     /// Publishes every book delta and trade on the bus too, through `ring` (docs/market-data.md,
     /// "Scaling out"); a snapshot of every book goes first.
-    pub fn attach_bus(&mut self, ring: rtrb::Producer<super::bus::BusEvent>) {
+    pub fn attach_bus(
+        &mut self,
+        ring: rtrb::Producer<super::bus::BusEvent>,
+        doorbell: std::sync::Arc<tokio::sync::Notify>,
+    ) {
         self.bus = Some((ring, vec![true; self.symbols.len()]));
+        self.bus_doorbell = Some(doorbell);
         self.bus_snapshots();
     }
 
@@ -515,6 +526,7 @@ impl<T: Transport> MdServer<T> {
             };
             if ring.push(event).is_ok() {
                 lost[i] = false;
+                self.bus_pushed = true;
             }
         }
     }
@@ -528,6 +540,8 @@ impl<T: Transport> MdServer<T> {
         if lost[i] || ring.push(event).is_err() {
             lost[i] = true;
             self.bus_lost += 1;
+        } else {
+            self.bus_pushed = true;
         }
     }
 
