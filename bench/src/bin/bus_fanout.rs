@@ -20,7 +20,7 @@
 //! Needs the keel binary next to this one and nats-server on the PATH (or `NATS_SERVER`):
 //! `cargo build --release -p keel --features simulator -p keel-bench` first.
 //!
-//! `bus_fanout [--smoke] [--clients=20] [--rate=20000] [--latency-rate=5000] [--seconds=4]`
+//! `bus_fanout [--smoke] [--epoll] [--clients=20] [--rate=20000] [--latency-rate=5000] [--seconds=4]`
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -500,6 +500,9 @@ fn main() {
     let rate = arg_u64("rate", if smoke { 5_000 } else { 20_000 });
     let latency_rate = arg_u64("latency-rate", if smoke { 2_000 } else { 5_000 });
     let seconds = arg_u64("seconds", if smoke { 1 } else { 4 });
+    // The processes' socket transport: io_uring (their default; a gateway's idle wait is then
+    // 50 µs) or, with --epoll, epoll (whose waits are whole milliseconds).
+    let transport = if flag("epoll") { "epoll" } else { "io_uring" };
 
     let keel = std::env::current_exe().expect("exe").with_file_name("keel");
     assert!(
@@ -546,7 +549,7 @@ fn main() {
             s("--flow-rate"),
             s("0"),
             s("--transport"),
-            s("epoll"),
+            s(transport),
         ],
         true,
     );
@@ -558,7 +561,7 @@ fn main() {
         .expect("runtime");
 
     println!(
-        "market data over NATS: nats-server, keel venue and 0-3 keel gateways as processes (epoll), \
+        "market data over NATS: nats-server, keel venue and 0-3 keel gateways as processes ({transport}), \
          symbols {}, clients on one tokio thread in this process; {} cores",
         SYMBOLS.join(","),
         std::thread::available_parallelism().map_or(0, |n| n.get())
@@ -580,7 +583,7 @@ fn main() {
                     s("--symbols"),
                     SYMBOLS.join(","),
                     s("--transport"),
-                    s("epoll"),
+                    s(transport),
                 ],
                 true,
             ));
