@@ -83,6 +83,9 @@ fn gateway(port: u16, listen: &str) -> (Proc, String) {
             "--transport",
             "epoll",
         ])
+        // A thousand Python clients in one process answer pings late under load: a long
+        // silence limit keeps the test about the gateways, not the interpreter.
+        .args(["--ping-s", "30"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -150,8 +153,8 @@ impl Clients {
     }
 }
 
-// Goal (issue 15): three gateways, a thousand clients spread over them, the venue publishing a
-// thousand events a second: one gateway is killed mid-run (its clients reconnect to the others
+// Goal (issue 15): three gateways, a thousand clients spread over them, the venue publishing
+// 2,500 events a second: one gateway is killed mid-run (its clients reconnect to the others
 // with jitter and resync by snapshot), a fourth is added (it starts from bus snapshots; clients
 // that find it get consistent data), then the market goes quiet — and every client's books
 // equal the venue's.
@@ -170,7 +173,7 @@ fn clients_keep_the_venue_book_through_gateways_killed_and_added() {
         "--symbols",
         SYMBOLS,
         "--flow-rate",
-        "1000",
+        "2500",
     ]);
     let rest = v.rest.clone().unwrap();
     let (g1, u1) = gateway(port, "127.0.0.1:0");
@@ -195,7 +198,10 @@ fn clients_keep_the_venue_book_through_gateways_killed_and_added() {
         s["reconnects"].as_u64().unwrap() >= 250,
         "the killed gateway's clients moved: {s}"
     );
-    assert!(s["snapshots"].as_u64().unwrap() >= 2_000, "{s}");
+    assert!(
+        s["snapshots"].as_u64().unwrap() >= 1_000,
+        "every client resynced at least once: {s}"
+    );
 }
 
 // Goal (issue 15): the bus itself restarts mid-run: the gateways and the publisher reconnect
