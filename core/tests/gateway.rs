@@ -112,6 +112,50 @@ fn control(addr: &str, line: &str) -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
+/// A NATS server and a venue publishing on it at `flow_rate` events/s, with its REST API (the
+/// venue's books: the truth at the end).
+struct World {
+    port: u16,
+    url: String,
+    venue: common::peers::Venue,
+    nats: Option<Proc>,
+}
+
+/// The [`World`], or `None` (said) without nats-server outside scripts/test.
+fn world(flow_rate: &str) -> Option<World> {
+    let port = free_port();
+    let nats = nats(port)?;
+    let url = format!("nats://127.0.0.1:{port}");
+    let venue = venue(&[
+        "--nats",
+        &url,
+        "--rest-listen",
+        "127.0.0.1:0",
+        "--symbols",
+        SYMBOLS,
+        "--flow-rate",
+        flow_rate,
+    ]);
+    Some(World {
+        port,
+        url,
+        venue,
+        nats: Some(nats),
+    })
+}
+
+/// Stops the venue's flow, lets the market go quiet, ends the clients: every one of the `n`
+/// must hold the venue's books. Their summary.
+fn quiet(v: &common::peers::Venue, clients: Clients, n: u64, what: &str) -> serde_json::Value {
+    assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
+    std::thread::sleep(Duration::from_millis(500));
+    let s = clients.finish();
+    eprintln!("{what}: {s}");
+    assert_eq!(s["wrong"], 0, "{s}");
+    assert_eq!(s["converged"], n, "{s}");
+    s
+}
+
 /// The clients, started on `gateways`; `finish` ends them once the market is quiet.
 struct Clients {
     proc: Proc,
@@ -162,19 +206,8 @@ impl Clients {
 fn clients_keep_the_venue_book_through_gateways_killed_and_added() {
     let _serial = serial();
     let Some(python) = python() else { return };
-    let port = free_port();
-    let Some(_nats) = nats(port) else { return };
-    let url = format!("nats://127.0.0.1:{port}");
-    let v = venue(&[
-        "--nats",
-        &url,
-        "--rest-listen",
-        "127.0.0.1:0",
-        "--symbols",
-        SYMBOLS,
-        "--flow-rate",
-        "2500",
-    ]);
+    let Some(w) = world("2500") else { return };
+    let (port, v) = (w.port, &w.venue);
     let rest = v.rest.clone().unwrap();
     let (g1, u1) = gateway(port, "127.0.0.1:0");
     let (_g2, u2) = gateway(port, "127.0.0.1:0");
@@ -188,12 +221,7 @@ fn clients_keep_the_venue_book_through_gateways_killed_and_added() {
     std::thread::sleep(Duration::from_secs(2));
     let (_g4, _) = gateway(port, &fourth);
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
-    std::thread::sleep(Duration::from_millis(500));
-    let s = clients.finish();
-    eprintln!("clients through gateways: {s}");
-    assert_eq!(s["wrong"], 0, "{s}");
-    assert_eq!(s["converged"], 1_000, "{s}");
+    let s = quiet(v, clients, 1_000, "clients through gateways");
     assert!(
         s["reconnects"].as_u64().unwrap() >= 250,
         "the killed gateway's clients moved: {s}"
@@ -211,19 +239,9 @@ fn clients_keep_the_venue_book_through_gateways_killed_and_added() {
 fn a_bus_restart_is_a_resync_not_wrong_data() {
     let _serial = serial();
     let Some(python) = python() else { return };
-    let port = free_port();
-    let Some(nats1) = nats(port) else { return };
-    let url = format!("nats://127.0.0.1:{port}");
-    let v = venue(&[
-        "--nats",
-        &url,
-        "--rest-listen",
-        "127.0.0.1:0",
-        "--symbols",
-        SYMBOLS,
-        "--flow-rate",
-        "1000",
-    ]);
+    let Some(mut w) = world("1000") else { return };
+    let (port, v) = (w.port, &w.venue);
+    let nats1 = w.nats.take();
     let rest = v.rest.clone().unwrap();
     let (_g1, u1) = gateway(port, "127.0.0.1:0");
     let (_g2, u2) = gateway(port, "127.0.0.1:0");
@@ -234,12 +252,7 @@ fn a_bus_restart_is_a_resync_not_wrong_data() {
     let Some(_nats2) = nats(port) else { return };
     // Reconnects (the client's backoff), snapshots, then the market moves on.
     std::thread::sleep(Duration::from_secs(6));
-    assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
-    std::thread::sleep(Duration::from_millis(500));
-    let s = clients.finish();
-    eprintln!("clients through a bus restart: {s}");
-    assert_eq!(s["wrong"], 0, "{s}");
-    assert_eq!(s["converged"], 50, "{s}");
+    quiet(v, clients, 50, "clients through a bus restart");
 }
 
 // Goal (issue 15): the engine's feed handler, given gateways (`[[feed]] address` and
@@ -252,19 +265,8 @@ fn the_engines_feed_moves_to_the_next_gateway() {
     use keel::feed::handler::{FeedConfig, FeedHandler};
     use keel::guard::backoff::BackoffConfig;
     use keel::net::{EpollReactor, ReactorConfig, SocketTransport};
-    let port = free_port();
-    let Some(_nats) = nats(port) else { return };
-    let url = format!("nats://127.0.0.1:{port}");
-    let v = venue(&[
-        "--nats",
-        &url,
-        "--rest-listen",
-        "127.0.0.1:0",
-        "--symbols",
-        SYMBOLS,
-        "--flow-rate",
-        "1000",
-    ]);
+    let Some(w) = world("1000") else { return };
+    let (port, v) = (w.port, &w.venue);
     let rest: std::net::SocketAddr = v.rest.as_deref().unwrap().parse().unwrap();
     let (g1, u1) = gateway(port, "127.0.0.1:0");
     let (_g2, u2) = gateway(port, "127.0.0.1:0");
@@ -378,19 +380,8 @@ fn stalled_client(url: &str) -> TcpStream {
 fn a_slow_consumer_on_one_gateway_hurts_no_one() {
     let _serial = serial();
     let Some(python) = python() else { return };
-    let port = free_port();
-    let Some(_nats) = nats(port) else { return };
-    let url = format!("nats://127.0.0.1:{port}");
-    let v = venue(&[
-        "--nats",
-        &url,
-        "--rest-listen",
-        "127.0.0.1:0",
-        "--symbols",
-        SYMBOLS,
-        "--flow-rate",
-        "3000",
-    ]);
+    let Some(w) = world("3000") else { return };
+    let (port, v) = (w.port, &w.venue);
     let rest = v.rest.clone().unwrap();
     let (_g1, u1) = gateway(port, "127.0.0.1:0");
     let (_g2, u2) = gateway(port, "127.0.0.1:0");
@@ -398,12 +389,7 @@ fn a_slow_consumer_on_one_gateway_hurts_no_one() {
     let u2_again = u2.clone();
     let clients = Clients::start(&python, &[u1, u2], 40, &rest);
     std::thread::sleep(Duration::from_secs(6));
-    assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
-    std::thread::sleep(Duration::from_millis(500));
-    let s = clients.finish();
-    eprintln!("healthy clients beside a slow consumer: {s}");
-    assert_eq!(s["wrong"], 0, "{s}");
-    assert_eq!(s["converged"], 40, "{s}");
+    let s = quiet(v, clients, 40, "healthy clients beside a slow consumer");
     assert_eq!(s["reconnects"], 0, "no healthy client was dropped: {s}");
     // The documented Python example, given a dead address first, moves on to a gateway and
     // keeps the book (examples/python/md_client.py).
@@ -439,26 +425,15 @@ fn a_forged_snapshot_on_the_bus_is_repaired() {
     let _serial = serial();
     use keel::venue::bus::{BusEvent, Publisher};
     let Some(python) = python() else { return };
-    let port = free_port();
-    let Some(_nats) = nats(port) else { return };
-    let url = format!("nats://127.0.0.1:{port}");
-    let v = venue(&[
-        "--nats",
-        &url,
-        "--rest-listen",
-        "127.0.0.1:0",
-        "--symbols",
-        SYMBOLS,
-        "--flow-rate",
-        "3000",
-    ]);
+    let Some(w) = world("3000") else { return };
+    let (port, v) = (w.port, &w.venue);
     let rest = v.rest.clone().unwrap();
     let (_g1, u1) = gateway(port, "127.0.0.1:0");
     let clients = Clients::start(&python, &[u1], 10, &rest);
     std::thread::sleep(Duration::from_secs(2));
     {
         let symbols = SYMBOLS.split(',').map(str::to_string).collect();
-        let (forger, mut ring) = Publisher::start(&url, symbols, 16).unwrap();
+        let (forger, mut ring) = Publisher::start(&w.url, symbols, 16).unwrap();
         ring.push(BusEvent::Snapshot {
             symbol: 0,
             seq: u64::MAX - 10,
@@ -482,12 +457,7 @@ fn a_forged_snapshot_on_the_bus_is_repaired() {
         }
     } // the forger is gone: only the venue answers snapshot requests from here
     std::thread::sleep(Duration::from_secs(4));
-    assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
-    std::thread::sleep(Duration::from_millis(500));
-    let s = clients.finish();
-    eprintln!("clients after a forged snapshot: {s}");
-    assert_eq!(s["wrong"], 0, "{s}");
-    assert_eq!(s["converged"], 10, "{s}");
+    quiet(v, clients, 10, "clients after a forged snapshot");
 }
 
 // Goal (issue 15): clients behind a real load balancer (Debian's HAProxy, TCP mode, round
@@ -506,19 +476,8 @@ fn clients_behind_haproxy_survive_a_gateway() {
         eprintln!("load-balancer test not run: haproxy is not installed");
         return;
     }
-    let port = free_port();
-    let Some(_nats) = nats(port) else { return };
-    let url = format!("nats://127.0.0.1:{port}");
-    let v = venue(&[
-        "--nats",
-        &url,
-        "--rest-listen",
-        "127.0.0.1:0",
-        "--symbols",
-        SYMBOLS,
-        "--flow-rate",
-        "1000",
-    ]);
+    let Some(w) = world("1000") else { return };
+    let (port, v) = (w.port, &w.venue);
     let rest = v.rest.clone().unwrap();
     let (g1, u1) = gateway(port, "127.0.0.1:0");
     let (_g2, u2) = gateway(port, "127.0.0.1:0");
@@ -560,12 +519,7 @@ fn clients_behind_haproxy_survive_a_gateway() {
     std::thread::sleep(Duration::from_secs(3));
     drop(g1);
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
-    std::thread::sleep(Duration::from_millis(500));
-    let s = clients.finish();
-    eprintln!("clients behind haproxy: {s}");
-    assert_eq!(s["wrong"], 0, "{s}");
-    assert_eq!(s["converged"], 100, "{s}");
+    let s = quiet(v, clients, 100, "clients behind haproxy");
     assert!(
         s["reconnects"].as_u64().unwrap() >= 25,
         "g1's clients came back through the balancer: {s}"
