@@ -53,11 +53,30 @@ pub fn print_row(name: &str, s: &Summary, baseline_p50_ns: f64) {
     );
 }
 
+/// CLOCK_MONOTONIC in ns, read directly (the benchmarks' wall time across processes).
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Prints the table header.
 pub fn print_header(unit: &str, baseline: &str) {
+    print_header_in(unit, "ns", baseline);
+}
+
+/// Prints the table header for figures in `scale` (`ns`, `µs`).
+pub fn print_header_in(unit: &str, scale: &str, baseline: &str) {
     println!(
         "{:<34} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9}",
-        format!("({unit}, ns)"),
+        format!("({unit}, {scale})"),
         "p50",
         "p99",
         "p99.9",

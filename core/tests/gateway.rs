@@ -39,6 +39,26 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// `command` started (its output dropped), once it accepts on `port` of loopback.
+fn listening(command: &mut Command, port: u16) -> Proc {
+    let proc = Proc(
+        command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{command:?} did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    proc
+}
+
 /// `nats-server` on `port`, accepting; `None` (skipped, said) when it is not installed and
 /// `KEEL_REQUIRE_OBSERVABILITY` is not set (scripts/test sets it and installs the server).
 fn nats(port: u16) -> Option<Proc> {
@@ -54,20 +74,10 @@ fn nats(port: u16) -> Option<Proc> {
         eprintln!("bus test not run: nats-server is not installed");
         return None;
     }
-    let proc = Proc(
-        Command::new("nats-server")
-            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nats-server did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(proc)
+    Some(listening(
+        Command::new("nats-server").args(["-a", "127.0.0.1", "-p", &port.to_string()]),
+        port,
+    ))
 }
 
 /// `keel gateway` on the bus at `port`, listening on `listen`: the process and its
@@ -502,19 +512,10 @@ fn clients_behind_haproxy_survive_a_gateway() {
         ),
     )
     .unwrap();
-    let _lb = Proc(
-        Command::new("haproxy")
-            .args(["-f", cfg.to_str().unwrap(), "-db"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let _lb = listening(
+        Command::new("haproxy").args(["-f", cfg.to_str().unwrap(), "-db"]),
+        front,
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", front)).is_err() {
-        assert!(Instant::now() < deadline, "haproxy did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let clients = Clients::start(&python, &[format!("ws://127.0.0.1:{front}/md")], 100, &rest);
     std::thread::sleep(Duration::from_secs(3));
     drop(g1);

@@ -36,18 +36,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 const SYMBOLS: [&str; 2] = ["AAPL", "MSFT"];
 
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use keel_bench::mono_ns;
 
 /// User + system CPU of a whole process (every thread), in nanoseconds.
 fn cpu_ns(pid: u32) -> u64 {

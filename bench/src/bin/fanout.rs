@@ -25,18 +25,7 @@ use hdrhistogram::Histogram;
 use keel_bench::{arg_u64, flag};
 use tokio_tungstenite::tungstenite::Message;
 
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use keel_bench::mono_ns;
 
 fn proc_status(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")

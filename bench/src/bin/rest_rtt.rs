@@ -708,16 +708,7 @@ fn gate_costs(batches: u64, clock: &TscClock) -> (Histogram<u64>, Histogram<u64>
 // Report.
 
 fn print_header_us(title: &str, baseline: &str) {
-    println!(
-        "{:<34} {:>10} {:>10} {:>10} {:>12} {:>10} {:>9}",
-        format!("({title}, µs)"),
-        "p50",
-        "p99",
-        "p99.9",
-        "max",
-        format!("/{baseline}"),
-        "samples"
-    );
+    keel_bench::print_header_in(title, "µs", baseline);
 }
 
 fn print_row_us(name: &str, h: &Histogram<u64>, baseline_p50_ns: f64) {
