@@ -1111,7 +1111,10 @@ fn read_alerts(mut s: Section<'_>) -> Result<crate::monitor::alerts::AlertsConfi
     s.duration("p99_window_ns", &mut c.p99_window_ns)?;
     s.duration("p99_baseline_ns", &mut c.p99_baseline_ns)?;
     s.int("p99_samples_min", &mut c.p99_samples_min)?;
-    let checks: [(&str, u64, bool, &'static str); 4] = [
+    s.duration("loop_stall_ns", &mut c.loop_stall_ns)?;
+    s.duration("link_down_ns", &mut c.link_down_ns)?;
+    s.duration("unknown_orders_for_ns", &mut c.unknown_orders_for_ns)?;
+    let checks: [(&str, u64, bool, &'static str); 7] = [
         (
             "failure_rate_pct",
             c.failure_rate_pct.into(),
@@ -1135,6 +1138,25 @@ fn read_alerts(mut s: Section<'_>) -> Result<crate::monitor::alerts::AlertsConfi
             c.p99_samples_min,
             c.p99_samples_min >= 1,
             ">= 1",
+        ),
+        (
+            // Two readings of the side thread (every 250 ms) at least; an hour at most.
+            "loop_stall_ns",
+            c.loop_stall_ns,
+            (500_000_000..=3_600_000_000_000).contains(&c.loop_stall_ns),
+            "500ms..=1h",
+        ),
+        (
+            "link_down_ns",
+            c.link_down_ns,
+            (1_000_000_000..=86_400_000_000_000).contains(&c.link_down_ns),
+            "1s..=24h",
+        ),
+        (
+            "unknown_orders_for_ns",
+            c.unknown_orders_for_ns,
+            c.unknown_orders_for_ns <= 86_400_000_000_000,
+            "0..=24h",
         ),
     ];
     for (key, value, ok, allowed) in checks {

@@ -143,6 +143,9 @@ p99_baseline_factor = 3
 p99_window_ns = "30s"
 p99_baseline_ns = "250us"
 p99_samples_min = 7
+loop_stall_ns = "3s"
+link_down_ns = "2m"
+unknown_orders_for_ns = "30s"
 
 [budget]
 decision_p99_ns = "20us"

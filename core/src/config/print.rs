@@ -271,6 +271,9 @@ fn metrics(out: &mut Out, c: &crate::engine::MetricsConfig) {
     out.duration("p99_window_ns", a.p99_window_ns);
     out.duration("p99_baseline_ns", a.p99_baseline_ns);
     out.int("p99_samples_min", a.p99_samples_min);
+    out.duration("loop_stall_ns", a.loop_stall_ns);
+    out.duration("link_down_ns", a.link_down_ns);
+    out.duration("unknown_orders_for_ns", a.unknown_orders_for_ns);
     let b = &c.budget;
     out.section("[budget]");
     out.duration("decision_p99_ns", b.decision_p99_ns);

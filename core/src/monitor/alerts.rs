@@ -1,9 +1,11 @@
 //! Alert thresholds, evaluated on the side thread from successive readings of the counters
 //! file (never on a loop): a breaker open too long, a failure rate too high for too long, too
 //! many reconnects in an hour, a venue acknowledgement p99 worse than a multiple of its
-//! baseline, any unreconciled order, and latency budgets breached. Each alert has a name, a
-//! subject (a venue, or the engine), whether it fires now, since when, and a count of the
-//! times it started firing.
+//! baseline, any unreconciled order, latency budgets breached, a link READ-ONLY or not SYNCED
+//! for too long, orders left `Unknown`, a loop that stopped making progress, and the critical
+//! counters that must never move (cancel lane full, contradictions, journal errors, executor
+//! stalls, REST bans, shedding). Each alert has a name, a subject (a venue, a loop, a feed, or
+//! the engine), whether it fires now, since when, and a count of the times it started firing.
 
 use std::collections::VecDeque;
 
@@ -33,6 +35,13 @@ pub struct AlertsConfig {
     pub p99_baseline_ns: u64,
     /// Answers a window needs before its p99 counts.
     pub p99_samples_min: u64,
+    /// A loop whose publications into the counters file have not moved for this long is
+    /// stalled: `keel_up` 0, `/health` 503, alert `loop_stalled`.
+    pub loop_stall_ns: u64,
+    /// A venue link neither SYNCED nor READ-ONLY (down, connecting, reconciling) this long.
+    pub link_down_ns: u64,
+    /// Orders in doubt (`keel_unknown_orders` > 0) continuously this long.
+    pub unknown_orders_for_ns: u64,
 }
 
 impl Default for AlertsConfig {
@@ -47,6 +56,9 @@ impl Default for AlertsConfig {
             p99_window_ns: 60 * SEC,
             p99_baseline_ns: 0,
             p99_samples_min: 100,
+            loop_stall_ns: 2 * SEC,
+            link_down_ns: 60 * SEC,
+            unknown_orders_for_ns: 60 * SEC,
         }
     }
 }
@@ -66,12 +78,32 @@ const SEC: u64 = 1_000_000_000;
 const HOUR_NS: u64 = 3_600 * SEC;
 /// Readings kept for windowed p99s (one per `p99_window_ns / WINDOW_STEPS`).
 const WINDOW_STEPS: u64 = 12;
+/// A critical counter's alert fires when it moves and holds this long after its last move
+/// (docs/keel-alerts.yml's `increase(…[5m]) > 0`), so a single event is seen, not flickered.
+pub const COUNTER_HOLD_NS: u64 = 300 * SEC;
+
+/// The critical counters (alert name, metric name, labels it must carry): any increase fires.
+/// A feed's REST 418 is a ban, the rest are the dispatcher's and the links' alarms.
+const CRITICAL_COUNTERS: [(&str, &str, &str); 7] = [
+    ("cancel_lane_full", "keel_cancel_lane_full_total", ""),
+    ("contradiction", "keel_contradictions_total", ""),
+    ("contradiction", "keel_link_contradictions_total", "venue="),
+    ("journal_errors", "keel_journal_errors_total", ""),
+    ("executor_stall", "keel_executor_stalls_total", ""),
+    ("rest_banned", "keel_rest_responses_total", "status=\"418\""),
+    ("shedding", "keel_shed_total", ""),
+];
+
+/// The loops writing the counters file, by region (`metrics::engine::REGION_*`).
+pub const LOOP_NAMES: [&str; 2] = ["dispatcher", "executor"];
 
 /// One alert as evaluated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Alert {
     /// Its name (`breaker_open`, `failure_rate`, `reconnects`, `p99_vs_baseline`,
-    /// `unreconciled`, `budget`).
+    /// `unreconciled`, `budget`, `read_only`, `link_down`, `unknown_orders`, `loop_stalled`,
+    /// and the critical counters' `cancel_lane_full`, `contradiction`, `journal_errors`,
+    /// `executor_stall`, `rest_banned`, `shedding`).
     pub name: &'static str,
     /// What it is about: `venue="sim"`, `budget="cancel_ack_p99"`.
     pub subject: String,
@@ -95,6 +127,29 @@ struct VenueWatch {
     acks: VecDeque<(u64, Vec<u64>)>,
     baseline_p99_ns: Option<u64>,
     window_p99_ns: Option<u64>,
+    /// Since when the link is neither SYNCED nor READ-ONLY.
+    down_since: Option<u64>,
+}
+
+/// A loop's progress as the side thread sees it: its region's publication count and when
+/// (monitor time) it last moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopProgress {
+    /// Publications of its region so far.
+    pub publications: u64,
+    /// When the count last moved (or was first read).
+    pub moved_ns: u64,
+    /// Whether it has been still for `loop_stall_ns`.
+    pub stalled: bool,
+}
+
+/// A critical counter's last value and last move.
+#[derive(Debug)]
+struct CounterWatch {
+    metric: &'static str,
+    labels: String,
+    last: u64,
+    moved_ns: Option<u64>,
 }
 
 /// The alert evaluator's memory between readings.
@@ -104,6 +159,9 @@ pub struct Alerts {
     budget: BudgetConfig,
     venues: Vec<(String, VenueWatch)>,
     alerts: Vec<Alert>,
+    loops: Vec<LoopProgress>,
+    counters: Vec<CounterWatch>,
+    unknown_since: Option<u64>,
 }
 
 fn histogram<'a>(snap: &'a Snapshot, name: &str, labels: &str) -> Option<&'a Vec<u64>> {
@@ -121,7 +179,15 @@ impl Alerts {
             budget,
             venues: Vec::new(),
             alerts: Vec::new(),
+            loops: Vec::new(),
+            counters: Vec::new(),
+            unknown_since: None,
         }
+    }
+
+    /// Each loop's progress (in region order: [`LOOP_NAMES`]), as of the last evaluation.
+    pub fn loops(&self) -> &[LoopProgress] {
+        &self.loops
     }
 
     /// The thresholds.
@@ -188,11 +254,107 @@ impl Alerts {
         }
     }
 
+    /// Liveness: a loop whose region's publication count has not moved for `loop_stall_ns`
+    /// while the engine runs is stalled. Watched even with alerts switched off: it decides
+    /// `keel_up` and `/health`. (A loop publishes at most once per millisecond of loop time
+    /// but on every pass past that, busy or idle, so only a loop that stopped passing is still.)
+    fn watch_loops(&mut self, now_ns: u64, snap: &Snapshot) {
+        let running = snap.state == 2;
+        let first = LoopProgress {
+            publications: 0,
+            moved_ns: now_ns,
+            stalled: false,
+        };
+        self.loops
+            .resize(snap.regions.len().min(LOOP_NAMES.len()), first);
+        for (p, &(publications, _)) in self.loops.iter_mut().zip(&snap.regions) {
+            // Not running (starting, stopped): nothing to wait for; the clock starts anew.
+            if publications != p.publications || !running {
+                p.publications = publications;
+                p.moved_ns = now_ns;
+            }
+            p.stalled = running && now_ns - p.moved_ns >= self.config.loop_stall_ns;
+        }
+    }
+
+    /// The critical counters: each fires when it moves and holds [`COUNTER_HOLD_NS`] after its
+    /// last move; shedding also holds while any symbol is shed (by the operator or the
+    /// controller).
+    fn watch_counters(&mut self, now_ns: u64, snap: &Snapshot) {
+        let shed_now = snap.metrics.iter().any(|(d, v)| {
+            matches!(d.name.as_str(), "keel_symbol_shed" | "keel_symbol_control_shed")
+                && *v == Value::Scalar(1)
+        });
+        for (alert, metric, must) in CRITICAL_COUNTERS {
+            for (d, v) in &snap.metrics {
+                let (true, Value::Scalar(n)) = (d.name == metric && d.labels.contains(must), v)
+                else {
+                    continue;
+                };
+                let at = match self
+                    .counters
+                    .iter()
+                    .position(|c| c.metric == metric && c.labels == d.labels)
+                {
+                    Some(at) => at,
+                    None => {
+                        // From 0: a counter already above it at the first reading has moved.
+                        self.counters.push(CounterWatch {
+                            metric,
+                            labels: d.labels.clone(),
+                            last: 0,
+                            moved_ns: None,
+                        });
+                        self.counters.len() - 1
+                    }
+                };
+                let w = &mut self.counters[at];
+                if *n > w.last {
+                    w.moved_ns = Some(now_ns);
+                }
+                w.last = *n;
+                let mut holds = w.moved_ns.filter(|&t| now_ns - t < COUNTER_HOLD_NS);
+                if alert == "shedding" && shed_now {
+                    holds = holds.or(Some(now_ns));
+                }
+                let text = match w.moved_ns {
+                    Some(t) => format!("{n} so far, last {} s ago", (now_ns - t) / SEC),
+                    None => format!("{n} so far"),
+                };
+                self.set(alert, d.labels.clone(), holds, text);
+            }
+        }
+    }
+
     /// Evaluates every alert on a reading taken at monitor time `now_ns`.
     pub fn evaluate(&mut self, now_ns: u64, snap: &Snapshot) {
+        self.watch_loops(now_ns, snap);
         if !self.config.enabled {
             return;
         }
+        for (i, name) in LOOP_NAMES.iter().enumerate().take(self.loops.len()) {
+            let p = self.loops[i];
+            let still_ms = (now_ns - p.moved_ns) / 1_000_000;
+            self.set(
+                "loop_stalled",
+                format!("loop=\"{name}\""),
+                p.stalled.then_some(p.moved_ns),
+                format!("no progress for {still_ms} ms"),
+            );
+        }
+        self.watch_counters(now_ns, snap);
+        let unknown = snap.scalar("keel_unknown_orders", "");
+        self.unknown_since = (unknown > 0).then(|| self.unknown_since.unwrap_or(now_ns));
+        let since = self.unknown_since;
+        self.set(
+            "unknown_orders",
+            String::new(),
+            since.filter(|&s| now_ns - s >= self.config.unknown_orders_for_ns),
+            format!(
+                "{unknown} in doubt{}",
+                since.map_or(String::new(), |s| format!(" for {} s", (now_ns - s) / SEC))
+            ),
+        );
         let c = self.config.clone();
         let venues: Vec<String> = snap
             .metrics
@@ -315,8 +477,25 @@ impl Alerts {
                 window.map_or("-".into(), |p| (p / 1_000).to_string()),
                 baseline.map_or("-".into(), |b| (b / 1_000).to_string())
             );
+            // READ-ONLY at once; down (not SYNCED, not READ-ONLY) for too long.
+            let state = snap.scalar("keel_link_state", &l);
+            w.down_since = (state < 4).then(|| w.down_since.unwrap_or(now_ns));
+            let down = w.down_since.filter(|&s| now_ns - s >= c.link_down_ns);
+            let down_text = format!(
+                "{}{}",
+                crate::metrics::engine::link_state_text(state),
+                w.down_since
+                    .map_or(String::new(), |s| format!(" for {} s", (now_ns - s) / SEC))
+            );
             // Any unreconciled order, at once.
             let unreconciled = snap.scalar("keel_link_unreconciled", &l);
+            self.set(
+                "read_only",
+                l.clone(),
+                (state == 5).then_some(now_ns),
+                crate::metrics::engine::link_state_text(state).into(),
+            );
+            self.set("link_down", l.clone(), down, down_text);
             self.set("breaker_open", l.clone(), breaker, breaker_text);
             self.set("failure_rate", l.clone(), failure, failure_text);
             self.set("reconnects", l.clone(), reconnects, reconnect_text);

@@ -301,13 +301,27 @@ impl Monitor {
         }
     }
 
-    /// Ready only when the engine runs and every venue is SYNCED.
+    /// Ready only when the engine runs, every loop makes progress and every venue is SYNCED.
     fn health(&self) -> (bool, String) {
         let Some(s) = &self.last else {
             return (false, "no reading yet\n".into());
         };
         if s.state != 2 {
             return (false, "engine not running\n".into());
+        }
+        let stalled: Vec<String> = self
+            .alerts
+            .loops()
+            .iter()
+            .zip(alerts::LOOP_NAMES)
+            .filter(|(p, _)| p.stalled)
+            .map(|(p, name)| {
+                let ms = self.clock.now_ns().saturating_sub(p.moved_ns) / 1_000_000;
+                format!("{name} (no progress for {ms} ms)")
+            })
+            .collect();
+        if !stalled.is_empty() {
+            return (false, format!("loop stalled: {}\n", stalled.join(", ")));
         }
         let mut not = Vec::new();
         for (d, v) in &s.metrics {
@@ -324,17 +338,32 @@ impl Monitor {
 
     fn extra_metrics(&self) -> Vec<(String, &'static str, String, f64)> {
         let mut extra = Vec::new();
+        // Liveness first: `prometheus::render` reads `keel_loop_stalled` for `keel_up`.
+        let now = self.clock.now_ns();
+        for (name, value) in [("keel_loop_stalled", true), ("keel_loop_still_seconds", false)] {
+            for (p, l) in self.alerts.loops().iter().zip(alerts::LOOP_NAMES) {
+                let v = if value {
+                    f64::from(u8::from(p.stalled))
+                } else {
+                    now.saturating_sub(p.moved_ns) as f64 / 1e9
+                };
+                extra.push((name.to_string(), "gauge", format!("loop=\"{l}\""), v));
+            }
+        }
+        let alert_labels = |a: &alerts::Alert| match a.subject.as_str() {
+            "" => format!("alert=\"{}\"", a.name),
+            subject => format!("alert=\"{}\",{subject}", a.name),
+        };
         for a in self.alerts.alerts() {
-            let labels = format!("alert=\"{}\",{}", a.name, a.subject);
             extra.push((
                 "keel_alert_firing".to_string(),
                 "gauge",
-                labels.clone(),
+                alert_labels(a),
                 f64::from(u8::from(a.firing)),
             ));
         }
         for a in self.alerts.alerts() {
-            let labels = format!("alert=\"{}\",{}", a.name, a.subject);
+            let labels = alert_labels(a);
             extra.push((
                 "keel_alerts_fired_total".to_string(),
                 "counter",

@@ -42,19 +42,29 @@ fn help(name: &str) -> &'static str {
         "keel_alert_firing" => "1 while an alert's condition holds.",
         "keel_alerts_fired_total" => "Times an alert started firing.",
         "keel_budget_seconds" => "A configured latency budget.",
-        "keel_up" => "1 while the engine's counters file says it runs.",
+        "keel_up" => "1 while the engine's counters file says it runs and every loop makes progress.",
+        "keel_loop_stalled" => "1 while a loop's publications have not moved for [alerts] loop_stall_ns.",
+        "keel_loop_still_seconds" => "Since when (seconds) a loop's publications have not moved.",
+        "keel_cancel_lane_full_total" => "Cancels that found their lane full (critical).",
+        "keel_journal_errors_total" => "Journal appends that failed (critical).",
+        "keel_contradictions_total" => "Venue reports that contradicted keel's order table (link made READ-ONLY).",
+        "keel_executor_stalls_total" => "Times the dispatcher found a venue's executor loop stalled.",
         "keel_ack_p99_baseline_seconds" => "A venue's new-order ack p99 baseline (learned over its first full window, or configured).",
         "keel_ack_p99_window_seconds" => "A venue's new-order ack p99 over the last window.",
         _ => "See docs/observability.md.",
     }
 }
 
-/// Writes `snap` (and any extra lines) as Prometheus text.
+/// Writes `snap` (and any extra lines) as Prometheus text. `keel_up` is 1 while the file says
+/// running and no `keel_loop_stalled` line among `extra` (the side thread's liveness) is 1.
 pub fn render(snap: &Snapshot, extra: &[(String, &'static str, String, f64)]) -> String {
     let mut out = String::with_capacity(64 * 1024);
+    let stalled = extra
+        .iter()
+        .any(|(name, _, _, v)| name == "keel_loop_stalled" && *v > 0.0);
     let _ = writeln!(out, "# HELP keel_up {}", help("keel_up"));
     let _ = writeln!(out, "# TYPE keel_up gauge");
-    let _ = writeln!(out, "keel_up {}", u8::from(snap.state == 2));
+    let _ = writeln!(out, "keel_up {}", u8::from(snap.state == 2 && !stalled));
     // Every series of a name together, names in the order the file first lists them.
     let mut order: Vec<(&str, Vec<usize>)> = Vec::new();
     let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
