@@ -282,8 +282,10 @@ impl Alerts {
     /// controller).
     fn watch_counters(&mut self, now_ns: u64, snap: &Snapshot) {
         let shed_now = snap.metrics.iter().any(|(d, v)| {
-            matches!(d.name.as_str(), "keel_symbol_shed" | "keel_symbol_control_shed")
-                && *v == Value::Scalar(1)
+            matches!(
+                d.name.as_str(),
+                "keel_symbol_shed" | "keel_symbol_control_shed"
+            ) && *v == Value::Scalar(1)
         });
         for (alert, metric, must) in CRITICAL_COUNTERS {
             for (d, v) in &snap.metrics {

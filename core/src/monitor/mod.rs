@@ -340,7 +340,10 @@ impl Monitor {
         let mut extra = Vec::new();
         // Liveness first: `prometheus::render` reads `keel_loop_stalled` for `keel_up`.
         let now = self.clock.now_ns();
-        for (name, value) in [("keel_loop_stalled", true), ("keel_loop_still_seconds", false)] {
+        for (name, value) in [
+            ("keel_loop_stalled", true),
+            ("keel_loop_still_seconds", false),
+        ] {
             for (p, l) in self.alerts.loops().iter().zip(alerts::LOOP_NAMES) {
                 let v = if value {
                     f64::from(u8::from(p.stalled))
