@@ -493,11 +493,23 @@ fn operator_metrics_alert_and_budget_keys_at_their_bounds() {
                 [metrics]\nhttp = \"127.0.0.1:0\"\nenabled = false\n\
                 [alerts]\nfailure_rate_pct = 100\np99_baseline_factor = 1000\n\
                 p99_window_ns = \"1s\"\np99_samples_min = 1\n\
+                loop_stall_ns = \"500ms\"\nlink_down_ns = \"1440m\"\nunknown_orders_for_ns = \"0s\"\n\
                 [budget]\ncancel_ack_p99_ns = \"1ns\"\n\
                 [wire_log]\ndir = \"w\"\nring_bytes = 4096\nfile_bytes_max = 1048576",
     );
     assert_eq!(c.operator.stop_timeout_ns, 600_000_000_000);
     assert_eq!(c.metrics.alerts.failure_rate_pct, 100);
+    assert_eq!(c.metrics.alerts.loop_stall_ns, 500_000_000);
+    assert_eq!(c.metrics.alerts.link_down_ns, 86_400_000_000_000);
+    assert_eq!(c.metrics.alerts.unknown_orders_for_ns, 0);
+    let other = ok("[alerts]\nloop_stall_ns = \"60m\"\nlink_down_ns = \"1s\"\n\
+                    unknown_orders_for_ns = \"1440m\"");
+    assert_eq!(other.metrics.alerts.loop_stall_ns, 3_600_000_000_000);
+    assert_eq!(other.metrics.alerts.link_down_ns, 1_000_000_000);
+    assert_eq!(
+        other.metrics.alerts.unknown_orders_for_ns,
+        86_400_000_000_000
+    );
     assert_eq!(c.metrics.budget.cancel_ack_p99_ns, 1);
     assert_eq!(c.counters_file(), None, "metrics disabled: no file");
     for (extra, key) in [
@@ -531,6 +543,21 @@ fn operator_metrics_alert_and_budget_keys_at_their_bounds() {
             "alerts.breaker_open_ns",
         ),
         ("[alerts]\npage_me = true", "alerts.page_me"),
+        (
+            "[alerts]\nloop_stall_ns = \"499ms\"",
+            "alerts.loop_stall_ns",
+        ),
+        ("[alerts]\nloop_stall_ns = \"61m\"", "alerts.loop_stall_ns"),
+        ("[alerts]\nlink_down_ns = \"999ms\"", "alerts.link_down_ns"),
+        ("[alerts]\nlink_down_ns = \"1441m\"", "alerts.link_down_ns"),
+        (
+            "[alerts]\nunknown_orders_for_ns = \"1441m\"",
+            "alerts.unknown_orders_for_ns",
+        ),
+        (
+            "[alerts]\nunknown_orders_for_ns = \"-1s\"",
+            "alerts.unknown_orders_for_ns",
+        ),
         (
             "[budget]\nnew_ack_p99_ns = \"fast\"",
             "budget.new_ack_p99_ns",

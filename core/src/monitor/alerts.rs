@@ -598,4 +598,145 @@ mod tests {
         let fired: u64 = a.alerts().iter().map(|x| x.fired).sum();
         assert_eq!(fired, 4);
     }
+
+    /// `base` with `name{labels}` set to `v` (added when absent).
+    fn with(mut base: Snapshot, name: &str, labels: &str, v: u64) -> Snapshot {
+        base.metrics
+            .retain(|(d, _)| !(d.name == name && d.labels == labels));
+        base.metrics.push((
+            Descriptor {
+                kind: MetricKind::Counter,
+                region: 0,
+                slot: 0,
+                name: name.into(),
+                labels: labels.into(),
+            },
+            Value::Scalar(v),
+        ));
+        base
+    }
+
+    fn firing_on(a: &Alerts, name: &str, subject: &str) -> bool {
+        a.alerts()
+            .iter()
+            .any(|x| x.name == name && x.subject == subject && x.firing)
+    }
+
+    // Goal (issue 23): a loop whose publications stand still is stalled exactly at
+    // `loop_stall_ns`, only while the engine runs, alert or not; it recovers when they move.
+    #[test]
+    fn a_loop_that_stops_publishing_is_stalled_at_its_bound() {
+        let mut a = Alerts::new(AlertsConfig::default(), BudgetConfig::default());
+        let mut s = snap(0, 0, 1, 0);
+        s.regions = vec![(10, 0), (10, 0)];
+        a.evaluate(0, &s);
+        s.regions[1].0 = 11;
+        a.evaluate(2 * SEC - 1, &s);
+        assert!(
+            a.loops().iter().all(|p| !p.stalled),
+            "1.999999999 s: not yet"
+        );
+        a.evaluate(2 * SEC, &s);
+        assert!(a.loops()[0].stalled, "the dispatcher stood still 2 s");
+        assert!(!a.loops()[1].stalled, "the executor moved at 2 s - 1 ns");
+        assert!(firing_on(&a, "loop_stalled", "loop=\"dispatcher\""));
+        s.regions[0].0 = 11;
+        a.evaluate(3 * SEC, &s);
+        assert!(!a.loops()[0].stalled, "moving again");
+        assert!(!firing_on(&a, "loop_stalled", "loop=\"dispatcher\""));
+        // Stopped: nothing moves, nothing is stalled.
+        s.state = 3;
+        a.evaluate(60 * SEC, &s);
+        assert!(a.loops().iter().all(|p| !p.stalled));
+        // Alerts off: liveness still watched (it decides keel_up and /health).
+        let off = AlertsConfig {
+            enabled: false,
+            ..AlertsConfig::default()
+        };
+        let mut a = Alerts::new(off, BudgetConfig::default());
+        s.state = 2;
+        a.evaluate(0, &s);
+        a.evaluate(2 * SEC, &s);
+        assert!(a.loops()[0].stalled && a.alerts().is_empty());
+    }
+
+    // Goal (issue 23): each critical counter fires on its first increase (even one already
+    // there at the first reading), holds COUNTER_HOLD_NS after its last move, then resolves;
+    // READ-ONLY fires at once, a link down and orders in doubt only past their bounds.
+    #[test]
+    fn critical_counters_read_only_link_down_and_unknown_orders() {
+        let mut a = Alerts::new(AlertsConfig::default(), BudgetConfig::default());
+        let base = snap(0, 0, 1, 0);
+        let feed = "feed=\"0\",status=\"418\"";
+        let mut s = base.clone();
+        for (name, labels) in [
+            ("keel_cancel_lane_full_total", ""),
+            ("keel_contradictions_total", ""),
+            ("keel_journal_errors_total", ""),
+            ("keel_executor_stalls_total", ""),
+            ("keel_shed_total", ""),
+            ("keel_rest_responses_total", feed),
+            ("keel_rest_responses_total", "feed=\"0\",status=\"429\""),
+        ] {
+            s = with(s, name, labels, 0);
+        }
+        a.evaluate(0, &s);
+        assert!(!a.alerts().iter().any(|x| x.firing), "{:?}", a.alerts());
+        let moved = [
+            ("cancel_lane_full", "keel_cancel_lane_full_total", ""),
+            ("contradiction", "keel_contradictions_total", ""),
+            ("journal_errors", "keel_journal_errors_total", ""),
+            ("executor_stall", "keel_executor_stalls_total", ""),
+            ("shedding", "keel_shed_total", ""),
+            ("rest_banned", "keel_rest_responses_total", feed),
+        ];
+        for (_, name, labels) in moved {
+            s = with(s, name, labels, 1);
+        }
+        s = with(
+            s,
+            "keel_rest_responses_total",
+            "feed=\"0\",status=\"429\"",
+            9,
+        );
+        a.evaluate(SEC, &s);
+        for (alert, _, labels) in moved {
+            assert!(firing_on(&a, alert, labels), "{alert}");
+        }
+        assert!(!a
+            .alerts()
+            .iter()
+            .any(|x| x.firing && x.subject.contains("429")));
+        a.evaluate(SEC + COUNTER_HOLD_NS - 1, &s);
+        assert!(firing_on(&a, "journal_errors", ""), "held");
+        a.evaluate(SEC + COUNTER_HOLD_NS, &s);
+        assert!(!a.alerts().iter().any(|x| x.firing), "{:?}", a.alerts());
+        // A counter above 0 at the very first reading has moved.
+        let mut b = Alerts::new(AlertsConfig::default(), BudgetConfig::default());
+        b.evaluate(0, &with(base.clone(), "keel_journal_errors_total", "", 3));
+        assert!(firing_on(&b, "journal_errors", ""));
+        // A symbol held shed is shedding, whatever the counter says.
+        let held = with(s.clone(), "keel_symbol_control_shed", "symbol=\"AAPL\"", 1);
+        a.evaluate(HOUR_NS, &held);
+        assert!(firing_on(&a, "shedding", ""));
+        // READ-ONLY at once; down only after link_down_ns; Unknown after its bound.
+        let venue = "venue=\"sim\"";
+        let t = 2 * HOUR_NS;
+        a.evaluate(t, &with(s.clone(), "keel_link_state", venue, 5));
+        assert!(firing_on(&a, "read_only", venue) && !firing_on(&a, "link_down", venue));
+        let down = with(
+            with(s, "keel_link_state", venue, 0),
+            "keel_unknown_orders",
+            "",
+            2,
+        );
+        a.evaluate(t + SEC, &down);
+        assert!(!firing_on(&a, "read_only", venue));
+        a.evaluate(t + 61 * SEC - 1, &down);
+        assert!(!firing_on(&a, "link_down", venue) && !firing_on(&a, "unknown_orders", ""));
+        a.evaluate(t + 61 * SEC, &down);
+        assert!(firing_on(&a, "link_down", venue) && firing_on(&a, "unknown_orders", ""));
+        a.evaluate(t + 62 * SEC, &with(down, "keel_link_state", venue, 4));
+        assert!(!firing_on(&a, "link_down", venue));
+    }
 }
