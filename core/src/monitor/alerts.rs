@@ -328,12 +328,8 @@ impl Alerts {
         }
     }
 
-    /// Evaluates every alert on a reading taken at monitor time `now_ns`.
-    pub fn evaluate(&mut self, now_ns: u64, snap: &Snapshot) {
-        self.watch_loops(now_ns, snap);
-        if !self.config.enabled {
-            return;
-        }
+    /// The engine's own alerts: a stalled loop, the critical counters, orders in doubt.
+    fn engine_alerts(&mut self, now_ns: u64, snap: &Snapshot) {
         for (i, name) in LOOP_NAMES.iter().enumerate().take(self.loops.len()) {
             let p = self.loops[i];
             let still_ms = (now_ns - p.moved_ns) / 1_000_000;
@@ -357,6 +353,15 @@ impl Alerts {
                 since.map_or(String::new(), |s| format!(" for {} s", (now_ns - s) / SEC))
             ),
         );
+    }
+
+    /// Evaluates every alert on a reading taken at monitor time `now_ns`.
+    pub fn evaluate(&mut self, now_ns: u64, snap: &Snapshot) {
+        self.watch_loops(now_ns, snap);
+        if !self.config.enabled {
+            return;
+        }
+        self.engine_alerts(now_ns, snap);
         let c = self.config.clone();
         let venues: Vec<String> = snap
             .metrics
