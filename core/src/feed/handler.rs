@@ -51,8 +51,10 @@ pub struct FeedConfig {
     pub trades: bool,
     /// Reconnect backoff.
     pub backoff: BackoffConfig,
-    /// Seed of the backoff jitter and the frame masks.
-    pub seed: u64,
+    /// Seed of the backoff jitter, the frame masks and the REST retries (`[[feed]] seed`).
+    /// The default is drawn from the OS (`rng::os_seed`) so two engines never reconnect in
+    /// lockstep; set it to replay a run (the engine logs each feed's seed at start).
+    pub seed: crate::rng::Seed,
     /// Deltas a book buffers while waiting for its snapshot.
     pub pending_max: usize,
     /// Largest message accepted from the server.
@@ -150,6 +152,7 @@ impl RestSnapshots {
         c.target_max = self.path.len() + 64 + 32;
         c.timeout_ns = self.timeout_ns;
         c.api_key = self.api_key.clone();
+
         c.used_weight_headers = self
             .used_weight_headers
             .iter()
@@ -183,7 +186,7 @@ impl Default for FeedConfig {
                 cap_ns: 5_000_000_000,
                 ..BackoffConfig::default()
             },
-            seed: 7,
+            seed: crate::rng::Seed::from_os(),
             pending_max: 4_096,
             max_message: 4 << 20,
             resync_retry_ns: 500_000_000,
@@ -689,7 +692,7 @@ impl FeedHandler {
             last_trade: vec![None; n],
             decoder: Decoder::new(Role::Client, config.max_message),
             backoff: Backoff::new(config.backoff),
-            rng: SplitMix64::new(config.seed),
+            rng: SplitMix64::new(config.seed.value()),
             publishers: Vec::new(),
             state: State::Down { retry_at_ns: 0 },
             last_heard_ns: 0,
@@ -719,6 +722,9 @@ impl FeedHandler {
             SnapshotSource::Rest(r) => {
                 let symbol_max = config.symbols.iter().map(String::len).max().unwrap_or(0);
                 let mut session = r.session_config(config.symbols.len());
+                // Fixed by the feed's seed, so `[[feed]] seed` replays the REST retries too
+                // (a stream apart from the reconnect jitter's).
+                session.seed = config.seed.value().rotate_left(32) ^ 0x5245_5354;
                 // The symbol percent-encoded: at most three bytes a byte.
                 session.target_max = r.path.len() + 3 * symbol_max + 32;
                 Some(RestSide {

@@ -137,8 +137,10 @@ pub struct SessionConfig {
     pub backoff: BackoffConfig,
     /// Longest time from login to reconciled.
     pub reconcile_timeout_ns: u64,
-    /// Seed of the backoff jitter (distinct per link so links do not retry in lockstep).
-    pub jitter_seed: u64,
+    /// Seed of the backoff jitter. The default is drawn from the OS for every configuration
+    /// made (`rng::os_seed`), so links and processes never retry in lockstep; set it to
+    /// replay a run (the engine logs the seed each link uses at start).
+    pub jitter_seed: crate::rng::Seed,
 }
 
 impl Default for SessionConfig {
@@ -146,7 +148,7 @@ impl Default for SessionConfig {
         Self {
             backoff: BackoffConfig::default(),
             reconcile_timeout_ns: 5_000_000_000,
-            jitter_seed: 1,
+            jitter_seed: crate::rng::Seed::from_os(),
         }
     }
 }
@@ -223,7 +225,7 @@ impl SessionMachine {
                 attempts_max: u32::MAX,
                 ..config.backoff
             }),
-            rng: SplitMix64::new(config.jitter_seed),
+            rng: SplitMix64::new(config.jitter_seed.value()),
             reconcile_deadline_ns: u64::MAX,
             stats: SessionStats::default(),
             config,
@@ -407,7 +409,7 @@ mod tests {
                 policy: Default::default(),
             },
             reconcile_timeout_ns: 10_000,
-            jitter_seed: 3,
+            jitter_seed: crate::rng::Seed::Fixed(3),
         }
     }
 
