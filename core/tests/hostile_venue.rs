@@ -936,3 +936,83 @@ fn a_restart_after_a_shifted_numbering_resyncs() {
     assert!(report.open_orders.is_empty(), "{:?}", report.open_orders);
     assert_eq!(control.stats()["duplicate_ids"], 0);
 }
+
+// Goal (issue 23, point 8): after a contradiction only an operator can trust the link again,
+// without a restart. Method: `keel ctl reconcile` (the binary, over the engine's admin socket)
+// is refused on a SYNCED link, an unknown venue and a missing or extra argument; the venue lies
+// (a fill for an order keel never sent), the link is READ-ONLY (a new order is refused
+// `LinkReadOnly`; the contradiction is sticky, see `assert_read_only_after`); `reconcile sim`
+// is then accepted, clears it, and the venue's clean answer makes the link trade again (a new
+// order is accepted), counted.
+#[test]
+fn an_operator_reconcile_trades_a_read_only_link_again_once_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("admin.sock");
+    let mut d = Drill::start(1024);
+    d.running
+        .as_mut()
+        .unwrap()
+        .serve_admin(&socket)
+        .unwrap()
+        .expect("the admin socket");
+    let ctl = |words: &[&str]| {
+        let out = std::process::Command::new(common::peers::KEEL)
+            .arg("ctl")
+            .arg("--socket")
+            .arg(&socket)
+            .args(words)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let a = d.resting(0);
+    let (code, answer) = ctl(&["reconcile", "sim"]);
+    assert_eq!(code, Some(1), "{answer}");
+    assert!(answer.contains("is SYNCED, not READ-ONLY"), "{answer}");
+    for bad in [
+        &["reconcile", "nope"][..],
+        &["reconcile"],
+        &["reconcile", "sim", "now"],
+    ] {
+        let (code, answer) = ctl(bad);
+        assert_eq!(code, Some(1), "{bad:?}: {answer}");
+        assert!(answer.starts_with("error: "), "{bad:?}: {answer}");
+    }
+    d.control.ok("lie unknown-fill");
+    wait_until("the link to leave SYNCED", || {
+        !d.running().venue_synced(VenueId(0))
+    });
+    let o = d.order(2, Side::Buy, TimeInForce::Day);
+    let refused = d.expect(Some(Command::New(o)), o.id, "a refusal", |k| {
+        matches!(k, EventKind::Refused { .. })
+    });
+    assert_eq!(
+        refused,
+        EventKind::Refused {
+            reason: RefusalReason::LinkReadOnly
+        }
+    );
+    let (code, answer) = ctl(&["reconcile", "sim"]);
+    assert_eq!(code, Some(0), "{answer}");
+    assert!(
+        answer.starts_with("ok: reconcile of venue sim requested"),
+        "{answer}"
+    );
+    let b = d.resting_when_trading(1);
+    d.cancel(a);
+    d.cancel(b);
+    let (report, mut control, _venue) = d.stop();
+    let link = &report.links[0];
+    assert_eq!(link.session.operator_reconciles, 1, "{:?}", link.session);
+    assert!(link.session.read_only_entries >= 1, "{:?}", link.session);
+    assert!(link.link.contradictions_cleared >= 1, "{:?}", link.link);
+    assert_eq!(
+        link.client.last_contradiction,
+        Some(Contradiction::UnknownOrder)
+    );
+    assert!(report.open_orders.is_empty(), "{:?}", report.open_orders);
+    assert_eq!(control.stats()["duplicate_ids"], 0);
+}

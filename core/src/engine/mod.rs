@@ -363,6 +363,9 @@ struct Shared {
     stop_cancel_runs: AtomicU64,
     /// Bit per venue: an operator asked for a reconnect (the executor loop takes it).
     reconnect: AtomicU64,
+    /// Bit per venue: an operator asked to reconcile a READ-ONLY link (the executor loop
+    /// takes it).
+    reconcile: AtomicU64,
     /// Per venue: the link as the executor loop last published it.
     links: Vec<LinkShared>,
     /// The adaptive controller's off switch, once a controller runs (`keel ctl control`).
