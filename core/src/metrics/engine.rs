@@ -138,6 +138,7 @@ struct FeedSlots {
     deltas: Slot,
     gaps: Slot,
     resyncs: Slot,
+    wrong_symbol: Slot,
     disconnects: Slot,
     rest: Option<RestSlots>,
 }
@@ -276,6 +277,7 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
             deltas: l.add(e, Counter, "keel_feed_deltas_total", &feed)?,
             gaps: l.add(e, Counter, "keel_feed_gaps_total", &feed)?,
             resyncs: l.add(e, Counter, "keel_feed_resyncs_total", &feed)?,
+            wrong_symbol: l.add(e, Counter, "keel_feed_wrong_symbol_total", &feed)?,
             disconnects: l.add(e, Counter, "keel_feed_disconnects_total", &feed)?,
             rest: if *rest {
                 Some(RestSlots {
@@ -595,6 +597,7 @@ impl ExecMetrics {
             w.set(slots.deltas, f.deltas);
             w.set(slots.gaps, f.gaps);
             w.set(slots.resyncs, f.resyncs);
+            w.set(slots.wrong_symbol, f.wrong_symbol);
             w.set(slots.disconnects, f.disconnects);
             let Some(r) = &slots.rest else { continue };
             let rate = feed.rest_rate_permille(now_ns).unwrap_or(1_000);
