@@ -654,6 +654,7 @@ fn read_feed(
         c.path = path.to_string();
     }
     s.bool("trades", &mut c.trades)?;
+    read_seed(&mut s, "seed", &mut c.seed)?;
     s.duration("backoff_base_ns", &mut c.backoff.base_ns)?;
     s.duration("backoff_cap_ns", &mut c.backoff.cap_ns)?;
     s.duration("resync_retry_ns", &mut c.resync_retry_ns)?;
@@ -997,6 +998,16 @@ fn read_reactor(s: &mut Section<'_>, r: &mut crate::net::ReactorConfig) -> Resul
     Ok(())
 }
 
+/// A seed the file sets (any integer 0..=2^63-1) is fixed; absent, it stays drawn from the OS.
+fn read_seed<'a>(s: &mut Section<'a>, key: &'a str, seed: &mut crate::rng::Seed) -> Result<()> {
+    let mut value = seed.value();
+    if s.get(key).is_some() {
+        s.int(key, &mut value)?;
+        *seed = crate::rng::Seed::Fixed(value);
+    }
+    Ok(())
+}
+
 fn read_idle<'a>(s: &mut Section<'a>, key: &'a str) -> Result<Option<IdlePolicy>> {
     Ok(match s.string(key)? {
         None => None,
@@ -1311,6 +1322,16 @@ fn read_dispatcher<'a>(mut s: Section<'a>, d: &mut DispatcherConfig) -> Result<(
         b.duration("open_duration_max_ns", &mut c.open_duration_max_ns)?;
         b.int("half_open_probes", &mut c.half_open_probes)?;
         b.duration("half_open_wait_max_ns", &mut c.half_open_wait_max_ns)?;
+        if let Some(name) = b.string("probe_judge")? {
+            c.probe_judge =
+                crate::guard::breaker::ProbeJudge::from_name(name).ok_or_else(|| {
+                    FileConfigError::OutOfRange {
+                        key: b.key("probe_judge"),
+                        value: format!("\"{name}\""),
+                        allowed: "\"any-failure\" or \"rate\"",
+                    }
+                })?;
+        }
         b.finish()?;
     }
     if let Some(t) = s.subtable("limiter")? {
@@ -1512,7 +1533,7 @@ fn read_venue(mut s: Section<'_>) -> Result<VenueLinkConfig> {
         "reconcile_timeout_ns",
         &mut link.session.reconcile_timeout_ns,
     )?;
-    s.int("jitter_seed", &mut link.session.jitter_seed)?;
+    read_seed(&mut s, "jitter_seed", &mut link.session.jitter_seed)?;
     s.duration("backoff_base_ns", &mut link.session.backoff.base_ns)?;
     s.duration("backoff_cap_ns", &mut link.session.backoff.cap_ns)?;
     s.int(

@@ -95,6 +95,22 @@ pub enum LogRecord {
         /// The session the journal's records belong to.
         journal_session: [u8; 10],
     },
+    /// An operator's `keel ctl reconcile` reached the link: `cleared` contradictions were
+    /// cleared and the query sent (`Some`), or the link was no longer READ-ONLY (`None`).
+    OperatorReconcile {
+        /// The venue.
+        venue: VenueId,
+        /// Contradictions cleared, if carried out.
+        cleared: Option<u32>,
+    },
+    /// Reconciliation timed out `timeouts` times in a row (a multiple of
+    /// `machine::RECONCILE_TIMEOUTS_HINT`): said with its likely causes and what to do.
+    ReconcileStuck {
+        /// The venue.
+        venue: VenueId,
+        /// Timeouts in a row.
+        timeouts: u32,
+    },
     /// Records the loop could not hand over (its ring was full), since the last such record.
     Dropped {
         /// How many.
@@ -382,6 +398,40 @@ impl Logger {
                      orders are canceled as on loss when cancel_on_strategy_loss is set)"
                 ),
             },
+            LogRecord::OperatorReconcile { venue, cleared } => match cleared {
+                Some(cleared) => tracing::warn!(
+                    target: "keel::venue",
+                    venue = self.venue(venue),
+                    cleared,
+                    "operator reconcile: contradictions cleared, the venue asked again; the link \
+                     trades again only if its answer settles everything"
+                ),
+                None => tracing::warn!(
+                    target: "keel::venue",
+                    venue = self.venue(venue),
+                    "operator reconcile not carried out: the link was no longer READ-ONLY"
+                ),
+            },
+            LogRecord::ReconcileStuck { venue, timeouts } => {
+                let journal = match &self.names.journal_dir {
+                    Some(dir) => format!("the journal in {}", dir.display()),
+                    None => "keel's journal".into(),
+                };
+                tracing::error!(
+                    target: "keel::venue",
+                    venue = self.venue(venue),
+                    timeouts,
+                    "reconciliation timed out {timeouts} times in a row: the venue never \
+                     completes the answer {journal} expects. Likely causes: the venue restarted \
+                     without its state (its messages no longer reach the sequence number keel \
+                     asks from), the journal belongs to another venue session or venue, or the \
+                     venue reset its numbering. Check the venue's session and sequence number \
+                     (`keel ctl status`, the venue's own tools); if the venue really lost the \
+                     session, stop keel and start on a new journal (move the old one aside \
+                     after checking its open orders at the venue); if the venue is only slow, \
+                     raise [[venue]] reconcile_timeout_ns"
+                )
+            }
             LogRecord::NewVenueSession {
                 venue,
                 venue_session,

@@ -1,7 +1,14 @@
 //! A small seeded random number generator (SplitMix64).
 //!
 //! Backoff jitter and simulations take their randomness from here so that a seed replays
-//! exactly; nothing in the core reads OS entropy.
+//! exactly. The core never reads OS entropy on its own: a configuration's default seed comes
+//! from [`os_seed`] once, when the configuration is made (start-up, never the hot path), so
+//! two processes on the same default configuration do not draw the same delays (a fleet that
+//! reconnects in lockstep is the storm equal jitter exists to prevent). A test or a simulation
+//! that must replay sets its seeds explicitly.
+
+use std::hash::{BuildHasher, Hasher};
+use std::io::Read;
 
 /// Source of uniformly distributed `u64` values, injectable for tests.
 pub trait Rng64 {
@@ -41,6 +48,66 @@ impl Rng64 for SplitMix64 {
     }
 }
 
+/// A seed from the operating system: 8 bytes of `/dev/urandom`, or, where that cannot be read
+/// (a sandbox without `/dev`), the standard library's OS-seeded hasher keys. Every call gives
+/// a different value, so links and feeds of one process differ too. 63 bits, so the seed a
+/// run logs or prints (`keel config-print`) is a TOML integer that replays it. Start-up only
+/// (it reads a file).
+pub fn os_seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    let from_file = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    let keyed = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let seed = match from_file {
+        Ok(()) => u64::from_le_bytes(bytes),
+        // RandomState's keys come from the OS once per thread and advance on every `new`.
+        Err(_) => keyed,
+    };
+    seed >> 1
+}
+
+/// A jitter seed and where it came from. Two seeds drawn from the OS compare equal whatever
+/// their values: a configuration is equal to another that says the same thing, and "draw one
+/// at start" is what such a file says (its printed form leaves the value out).
+#[derive(Debug, Clone, Copy, Eq)]
+pub enum Seed {
+    /// Drawn from the OS ([`os_seed`]) when the configuration was made: the default.
+    FromOs(u64),
+    /// Set by the configuration: a run that replays.
+    Fixed(u64),
+}
+
+impl Seed {
+    /// A fresh seed from the OS.
+    pub fn from_os() -> Self {
+        Self::FromOs(os_seed())
+    }
+
+    /// The seed itself.
+    pub fn value(self) -> u64 {
+        match self {
+            Self::FromOs(v) | Self::Fixed(v) => v,
+        }
+    }
+}
+
+impl Default for Seed {
+    fn default() -> Self {
+        Self::from_os()
+    }
+}
+
+impl PartialEq for Seed {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::FromOs(_), Self::FromOs(_)) => true,
+            (Self::Fixed(a), Self::Fixed(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +125,15 @@ mod tests {
         let mut c = SplitMix64::new(1);
         let hits_max = (0..10_000).any(|_| c.below_inclusive(3) == 3);
         assert!(hits_max, "the inclusive bound is reachable");
+    }
+
+    // Goal (issue 23, point 2): OS seeds differ call to call (64 draws, no repeat: a repeat
+    // by chance has odds of about 2^-52).
+    #[test]
+    fn os_seeds_differ() {
+        let mut seeds: Vec<u64> = (0..64).map(|_| os_seed()).collect();
+        seeds.sort_unstable();
+        seeds.dedup();
+        assert_eq!(seeds.len(), 64);
     }
 }

@@ -281,6 +281,41 @@ fn engine_and_ipc_tables_are_checked() {
     ));
 }
 
+// Goal (issue 23, point 2): jitter seeds are drawn from the OS unless the file sets one: two
+// parses of the same file draw different seeds (links of one file too), a seed the file sets is
+// kept exactly, at its worst legal values (0, 2^63-1), and a negative one is refused by key.
+#[test]
+fn seeds_are_drawn_per_process_unless_the_file_fixes_them() {
+    use keel::rng::Seed;
+    let feed = "[[feed]]\naddress = \"127.0.0.1:15002\"";
+    let second = "[[venue]]\nname = \"b\"\naddress = \"127.0.0.1:15001\"\nusername = \"k\"\n\
+                  password = \"k\"";
+    let text = format!("{MINIMAL}\n{second}\n{feed}");
+    let (a, b) = (
+        EngineConfig::from_toml(&text).unwrap(),
+        EngineConfig::from_toml(&text).unwrap(),
+    );
+    let link = |c: &EngineConfig, i: usize| c.venues[i].link.session.jitter_seed;
+    assert!(matches!(link(&a, 0), Seed::FromOs(_)));
+    assert_ne!(link(&a, 0).value(), link(&b, 0).value(), "per process");
+    assert_ne!(link(&a, 0).value(), link(&a, 1).value(), "per link");
+    assert_ne!(a.feeds[0].seed.value(), b.feeds[0].seed.value(), "per feed");
+    for v in ["0", "9223372036854775807"] {
+        let c = EngineConfig::from_toml(&format!("{MINIMAL}jitter_seed = {v}\n{feed}\nseed = {v}"))
+            .unwrap();
+        assert_eq!(link(&c, 0), Seed::Fixed(v.parse().unwrap()));
+        assert_eq!(c.feeds[0].seed, Seed::Fixed(v.parse().unwrap()));
+    }
+    assert!(matches!(
+        refused("jitter_seed = -1"),
+        FileConfigError::OutOfRange { key, .. } if key == "venue[0].jitter_seed"
+    ));
+    assert!(matches!(
+        refused(&format!("{feed}\nseed = -1")),
+        FileConfigError::OutOfRange { key, .. } if key == "feed[0].seed"
+    ));
+}
+
 // Goal: market-data feeds take the engine's symbols and their defaults, and refuse bad values.
 #[test]
 fn feed_tables_are_checked() {

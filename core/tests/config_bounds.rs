@@ -184,6 +184,10 @@ fn cases() -> Vec<Case> {
         case(brk, "half_open_probes", U32_MAX, Either),
         case(brk, "half_open_wait_max_ns", "0", Trade),
         case(brk, "half_open_wait_max_ns", I64_MAX, Trade),
+        case(brk, "probe_judge", "\"any-failure\"", Trade),
+        case(brk, "probe_judge", "\"rate\"", Trade),
+        case(brk, "probe_judge", "\"Rate\"", Refused),
+        case(brk, "probe_judge", "\"\"", Refused),
         // Limiter.
         case(lim, "cancel_reserve_permille", "0", Trade),
         // 999 per mille of a 200 burst leaves nothing for new orders: refused by name.

@@ -64,6 +64,7 @@ open_duration_multiplier = 3
 open_duration_max_ns = "9223372036854775807ns"
 half_open_probes = 2
 half_open_wait_max_ns = 0
+probe_judge = "rate"
 
 [dispatcher.limiter]
 cancel_reserve_permille = 250
@@ -284,6 +285,7 @@ fn printed_configurations_parse_back_equal() {
         "slow_call_duration_ns = \"7us\"",
         "open_duration_ns = \"2m\"",
         "half_open_wait_max_ns = \"0s\"",
+        "probe_judge = \"rate\"",
         "silent_ns = \"61s\"",
         "ack_timeout_ns = \"9223372036854775807ns\"",
         "reject_codes_system = []",

@@ -206,6 +206,18 @@ impl Drill {
         found.unwrap()
     }
 
+    /// Tells the venue `command` (one that closes keel's connection: `drop`, `oversize N`),
+    /// then waits until keel has connected again: a count that only grows, so a reconnect
+    /// faster than a poll cannot hide the drop (a wait on `!synced` could miss it).
+    fn drop_with(&mut self, command: &str) -> String {
+        let before = self.running().venue_connects(VenueId(0));
+        let answer = self.control.ok(command);
+        wait_until("the link to drop and connect again", || {
+            self.running().venue_connects(VenueId(0)) > before
+        });
+        answer
+    }
+
     /// A buy of 3 at 100 resting on `symbol`, accepted by the venue.
     fn resting(&mut self, symbol: u16) -> ClientOrderId {
         let o = self.order(symbol, Side::Buy, TimeInForce::Day);
@@ -308,8 +320,7 @@ fn long_debug_packets_within_the_maximum_keep_the_link_trading() {
 fn an_oversize_packet_is_refused_and_the_link_resyncs() {
     let mut d = Drill::start(1024);
     let a = d.resting(0);
-    assert_eq!(d.control.ok("oversize 1025"), "ok oversize 1025 sessions=1");
-    wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
+    assert_eq!(d.drop_with("oversize 1025"), "ok oversize 1025 sessions=1");
     wait_until("SYNCED again", || d.running().venue_synced(VenueId(0)));
     let b = d.resting(1);
     d.cancel(a);
@@ -589,8 +600,7 @@ fn a_fill_skipped_by_a_login_gap_is_recovered() {
     d.control.ok("latency 300");
     other.enter(1, b'S', b"AAPL    ");
     d.control.ok("refuse on");
-    d.control.ok("drop");
-    wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
+    d.drop_with("drop");
     let control = &mut d.control;
     wait_until("the venue to match the sell", || {
         control.stats()["matches"] == 1
@@ -641,8 +651,7 @@ fn impossible_login_sequences_are_refused_and_the_link_resyncs() {
     let a = d.resting(0);
     for (i, sequence) in [u64::MAX, 0].into_iter().enumerate() {
         d.control.ok(&format!("login-seq {sequence}"));
-        d.control.ok("drop");
-        wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
+        d.drop_with("drop");
         wait_until("SYNCED again", || d.running().venue_synced(VenueId(0)));
         // Not wedged: a new order's acceptance comes back through the stream.
         let b = d.resting(1 + i as u16);
@@ -736,12 +745,10 @@ fn a_login_answer_that_shifts_the_numbering_does_not_wedge_the_link() {
     let mut d = Drill::start(1024);
     let a = d.resting(0);
     d.control.ok("login-seq 1000");
-    d.control.ok("drop");
-    wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
+    d.drop_with("drop");
     // The lie is caught one way or another; what matters is what follows.
     let b = d.resting_when_trading(1);
-    d.control.ok("drop");
-    wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
+    d.drop_with("drop");
     let c = d.resting_when_trading(2);
     for id in [a, b, c] {
         d.cancel(id);
@@ -811,10 +818,9 @@ fn packets_at_the_largest_maximum_are_read_or_refused_without_panic() {
     let b = d.resting(1);
     assert!(d.running().venue_synced(VenueId(0)));
     assert_eq!(
-        d.control.ok("oversize 65535"),
+        d.drop_with("oversize 65535"),
         "ok oversize 65535 sessions=1"
     );
-    wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
     let c = d.resting_when_trading(2);
     for id in [a, b, c] {
         d.cancel(id);
@@ -841,8 +847,7 @@ fn a_login_answer_that_announces_a_replay_it_does_not_send_does_not_wedge_the_li
     let b = d.resting(1);
     d.cancel(b);
     d.control.ok("login-seq 1");
-    d.control.ok("drop");
-    wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
+    d.drop_with("drop");
     let c = d.resting_when_trading(2);
     for id in [a, c] {
         d.cancel(id);
@@ -917,8 +922,7 @@ fn a_restart_after_a_shifted_numbering_resyncs() {
     assert!(report.open_orders.is_empty());
     let a = d.resting(0);
     d.control.ok("login-seq 1000");
-    d.control.ok("drop");
-    wait_until("the link to drop", || !d.running().venue_synced(VenueId(0)));
+    d.drop_with("drop");
     let b = d.resting_when_trading(1);
     let first = d.restart();
     assert_eq!(first.open_orders.len(), 2, "{:?}", first.open_orders);
@@ -929,6 +933,86 @@ fn a_restart_after_a_shifted_numbering_resyncs() {
     let (report, mut control, _venue) = d.stop();
     let link = &report.links[0];
     assert_eq!(link.session.reconcile_timeouts, 0, "{:?}", link.session);
+    assert!(report.open_orders.is_empty(), "{:?}", report.open_orders);
+    assert_eq!(control.stats()["duplicate_ids"], 0);
+}
+
+// Goal (issue 23, point 8): after a contradiction only an operator can trust the link again,
+// without a restart. Method: `keel ctl reconcile` (the binary, over the engine's admin socket)
+// is refused on a SYNCED link, an unknown venue and a missing or extra argument; the venue lies
+// (a fill for an order keel never sent), the link is READ-ONLY (a new order is refused
+// `LinkReadOnly`; the contradiction is sticky, see `assert_read_only_after`); `reconcile sim`
+// is then accepted, clears it, and the venue's clean answer makes the link trade again (a new
+// order is accepted), counted.
+#[test]
+fn an_operator_reconcile_trades_a_read_only_link_again_once_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("admin.sock");
+    let mut d = Drill::start(1024);
+    d.running
+        .as_mut()
+        .unwrap()
+        .serve_admin(&socket)
+        .unwrap()
+        .expect("the admin socket");
+    let ctl = |words: &[&str]| {
+        let out = std::process::Command::new(common::peers::KEEL)
+            .arg("ctl")
+            .arg("--socket")
+            .arg(&socket)
+            .args(words)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let a = d.resting(0);
+    let (code, answer) = ctl(&["reconcile", "sim"]);
+    assert_eq!(code, Some(1), "{answer}");
+    assert!(answer.contains("is SYNCED, not READ-ONLY"), "{answer}");
+    for bad in [
+        &["reconcile", "nope"][..],
+        &["reconcile"],
+        &["reconcile", "sim", "now"],
+    ] {
+        let (code, answer) = ctl(bad);
+        assert_eq!(code, Some(1), "{bad:?}: {answer}");
+        assert!(answer.starts_with("error: "), "{bad:?}: {answer}");
+    }
+    d.control.ok("lie unknown-fill");
+    wait_until("the link to leave SYNCED", || {
+        !d.running().venue_synced(VenueId(0))
+    });
+    let o = d.order(2, Side::Buy, TimeInForce::Day);
+    let refused = d.expect(Some(Command::New(o)), o.id, "a refusal", |k| {
+        matches!(k, EventKind::Refused { .. })
+    });
+    assert_eq!(
+        refused,
+        EventKind::Refused {
+            reason: RefusalReason::LinkReadOnly
+        }
+    );
+    let (code, answer) = ctl(&["reconcile", "sim"]);
+    assert_eq!(code, Some(0), "{answer}");
+    assert!(
+        answer.starts_with("ok: reconcile of venue sim requested"),
+        "{answer}"
+    );
+    let b = d.resting_when_trading(1);
+    d.cancel(a);
+    d.cancel(b);
+    let (report, mut control, _venue) = d.stop();
+    let link = &report.links[0];
+    assert_eq!(link.session.operator_reconciles, 1, "{:?}", link.session);
+    assert!(link.session.read_only_entries >= 1, "{:?}", link.session);
+    assert!(link.link.contradictions_cleared >= 1, "{:?}", link.link);
+    assert_eq!(
+        link.client.last_contradiction,
+        Some(Contradiction::UnknownOrder)
+    );
     assert!(report.open_orders.is_empty(), "{:?}", report.open_orders);
     assert_eq!(control.stats()["duplicate_ids"], 0);
 }

@@ -158,7 +158,7 @@ impl Sim {
                     policy: Default::default(),
                 },
                 reconcile_timeout_ns: 500 * MS,
-                jitter_seed: seed,
+                jitter_seed: keel::rng::Seed::Fixed(seed),
             },
             heartbeat_interval_ns: 100 * MS,
             silent_intervals_max: 3,

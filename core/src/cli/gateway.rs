@@ -103,6 +103,7 @@ struct GatewayStats {
     resyncs: u64,
     overflows: u64,
     stale: u64,
+    wrong_symbol: u64,
 }
 
 fn serve<T: SocketTransport>(mut md: MdServer<T>, args: &GatewayArgs) -> ExitCode {
@@ -248,6 +249,20 @@ fn serve<T: SocketTransport>(mut md: MdServer<T>, args: &GatewayArgs) -> ExitCod
                     waiting.clear();
                     pending[sym] = waiting;
                 }
+                BusEvent::WrongSymbol { symbol } => {
+                    // Refused by the bus thread: the book may have missed what that message
+                    // stood for. A following book resyncs at once; one already waiting asks
+                    // again at its retry pace (a responder that keeps answering with another
+                    // symbol is never hammered).
+                    let sym = usize::from(symbol);
+                    stats.wrong_symbol += 1;
+                    if synced[sym] {
+                        stats.resyncs += 1;
+                        synced[sym] = false;
+                        asked_ns[sym] = None;
+                    }
+                    ask(&mut requests, &mut asked_ns[sym], sym, now);
+                }
                 BusEvent::Reconnected => {
                     // Messages may have been missed while the bus was away: every book asks
                     // for a snapshot (loaded only if newer than what it has).
@@ -275,7 +290,7 @@ fn serve<T: SocketTransport>(mut md: MdServer<T>, args: &GatewayArgs) -> ExitCod
     let c = &bus.counters;
     use std::sync::atomic::Ordering::Relaxed;
     crate::say_line!(
-        "keel gateway: done: {} deltas, {} trades, {} snapshots, {} gaps, {} duplicates, {} resyncs, {} overflows, {} stale; bus: {} messages, {} dropped, {} malformed, {} connects; {} clients served",
+        "keel gateway: done: {} deltas, {} trades, {} snapshots, {} gaps, {} duplicates, {} resyncs, {} overflows, {} stale, {} wrong-symbol; bus: {} messages, {} dropped, {} malformed, {} wrong-symbol, {} connects; {} clients served",
         stats.deltas,
         stats.trades,
         stats.snapshots,
@@ -284,9 +299,11 @@ fn serve<T: SocketTransport>(mut md: MdServer<T>, args: &GatewayArgs) -> ExitCod
         stats.resyncs,
         stats.overflows,
         stats.stale,
+        stats.wrong_symbol,
         c.messages.load(Relaxed),
         c.dropped.load(Relaxed),
         c.malformed.load(Relaxed),
+        c.wrong_symbol.load(Relaxed),
         c.connects.load(Relaxed),
         md.stats().upgraded
     );

@@ -150,6 +150,7 @@ fn dispatcher(out: &mut Out, d: &DispatcherConfig) {
     out.duration("open_duration_max_ns", b.open_duration_max_ns);
     out.int("half_open_probes", b.half_open_probes);
     out.duration("half_open_wait_max_ns", b.half_open_wait_max_ns);
+    out.string("probe_judge", b.probe_judge.name());
     let l = &d.limiter;
     out.section("[dispatcher.limiter]");
     out.int("cancel_reserve_permille", l.cancel_reserve_permille);
@@ -294,6 +295,17 @@ fn metrics(out: &mut Out, c: &crate::engine::MetricsConfig) {
     out.int("shed_below_permille", k.shed_below_permille);
 }
 
+/// A seed the file fixed, or a comment saying it is drawn at start: a printed drawn value,
+/// copied to a fleet, would make it reconnect in lockstep again.
+fn seed(out: &mut Out, key: &str, seed: crate::rng::Seed) {
+    match seed {
+        crate::rng::Seed::Fixed(v) => out.int(key, v),
+        crate::rng::Seed::FromOs(_) => out.comment(&format!(
+            "{key}: drawn from the OS by each process at start (logged); set it to replay a run"
+        )),
+    }
+}
+
 fn feed(out: &mut Out, c: &FeedConfig) {
     out.section("[[feed]]");
     if c.addr.to_string() == EXAMPLE_FEED_ADDRESS {
@@ -308,6 +320,7 @@ fn feed(out: &mut Out, c: &FeedConfig) {
     out.line(format_args!("alternates = {}", Value::Array(alternates)));
     out.string("path", &c.path);
     out.bool("trades", c.trades);
+    seed(out, "seed", c.seed);
     out.duration("backoff_base_ns", c.backoff.base_ns);
     out.duration("backoff_cap_ns", c.backoff.cap_ns);
     out.duration("resync_retry_ns", c.resync_retry_ns);
@@ -371,7 +384,7 @@ fn venue(out: &mut Out, v: &VenueLinkConfig) {
     out.int("silent_intervals_max", l.silent_intervals_max);
     out.int("max_packet_len", l.max_packet_len);
     out.duration("reconcile_timeout_ns", l.session.reconcile_timeout_ns);
-    out.int("jitter_seed", l.session.jitter_seed);
+    seed(out, "jitter_seed", l.session.jitter_seed);
     out.duration("backoff_base_ns", l.session.backoff.base_ns);
     out.duration("backoff_cap_ns", l.session.backoff.cap_ns);
     out.int("backoff_attempts_max", l.session.backoff.attempts_max);

@@ -990,7 +990,14 @@ fn build<T: SocketTransport>(
             protocol: ProtocolConfig::default(),
             ack_timeout_ns: 2_000 * MS,
             orders_max: 65_536,
-            link: Default::default(),
+            // Fixed seeds (the engine's defaults come from the OS): the demo replays.
+            link: crate::session::link::LinkConfig {
+                session: crate::session::machine::SessionConfig {
+                    jitter_seed: crate::rng::Seed::Fixed(1),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
         }],
         loops: LoopConfig {
             strategy_ring: 65_536,
@@ -1003,6 +1010,7 @@ fn build<T: SocketTransport>(
                 .market_data_addr()
                 .ok_or("the venue serves no market data")?,
             symbols: SYMBOLS.map(str::to_string).to_vec(),
+            seed: crate::rng::Seed::Fixed(7),
             ..FeedConfig::default()
         }],
         operator: crate::engine::OperatorConfig::default(),

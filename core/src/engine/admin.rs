@@ -811,6 +811,31 @@ impl AdminServer {
         }
     }
 
+    /// `reconcile VENUE`: only a READ-ONLY link (as its executor loop last published it) is
+    /// asked; the loop clears its contradictions and queries the venue, and logs what it did.
+    fn reconcile(&mut self, v: VenueId) -> String {
+        let name = &self.names.venues[usize::from(v.0)];
+        let state = self.shared.link(v).state_name();
+        if v.0 >= 64 || state != crate::session::machine::LinkState::ReadOnly.name() {
+            return format!(
+                "error: venue {name} is {state}, not READ-ONLY: nothing to reconcile (a \
+                 disconnected link reconciles at its next login; `keel ctl reconnect {name}` asks \
+                 for one)\n"
+            );
+        }
+        self.shared.reconcile.fetch_or(1 << v.0, Ordering::AcqRel);
+        tracing::warn!(
+            target: "keel::ctl",
+            venue = name.as_str(),
+            "operator reconcile requested: contradictions will be cleared and the venue asked again"
+        );
+        format!(
+            "ok: reconcile of venue {name} requested: its contradictions are cleared and the venue \
+             asked again; it trades again only if the answer settles everything (watch `keel ctl \
+             status`)\n"
+        )
+    }
+
     /// The answer text to one request line.
     fn answer(&mut self, line: &str) -> String {
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -833,6 +858,7 @@ impl AdminServer {
                     self.names.venues[usize::from(v.0)]
                 )
             }
+            Parsed::Reconcile(v) => self.reconcile(v),
             Parsed::Control(on) => match (self.shared.control_off.get(), on) {
                 (None, _) => {
                     "error: no adaptive controller runs (set [control] enabled = true)\n".into()
@@ -1187,6 +1213,8 @@ disable N | enable N                     a strategy's new orders (its cancels fl
 shed SYMBOL on|off                       a symbol's new orders on every venue
 kill-switch on|off                       no new order or replace leaves; cancels flow
 reconnect VENUE                          a new session for the venue
+reconcile VENUE                          READ-ONLY link, account checked: clear its
+                                         contradictions, reconcile now (trades if clean)
 breaker VENUE open|close                 force the venue's breaker (drills)
 control [on|off]                         the adaptive controller: its state, or switch it
 help                                     this list
@@ -1195,6 +1223,7 @@ help                                     this list
 enum Parsed {
     Help,
     Reconnect(VenueId),
+    Reconcile(VenueId),
     /// The adaptive controller: `None` asks its state.
     Control(Option<bool>),
     /// A command for the loop; `true`: print counters (`stats`).
@@ -1288,6 +1317,10 @@ fn parse(words: &[&str], names: &AdminNames) -> Result<Parsed, String> {
         Some("reconnect") => {
             exact(2, "reconnect VENUE")?;
             Ok(Parsed::Reconnect(venue(words[1])?))
+        }
+        Some("reconcile") => {
+            exact(2, "reconcile VENUE")?;
+            Ok(Parsed::Reconcile(venue(words[1])?))
         }
         Some("control") => match words.len() {
             1 => Ok(Parsed::Control(None)),

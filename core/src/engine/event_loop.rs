@@ -317,6 +317,8 @@ struct LinkSeen {
     connect_failures: u64,
     connecting_since_ns: u64,
     new_session_said: bool,
+    /// The session's `reconcile_stuck` as last said.
+    reconcile_stuck: u64,
     /// Heartbeat timeouts, decode errors, reconcile timeouts, login refusals (session stats'
     /// `login_rejects`), operator reconnects, as last seen: which moved says why a session
     /// ended.
@@ -341,6 +343,7 @@ impl<T: Transport> Executor<T> {
                 connect_failures: 0,
                 connecting_since_ns: now_ns,
                 new_session_said: false,
+                reconcile_stuck: 0,
                 causes: [0; 5],
             })
             .collect();
@@ -385,15 +388,26 @@ impl<T: Transport> Executor<T> {
         }
     }
 
-    /// Operator reconnects asked for since the last pass.
+    /// Operator reconnects and reconciles asked for since the last pass.
     fn take_reconnects(&mut self, now: u64) {
-        if self.shared.reconnect.load(Ordering::Relaxed) == 0 {
-            return;
+        if self.shared.reconnect.load(Ordering::Relaxed) != 0 {
+            let asked = self.shared.reconnect.swap(0, Ordering::AcqRel);
+            for (v, link) in self.links.iter_mut().enumerate().take(64) {
+                if asked & (1 << v) != 0 {
+                    link.reconnect(now, &mut self.transport);
+                }
+            }
         }
-        let asked = self.shared.reconnect.swap(0, Ordering::AcqRel);
-        for (v, link) in self.links.iter_mut().enumerate().take(64) {
-            if asked & (1 << v) != 0 {
-                link.reconnect(now, &mut self.transport);
+        if self.shared.reconcile.load(Ordering::Relaxed) != 0 {
+            let asked = self.shared.reconcile.swap(0, Ordering::AcqRel);
+            for (v, link) in self.links.iter_mut().enumerate().take(64) {
+                if asked & (1 << v) != 0 {
+                    let cleared = link.reconcile_on_demand(now, &mut self.transport);
+                    self.log.send(LogRecord::OperatorReconcile {
+                        venue: VenueId(v as u16),
+                        cleared,
+                    });
+                }
             }
         }
     }
@@ -403,6 +417,14 @@ impl<T: Transport> Executor<T> {
         for (v, (link, seen)) in self.links.iter().zip(&mut self.seen).enumerate() {
             let state = link.state();
             let failures = link.connect_failures();
+            let session = link.session_stats();
+            if session.reconcile_stuck > seen.reconcile_stuck {
+                seen.reconcile_stuck = session.reconcile_stuck;
+                self.log.send(LogRecord::ReconcileStuck {
+                    venue: VenueId(v as u16),
+                    timeouts: session.reconcile_timeout_streak,
+                });
+            }
             if state == seen.state && failures == seen.connect_failures {
                 continue;
             }

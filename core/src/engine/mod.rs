@@ -363,6 +363,9 @@ struct Shared {
     stop_cancel_runs: AtomicU64,
     /// Bit per venue: an operator asked for a reconnect (the executor loop takes it).
     reconnect: AtomicU64,
+    /// Bit per venue: an operator asked to reconcile a READ-ONLY link (the executor loop
+    /// takes it).
+    reconcile: AtomicU64,
     /// Per venue: the link as the executor loop last published it.
     links: Vec<LinkShared>,
     /// The adaptive controller's off switch, once a controller runs (`keel ctl control`).
@@ -762,8 +765,30 @@ impl EngineBuilder {
         Ok(engine)
     }
 
+    /// Says which seed each link's and feed's jitter draws from (the OS's unless the file set
+    /// one), so a run can be replayed by setting them.
+    fn log_seeds(&self) {
+        for v in &self.config.venues {
+            tracing::info!(
+                target: "keel::venue",
+                venue = v.name.as_str(),
+                jitter_seed = v.link.session.jitter_seed.value(),
+                "reconnect jitter seed (set [[venue]] jitter_seed to this to replay the run)"
+            );
+        }
+        for (i, f) in self.config.feeds.iter().enumerate() {
+            tracing::info!(
+                target: "keel::feed",
+                feed = i,
+                seed = f.seed.value(),
+                "reconnect and retry jitter seed (set [[feed]] seed to this to replay the run)"
+            );
+        }
+    }
+
     /// Restores the journal (if configured), builds every part, starts the loops.
     pub fn start(self) -> Result<RunningEngine, EngineError> {
+        self.log_seeds();
         let tls = exec_tls(&self.config.feeds)?;
         let clock = TscClock::new();
         let parts = self.assemble(clock.now_ns())?;
@@ -1207,6 +1232,13 @@ impl RunningEngine {
     /// Whether the dispatcher sees venue `v` SYNCED.
     pub fn venue_synced(&self, v: VenueId) -> bool {
         v.0 < 64 && self.shared.synced.load(Ordering::Acquire) & (1 << v.0) != 0
+    }
+
+    /// Connections venue `v`'s link has made so far, as its executor loop last published
+    /// them (0 for a venue that is not configured). Monotonic: a test that provoked a drop
+    /// waits for this to pass its earlier value, a fact no fast reconnect can hide.
+    pub fn venue_connects(&self, v: VenueId) -> u64 {
+        self.shared.link(v).connects.load(Ordering::Relaxed)
     }
 
     /// Dispatcher passes so far.

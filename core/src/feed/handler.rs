@@ -51,8 +51,10 @@ pub struct FeedConfig {
     pub trades: bool,
     /// Reconnect backoff.
     pub backoff: BackoffConfig,
-    /// Seed of the backoff jitter and the frame masks.
-    pub seed: u64,
+    /// Seed of the backoff jitter, the frame masks and the REST retries (`[[feed]] seed`).
+    /// The default is drawn from the OS (`rng::os_seed`) so two engines never reconnect in
+    /// lockstep; set it to replay a run (the engine logs each feed's seed at start).
+    pub seed: crate::rng::Seed,
     /// Deltas a book buffers while waiting for its snapshot.
     pub pending_max: usize,
     /// Largest message accepted from the server.
@@ -150,6 +152,7 @@ impl RestSnapshots {
         c.target_max = self.path.len() + 64 + 32;
         c.timeout_ns = self.timeout_ns;
         c.api_key = self.api_key.clone();
+
         c.used_weight_headers = self
             .used_weight_headers
             .iter()
@@ -183,7 +186,7 @@ impl Default for FeedConfig {
                 cap_ns: 5_000_000_000,
                 ..BackoffConfig::default()
             },
-            seed: 7,
+            seed: crate::rng::Seed::from_os(),
             pending_max: 4_096,
             max_message: 4 << 20,
             resync_retry_ns: 500_000_000,
@@ -225,6 +228,9 @@ pub struct FeedStats {
     pub trade_gaps: u64,
     /// Messages that did not parse (counted, skipped).
     pub malformed: u64,
+    /// REST depth answers that named another symbol than the one asked for (refused, the
+    /// book asks again).
+    pub wrong_symbol: u64,
     /// `error` notices from the server.
     pub server_errors: u64,
     /// WebSocket protocol errors (the connection was closed).
@@ -461,13 +467,34 @@ fn frame_len(b: &[u8]) -> Option<u64> {
 
 /// A REST depth answer, `{"lastUpdateId":N,"bids":[["price","qty"],...],"asks":[...]}` (prices
 /// as decimals with at most [`PRICE_DECIMALS`] places, quantities whole; numbers accepted
-/// too), into the level buffers; its update id, or `None` if it is not one. Allocates nothing.
-fn parse_depth(body: &[u8], bids: &mut Vec<(i64, u64)>, asks: &mut Vec<(i64, u64)>) -> Option<u64> {
-    let seed = DepthSeed { bids, asks };
+/// too), into the level buffers; its update id, or why not. Allocates nothing. An answer that
+/// names its symbol (some venues do: a `"symbol"` key) must name `symbol`, the one asked for:
+/// another symbol's levels in this book would be silently wrong data.
+fn parse_depth(
+    body: &[u8],
+    symbol: &str,
+    bids: &mut Vec<(i64, u64)>,
+    asks: &mut Vec<(i64, u64)>,
+) -> Result<u64, DepthRefused> {
+    let seed = DepthSeed { symbol, bids, asks };
     let mut json = serde_json::Deserializer::from_slice(body);
-    let id = seed.deserialize(&mut json).ok()?;
-    json.end().ok()?;
-    id
+    let (id, named) = seed
+        .deserialize(&mut json)
+        .map_err(|_| DepthRefused::Malformed)?;
+    json.end().map_err(|_| DepthRefused::Malformed)?;
+    if !named {
+        return Err(DepthRefused::WrongSymbol);
+    }
+    id.ok_or(DepthRefused::Malformed)
+}
+
+/// Why a REST depth answer was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DepthRefused {
+    /// Not a depth answer keel can read.
+    Malformed,
+    /// It names another symbol than the one asked for.
+    WrongSymbol,
 }
 
 /// Decimal places of a price on the wire (keel's fixed point: [`crate::order::Price::SCALE`]).
@@ -552,34 +579,37 @@ impl Num<'_> {
     }
 }
 
-/// Reads a REST depth answer into the level buffers; `Some(update id)` when it has one.
+/// Reads a REST depth answer into the level buffers: its update id if it has one, and whether
+/// it names no symbol or `symbol`.
 struct DepthSeed<'b> {
+    symbol: &'b str,
     bids: &'b mut Vec<(i64, u64)>,
     asks: &'b mut Vec<(i64, u64)>,
 }
 
 impl<'de> DeserializeSeed<'de> for DepthSeed<'_> {
-    type Value = Option<u64>;
+    type Value = (Option<u64>, bool);
 
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<u64>, D::Error> {
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
 
 impl<'de> Visitor<'de> for DepthSeed<'_> {
-    type Value = Option<u64>;
+    type Value = (Option<u64>, bool);
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a depth object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<u64>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         self.bids.clear();
         self.asks.clear();
-        let mut id = None;
+        let (mut id, mut named) = (None, true);
         while let Some(key) = map.next_key::<&'de str>()? {
             match key {
                 "lastUpdateId" => id = Some(map.next_value::<u64>()?),
+                "symbol" => named &= map.next_value::<&'de str>()? == self.symbol,
                 "bids" => map.next_value_seed(TextLevelsSeed(&mut *self.bids))?,
                 "asks" => map.next_value_seed(TextLevelsSeed(&mut *self.asks))?,
                 _ => {
@@ -587,7 +617,7 @@ impl<'de> Visitor<'de> for DepthSeed<'_> {
                 }
             }
         }
-        Ok(id)
+        Ok((id, named))
     }
 }
 
@@ -689,7 +719,7 @@ impl FeedHandler {
             last_trade: vec![None; n],
             decoder: Decoder::new(Role::Client, config.max_message),
             backoff: Backoff::new(config.backoff),
-            rng: SplitMix64::new(config.seed),
+            rng: SplitMix64::new(config.seed.value()),
             publishers: Vec::new(),
             state: State::Down { retry_at_ns: 0 },
             last_heard_ns: 0,
@@ -719,6 +749,9 @@ impl FeedHandler {
             SnapshotSource::Rest(r) => {
                 let symbol_max = config.symbols.iter().map(String::len).max().unwrap_or(0);
                 let mut session = r.session_config(config.symbols.len());
+                // Fixed by the feed's seed, so `[[feed]] seed` replays the REST retries too
+                // (a stream apart from the reconnect jitter's).
+                session.seed = config.seed.value().rotate_left(32) ^ 0x5245_5354;
                 // The symbol percent-encoded: at most three bytes a byte.
                 session.target_max = r.path.len() + 3 * symbol_max + 32;
                 Some(RestSide {
@@ -1194,10 +1227,18 @@ impl FeedHandler {
             // In sync already (a request that crossed a resync), or no stream to follow.
             return;
         }
-        let Some(update_id) = parse_depth(body, &mut self.bids, &mut self.asks) else {
-            self.stats.rest_failures += 1;
-            self.stats.malformed += 1;
-            return;
+        let symbol = &self.config.symbols[sym];
+        let update_id = match parse_depth(body, symbol, &mut self.bids, &mut self.asks) {
+            Ok(id) => id,
+            Err(refused) => {
+                // Either way the book keeps waiting and asks again at its retry pace.
+                self.stats.rest_failures += 1;
+                match refused {
+                    DepthRefused::Malformed => self.stats.malformed += 1,
+                    DepthRefused::WrongSymbol => self.stats.wrong_symbol += 1,
+                }
+                return;
+            }
         };
         self.stats.snapshots += 1;
         let (bids, asks) = (self.bids.iter().copied(), self.asks.iter().copied());
@@ -1342,7 +1383,7 @@ mod tests {
     fn rest_depth_answers_parse_or_are_refused() {
         let (mut bids, mut asks) = (Vec::with_capacity(3), Vec::with_capacity(3));
         let good = br#"{"lastUpdateId":42,"bids":[["100.5","3"],["99","1.000"]],"asks":[[101,2]],"x":[1]}"#;
-        assert_eq!(parse_depth(good, &mut bids, &mut asks), Some(42));
+        assert_eq!(parse_depth(good, "AAPL", &mut bids, &mut asks), Ok(42));
         assert_eq!(bids, [(1_005_000, 3), (990_000, 1)]);
         assert_eq!(asks, [(1_010_000, 2)]);
         for bad in [
@@ -1364,8 +1405,8 @@ mod tests {
             b"",
         ] {
             assert_eq!(
-                parse_depth(bad, &mut bids, &mut asks),
-                None,
+                parse_depth(bad, "AAPL", &mut bids, &mut asks),
+                Err(DepthRefused::Malformed),
                 "{}",
                 String::from_utf8_lossy(bad)
             );
@@ -1373,8 +1414,20 @@ mod tests {
         // More levels than the buffers hold: the rest is read and dropped (the book then
         // refuses the snapshot as an overflow, as it holds one level more than a side).
         let deep = br#"{"lastUpdateId":7,"bids":[["1","1"],["2","1"],["3","1"],["4","1"],["5","1"]],"asks":[]}"#;
-        assert_eq!(parse_depth(deep, &mut bids, &mut asks), Some(7));
+        assert_eq!(parse_depth(deep, "AAPL", &mut bids, &mut asks), Ok(7));
         assert_eq!(bids.len(), 3);
+        // Issue 23, point 12: an answer that names its symbol must name the one asked for.
+        let named = br#"{"symbol":"AAPL","lastUpdateId":9,"bids":[["1","1"]],"asks":[]}"#;
+        assert_eq!(parse_depth(named, "AAPL", &mut bids, &mut asks), Ok(9));
+        assert_eq!(
+            parse_depth(named, "MSFT", &mut bids, &mut asks),
+            Err(DepthRefused::WrongSymbol)
+        );
+        let empty = br#"{"symbol":"","lastUpdateId":9,"bids":[],"asks":[]}"#;
+        assert_eq!(
+            parse_depth(empty, "AAPL", &mut bids, &mut asks),
+            Err(DepthRefused::WrongSymbol)
+        );
         assert_eq!(parse_price("-2.5"), Some(-25_000));
         assert_eq!(parse_price("0.0001"), Some(1));
         assert_eq!(parse_price("922337203685477.5807"), Some(i64::MAX));

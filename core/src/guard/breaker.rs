@@ -7,9 +7,12 @@
 //! `slow_call_duration_ns`) reaches `slow_call_rate_threshold_pct`, the breaker opens. `Open`
 //! refuses new orders at once with the time left; after `open_duration_ns` (growing by
 //! `open_duration_multiplier` on each consecutive trip, up to `open_duration_max_ns`) the next
-//! request finds it `HalfOpen`, where `half_open_probes` real orders are let through. When all
-//! probes are answered the same thresholds decide: close or reopen. If the probes are not all
-//! answered within `half_open_wait_max_ns`, it reopens. Every transition clears the window.
+//! request finds it `HalfOpen`, where `half_open_probes` real orders are let through. By default
+//! (`ProbeJudge::AnyFailure`, the design's rule) the first probe that fails or is slow reopens
+//! it at once, and it closes only when every probe came back good; `ProbeJudge::Rate` judges
+//! the answered probes with the closed-state thresholds instead (see its docs for when that is
+//! the better choice). If the probes are not all answered within `half_open_wait_max_ns`, it
+//! reopens. Every transition clears the window.
 //!
 //! What is a failure is the caller's call (see `dispatch`): timeouts, venue/system rejects and
 //! failed cancels. A cancel a user asked for is never a failure. Cancels always pass an open
@@ -40,6 +43,42 @@ pub struct BreakerConfig {
     pub half_open_probes: u32,
     /// Longest wait for the probes' answers before reopening.
     pub half_open_wait_max_ns: u64,
+    /// How the half-open probes are judged.
+    pub probe_judge: ProbeJudge,
+}
+
+/// How half-open probes decide between closing and reopening.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProbeJudge {
+    /// Any failed or slow probe reopens the breaker at once; it closes only when all
+    /// `half_open_probes` came back good. The design's rule: a link that just failed must
+    /// prove itself on every probe before it carries risk again.
+    #[default]
+    AnyFailure,
+    /// The answered probes are judged like the closed window (failure and slow-call rates
+    /// against their thresholds) once all are in. Better only with many probes (say 20 or
+    /// more) on a venue whose healthy reject rate is not zero (venue/system rejects it sends
+    /// now and then on a sound link): there, one stray reject would keep reopening the
+    /// breaker, each time for longer. With the default 3 probes and a 50% threshold it lets a
+    /// link that failed one probe in three close, which is why it is not the default.
+    Rate,
+}
+
+impl ProbeJudge {
+    /// The name in the configuration: `"any-failure"` or `"rate"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AnyFailure => "any-failure",
+            Self::Rate => "rate",
+        }
+    }
+
+    /// The judge a configuration names, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::AnyFailure, Self::Rate]
+            .into_iter()
+            .find(|j| j.name() == name)
+    }
 }
 
 impl Default for BreakerConfig {
@@ -57,6 +96,7 @@ impl Default for BreakerConfig {
             open_duration_max_ns: 300 * S,
             half_open_probes: 3,
             half_open_wait_max_ns: 10 * S,
+            probe_judge: ProbeJudge::AnyFailure,
         }
     }
 }
@@ -276,16 +316,14 @@ impl Breaker {
                     self.to_open(now_ns);
                 }
             }
-            BreakerState::HalfOpen { .. } => {
-                if self.total.calls < self.config.half_open_probes {
-                    return;
+            BreakerState::HalfOpen { .. } => match self.config.probe_judge {
+                ProbeJudge::AnyFailure if self.total.failures + self.total.slow > 0 => {
+                    self.to_open(now_ns)
                 }
-                if self.over_threshold() {
-                    self.to_open(now_ns);
-                } else {
-                    self.to_closed();
-                }
-            }
+                _ if self.total.calls < self.config.half_open_probes => {}
+                ProbeJudge::Rate if self.over_threshold() => self.to_open(now_ns),
+                _ => self.to_closed(),
+            },
             BreakerState::Open { .. } => unreachable!("open breakers record nothing"),
         }
     }
@@ -492,6 +530,24 @@ mod tests {
                 || slow * 100 >= u64::from(self.cfg.slow_call_rate_threshold_pct) * calls;
             (calls as u32, over)
         }
+
+        /// Half-open: what the probes recorded so far decide (`Some(true)`: reopen,
+        /// `Some(false)`: close, `None`: wait for more).
+        fn probes(&self, now: u64) -> Option<bool> {
+            let (calls, over) = self.over(now);
+            let bad = self.log.iter().any(|(_, o)| match o {
+                CallOutcome::Failure => true,
+                CallOutcome::Success { latency_ns } => {
+                    *latency_ns >= self.cfg.slow_call_duration_ns
+                }
+            });
+            match self.cfg.probe_judge {
+                ProbeJudge::AnyFailure if bad => Some(true),
+                _ if calls < self.cfg.half_open_probes => None,
+                ProbeJudge::AnyFailure => Some(false),
+                ProbeJudge::Rate => Some(over),
+            }
+        }
     }
 
     fn small_config() -> BreakerConfig {
@@ -507,6 +563,7 @@ mod tests {
             open_duration_max_ns: 15_000,
             half_open_probes: 3,
             half_open_wait_max_ns: 4_000,
+            probe_judge: ProbeJudge::AnyFailure,
         }
     }
 
@@ -524,14 +581,21 @@ mod tests {
         #[test]
         fn matches_reference_model(
             steps in proptest::collection::vec((0u64..1_500, outcome_strategy()), 1..400),
+            by_rate: bool,
         ) {
-            let cfg = small_config();
+            let judge = if by_rate { ProbeJudge::Rate } else { ProbeJudge::AnyFailure };
+            let cfg = BreakerConfig { probe_judge: judge, ..small_config() };
             let mut breaker = Breaker::new(cfg).unwrap();
             let mut model = Model { cfg, bucket_ns: cfg.window_ns / u64::from(cfg.window_buckets), log: VecDeque::new() };
             let mut now = 0;
+            let mut last = BreakerState::Closed;
             for (gap, outcome) in steps {
                 now += gap;
                 let before = breaker.state(now);
+                if std::mem::discriminant(&before) != std::mem::discriminant(&last) {
+                    model.log.clear(); // a timed transition (open ↔ half-open) cleared it
+                }
+                last = before;
                 if matches!(before, BreakerState::HalfOpen { .. }) && breaker.acquire(now).is_err() {
                     continue; // out of probes: nothing is sent, nothing recorded
                 }
@@ -545,13 +609,14 @@ mod tests {
                 breaker.record(now, outcome);
                 let after = breaker.state(now);
                 let (calls, over) = model.over(now);
+                let verdict = model.probes(now);
                 let expect_open = match before {
                     BreakerState::Closed => calls >= cfg.calls_min && over,
-                    BreakerState::HalfOpen { .. } => calls >= cfg.half_open_probes && over,
+                    BreakerState::HalfOpen { .. } => verdict == Some(true),
                     BreakerState::Open { .. } => unreachable!(),
                 };
                 let expect_closed = matches!(before, BreakerState::HalfOpen { .. })
-                    && calls >= cfg.half_open_probes && !over;
+                    && verdict == Some(false);
                 prop_assert_eq!(matches!(after, BreakerState::Open { .. }), expect_open, "{:?} -> {:?} calls {}", before, after, calls);
                 if expect_open || expect_closed {
                     model.log.clear(); // every transition clears the window
@@ -559,6 +624,7 @@ mod tests {
                 if expect_closed {
                     prop_assert_eq!(after, BreakerState::Closed);
                 }
+                last = after;
             }
         }
     }
@@ -614,6 +680,58 @@ mod tests {
                 until_ns: 20_004 + 5_000
             }
         );
+    }
+
+    // Goal (issue 23, point 9): by default one failed probe reopens the breaker at once, even
+    // with the other probes still out and a rate below the threshold; one slow probe too. With
+    // `ProbeJudge::Rate` the same one-in-three failure closes it (33% < 50%).
+    #[test]
+    fn any_failed_probe_reopens_unless_judged_by_rate() {
+        let half_open = |judge| {
+            let mut b = Breaker::new(BreakerConfig {
+                probe_judge: judge,
+                ..small_config()
+            })
+            .unwrap();
+            for t in 0..5 {
+                b.record(t, CallOutcome::Failure);
+            }
+            for _ in 0..3 {
+                assert!(b.acquire(5_004).is_ok());
+            }
+            b
+        };
+        let good = CallOutcome::Success { latency_ns: 10 };
+        for first in [
+            CallOutcome::Failure,
+            CallOutcome::Success { latency_ns: 900 },
+        ] {
+            let mut b = half_open(ProbeJudge::AnyFailure);
+            b.record(5_010, good);
+            b.record(5_020, first);
+            assert_eq!(
+                b.state(5_020),
+                BreakerState::Open {
+                    until_ns: 5_020 + 10_000
+                },
+                "{first:?}"
+            );
+            // The third probe's answer, arriving while open, changes nothing.
+            b.record(5_030, good);
+            assert_eq!(b.stats().closed, 0);
+        }
+        let mut b = half_open(ProbeJudge::Rate);
+        b.record(5_010, good);
+        b.record(5_020, CallOutcome::Failure);
+        assert!(matches!(b.state(5_020), BreakerState::HalfOpen { .. }));
+        b.record(5_030, good);
+        assert_eq!(b.state(5_030), BreakerState::Closed);
+        // Names as the configuration spells them, and nothing else.
+        for j in [ProbeJudge::AnyFailure, ProbeJudge::Rate] {
+            assert_eq!(ProbeJudge::from_name(j.name()), Some(j));
+        }
+        assert_eq!(ProbeJudge::from_name("Rate"), None);
+        assert_eq!(ProbeJudge::from_name(""), None);
     }
 
     // Goal: fewer than calls_min calls never open it, whatever they are; old calls expire.

@@ -52,7 +52,8 @@ pub struct RestSessionConfig {
     pub used_weight_headers: Vec<(usize, String)>,
     /// Sent as `X-Api-Key` with every request when set (venues count weight per key).
     pub api_key: Option<String>,
-    /// Seed of the retry jitter.
+    /// Seed of the retry jitter (default: from the OS, `rng::os_seed`; a feed's REST session
+    /// takes it from the feed's seed).
     pub seed: u64,
 }
 
@@ -70,7 +71,7 @@ impl RestSessionConfig {
             gate,
             used_weight_headers: Vec::new(),
             api_key: None,
-            seed: 14,
+            seed: crate::rng::os_seed(),
         }
     }
 }

@@ -126,6 +126,9 @@ struct ExecVenue {
     requests_sent: Slot,
     marked_unknown: Slot,
     wire_dropped: Slot,
+    operator_reconciles: Slot,
+    reconcile_timeouts: Slot,
+    reconcile_stuck: Slot,
 }
 
 #[derive(Debug)]
@@ -135,6 +138,7 @@ struct FeedSlots {
     deltas: Slot,
     gaps: Slot,
     resyncs: Slot,
+    wrong_symbol: Slot,
     disconnects: Slot,
     rest: Option<RestSlots>,
 }
@@ -273,6 +277,7 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
             deltas: l.add(e, Counter, "keel_feed_deltas_total", &feed)?,
             gaps: l.add(e, Counter, "keel_feed_gaps_total", &feed)?,
             resyncs: l.add(e, Counter, "keel_feed_resyncs_total", &feed)?,
+            wrong_symbol: l.add(e, Counter, "keel_feed_wrong_symbol_total", &feed)?,
             disconnects: l.add(e, Counter, "keel_feed_disconnects_total", &feed)?,
             rest: if *rest {
                 Some(RestSlots {
@@ -306,6 +311,14 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
             requests_sent: l.add(e, Counter, "keel_link_requests_sent_total", &venue)?,
             marked_unknown: l.add(e, Counter, "keel_link_marked_unknown_total", &venue)?,
             wire_dropped: l.add(e, Counter, "keel_wire_log_dropped_total", &venue)?,
+            operator_reconciles: l.add(
+                e,
+                Counter,
+                "keel_link_operator_reconciles_total",
+                &venue,
+            )?,
+            reconcile_timeouts: l.add(e, Counter, "keel_link_reconcile_timeouts_total", &venue)?,
+            reconcile_stuck: l.add(e, Counter, "keel_link_reconcile_stuck_total", &venue)?,
         });
     }
     Ok((l, front, exec))
@@ -573,6 +586,9 @@ impl ExecMetrics {
             w.set(slots.requests_sent, stats.requests_sent);
             w.set(slots.marked_unknown, stats.marked_unknown);
             w.set(slots.wire_dropped, link.wire_dropped());
+            w.set(slots.operator_reconciles, session.operator_reconciles);
+            w.set(slots.reconcile_timeouts, session.reconcile_timeouts);
+            w.set(slots.reconcile_stuck, session.reconcile_stuck);
         }
         for (feed, slots) in feeds.iter_mut().zip(&s.feeds) {
             let f = feed.stats();
@@ -581,6 +597,7 @@ impl ExecMetrics {
             w.set(slots.deltas, f.deltas);
             w.set(slots.gaps, f.gaps);
             w.set(slots.resyncs, f.resyncs);
+            w.set(slots.wrong_symbol, f.wrong_symbol);
             w.set(slots.disconnects, f.disconnects);
             let Some(r) = &slots.rest else { continue };
             let rate = feed.rest_rate_permille(now_ns).unwrap_or(1_000);

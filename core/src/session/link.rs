@@ -81,6 +81,8 @@ pub struct LinkStats {
     pub last_os_error: i32,
     /// Reconnects an operator asked for (`keel ctl reconnect`).
     pub operator_reconnects: u64,
+    /// Contradictions an operator cleared (`keel ctl reconcile`).
+    pub contradictions_cleared: u64,
 }
 
 /// A venue link speaking protocol `P`. See the module docs.
@@ -235,6 +237,31 @@ impl<P: VenueProtocol> VenueLink<P> {
                 self.event(now_ns, reactor, SessionEvent::ConnectionLost);
             }
         }
+    }
+
+    /// An operator has checked the account against the venue and asks keel to trust the
+    /// link again (`keel ctl reconcile VENUE`). Only on a READ-ONLY link: every contradiction
+    /// is cleared (each order it concerned, if open, is in doubt again and queried, never
+    /// assumed) and the reconciliation query goes out now. The link trades again only if the
+    /// venue's answer settles everything; otherwise it stays READ-ONLY. Returns the
+    /// contradictions cleared, or `None` (nothing done) on a link in another state.
+    pub fn reconcile_on_demand(
+        &mut self,
+        now_ns: u64,
+        reactor: &mut impl Transport,
+    ) -> Option<u32> {
+        if self.machine.state() != LinkState::ReadOnly {
+            return None;
+        }
+        let backlog = &mut self.backlog;
+        let cleared = self
+            .client
+            .clear_contradictions(now_ns, &mut |o| backlog.push(o));
+        self.stats.contradictions_cleared += u64::from(cleared);
+        self.reconcile_at_ns = None;
+        self.event(now_ns, reactor, SessionEvent::OperatorReconcile);
+        self.flush_backlog();
+        Some(cleared)
     }
 
     /// Starts the session (first connection attempt).

@@ -80,6 +80,9 @@ pub enum SessionEvent {
     ReconcileTimeout,
     /// The paced retry of an unsettled reconciliation is due.
     ReconcileRetryDue,
+    /// An operator settled the contradictions and asks for reconciliation now
+    /// (`keel ctl reconcile VENUE`).
+    OperatorReconcile,
     /// A report contradicted keel's view (unknown order, overfill, fill after close,
     /// sequence gap, a verdict the order table refused).
     Contradiction,
@@ -137,8 +140,10 @@ pub struct SessionConfig {
     pub backoff: BackoffConfig,
     /// Longest time from login to reconciled.
     pub reconcile_timeout_ns: u64,
-    /// Seed of the backoff jitter (distinct per link so links do not retry in lockstep).
-    pub jitter_seed: u64,
+    /// Seed of the backoff jitter. The default is drawn from the OS for every configuration
+    /// made (`rng::os_seed`), so links and processes never retry in lockstep; set it to
+    /// replay a run (the engine logs the seed each link uses at start).
+    pub jitter_seed: crate::rng::Seed,
 }
 
 impl Default for SessionConfig {
@@ -146,7 +151,7 @@ impl Default for SessionConfig {
         Self {
             backoff: BackoffConfig::default(),
             reconcile_timeout_ns: 5_000_000_000,
-            jitter_seed: 1,
+            jitter_seed: crate::rng::Seed::from_os(),
         }
     }
 }
@@ -170,9 +175,21 @@ pub struct SessionStats {
     pub contradictions: u64,
     /// Times the link entered `ReadOnly`.
     pub read_only_entries: u64,
+    /// Reconciliations an operator asked for on a `ReadOnly` link.
+    pub operator_reconciles: u64,
+    /// Reconciliation timeouts in a row (back to 0 once SYNCED).
+    pub reconcile_timeout_streak: u32,
+    /// Times the streak reached a multiple of [`RECONCILE_TIMEOUTS_HINT`]: each is logged with
+    /// the likely cause (the venue lost its state, another venue session, a reset numbering).
+    pub reconcile_stuck: u64,
     /// Invalid transitions requested by the driver.
     pub invalid: u64,
 }
+
+/// Reconciliation timeouts in a row after which the link says what probably causes them
+/// (and again every this many): one timeout can be a slow venue, three are a venue that will
+/// never answer the way keel's journal expects.
+pub const RECONCILE_TIMEOUTS_HINT: u32 = 3;
 
 /// Up to this many actions per event.
 pub const ACTIONS_MAX: usize = 4;
@@ -223,7 +240,7 @@ impl SessionMachine {
                 attempts_max: u32::MAX,
                 ..config.backoff
             }),
-            rng: SplitMix64::new(config.jitter_seed),
+            rng: SplitMix64::new(config.jitter_seed.value()),
             reconcile_deadline_ns: u64::MAX,
             stats: SessionStats::default(),
             config,
@@ -270,6 +287,13 @@ impl SessionMachine {
                 self.schedule_reconcile(now_ns, &mut out);
             }
             (ReadOnly, E::ReconcileRetryDue) => self.send_reconcile_query(now_ns, &mut out),
+            // The operator checked the account: ask now rather than at the paced retry; the
+            // answer alone decides whether the link trades again.
+            (ReadOnly, E::OperatorReconcile) => {
+                self.stats.operator_reconciles += 1;
+                self.reconcile_backoff.reset();
+                self.send_reconcile_query(now_ns, &mut out);
+            }
             (Synced, E::Contradiction) => {
                 self.stats.contradictions += 1;
                 self.to_read_only(&mut out);
@@ -280,6 +304,10 @@ impl SessionMachine {
             (Reconciling | ReadOnly, E::Contradiction) => self.stats.contradictions += 1,
             (Reconciling | ReadOnly, E::ReconcileTimeout) => {
                 self.stats.reconcile_timeouts += 1;
+                self.stats.reconcile_timeout_streak += 1;
+                if self.stats.reconcile_timeout_streak % RECONCILE_TIMEOUTS_HINT == 0 {
+                    self.stats.reconcile_stuck += 1;
+                }
                 self.to_disconnected(now_ns, &mut out);
             }
             (Connecting, E::TcpFailed) => self.to_disconnected(now_ns, &mut out),
@@ -326,6 +354,7 @@ impl SessionMachine {
         ));
         self.state = LinkState::Synced;
         self.stats.synced += 1;
+        self.stats.reconcile_timeout_streak = 0;
         self.reconcile_deadline_ns = u64::MAX;
         self.backoff.reset();
         self.reconcile_backoff.reset();
@@ -407,7 +436,7 @@ mod tests {
                 policy: Default::default(),
             },
             reconcile_timeout_ns: 10_000,
-            jitter_seed: 3,
+            jitter_seed: crate::rng::Seed::Fixed(3),
         }
     }
 
@@ -513,6 +542,85 @@ mod tests {
         assert_eq!(m.stats().reconcile_timeouts, 1);
     }
 
+    /// Drives `m` from `Disconnected` to `Reconciling` at `now`.
+    fn to_reconciling(m: &mut SessionMachine, now: u64) {
+        for e in [
+            SessionEvent::ReconnectDue,
+            SessionEvent::TcpConnected,
+            SessionEvent::LoginAccepted,
+        ] {
+            m.on(now, e).unwrap();
+        }
+    }
+
+    // Goal (issue 23, point 12): timeouts in a row are counted as a streak; the third (and
+    // every third) counts a stuck reconciliation for the link to explain; SYNCED ends the
+    // streak, so a later timeout starts again from one.
+    #[test]
+    fn reconcile_timeouts_in_a_row_are_flagged_every_third() {
+        let mut m = SessionMachine::new(config());
+        m.on(0, SessionEvent::Start).unwrap();
+        m.on(0, SessionEvent::TcpConnected).unwrap();
+        m.on(0, SessionEvent::LoginAccepted).unwrap();
+        let mut now = 0;
+        for round in 1..=7u32 {
+            now += 1_000_000;
+            m.on(now, SessionEvent::ReconcileTimeout).unwrap();
+            assert_eq!(m.stats().reconcile_timeout_streak, round);
+            assert_eq!(
+                m.stats().reconcile_stuck,
+                u64::from(round / RECONCILE_TIMEOUTS_HINT)
+            );
+            to_reconciling(&mut m, now);
+        }
+        m.on(now, SessionEvent::ReconcileComplete { unresolved: 0 })
+            .unwrap();
+        assert_eq!(m.stats().reconcile_timeout_streak, 0);
+        m.on(now, SessionEvent::ConnectionLost).unwrap();
+        to_reconciling(&mut m, now + 1);
+        m.on(now + 20_000, SessionEvent::ReconcileTimeout).unwrap();
+        assert_eq!(
+            (
+                m.stats().reconcile_timeout_streak,
+                m.stats().reconcile_stuck
+            ),
+            (1, 2)
+        );
+    }
+
+    // Goal (issue 23, point 8): an operator's reconcile on a READ-ONLY link sends the query at
+    // once (counted); a clean answer trades again, an unclean one stays READ-ONLY; on any other
+    // state it is an invalid transition, never a query.
+    #[test]
+    fn an_operator_reconcile_queries_a_read_only_link_now() {
+        let mut m = SessionMachine::new(config());
+        assert!(m.on(0, SessionEvent::OperatorReconcile).is_err());
+        m.on(0, SessionEvent::Start).unwrap();
+        m.on(0, SessionEvent::TcpConnected).unwrap();
+        m.on(0, SessionEvent::LoginAccepted).unwrap();
+        assert!(
+            m.on(1, SessionEvent::OperatorReconcile).is_err(),
+            "reconciling"
+        );
+        m.on(1, SessionEvent::ReconcileComplete { unresolved: 1 })
+            .unwrap();
+        assert_eq!(m.state(), ReadOnly);
+        assert_eq!(
+            actions(&mut m, 2, SessionEvent::OperatorReconcile),
+            vec![Action::SendReconcileQuery]
+        );
+        assert_eq!(m.reconcile_deadline_ns(), 2 + 10_000);
+        m.on(3, SessionEvent::ReconcileComplete { unresolved: 2 })
+            .unwrap();
+        assert_eq!(m.state(), ReadOnly, "an unclean answer keeps it read-only");
+        m.on(4, SessionEvent::OperatorReconcile).unwrap();
+        m.on(5, SessionEvent::ReconcileComplete { unresolved: 0 })
+            .unwrap();
+        assert_eq!(m.state(), Synced);
+        assert_eq!(m.stats().operator_reconciles, 2);
+        assert!(m.on(6, SessionEvent::OperatorReconcile).is_err(), "synced");
+    }
+
     fn event() -> impl Strategy<Value = SessionEvent> {
         prop_oneof![
             Just(SessionEvent::Start),
@@ -524,6 +632,7 @@ mod tests {
             (0u32..3).prop_map(|unresolved| SessionEvent::ReconcileComplete { unresolved }),
             Just(SessionEvent::ReconcileTimeout),
             Just(SessionEvent::ReconcileRetryDue),
+            Just(SessionEvent::OperatorReconcile),
             Just(SessionEvent::Contradiction),
             Just(SessionEvent::HeartbeatTimeout),
             Just(SessionEvent::ConnectionLost),
@@ -556,13 +665,18 @@ mod tests {
                         );
                         prop_assert_eq!(reported(LinkMode::Down), carrying(before) && after == Disconnected);
                         // A reconciliation query is only ever sent on login, on the first
-                        // contradiction of a synced link, or when a paced retry is due.
+                        // contradiction of a synced link, when a paced retry is due, or when
+                        // an operator asks on a read-only link.
                         if acts.contains(&Action::SendReconcileQuery) {
                             let allowed = matches!(
                                 (before, e),
                                 (Connected, SessionEvent::LoginAccepted)
                                     | (Synced, SessionEvent::Contradiction)
-                                    | (ReadOnly, SessionEvent::ReconcileRetryDue)
+                                    | (
+                                        ReadOnly,
+                                        SessionEvent::ReconcileRetryDue
+                                            | SessionEvent::OperatorReconcile
+                                    )
                             );
                             prop_assert!(allowed, "query on {:?} in {:?}", e, before);
                         }

@@ -75,6 +75,13 @@ pub enum BusEvent {
     },
     /// The bus connection was lost and is back: messages may have been missed.
     Reconnected,
+    /// A message on symbol `symbol`'s subject (or the answer to its snapshot request) whose
+    /// payload names another symbol: refused, never applied (another symbol's levels in this
+    /// book would be silently wrong data); the book resyncs from a fresh snapshot.
+    WrongSymbol {
+        /// Symbol index of the subject.
+        symbol: u16,
+    },
 }
 
 /// Counters of a bus thread (shared with the loop: relaxed atomics).
@@ -88,6 +95,9 @@ pub struct BusCounters {
     pub snapshots: AtomicU64,
     /// Messages that did not parse (subscriber).
     pub malformed: AtomicU64,
+    /// Messages (and snapshot answers) whose payload named another symbol than their subject
+    /// (subscriber): refused, the symbol resynced.
+    pub wrong_symbol: AtomicU64,
     /// Connections to the bus (the first included).
     pub connects: AtomicU64,
     /// Whether the bus is connected now.
@@ -286,7 +296,7 @@ async fn publish(
                             let name = &symbols[usize::from(symbol)];
                             (&book_subjects[usize::from(symbol)], m.snapshot_json(name))
                         }
-                        BusEvent::Reconnected => continue,
+                        BusEvent::Reconnected | BusEvent::WrongSymbol { .. } => continue,
                     };
                     match client.publish(subject.clone(), payload.into()).await {
                         Ok(()) => counters.messages.fetch_add(1, Ordering::Relaxed),
@@ -357,7 +367,8 @@ impl Drop for Subscriber {
     }
 }
 
-/// A bus message as an event (`None`: not one; counted by the caller).
+/// A bus message as an event: `None` (not one) or `Some(BusEvent::WrongSymbol)` (a payload
+/// about another symbol than its subject) are counted by the caller.
 fn parse(symbols: &[String], subject: &str, payload: &[u8]) -> Option<BusEvent> {
     let mut parts = subject.split('.');
     let (Some("keel"), Some("md"), Some(name), Some(kind), None) = (
@@ -371,6 +382,9 @@ fn parse(symbols: &[String], subject: &str, payload: &[u8]) -> Option<BusEvent> 
     };
     let symbol = symbols.iter().position(|s| s == name)? as u16;
     let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    if v["symbol"].as_str() != Some(name) {
+        return Some(BusEvent::WrongSymbol { symbol });
+    }
     let seq = v["seq"].as_u64()?;
     let levels = |key: &str| -> Option<Vec<(i64, u64)>> {
         v[key]
@@ -455,6 +469,10 @@ async fn subscribe(
                 }
                 counters.messages.fetch_add(1, Ordering::Relaxed);
                 match parse(&symbols, m.subject.as_str(), &m.payload) {
+                    Some(e @ BusEvent::WrongSymbol { .. }) => {
+                        counters.wrong_symbol.fetch_add(1, Ordering::Relaxed);
+                        push(&mut events, e);
+                    }
                     Some(e) => push(&mut events, e),
                     None => {
                         counters.malformed.fetch_add(1, Ordering::Relaxed);
@@ -486,6 +504,9 @@ async fn subscribe(
                         counters.snapshots.fetch_add(1, Ordering::Relaxed);
                         match parse(&symbols, &subject, &reply.payload) {
                             Some(e) => {
+                                if matches!(e, BusEvent::WrongSymbol { .. }) {
+                                    counters.wrong_symbol.fetch_add(1, Ordering::Relaxed);
+                                }
                                 let _ = tx.send(e).await;
                             }
                             None => {
@@ -496,5 +517,60 @@ async fn subscribe(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal (issue 23, point 12): a snapshot, delta or trade whose payload names another symbol
+    // than its subject is refused as `WrongSymbol` for the subject's symbol (never applied to
+    // its book), as is one naming no symbol; the same payload on its own subject parses.
+    #[test]
+    fn a_payload_about_another_symbol_is_refused() {
+        let symbols = vec!["AAPL".to_string(), "MSFT".to_string()];
+        let snapshot =
+            br#"{"type":"snapshot","symbol":"MSFT","seq":7,"bids":[[10,1]],"asks":[[20,1]]}"#;
+        let delta = br#"{"type":"book","symbol":"MSFT","seq":8,"side":"bid","price":11,"qty":1}"#;
+        let trade =
+            br#"{"type":"trade","symbol":"MSFT","seq":1,"price":11,"qty":1,"aggressor":"buy"}"#;
+        let nameless = br#"{"type":"book","seq":8,"side":"bid","price":11,"qty":1}"#;
+        for (subject, payload) in [
+            ("keel.md.AAPL.book", &snapshot[..]),
+            ("keel.md.AAPL.snapshot", snapshot),
+            ("keel.md.AAPL.book", delta),
+            ("keel.md.AAPL.trades", trade),
+            ("keel.md.AAPL.book", nameless),
+        ] {
+            assert!(
+                matches!(
+                    parse(&symbols, subject, payload),
+                    Some(BusEvent::WrongSymbol { symbol: 0 })
+                ),
+                "{subject}: {}",
+                String::from_utf8_lossy(payload)
+            );
+        }
+        assert!(matches!(
+            parse(&symbols, "keel.md.MSFT.snapshot", snapshot),
+            Some(BusEvent::Snapshot {
+                symbol: 1,
+                seq: 7,
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse(&symbols, "keel.md.MSFT.book", delta),
+            Some(BusEvent::Delta {
+                symbol: 1,
+                seq: 8,
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse(&symbols, "keel.md.MSFT.trades", trade),
+            Some(BusEvent::Trade { symbol: 1, .. })
+        ));
     }
 }
