@@ -588,6 +588,16 @@ impl EngineBuilder {
                     link.client_mut().resume_session(session);
                 }
             }
+            for (&(venue, symbol), &position) in &recovery.positions {
+                // A position on a venue or symbol this configuration lacks: another desk's
+                // journal, refused like an order routed nowhere.
+                let link = links.get_mut(usize::from(venue.0)).ok_or(
+                    crate::dispatch::RestoreError::UnknownPosition(venue, symbol),
+                )?;
+                link.client_mut()
+                    .restore_position(symbol, position)
+                    .map_err(|_| crate::dispatch::RestoreError::UnknownPosition(venue, symbol))?;
+            }
             for r in recovery.open.values() {
                 // Routes were checked by `restore`.
                 links[usize::from(r.order.venue.0)]

@@ -7,9 +7,9 @@
 
 use crate::hash::FxHashMap;
 use crate::order::{
-    CancelRejectReason, ClientOrderId, Contradiction, NewOrder, Outcome, OutcomeKind, Price,
-    RejectReason, Replace, RequestKind, Side, TimeInForce, VenueId, VenueRequest,
-    CLIENT_ORDER_ID_TEXT_LEN,
+    CancelRejectReason, ClientOrderId, Contradiction, NewOrder, Outcome, OutcomeKind, Position,
+    PositionMismatch, Price, RejectReason, Replace, RequestKind, Side, SymbolId, SymbolName,
+    TimeInForce, VenueId, VenueRequest, CLIENT_ORDER_ID_TEXT_LEN,
 };
 use crate::proto::ouch::{
     decode_outbound, encode_inbound, ClOrdId, Dialect, EnterOrder, Inbound, OrderFields, Outbound,
@@ -50,12 +50,15 @@ pub struct ClientConfig {
 /// How a session reconciles after login.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReconcileMode {
-    /// keel's extension (`r` → `o`*, `y`*, `z`): open orders and positions compared.
+    /// keel's extension (`r` → `o`*, `y`*, `z`): open orders and positions compared, item by
+    /// item.
     #[default]
     KeelExtension,
     /// Standard OUCH only: an Account Query is the barrier — its answer comes after the
     /// replayed stream, so every missed report has been applied when it arrives. Orders keel
-    /// believes open are not checked against the venue. An order in doubt is settled the same
+    /// believes open are not checked against the venue, and neither are positions (standard
+    /// OUCH has no position message: the Account Query Response carries only the next
+    /// UserRefNum; see docs/protocol.md, "What account-query mode cannot compare"). An order in doubt is settled the same
     /// way (never with keel's `q` status query, which a standard venue does not know): every
     /// answer the venue sequenced before the barrier's response has arrived, so a new order
     /// still unanswered was never received, and an unanswered cancel never arrived.
@@ -107,6 +110,8 @@ struct SessionOrder {
     /// Put in doubt by a sequence gap: a barrier cannot say whether it filled in the reports
     /// the gap skipped, so it stays in doubt (an operator settles it).
     gap_doubt: bool,
+    /// Its symbol: which position its executions move.
+    symbol: SymbolId,
 }
 
 /// The OUCH client state.
@@ -151,6 +156,18 @@ pub struct OuchClient {
     /// What an operator runs to start a new journal when the venue began another session.
     /// The first refused login into another session: (the venue's, the journal's).
     refused_session: Option<([u8; 10], [u8; 10])>,
+    /// keel's position per symbol (by `SymbolId`), from the fills this session emitted.
+    positions: Vec<Position>,
+    /// The venue's positions (`y`) in the reconciliation answer being received, by `SymbolId`.
+    venue_positions: Vec<Position>,
+    /// Of that answer, positions in a symbol keel does not trade (its own is zero there).
+    venue_positions_elsewhere: u32,
+    /// The first of those, for the log line.
+    venue_position_elsewhere: Option<PositionMismatch>,
+    /// Whether keel has a figure of its own to compare: false until a journal restore (or an
+    /// adopted figure) gives one. A session with nothing to resume starts mid-day with no
+    /// fills seen, so its first reconciliation takes the venue's figures (`PositionBaseline`).
+    positions_known: bool,
     stats: ClientStats,
 }
 
@@ -172,6 +189,11 @@ impl OuchClient {
             orphan_contradictions: 0,
             journal_session: None,
             refused_session: None,
+            positions: vec![Position::default(); config.symbols.len()],
+            venue_positions: vec![Position::default(); config.symbols.len()],
+            venue_positions_elsewhere: 0,
+            venue_position_elsewhere: None,
+            positions_known: false,
             next_user_ref: 1,
             next_seq: 1,
             venue_open: Vec::with_capacity(config.orders_max as usize),
@@ -221,11 +243,37 @@ impl OuchClient {
     pub fn resume_after(&mut self, seq: u64) {
         self.applied_through = seq;
         self.next_seq = seq.saturating_add(1);
+        self.positions_known = true;
+    }
+
+    /// Restores keel's journaled position in `symbol`, before the first login. An unknown
+    /// symbol id is refused (a journal of another configuration).
+    pub fn restore_position(
+        &mut self,
+        symbol: SymbolId,
+        position: Position,
+    ) -> Result<(), RequestError> {
+        let slot = self
+            .positions
+            .get_mut(usize::from(symbol.0))
+            .ok_or(RequestError::UnknownSymbol(symbol.0))?;
+        *slot = position;
+        self.positions_known = true;
+        Ok(())
+    }
+
+    /// keel's position in `symbol` (zero for a symbol not configured).
+    pub fn position(&self, symbol: SymbolId) -> Position {
+        self.positions
+            .get(usize::from(symbol.0))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Restores the venue session the journal's records belong to, before the first login.
     pub fn resume_session(&mut self, session: [u8; 10]) {
         self.journal_session = Some(session);
+        self.positions_known = true;
     }
 
     /// Rebuilds one order from the journal in a fresh client (before its first login), so
@@ -254,6 +302,7 @@ impl OuchClient {
             inferred: 0,
             barrier: 0,
             gap_doubt: false,
+            symbol: order.symbol,
         };
         // Restores run before the first login; one past `orders_max` would make the map grow.
         if self.by_user_ref.len() >= self.config.orders_max as usize {
@@ -265,6 +314,7 @@ impl OuchClient {
         self.by_user_ref.insert(user_ref, session_order);
         self.by_id.insert(order.id, user_ref);
         self.next_user_ref = self.next_user_ref.max(user_ref.saturating_add(1));
+        self.positions_known = true;
         Ok(())
     }
 
@@ -315,6 +365,7 @@ impl OuchClient {
     /// Encodes the reconciliation query and starts collecting the venue's answer.
     pub fn encode_reconcile_query(&mut self, out: &mut [u8]) -> Result<usize, EncodeError> {
         self.venue_open.clear();
+        self.forget_venue_positions();
         let query = match self.config.reconcile {
             ReconcileMode::KeelExtension => {
                 self.reconcile_token = self.reconcile_token.wrapping_add(1);
@@ -403,6 +454,7 @@ impl OuchClient {
                 self.update(user_ref, |o| {
                     o.ioc = order.tif == TimeInForce::ImmediateOrCancel;
                     o.buy = order.side == Side::Buy;
+                    o.symbol = order.symbol;
                 });
                 self.await_answer(user_ref, request.sent_ns);
                 let order = self.fields(&order)?;
@@ -459,9 +511,15 @@ impl OuchClient {
         let orig_user_ref = self
             .user_ref(r.id)
             .ok_or(RequestError::UnknownOrder(r.id))?;
-        let buy = self.by_user_ref.get(&orig_user_ref).is_some_and(|o| o.buy);
+        let (buy, symbol) = self
+            .by_user_ref
+            .get(&orig_user_ref)
+            .map_or((false, SymbolId(0)), |o| (o.buy, o.symbol));
         let user_ref = self.assign(request.wire_ref, r.new_id, r.qty, r.price.0)?;
-        self.update(user_ref, |o| o.buy = buy);
+        self.update(user_ref, |o| {
+            o.buy = buy;
+            o.symbol = symbol;
+        });
         self.await_answer(user_ref, sent_ns);
         let replace = ReplaceOrder {
             orig_user_ref,
@@ -522,6 +580,7 @@ impl OuchClient {
             inferred: 0,
             barrier: 0,
             gap_doubt: false,
+            symbol: SymbolId(0),
         };
         self.by_user_ref.insert(user_ref, order);
         self.by_id.insert(id, user_ref);
@@ -733,8 +792,9 @@ impl OuchClient {
         if let Outbound::ReconcileEnd { token, .. } = *msg {
             if token != self.reconcile_token {
                 // A stale answer (from before a reconnect) replayed: discard it and the open
-                // orders listed with it.
+                // orders and positions listed with it.
                 self.venue_open.clear();
+                self.forget_venue_positions();
                 return SessionNews::Nothing;
             }
             if let Some(venue_seq) = self.venue_numbering(seq, msg) {
@@ -880,8 +940,16 @@ impl OuchClient {
     /// Returns how many were cleared.
     /// Each flagged order still open is reported in doubt (`Timeout`) so the dispatcher
     /// queries it afresh.
+    ///
+    /// A position mismatch is settled the same way: the operator has checked the account, so
+    /// the next reconciliation takes the venue's figures where they still differ (then, not
+    /// now: resting orders may fill in between) and journals them.
     pub fn clear_contradictions(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> u32 {
-        let cleared = self.contradictions_open();
+        let mismatches = self.stats.last_reconciliation.position_mismatches;
+        if mismatches > 0 {
+            self.positions_known = false;
+        }
+        let cleared = self.contradictions_open().saturating_add(mismatches);
         self.orphan_contradictions = 0;
         for order in self.by_user_ref.values_mut().filter(|o| o.contradicted) {
             order.contradicted = false;
@@ -1020,6 +1088,7 @@ impl OuchClient {
                     o.executed += qty;
                 });
                 let order = self.by_user_ref[&user_ref];
+                self.book_fill(order.symbol, order.buy, qty);
                 if order.executed >= order.qty {
                     self.close(user_ref);
                 }
@@ -1083,6 +1152,20 @@ impl OuchClient {
                 self.stats.broken_trades += 1;
                 return Mapped::Nothing;
             }
+            // Part of a reconciliation answer: compared when its end (`z`) arrives.
+            Outbound::Position {
+                symbol,
+                bought_qty,
+                sold_qty,
+                ..
+            } => {
+                let venue = Position {
+                    bought: bought_qty,
+                    sold: sold_qty,
+                };
+                self.note_venue_position(symbol, venue);
+                return Mapped::Nothing;
+            }
             _ => {
                 self.stats.informational += 1;
                 return Mapped::Nothing;
@@ -1123,6 +1206,11 @@ impl OuchClient {
                 order.executed = status.executed_qty;
                 order.inferred = order.inferred.saturating_add(qty);
                 order.accepted = true;
+                // Booked once here; the execution reports that follow are absorbed.
+                let side = if order.buy { Side::Buy } else { Side::Sell };
+                if let Some(p) = self.positions.get_mut(usize::from(order.symbol.0)) {
+                    p.book(side, qty);
+                }
                 let kind = OutcomeKind::Fill {
                     id,
                     qty,
@@ -1238,11 +1326,96 @@ impl OuchClient {
             }
         }
         result.contradictions = self.contradictions_open();
+        result.position_mismatches = self.compare_positions(emit);
         if result.in_doubt == 0 {
             // Every order the skipped reports could have touched is settled.
             self.gap_open = false;
         }
         result
+    }
+
+    /// Books one execution this session emitted as a fill in keel's position.
+    fn book_fill(&mut self, symbol: SymbolId, buy: bool, qty: u32) {
+        let side = if buy { Side::Buy } else { Side::Sell };
+        if let Some(p) = self.positions.get_mut(usize::from(symbol.0)) {
+            p.book(side, qty);
+        }
+    }
+
+    /// One position (`y`) of the reconciliation answer being received. A symbol keel does not
+    /// trade is kept aside (keel's figure there is zero: any activity differs).
+    fn note_venue_position(&mut self, symbol: SymbolName, venue: Position) {
+        match self.config.symbols.iter().position(|s| *s == symbol) {
+            Some(i) => self.venue_positions[i] = venue,
+            None if venue.is_flat_and_idle() => {}
+            None => {
+                self.venue_positions_elsewhere = self.venue_positions_elsewhere.saturating_add(1);
+                self.venue_position_elsewhere
+                    .get_or_insert(PositionMismatch {
+                        symbol,
+                        keel: Position::default(),
+                        venue,
+                    });
+            }
+        }
+    }
+
+    fn forget_venue_positions(&mut self) {
+        self.venue_positions.fill(Position::default());
+        self.venue_positions_elsewhere = 0;
+        self.venue_position_elsewhere = None;
+    }
+
+    /// Compares keel's position with the venue's answer, symbol by symbol (a symbol the venue
+    /// did not list is flat and idle there). Returns how many differ; the first is kept for
+    /// the log line. A session with no figure of its own takes the venue's (each taken figure
+    /// with activity is told to the dispatcher, which journals it).
+    fn compare_positions(&mut self, emit: &mut impl FnMut(OutcomeKind)) -> u32 {
+        if !std::mem::replace(&mut self.positions_known, true) {
+            self.stats.positions_adopted += 1;
+            self.adopt_venue_positions(emit);
+            if self.venue_positions_elsewhere == 0 {
+                return 0;
+            }
+        }
+        let mut first = self.venue_position_elsewhere;
+        let mut differ = self.venue_positions_elsewhere;
+        for (i, (keel, venue)) in self.positions.iter().zip(&self.venue_positions).enumerate() {
+            if keel != venue {
+                differ += 1;
+                first.get_or_insert(PositionMismatch {
+                    symbol: self.config.symbols[i],
+                    keel: *keel,
+                    venue: *venue,
+                });
+            }
+        }
+        if differ > 0 {
+            self.stats.position_mismatches += u64::from(differ);
+            self.stats.last_position_mismatch = first;
+        }
+        differ
+    }
+
+    /// Takes the venue's figure as keel's wherever they differ; each figure taken is told to
+    /// the dispatcher (which journals it). Positions in symbols keel does not trade cannot be
+    /// taken: they are left to differ.
+    fn adopt_venue_positions(&mut self, emit: &mut impl FnMut(OutcomeKind)) {
+        for (i, (keel, venue)) in self
+            .positions
+            .iter_mut()
+            .zip(&self.venue_positions)
+            .enumerate()
+        {
+            if keel == venue {
+                continue;
+            }
+            *keel = *venue;
+            emit(OutcomeKind::PositionBaseline {
+                symbol: SymbolId(i as u16),
+                position: *venue,
+            });
+        }
     }
 
     /// The id of an order `check_report` found in the map.
@@ -1313,6 +1486,13 @@ impl VenueProtocol for OuchClient {
     }
     fn resume_after(&mut self, seq: u64) {
         OuchClient::resume_after(self, seq)
+    }
+    fn restore_position(
+        &mut self,
+        symbol: SymbolId,
+        position: Position,
+    ) -> Result<(), RequestError> {
+        OuchClient::restore_position(self, symbol, position)
     }
     fn resume_session(&mut self, session: [u8; 10]) {
         OuchClient::resume_session(self, session);
