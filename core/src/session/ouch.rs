@@ -2087,16 +2087,190 @@ mod tests {
             matches!(got[..], [OutcomeKind::Fill { qty: 10, .. }]),
             "{got:?}"
         );
+        // The venue lists the position that fill made (keel booked it from the status).
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", 10, 0)]);
+        assert_eq!(r.unresolved(), 0, "{r:?}");
+    }
+
+    /// Runs one reconciliation whose answer lists `positions` (symbol, bought, sold) and no
+    /// open order, numbered as the venue numbers it; returns the verdict and the outcomes.
+    fn reconcile_with(
+        c: &mut OuchClient,
+        positions: &[(&str, u64, u64)],
+    ) -> (Reconciliation, Vec<OutcomeKind>) {
+        let mut q = [0u8; 64];
         c.encode_reconcile_query(&mut q).unwrap();
+        let as_of_sequence = c.next_seq() - 1;
+        for &(symbol, bought_qty, sold_qty) in positions {
+            let y = Outbound::Position {
+                timestamp: 0,
+                symbol: soupbin::alpha(symbol),
+                bought_qty,
+                sold_qty,
+            };
+            let (news, got) = sequenced(c, &y);
+            assert_eq!((news, got.len()), (SessionNews::Nothing, 0));
+        }
         let end = Outbound::ReconcileEnd {
             timestamp: 0,
-            token: 2,
+            token: c.reconcile_token,
             open_orders: 0,
-            positions: 0,
-            as_of_sequence: 45,
+            positions: positions.len() as u32,
+            as_of_sequence,
         };
-        let (news, _) = sequenced(&mut c, &end);
-        assert!(matches!(news, SessionNews::Reconciled(r) if r.unresolved() == 0));
+        let (news, got) = sequenced(c, &end);
+        let SessionNews::Reconciled(r) = news else {
+            panic!("{news:?}")
+        };
+        (r, got)
+    }
+
+    fn sold(n: u64) -> NewOrder {
+        NewOrder {
+            side: Side::Sell,
+            ..order(n)
+        }
+    }
+
+    // Goal: reconciliation compares keel's position with the venue's item by item — each
+    // side's total, in each symbol, including one keel does not trade — and a difference is
+    // unresolved (the link goes READ-ONLY) with both figures kept for the log line.
+    #[test]
+    fn positions_are_compared_item_by_item() {
+        let mut c = client(8);
+        c.resume_session([b' '; 10]); // a journal: keel has a figure of its own
+        login(&mut c, 1).unwrap();
+        enter(&mut c, 1).unwrap();
+        sequenced(&mut c, &executed(1, 4));
+        assert_eq!(c.position(SymbolId(0)), Position { bought: 4, sold: 0 });
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", 4, 0)]);
+        assert_eq!((r.position_mismatches, r.unresolved()), (0, 0));
+        // The venue booked a share keel never saw.
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", 5, 0)]);
+        assert_eq!((r.position_mismatches, r.unresolved()), (1, 1));
+        let m = c.stats().last_position_mismatch.expect("kept");
+        assert_eq!(m.symbol, soupbin::alpha("AAPL"));
+        assert_eq!(m.keel, Position { bought: 4, sold: 0 });
+        assert_eq!(m.venue, Position { bought: 5, sold: 0 });
+        // Same net, other totals: still a difference (a fill booked on the wrong side).
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", 5, 1)]);
+        assert_eq!(r.position_mismatches, 1);
+        // The venue omits the symbol: flat and idle there, keel is not.
+        let (r, _) = reconcile_with(&mut c, &[]);
+        assert_eq!(r.position_mismatches, 1);
+        // A position in a symbol keel does not trade: keel's is zero there.
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", 4, 0), ("MSFT", 0, 3)]);
+        assert_eq!(r.position_mismatches, 1);
+        let m = c.stats().last_position_mismatch.unwrap();
+        assert_eq!((m.symbol, m.venue.sold), (soupbin::alpha("MSFT"), 3));
+        assert_eq!(c.stats().position_mismatches, 4);
+        // Worst legal figures: compared exactly, never wrapped.
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", u64::MAX, u64::MAX)]);
+        assert_eq!(r.position_mismatches, 1);
+        assert_eq!(
+            c.stats().last_position_mismatch.unwrap().venue.bought,
+            u64::MAX
+        );
+    }
+
+    // Goal: an operator who has checked the account settles a mismatch: the next
+    // reconciliation takes the venue's figure (told to the dispatcher, which journals it) and
+    // comes back clean; fills after it add to it.
+    #[test]
+    fn a_settled_mismatch_takes_the_venue_figure_at_the_next_reconciliation() {
+        let mut c = client(8);
+        c.restore_position(SymbolId(0), Position { bought: 2, sold: 0 })
+            .unwrap();
+        login(&mut c, 1).unwrap();
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", 7, 1)]);
+        assert_eq!(r.position_mismatches, 1);
+        assert_eq!(c.clear_contradictions(5, &mut |_| {}), 1);
+        let (r, got) = reconcile_with(&mut c, &[("AAPL", 7, 1)]);
+        assert_eq!(r.unresolved(), 0);
+        let taken = Position { bought: 7, sold: 1 };
+        assert_eq!(
+            got,
+            vec![OutcomeKind::PositionBaseline {
+                symbol: SymbolId(0),
+                position: taken
+            }]
+        );
+        assert_eq!(c.stats().positions_adopted, 1);
+        let request = VenueRequest {
+            venue: VenueId(0),
+            sent_ns: 1,
+            wire_ref: 1,
+            kind: RequestKind::New(sold(1)),
+        };
+        c.encode_request(&request, &mut [0u8; 256]).unwrap();
+        sequenced(&mut c, &executed(1, 3));
+        assert_eq!(c.position(SymbolId(0)), Position { bought: 7, sold: 4 });
+        // An unknown symbol id from a journal is refused, never a panic.
+        assert_eq!(
+            c.restore_position(SymbolId(u16::MAX), taken),
+            Err(RequestError::UnknownSymbol(u16::MAX))
+        );
+    }
+
+    // Goal: a session with nothing of its own to compare (no journal: it starts mid-day,
+    // having seen no fill) takes the venue's figures at its first reconciliation, and
+    // compares from then on.
+    #[test]
+    fn a_session_without_a_journal_takes_the_venue_figures_once() {
+        let mut c = client(8);
+        login(&mut c, 1).unwrap();
+        let (r, got) = reconcile_with(&mut c, &[("AAPL", 30, 10)]);
+        assert_eq!(r.unresolved(), 0);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            c.position(SymbolId(0)),
+            Position {
+                bought: 30,
+                sold: 10
+            }
+        );
+        let (r, got) = reconcile_with(&mut c, &[("AAPL", 31, 10)]);
+        assert_eq!((r.position_mismatches, got.len()), (1, 0));
+    }
+
+    // Goal: a fill is booked once in the position however many times it reaches the session:
+    // a replay after a reconnect (skipped by sequence number), a status answer followed by the
+    // delayed execution report (absorbed), a report beyond the order (a contradiction, never
+    // booked).
+    #[test]
+    fn a_fill_seen_twice_is_booked_once() {
+        let mut c = client(8);
+        c.resume_session([b' '; 10]);
+        login(&mut c, 1).unwrap();
+        enter(&mut c, 1).unwrap();
+        let fill = executed(1, 4);
+        sequenced(&mut c, &fill); // sequence 1
+                                  // The link drops; the next login asks for 2 and the venue replays from 1.
+        assert_eq!(login(&mut c, 1), Ok(SessionNews::LoggedIn { next_seq: 1 }));
+        let (_, got) = sequenced(&mut c, &fill);
+        assert!(got.is_empty(), "{got:?}");
+        assert_eq!(c.stats().duplicates_skipped, 1);
+        assert_eq!(c.position(SymbolId(0)).bought, 4);
+        // A status answer books 2 more before their report arrives; the report is absorbed.
+        let status = crate::proto::ouch::OrderStatus {
+            timestamp: 0,
+            user_ref: 1,
+            state: b'L',
+            side: b'B',
+            symbol: soupbin::alpha("AAPL"),
+            price: 100,
+            open_qty: 4,
+            executed_qty: 6,
+            cl_ord_id: cl_ord_id(id(1)),
+        };
+        sequenced(&mut c, &Outbound::OrderStatus(status));
+        sequenced(&mut c, &executed(1, 2));
+        assert_eq!(c.position(SymbolId(0)).bought, 6);
+        // An overfill is a contradiction: not booked.
+        sequenced(&mut c, &executed(1, 5));
+        assert_eq!(c.position(SymbolId(0)).bought, 6);
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", 6, 0)]);
+        assert_eq!(r.position_mismatches, 0);
     }
 
     // Goal: a status answer that books executions before their reports arrive (reports
