@@ -384,6 +384,7 @@ impl Shared {
             connects: AtomicU64::new(0),
             connect_failures: AtomicU64::new(0),
             last_os_error: AtomicU64::new(0),
+            position_mismatches: AtomicU64::new(0),
         };
         self.links.get(usize::from(v.0)).unwrap_or(&NONE)
     }
@@ -397,6 +398,8 @@ struct LinkShared {
     connects: AtomicU64,
     connect_failures: AtomicU64,
     last_os_error: AtomicU64,
+    /// Symbols whose position differed from the venue's at the last reconciliation.
+    position_mismatches: AtomicU64,
 }
 
 impl LinkShared {
