@@ -703,7 +703,20 @@ fn hostile_commands_are_range_checked() {
         (
             "lie sometimes",
             "error lie: expected unknown-fill|overfill|fill-after-close|zero-fill|\
-             off-limit-fill, got 'sometimes'",
+             off-limit-fill|position, got 'sometimes'",
+        ),
+        (
+            "lie position 0",
+            "error lie: shares 0 is out of range 1..=1000000000",
+        ),
+        (
+            "lie position 1000000001",
+            "error lie: shares 1000000001 is out of range 1..=1000000000",
+        ),
+        ("lie position", "error lie: missing shares (1..=1000000000)"),
+        (
+            "lie position 1000000000",
+            "error lie position: no account to lie to",
         ),
         (
             "lie overfill",
@@ -968,7 +981,7 @@ impl Drill {
 
 // Goal (issue 23, point 1): reconciliation compares keel's position with the venue's position
 // answer item by item. A real fill (another participant's sell) books 3 bought on both sides;
-// then the venue books 5 more it never reports (`lie position 5`), and drops the link. The
+// then the venue books a billion more it never reports (`lie position`), and drops the link. The
 // reconciliation after the reconnect finds the difference: the link goes READ-ONLY (new orders
 // refused, cancels flow), the mismatch is counted with both figures.
 #[test]
@@ -978,8 +991,9 @@ fn a_position_the_venue_booked_unreported_makes_the_link_read_only() {
     let a = d.resting(0);
     d.filled_by(&mut other, 1, a);
     let b = d.resting(1);
-    let lied = d.control.ok("lie position 5");
-    assert!(lied.starts_with("ok lie position 5 "), "{lied}");
+    // The worst legal figure: a billion shares.
+    let lied = d.control.ok("lie position 1000000000");
+    assert!(lied.starts_with("ok lie position 1000000000 "), "{lied}");
     let before = d.control.stats();
     d.control.ok("drop");
     d.refused_read_only(2);
@@ -995,7 +1009,7 @@ fn a_position_the_venue_booked_unreported_makes_the_link_read_only() {
     let m = client.last_position_mismatch.expect("both figures kept");
     assert_eq!(&m.symbol, b"AAPL    ");
     assert_eq!((m.keel.bought, m.keel.sold), (3, 0));
-    assert_eq!((m.venue.bought, m.venue.sold), (8, 0));
+    assert_eq!((m.venue.bought, m.venue.sold), (1_000_000_003, 0));
     assert!(client.last_reconciliation.position_mismatches >= 1);
     assert!(report.links[0].session.read_only_entries >= 1);
 }
