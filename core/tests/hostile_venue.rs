@@ -1046,3 +1046,28 @@ fn a_restart_restores_positions_from_the_journal() {
     assert_eq!(client.positions_adopted, 0, "compared, never adopted");
     assert!(client.reconciliations >= 1);
 }
+
+// Goal (issue 23, point 1): a journal that begins after the account traded (an engine started
+// on an empty journal mid-day) takes the venue's position at its first reconciliation and
+// journals it (record kind 10, through the dispatcher), so the next restart compares against
+// that figure: clean, SYNCED, nothing adopted again. (Without the journaled figure the third
+// engine would find 0 against the venue's 3 and stay READ-ONLY.)
+#[test]
+fn a_journal_begun_mid_day_adopts_the_venue_position_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Drill::start(1024); // no journal yet
+    let mut other = Participant::login(&d.venue.entry, "other");
+    let a = d.resting(0);
+    d.filled_by(&mut other, 1, a);
+    d.text += &format!("[journal]\ndir = \"{}\"\n", dir.path().join("j").display());
+    d.restart(); // an empty journal: the venue's figure is taken
+    let second = d.restart(); // a journal with that figure: compared
+    assert_eq!(second.links[0].client.positions_adopted, 1);
+    assert_eq!(second.links[0].client.position_mismatches, 0);
+    let b = d.resting(1);
+    d.cancel(b);
+    let (report, _control, _venue) = d.stop();
+    let client = &report.links[0].client;
+    assert_eq!(client.positions_adopted, 0, "{client:?}");
+    assert_eq!(client.position_mismatches, 0, "{client:?}");
+}
