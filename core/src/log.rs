@@ -111,6 +111,16 @@ pub enum LogRecord {
         /// Timeouts in a row.
         timeouts: u32,
     },
+    /// A reconciliation found keel's position in `differ` symbols otherwise than the venue
+    /// reports (the link is READ-ONLY): the first of them, with both figures.
+    PositionMismatch {
+        /// The venue.
+        venue: VenueId,
+        /// Symbols that differ.
+        differ: u32,
+        /// The first: keel's figure and the venue's.
+        mismatch: crate::order::PositionMismatch,
+    },
     /// Records the loop could not hand over (its ring was full), since the last such record.
     Dropped {
         /// How many.
@@ -344,6 +354,7 @@ impl Logger {
                     in_doubt = r.in_doubt,
                     unknown_at_keel = r.unknown_at_keel,
                     contradictions = r.contradictions,
+                    position_mismatches = r.position_mismatches,
                     "READ-ONLY: new orders refused, cancels flow; reconciling"
                 ),
                 LinkState::Disconnected => tracing::warn!(
@@ -458,6 +469,25 @@ impl Logger {
                     name(&journal_session)
                 )
             }
+            LogRecord::PositionMismatch {
+                venue,
+                differ,
+                mismatch: m,
+            } => tracing::error!(
+                target: "keel::venue",
+                venue = self.venue(venue),
+                symbol = %String::from_utf8_lossy(&m.symbol).trim_end(),
+                keel_bought = m.keel.bought,
+                keel_sold = m.keel.sold,
+                venue_bought = m.venue.bought,
+                venue_sold = m.venue.sold,
+                differ,
+                "position mismatch: keel booked {} but the venue reports {}; READ-ONLY (new \
+                 orders refused, cancels flow) until they agree or an operator who checked the \
+                 account settles it (docs/operations.md, \"Position mismatch\")",
+                m.keel,
+                m.venue
+            ),
             LogRecord::Refusals {
                 reason,
                 count,

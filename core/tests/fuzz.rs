@@ -1946,7 +1946,10 @@ impl Sent {
             // A report for an order this session never sent: nothing to check against.
             OutcomeKind::Contradiction { id: None, .. }
             | OutcomeKind::WireRefFloor { .. }
-            | OutcomeKind::VenueSession { .. } => return Ok(()),
+            | OutcomeKind::VenueSession { .. }
+            // The venue's figure taken as keel's (no figure of its own yet): any figure is
+            // legal; it names no order.
+            | OutcomeKind::PositionBaseline { .. } => return Ok(()),
             OutcomeKind::Replaced { id, new_id } => {
                 prop_assert!(
                     self.qty.contains_key(&new_id),

@@ -712,7 +712,20 @@ fn hostile_commands_are_range_checked() {
         (
             "lie sometimes",
             "error lie: expected unknown-fill|overfill|fill-after-close|zero-fill|\
-             off-limit-fill, got 'sometimes'",
+             off-limit-fill|position, got 'sometimes'",
+        ),
+        (
+            "lie position 0",
+            "error lie: shares 0 is out of range 1..=1000000000",
+        ),
+        (
+            "lie position 1000000001",
+            "error lie: shares 1000000001 is out of range 1..=1000000000",
+        ),
+        ("lie position", "error lie: missing shares (1..=1000000000)"),
+        (
+            "lie position 1000000000",
+            "error lie position: no account to lie to",
         ),
         (
             "lie overfill",
@@ -1015,4 +1028,130 @@ fn an_operator_reconcile_trades_a_read_only_link_again_once_clean() {
     );
     assert!(report.open_orders.is_empty(), "{:?}", report.open_orders);
     assert_eq!(control.stats()["duplicate_ids"], 0);
+}
+
+impl Drill {
+    /// Another participant sells 3 of AAPL at 100 into keel's resting buy `a`; waits for the
+    /// fill to reach the strategy.
+    fn filled_by(&mut self, other: &mut Participant, user_ref: u32, a: ClientOrderId) {
+        other.enter(user_ref, b'S', b"AAPL    ");
+        self.expect(None, a, "the fill", |k| {
+            matches!(k, EventKind::Filled { qty: 3, .. })
+        });
+    }
+
+    /// New orders until one is refused `LinkReadOnly` (each refused `NotSynced` while the link
+    /// is down is tried again); none may be accepted. Bounded by [`LIMIT`].
+    fn refused_read_only(&mut self, symbol: u16) {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            assert!(Instant::now() < deadline, "never READ-ONLY");
+            let o = self.order(symbol, Side::Buy, TimeInForce::Day);
+            let answer = self.expect(Some(Command::New(o)), o.id, "an answer", |k| {
+                matches!(k, EventKind::Accepted | EventKind::Refused { .. })
+            });
+            match answer {
+                EventKind::Refused {
+                    reason: RefusalReason::LinkReadOnly,
+                } => return,
+                EventKind::Refused {
+                    reason: RefusalReason::NotSynced,
+                } => std::thread::sleep(Duration::from_millis(5)),
+                other => panic!("a new order must not leave: {other:?}"),
+            }
+        }
+    }
+}
+
+// Goal (issue 23, point 1): reconciliation compares keel's position with the venue's position
+// answer item by item. A real fill (another participant's sell) books 3 bought on both sides;
+// then the venue books a billion more it never reports (`lie position`), and drops the link. The
+// reconciliation after the reconnect finds the difference: the link goes READ-ONLY (new orders
+// refused, cancels flow), the mismatch is counted with both figures.
+#[test]
+fn a_position_the_venue_booked_unreported_makes_the_link_read_only() {
+    let mut d = Drill::start(1024);
+    let mut other = Participant::login(&d.venue.entry, "other");
+    let a = d.resting(0);
+    d.filled_by(&mut other, 1, a);
+    let b = d.resting(1);
+    // The worst legal figure: a billion shares.
+    let lied = d.control.ok("lie position 1000000000");
+    assert!(lied.starts_with("ok lie position 1000000000 "), "{lied}");
+    let before = d.control.stats();
+    d.control.ok("drop");
+    d.refused_read_only(2);
+    d.cancel(b);
+    let after = d.control.stats();
+    assert_eq!(
+        after["accepted"], before["accepted"],
+        "no new order reached the venue after the mismatch"
+    );
+    let (report, _control, _venue) = d.stop();
+    let client = &report.links[0].client;
+    assert!(client.position_mismatches >= 1, "{client:?}");
+    let m = client.last_position_mismatch.expect("both figures kept");
+    assert_eq!(&m.symbol, b"AAPL    ");
+    assert_eq!((m.keel.bought, m.keel.sold), (3, 0));
+    assert_eq!((m.venue.bought, m.venue.sold), (1_000_000_003, 0));
+    assert!(client.last_reconciliation.position_mismatches >= 1);
+    assert!(report.links[0].session.read_only_entries >= 1);
+}
+
+// Goal (issue 23, point 1): keel's position is journaled and restored. Fills on both sides
+// (a buy filled by another participant's sell, a sell filled by its buy), then a restart on
+// the journal: the restarted engine's reconciliation compares the restored position with the
+// venue's and comes back clean (SYNCED: without the restore it would find 0 against 3/3 and
+// stay READ-ONLY), and it trades.
+#[test]
+fn a_restart_restores_positions_from_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Drill::start(1024);
+    d.text += &format!("[journal]\ndir = \"{}\"\n", dir.path().join("j").display());
+    d.restart();
+    let mut other = Participant::login(&d.venue.entry, "other");
+    let a = d.resting(0);
+    d.filled_by(&mut other, 1, a);
+    let s = d.order(0, Side::Sell, TimeInForce::Day);
+    d.expect(Some(Command::New(s)), s.id, "Accepted", |k| {
+        matches!(k, EventKind::Accepted)
+    });
+    other.enter(2, b'B', b"AAPL    ");
+    d.expect(None, s.id, "the sell's fill", |k| {
+        matches!(k, EventKind::Filled { qty: 3, .. })
+    });
+    let first = d.restart(); // waits for SYNCED
+    assert_eq!(first.links[0].client.position_mismatches, 0);
+    let c = d.resting(1);
+    d.cancel(c);
+    let (report, _control, _venue) = d.stop();
+    let client = &report.links[0].client;
+    assert_eq!(client.position_mismatches, 0, "{client:?}");
+    assert_eq!(client.positions_adopted, 0, "compared, never adopted");
+    assert!(client.reconciliations >= 1);
+}
+
+// Goal (issue 23, point 1): a journal that begins after the account traded (an engine started
+// on an empty journal mid-day) takes the venue's position at its first reconciliation and
+// journals it (record kind 10, through the dispatcher), so the next restart compares against
+// that figure: clean, SYNCED, nothing adopted again. (Without the journaled figure the third
+// engine would find 0 against the venue's 3 and stay READ-ONLY.)
+#[test]
+fn a_journal_begun_mid_day_adopts_the_venue_position_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Drill::start(1024); // no journal yet
+    let mut other = Participant::login(&d.venue.entry, "other");
+    let a = d.resting(0);
+    d.filled_by(&mut other, 1, a);
+    d.text += &format!("[journal]\ndir = \"{}\"\n", dir.path().join("j").display());
+    d.restart(); // an empty journal: the venue's figure is taken
+    let second = d.restart(); // a journal with that figure: compared
+    assert_eq!(second.links[0].client.positions_adopted, 1);
+    assert_eq!(second.links[0].client.position_mismatches, 0);
+    let b = d.resting(1);
+    d.cancel(b);
+    let (report, _control, _venue) = d.stop();
+    let client = &report.links[0].client;
+    assert_eq!(client.positions_adopted, 0, "{client:?}");
+    assert_eq!(client.position_mismatches, 0, "{client:?}");
 }

@@ -144,6 +144,17 @@ impl Names {
                 self.venue(venue.0),
                 String::from_utf8_lossy(session).trim_end()
             ),
+            JournalRecord::Position {
+                venue,
+                symbol,
+                position,
+            } => format!(
+                "position venue={} symbol={} bought={} sold={}",
+                self.venue(venue.0),
+                self.symbol(symbol.0),
+                position.bought,
+                position.sold
+            ),
         }
     }
 }

@@ -354,6 +354,23 @@ fn print_report(report: &EngineReport, venues: &[String], symbols: &[String]) {
             l.client.wire_refs_adopted,
             l.client.new_session_refused
         );
+        let _ = writeln!(
+            out,
+            "venue {name}: position mismatches {} ({} at the last reconciliation; first: {}), \
+             positions adopted from the venue {}",
+            l.client.position_mismatches,
+            r.position_mismatches,
+            l.client.last_position_mismatch.map_or_else(
+                || "none".to_string(),
+                |m| format!(
+                    "{} keel {} venue {}",
+                    String::from_utf8_lossy(&m.symbol).trim_end(),
+                    m.keel,
+                    m.venue
+                )
+            ),
+            l.client.positions_adopted
+        );
     }
     for (strategy, b) in &report.bridges {
         let _ = writeln!(

@@ -244,6 +244,21 @@ pub fn view(s: &Snapshot, budget: Option<&crate::monitor::alerts::BudgetConfig>)
                 + s.scalar("keel_venue_cancel_refused_total", &l),
         );
     }
+    for (d, _) in s
+        .metrics
+        .iter()
+        .filter(|(d, _)| d.name == "keel_link_position_mismatches")
+    {
+        let differ = s.scalar("keel_link_position_mismatches", &d.labels);
+        if differ > 0 {
+            let _ = writeln!(
+                o,
+                "venue {}: positions differ from the venue's in {differ} symbols (link READ-ONLY; \
+                 both figures in the engine's log)",
+                label_value(&d.labels, "venue").unwrap_or("?"),
+            );
+        }
+    }
     if b.new_ack_p99_ns > 0 || b.cancel_ack_p99_ns > 0 {
         let _ = writeln!(
             o,

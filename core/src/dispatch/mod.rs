@@ -67,6 +67,9 @@ pub enum RestoreError {
     /// The order is already in the table (restore ran twice).
     #[error("order {0}: already in the order table")]
     Duplicate(ClientOrderId),
+    /// A journaled position names a venue or symbol this configuration lacks.
+    #[error("journaled position of venue {} in symbol {}: not configured", .0.0, .1.0)]
+    UnknownPosition(VenueId, crate::order::SymbolId),
 }
 
 /// One venue link as the dispatcher sees it.
@@ -1230,6 +1233,15 @@ impl Dispatcher {
             OutcomeKind::VenueSession { session } => {
                 let venue = VenueId(v as u16);
                 self.journal(crate::journal::JournalRecord::VenueSession { venue, session });
+            }
+            OutcomeKind::PositionBaseline { symbol, position } => {
+                // Counted by the session (`ClientStats::positions_adopted`).
+                let venue = VenueId(v as u16);
+                self.journal(crate::journal::JournalRecord::Position {
+                    venue,
+                    symbol,
+                    position,
+                });
             }
             OutcomeKind::WireRefFloor { next } => {
                 // Counted by the session (`ClientStats::wire_refs_adopted`).

@@ -987,7 +987,7 @@ impl AdminServer {
                         out,
                         "venue {}: link {}, new orders {}, breaker {} (opened {}, closed {}, \
                          refused {}), lanes cancel {} replace {} new {}, connects {}, connect \
-                         failures {}{}",
+                         failures {}{}{}",
                         self.venue(r.venue),
                         link.state_name(),
                         mode_name(r.mode),
@@ -1004,6 +1004,12 @@ impl AdminServer {
                             0 => String::new(),
                             e =>
                                 format!(" (last: {})", std::io::Error::from_raw_os_error(e as i32)),
+                        },
+                        match link.position_mismatches.load(Ordering::Relaxed) {
+                            0 => String::new(),
+                            n => format!(
+                                ", positions differ from the venue's in {n} symbols (see the log)"
+                            ),
                         }
                     );
                 }

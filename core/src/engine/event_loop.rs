@@ -323,6 +323,10 @@ struct LinkSeen {
     /// `login_rejects`), operator reconnects, as last seen: which moved says why a session
     /// ended.
     causes: [u64; 5],
+    /// The session's `position_mismatches` as last seen: a rise is said with both figures.
+    position_mismatches: u64,
+    /// The session's reconciliations as last seen: each new one republishes its verdict.
+    reconciliations: u64,
 }
 
 impl<T: Transport> Executor<T> {
@@ -344,6 +348,8 @@ impl<T: Transport> Executor<T> {
                 connecting_since_ns: now_ns,
                 new_session_said: false,
                 reconcile_stuck: 0,
+                position_mismatches: 0,
+                reconciliations: 0,
                 causes: [0; 5],
             })
             .collect();
@@ -415,6 +421,7 @@ impl<T: Transport> Executor<T> {
     /// Notices link changes worth a log line, publishes them for the admin thread.
     fn watch(&mut self, now: u64) {
         for (v, (link, seen)) in self.links.iter().zip(&mut self.seen).enumerate() {
+            watch_positions(&self.shared, &mut self.log, VenueId(v as u16), link, seen);
             let state = link.state();
             let failures = link.connect_failures();
             let session = link.session_stats();
@@ -723,5 +730,36 @@ impl<T: Transport> EngineLoop<T> {
             transport_poll_errors: poll_errors,
             transport: None,
         }
+    }
+}
+
+/// A reconciliation found positions that differ from the venue's: said with both figures (the
+/// first differing symbol) and published for `keel ctl status`.
+fn watch_positions(
+    shared: &Shared,
+    log: &mut LogTx,
+    venue: VenueId,
+    link: &VenueLink,
+    seen: &mut LinkSeen,
+) {
+    use crate::session::protocol::VenueProtocol;
+    let client = link.client().stats();
+    if client.reconciliations == seen.reconciliations {
+        return;
+    }
+    seen.reconciliations = client.reconciliations;
+    let differ = client.last_reconciliation.position_mismatches;
+    shared
+        .link(venue)
+        .position_mismatches
+        .store(u64::from(differ), Ordering::Relaxed);
+    let rose = client.position_mismatches > seen.position_mismatches;
+    seen.position_mismatches = client.position_mismatches;
+    if let (true, Some(mismatch)) = (rose, client.last_position_mismatch) {
+        log.send(LogRecord::PositionMismatch {
+            venue,
+            differ,
+            mismatch,
+        });
     }
 }

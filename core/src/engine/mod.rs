@@ -387,6 +387,7 @@ impl Shared {
             connects: AtomicU64::new(0),
             connect_failures: AtomicU64::new(0),
             last_os_error: AtomicU64::new(0),
+            position_mismatches: AtomicU64::new(0),
         };
         self.links.get(usize::from(v.0)).unwrap_or(&NONE)
     }
@@ -400,6 +401,8 @@ struct LinkShared {
     connects: AtomicU64,
     connect_failures: AtomicU64,
     last_os_error: AtomicU64,
+    /// Symbols whose position differed from the venue's at the last reconciliation.
+    position_mismatches: AtomicU64,
 }
 
 impl LinkShared {
@@ -590,6 +593,16 @@ impl EngineBuilder {
                 if let Some(link) = links.get_mut(usize::from(venue.0)) {
                     link.client_mut().resume_session(session);
                 }
+            }
+            for (&(venue, symbol), &position) in &recovery.positions {
+                // A position on a venue or symbol this configuration lacks: another desk's
+                // journal, refused like an order routed nowhere.
+                let link = links.get_mut(usize::from(venue.0)).ok_or(
+                    crate::dispatch::RestoreError::UnknownPosition(venue, symbol),
+                )?;
+                link.client_mut()
+                    .restore_position(symbol, position)
+                    .map_err(|_| crate::dispatch::RestoreError::UnknownPosition(venue, symbol))?;
             }
             for r in recovery.open.values() {
                 // Routes were checked by `restore`.

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use memmap2::MmapMut;
 
 use crate::order::{
-    ClientOrderId, NewOrder, Price, Qty, Side, StrategyId, SymbolId, TimeInForce, VenueId,
+    ClientOrderId, NewOrder, Position, Price, Qty, Side, StrategyId, SymbolId, TimeInForce, VenueId,
 };
 
 mod files;
@@ -121,6 +121,18 @@ pub enum JournalRecord {
         venue: VenueId,
         /// The session's name.
         session: [u8; 10],
+    },
+    /// keel's position in `symbol` on `venue`'s account is exactly `position` from here on
+    /// (fills after it add to it). Written when the session adopts the venue's figure (see
+    /// `OutcomeKind::PositionBaseline`) and, in checkpoints, once per position with activity
+    /// (the fills it sums are compacted away with their closed orders).
+    Position {
+        /// The venue.
+        venue: VenueId,
+        /// The symbol.
+        symbol: SymbolId,
+        /// Shares bought and sold.
+        position: Position,
     },
 }
 
@@ -580,6 +592,7 @@ const KIND_ID_HIGH_WATER: u8 = 6;
 const KIND_OPEN_ORDER: u8 = 7;
 const KIND_WIRE_REF_FLOOR: u8 = 8;
 const KIND_VENUE_SESSION: u8 = 9;
+const KIND_POSITION: u8 = 10;
 
 fn encode_order(o: &NewOrder, wire_ref: u32, p: &mut [u8]) {
     p[20..24].copy_from_slice(&wire_ref.to_le_bytes());
@@ -668,6 +681,17 @@ fn encode(record: &JournalRecord, index: u64, slot: &mut [u8]) {
             p[8..18].copy_from_slice(&session);
             KIND_VENUE_SESSION
         }
+        JournalRecord::Position {
+            venue,
+            symbol,
+            position,
+        } => {
+            p[0..2].copy_from_slice(&venue.0.to_le_bytes());
+            p[2..4].copy_from_slice(&symbol.0.to_le_bytes());
+            p[8..16].copy_from_slice(&position.bought.to_le_bytes());
+            p[16..24].copy_from_slice(&position.sold.to_le_bytes());
+            KIND_POSITION
+        }
     };
     slot[4] = kind;
     slot[8..16].copy_from_slice(&index.to_le_bytes());
@@ -722,6 +746,14 @@ fn decode(slot: &[u8]) -> Result<JournalRecord, &'static str> {
         KIND_VENUE_SESSION => JournalRecord::VenueSession {
             venue: VenueId(u16_at(0)),
             session: p[8..18].try_into().expect("10"),
+        },
+        KIND_POSITION => JournalRecord::Position {
+            venue: VenueId(u16_at(0)),
+            symbol: SymbolId(u16_at(2)),
+            position: Position {
+                bought: u64_at(8),
+                sold: u64_at(16),
+            },
         },
         KIND_ACCEPTED => JournalRecord::Accepted {
             id,
@@ -828,6 +860,15 @@ mod tests {
                 8,
                 "wire-reference floor",
             ),
+            (
+                JournalRecord::Position {
+                    venue: VenueId(0),
+                    symbol: SymbolId(0),
+                    position: Position { bought: 1, sold: 0 },
+                },
+                10,
+                "position",
+            ),
         ];
         for (record, kind, name) in records {
             let mut slot = [0u8; RECORD_LEN];
@@ -838,6 +879,87 @@ mod tests {
                 "`{kind} {name}` in {line}"
             );
         }
+    }
+
+    // Goal: a restart rebuilds keel's position per venue and symbol from the journal — the
+    // last position record, plus the fills after it, each on its order's side — and a fill
+    // recorded for an order already complete (a double fill) or never sent counts nowhere.
+    #[test]
+    fn positions_are_rebuilt_from_fills_and_position_records() {
+        let buy = NewOrder {
+            side: Side::Buy,
+            venue: VenueId(0),
+            ..order(2, 10)
+        };
+        let sell = NewOrder {
+            side: Side::Sell,
+            venue: VenueId(0),
+            ..order(4, 5)
+        };
+        let fill = |o: &NewOrder, qty, venue_seq| JournalRecord::Fill {
+            id: o.id,
+            qty,
+            price: Price(7),
+            venue_seq,
+        };
+        let key = (VenueId(0), SymbolId(4));
+        let mut r = Recovery::default();
+        let records = [
+            JournalRecord::Intent {
+                order: buy,
+                wire_ref: 1,
+            },
+            JournalRecord::Intent {
+                order: sell,
+                wire_ref: 2,
+            },
+            fill(&buy, 6, 1),
+            fill(&sell, 5, 2),
+            fill(&buy, 4, 3),
+            // The same last fill again: the order is complete, so it is an orphan.
+            fill(&buy, 4, 3),
+            fill(&order(9, 1), 1, 4),
+        ];
+        records.iter().for_each(|rec| r.apply(rec));
+        assert_eq!(
+            r.positions[&key],
+            Position {
+                bought: 10,
+                sold: 5
+            }
+        );
+        assert_eq!(r.orphans, 2);
+        // An adopted figure replaces what the fills summed; later fills add to it.
+        let adopted = Position {
+            bought: 40,
+            sold: 2,
+        };
+        r.apply(&JournalRecord::Position {
+            venue: key.0,
+            symbol: key.1,
+            position: adopted,
+        });
+        let third = NewOrder {
+            side: Side::Sell,
+            venue: VenueId(0),
+            ..order(6, 3)
+        };
+        r.apply(&JournalRecord::Intent {
+            order: third,
+            wire_ref: 3,
+        });
+        r.apply(&fill(&third, 3, 5));
+        assert_eq!(
+            r.positions[&key],
+            Position {
+                bought: 40,
+                sold: 5
+            }
+        );
+        // A checkpoint carries it.
+        let mut restarted = Recovery::default();
+        r.snapshot().iter().for_each(|rec| restarted.apply(rec));
+        assert_eq!(restarted.positions, r.positions);
     }
 
     fn order(seq: u64, qty: Qty) -> NewOrder {
@@ -898,6 +1020,13 @@ mod tests {
             (0u16..3, any::<u32>()).prop_map(|(v, w)| JournalRecord::WireRefFloor {
                 venue: VenueId(v),
                 next_wire_ref: w,
+            }),
+            (0u16..3, 0u16..6, any::<u64>(), any::<u64>()).prop_map(|(v, s, b, d)| {
+                JournalRecord::Position {
+                    venue: VenueId(v),
+                    symbol: SymbolId(s),
+                    position: Position { bought: b, sold: d },
+                }
             }),
         ]
     }

@@ -1,11 +1,15 @@
 //! What a restarted engine rebuilds from its journal: every order not known closed, the
-//! ClientOrderId high-water marks, and each venue session's last applied sequence number.
+//! ClientOrderId high-water marks, each venue session's last applied sequence number, and
+//! keel's position per venue account and symbol (the last position record, plus the fills
+//! after it).
 //! [`Recovery::snapshot`] writes that state back as records: a checkpoint.
 
 use std::collections::BTreeMap;
 
 use super::JournalRecord;
-use crate::order::{ClientOrderId, IdAllocator, NewOrder, Qty, StrategyId, VenueId};
+use crate::order::{
+    ClientOrderId, IdAllocator, NewOrder, Position, Qty, StrategyId, SymbolId, VenueId,
+};
 
 /// One order the journal does not show closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +48,9 @@ pub struct Recovery {
     pub next_wire_ref: BTreeMap<VenueId, u32>,
     /// The venue session (trading day) each venue's records belong to (the last recorded).
     pub venue_session: BTreeMap<VenueId, [u8; 10]>,
+    /// keel's position per venue account and symbol: what reconciliation compares with the
+    /// venue's answer.
+    pub positions: BTreeMap<(VenueId, SymbolId), Position>,
     /// Records that referred to an order the journal never saw the intent of.
     pub orphans: u64,
 }
@@ -83,6 +90,11 @@ impl Recovery {
                     o.filled = o.filled.saturating_add(qty);
                     o.accepted = true;
                     let (venue, done) = (o.order.venue, o.filled >= o.order.qty);
+                    let (symbol, side) = (o.order.symbol, o.order.side);
+                    self.positions
+                        .entry((venue, symbol))
+                        .or_default()
+                        .book(side, qty);
                     if done {
                         self.open.remove(&id);
                     }
@@ -110,6 +122,13 @@ impl Recovery {
             }
             JournalRecord::VenueSession { venue, session } => {
                 self.venue_session.insert(venue, session);
+            }
+            JournalRecord::Position {
+                venue,
+                symbol,
+                position,
+            } => {
+                self.positions.insert((venue, symbol), position);
             }
         }
     }
@@ -140,6 +159,7 @@ impl Recovery {
                 + self.next_sequence.len()
                 + self.applied_through.len()
                 + self.venue_session.len()
+                + self.positions.len()
                 + self.open.len(),
         );
         for (&venue, &session) in &self.venue_session {
@@ -161,6 +181,13 @@ impl Recovery {
             records.push(JournalRecord::SessionSeq {
                 venue,
                 applied_through,
+            });
+        }
+        for (&(venue, symbol), &position) in &self.positions {
+            records.push(JournalRecord::Position {
+                venue,
+                symbol,
+                position,
             });
         }
         for o in self.open.values() {

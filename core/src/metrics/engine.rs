@@ -123,6 +123,8 @@ struct ExecVenue {
     reconciliations: Slot,
     unreconciled: Slot,
     contradictions: Slot,
+    position_mismatches: Slot,
+    positions_differ: Slot,
     requests_sent: Slot,
     marked_unknown: Slot,
     wire_dropped: Slot,
@@ -308,6 +310,13 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
             reconciliations: l.add(e, Counter, "keel_link_reconciliations_total", &venue)?,
             unreconciled: l.add(e, Gauge, "keel_link_unreconciled", &venue)?,
             contradictions: l.add(e, Counter, "keel_link_contradictions_total", &venue)?,
+            position_mismatches: l.add(
+                e,
+                Counter,
+                "keel_link_position_mismatches_total",
+                &venue,
+            )?,
+            positions_differ: l.add(e, Gauge, "keel_link_position_mismatches", &venue)?,
             requests_sent: l.add(e, Counter, "keel_link_requests_sent_total", &venue)?,
             marked_unknown: l.add(e, Counter, "keel_link_marked_unknown_total", &venue)?,
             wire_dropped: l.add(e, Counter, "keel_wire_log_dropped_total", &venue)?,
@@ -583,6 +592,11 @@ impl ExecMetrics {
                 u64::from(client.last_reconciliation.unresolved()),
             );
             w.set(slots.contradictions, client.contradictions);
+            w.set(slots.position_mismatches, client.position_mismatches);
+            w.set(
+                slots.positions_differ,
+                u64::from(client.last_reconciliation.position_mismatches),
+            );
             w.set(slots.requests_sent, stats.requests_sent);
             w.set(slots.marked_unknown, stats.marked_unknown);
             w.set(slots.wire_dropped, link.wire_dropped());

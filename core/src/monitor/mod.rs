@@ -497,6 +497,7 @@ impl Monitor {
                 "connect_failures": s.scalar("keel_link_connect_failures_total", l),
                 "reconnects_hour": reconnects_hour,
                 "unreconciled": s.scalar("keel_link_unreconciled", l),
+                "position_mismatches": s.scalar("keel_link_position_mismatches", l),
                 "in_flight": s.scalar("keel_venue_in_flight", l),
                 "lanes": { "cancel": lane("cancel"), "replace": lane("replace"), "new": lane("new") },
                 "ack_p99_us": p99_us("keel_new_order_ack_seconds", l),

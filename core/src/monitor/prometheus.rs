@@ -39,6 +39,8 @@ fn help(name: &str) -> &'static str {
         "keel_link_connects_total" => "Connection attempts to the venue.",
         "keel_link_connect_failures_total" => "Connection attempts that failed.",
         "keel_link_unreconciled" => "Differences the last reconciliation could not settle.",
+        "keel_link_position_mismatches" => "Symbols whose position keel booked otherwise than the venue reported at the last reconciliation.",
+        "keel_link_position_mismatches_total" => "Position items that differed from the venue's, summed over reconciliations.",
         "keel_alert_firing" => "1 while an alert's condition holds.",
         "keel_alerts_fired_total" => "Times an alert started firing.",
         "keel_budget_seconds" => "A configured latency budget.",

@@ -8,6 +8,7 @@
 mod id;
 pub mod lifecycle;
 mod msg;
+mod position;
 mod symbol;
 pub mod table;
 
@@ -18,6 +19,7 @@ pub use msg::{
     NewOrder, Outcome, OutcomeKind, RefusalReason, RejectReason, Replace, RequestKind,
     TaggedCommand, UnsentRequest, VenueRequest,
 };
+pub use position::{Position, PositionMismatch};
 pub use symbol::{SymbolError, SymbolId, SymbolName, SymbolTable, SYMBOL_NAME_LEN};
 pub use table::{Order, OrderTable, TableError, TableStats};
 

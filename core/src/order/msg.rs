@@ -299,6 +299,16 @@ pub enum OutcomeKind {
         /// What the venue reported.
         what: Contradiction,
     },
+    /// The session took the venue's figure as its position in `symbol` (it had no journaled
+    /// figure of its own: the account traded before this journal began, or an operator
+    /// settled a position mismatch): the dispatcher books it and journals it, so fills after
+    /// it add to it and a restart compares against it.
+    PositionBaseline {
+        /// The symbol.
+        symbol: super::SymbolId,
+        /// The figure taken.
+        position: super::Position,
+    },
 }
 
 /// What a venue session lets leave, as the dispatcher is told.

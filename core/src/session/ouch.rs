@@ -7,9 +7,9 @@
 
 use crate::hash::FxHashMap;
 use crate::order::{
-    CancelRejectReason, ClientOrderId, Contradiction, NewOrder, Outcome, OutcomeKind, Price,
-    RejectReason, Replace, RequestKind, Side, TimeInForce, VenueId, VenueRequest,
-    CLIENT_ORDER_ID_TEXT_LEN,
+    CancelRejectReason, ClientOrderId, Contradiction, NewOrder, Outcome, OutcomeKind, Position,
+    PositionMismatch, Price, RejectReason, Replace, RequestKind, Side, SymbolId, SymbolName,
+    TimeInForce, VenueId, VenueRequest, CLIENT_ORDER_ID_TEXT_LEN,
 };
 use crate::proto::ouch::{
     decode_outbound, encode_inbound, ClOrdId, Dialect, EnterOrder, Inbound, OrderFields, Outbound,
@@ -50,12 +50,15 @@ pub struct ClientConfig {
 /// How a session reconciles after login.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReconcileMode {
-    /// keel's extension (`r` → `o`*, `y`*, `z`): open orders and positions compared.
+    /// keel's extension (`r` → `o`*, `y`*, `z`): open orders and positions compared, item by
+    /// item.
     #[default]
     KeelExtension,
     /// Standard OUCH only: an Account Query is the barrier — its answer comes after the
     /// replayed stream, so every missed report has been applied when it arrives. Orders keel
-    /// believes open are not checked against the venue. An order in doubt is settled the same
+    /// believes open are not checked against the venue, and neither are positions (standard
+    /// OUCH has no position message: the Account Query Response carries only the next
+    /// UserRefNum; see docs/protocol.md, "What account-query mode cannot compare"). An order in doubt is settled the same
     /// way (never with keel's `q` status query, which a standard venue does not know): every
     /// answer the venue sequenced before the barrier's response has arrived, so a new order
     /// still unanswered was never received, and an unanswered cancel never arrived.
@@ -107,6 +110,8 @@ struct SessionOrder {
     /// Put in doubt by a sequence gap: a barrier cannot say whether it filled in the reports
     /// the gap skipped, so it stays in doubt (an operator settles it).
     gap_doubt: bool,
+    /// Its symbol: which position its executions move.
+    symbol: SymbolId,
 }
 
 /// The OUCH client state.
@@ -151,6 +156,18 @@ pub struct OuchClient {
     /// What an operator runs to start a new journal when the venue began another session.
     /// The first refused login into another session: (the venue's, the journal's).
     refused_session: Option<([u8; 10], [u8; 10])>,
+    /// keel's position per symbol (by `SymbolId`), from the fills this session emitted.
+    positions: Vec<Position>,
+    /// The venue's positions (`y`) in the reconciliation answer being received, by `SymbolId`.
+    venue_positions: Vec<Position>,
+    /// Of that answer, positions in a symbol keel does not trade (its own is zero there).
+    venue_positions_elsewhere: u32,
+    /// The first of those, for the log line.
+    venue_position_elsewhere: Option<PositionMismatch>,
+    /// Whether keel has a figure of its own to compare: false until a journal restore (or an
+    /// adopted figure) gives one. A session with nothing to resume starts mid-day with no
+    /// fills seen, so its first reconciliation takes the venue's figures (`PositionBaseline`).
+    positions_known: bool,
     stats: ClientStats,
 }
 
@@ -172,6 +189,11 @@ impl OuchClient {
             orphan_contradictions: 0,
             journal_session: None,
             refused_session: None,
+            positions: vec![Position::default(); config.symbols.len()],
+            venue_positions: vec![Position::default(); config.symbols.len()],
+            venue_positions_elsewhere: 0,
+            venue_position_elsewhere: None,
+            positions_known: false,
             next_user_ref: 1,
             next_seq: 1,
             venue_open: Vec::with_capacity(config.orders_max as usize),
@@ -221,11 +243,37 @@ impl OuchClient {
     pub fn resume_after(&mut self, seq: u64) {
         self.applied_through = seq;
         self.next_seq = seq.saturating_add(1);
+        self.positions_known = true;
+    }
+
+    /// Restores keel's journaled position in `symbol`, before the first login. An unknown
+    /// symbol id is refused (a journal of another configuration).
+    pub fn restore_position(
+        &mut self,
+        symbol: SymbolId,
+        position: Position,
+    ) -> Result<(), RequestError> {
+        let slot = self
+            .positions
+            .get_mut(usize::from(symbol.0))
+            .ok_or(RequestError::UnknownSymbol(symbol.0))?;
+        *slot = position;
+        self.positions_known = true;
+        Ok(())
+    }
+
+    /// keel's position in `symbol` (zero for a symbol not configured).
+    pub fn position(&self, symbol: SymbolId) -> Position {
+        self.positions
+            .get(usize::from(symbol.0))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Restores the venue session the journal's records belong to, before the first login.
     pub fn resume_session(&mut self, session: [u8; 10]) {
         self.journal_session = Some(session);
+        self.positions_known = true;
     }
 
     /// Rebuilds one order from the journal in a fresh client (before its first login), so
@@ -254,6 +302,7 @@ impl OuchClient {
             inferred: 0,
             barrier: 0,
             gap_doubt: false,
+            symbol: order.symbol,
         };
         // Restores run before the first login; one past `orders_max` would make the map grow.
         if self.by_user_ref.len() >= self.config.orders_max as usize {
@@ -265,6 +314,7 @@ impl OuchClient {
         self.by_user_ref.insert(user_ref, session_order);
         self.by_id.insert(order.id, user_ref);
         self.next_user_ref = self.next_user_ref.max(user_ref.saturating_add(1));
+        self.positions_known = true;
         Ok(())
     }
 
@@ -315,6 +365,7 @@ impl OuchClient {
     /// Encodes the reconciliation query and starts collecting the venue's answer.
     pub fn encode_reconcile_query(&mut self, out: &mut [u8]) -> Result<usize, EncodeError> {
         self.venue_open.clear();
+        self.forget_venue_positions();
         let query = match self.config.reconcile {
             ReconcileMode::KeelExtension => {
                 self.reconcile_token = self.reconcile_token.wrapping_add(1);
@@ -403,6 +454,7 @@ impl OuchClient {
                 self.update(user_ref, |o| {
                     o.ioc = order.tif == TimeInForce::ImmediateOrCancel;
                     o.buy = order.side == Side::Buy;
+                    o.symbol = order.symbol;
                 });
                 self.await_answer(user_ref, request.sent_ns);
                 let order = self.fields(&order)?;
@@ -459,9 +511,15 @@ impl OuchClient {
         let orig_user_ref = self
             .user_ref(r.id)
             .ok_or(RequestError::UnknownOrder(r.id))?;
-        let buy = self.by_user_ref.get(&orig_user_ref).is_some_and(|o| o.buy);
+        let (buy, symbol) = self
+            .by_user_ref
+            .get(&orig_user_ref)
+            .map_or((false, SymbolId(0)), |o| (o.buy, o.symbol));
         let user_ref = self.assign(request.wire_ref, r.new_id, r.qty, r.price.0)?;
-        self.update(user_ref, |o| o.buy = buy);
+        self.update(user_ref, |o| {
+            o.buy = buy;
+            o.symbol = symbol;
+        });
         self.await_answer(user_ref, sent_ns);
         let replace = ReplaceOrder {
             orig_user_ref,
@@ -522,6 +580,7 @@ impl OuchClient {
             inferred: 0,
             barrier: 0,
             gap_doubt: false,
+            symbol: SymbolId(0),
         };
         self.by_user_ref.insert(user_ref, order);
         self.by_id.insert(id, user_ref);
@@ -733,8 +792,9 @@ impl OuchClient {
         if let Outbound::ReconcileEnd { token, .. } = *msg {
             if token != self.reconcile_token {
                 // A stale answer (from before a reconnect) replayed: discard it and the open
-                // orders listed with it.
+                // orders and positions listed with it.
                 self.venue_open.clear();
+                self.forget_venue_positions();
                 return SessionNews::Nothing;
             }
             if let Some(venue_seq) = self.venue_numbering(seq, msg) {
@@ -880,8 +940,16 @@ impl OuchClient {
     /// Returns how many were cleared.
     /// Each flagged order still open is reported in doubt (`Timeout`) so the dispatcher
     /// queries it afresh.
+    ///
+    /// A position mismatch is settled the same way: the operator has checked the account, so
+    /// the next reconciliation takes the venue's figures where they still differ (then, not
+    /// now: resting orders may fill in between) and journals them.
     pub fn clear_contradictions(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> u32 {
-        let cleared = self.contradictions_open();
+        let mismatches = self.stats.last_reconciliation.position_mismatches;
+        if mismatches > 0 {
+            self.positions_known = false;
+        }
+        let cleared = self.contradictions_open().saturating_add(mismatches);
         self.orphan_contradictions = 0;
         for order in self.by_user_ref.values_mut().filter(|o| o.contradicted) {
             order.contradicted = false;
@@ -1020,6 +1088,7 @@ impl OuchClient {
                     o.executed += qty;
                 });
                 let order = self.by_user_ref[&user_ref];
+                self.book_fill(order.symbol, order.buy, qty);
                 if order.executed >= order.qty {
                     self.close(user_ref);
                 }
@@ -1083,6 +1152,20 @@ impl OuchClient {
                 self.stats.broken_trades += 1;
                 return Mapped::Nothing;
             }
+            // Part of a reconciliation answer: compared when its end (`z`) arrives.
+            Outbound::Position {
+                symbol,
+                bought_qty,
+                sold_qty,
+                ..
+            } => {
+                let venue = Position {
+                    bought: bought_qty,
+                    sold: sold_qty,
+                };
+                self.note_venue_position(symbol, venue);
+                return Mapped::Nothing;
+            }
             _ => {
                 self.stats.informational += 1;
                 return Mapped::Nothing;
@@ -1123,6 +1206,11 @@ impl OuchClient {
                 order.executed = status.executed_qty;
                 order.inferred = order.inferred.saturating_add(qty);
                 order.accepted = true;
+                // Booked once here; the execution reports that follow are absorbed.
+                let side = if order.buy { Side::Buy } else { Side::Sell };
+                if let Some(p) = self.positions.get_mut(usize::from(order.symbol.0)) {
+                    p.book(side, qty);
+                }
                 let kind = OutcomeKind::Fill {
                     id,
                     qty,
@@ -1238,11 +1326,96 @@ impl OuchClient {
             }
         }
         result.contradictions = self.contradictions_open();
+        result.position_mismatches = self.compare_positions(emit);
         if result.in_doubt == 0 {
             // Every order the skipped reports could have touched is settled.
             self.gap_open = false;
         }
         result
+    }
+
+    /// Books one execution this session emitted as a fill in keel's position.
+    fn book_fill(&mut self, symbol: SymbolId, buy: bool, qty: u32) {
+        let side = if buy { Side::Buy } else { Side::Sell };
+        if let Some(p) = self.positions.get_mut(usize::from(symbol.0)) {
+            p.book(side, qty);
+        }
+    }
+
+    /// One position (`y`) of the reconciliation answer being received. A symbol keel does not
+    /// trade is kept aside (keel's figure there is zero: any activity differs).
+    fn note_venue_position(&mut self, symbol: SymbolName, venue: Position) {
+        match self.config.symbols.iter().position(|s| *s == symbol) {
+            Some(i) => self.venue_positions[i] = venue,
+            None if venue.is_flat_and_idle() => {}
+            None => {
+                self.venue_positions_elsewhere = self.venue_positions_elsewhere.saturating_add(1);
+                self.venue_position_elsewhere
+                    .get_or_insert(PositionMismatch {
+                        symbol,
+                        keel: Position::default(),
+                        venue,
+                    });
+            }
+        }
+    }
+
+    fn forget_venue_positions(&mut self) {
+        self.venue_positions.fill(Position::default());
+        self.venue_positions_elsewhere = 0;
+        self.venue_position_elsewhere = None;
+    }
+
+    /// Compares keel's position with the venue's answer, symbol by symbol (a symbol the venue
+    /// did not list is flat and idle there). Returns how many differ; the first is kept for
+    /// the log line. A session with no figure of its own takes the venue's (each taken figure
+    /// with activity is told to the dispatcher, which journals it).
+    fn compare_positions(&mut self, emit: &mut impl FnMut(OutcomeKind)) -> u32 {
+        if !std::mem::replace(&mut self.positions_known, true) {
+            self.stats.positions_adopted += 1;
+            self.adopt_venue_positions(emit);
+            if self.venue_positions_elsewhere == 0 {
+                return 0;
+            }
+        }
+        let mut first = self.venue_position_elsewhere;
+        let mut differ = self.venue_positions_elsewhere;
+        for (i, (keel, venue)) in self.positions.iter().zip(&self.venue_positions).enumerate() {
+            if keel != venue {
+                differ += 1;
+                first.get_or_insert(PositionMismatch {
+                    symbol: self.config.symbols[i],
+                    keel: *keel,
+                    venue: *venue,
+                });
+            }
+        }
+        if differ > 0 {
+            self.stats.position_mismatches += u64::from(differ);
+            self.stats.last_position_mismatch = first;
+        }
+        differ
+    }
+
+    /// Takes the venue's figure as keel's wherever they differ; each figure taken is told to
+    /// the dispatcher (which journals it). Positions in symbols keel does not trade cannot be
+    /// taken: they are left to differ.
+    fn adopt_venue_positions(&mut self, emit: &mut impl FnMut(OutcomeKind)) {
+        for (i, (keel, venue)) in self
+            .positions
+            .iter_mut()
+            .zip(&self.venue_positions)
+            .enumerate()
+        {
+            if keel == venue {
+                continue;
+            }
+            *keel = *venue;
+            emit(OutcomeKind::PositionBaseline {
+                symbol: SymbolId(i as u16),
+                position: *venue,
+            });
+        }
     }
 
     /// The id of an order `check_report` found in the map.
@@ -1313,6 +1486,13 @@ impl VenueProtocol for OuchClient {
     }
     fn resume_after(&mut self, seq: u64) {
         OuchClient::resume_after(self, seq)
+    }
+    fn restore_position(
+        &mut self,
+        symbol: SymbolId,
+        position: Position,
+    ) -> Result<(), RequestError> {
+        OuchClient::restore_position(self, symbol, position)
     }
     fn resume_session(&mut self, session: [u8; 10]) {
         OuchClient::resume_session(self, session);
@@ -1907,16 +2087,190 @@ mod tests {
             matches!(got[..], [OutcomeKind::Fill { qty: 10, .. }]),
             "{got:?}"
         );
+        // The venue lists the position that fill made (keel booked it from the status).
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", 10, 0)]);
+        assert_eq!(r.unresolved(), 0, "{r:?}");
+    }
+
+    /// Runs one reconciliation whose answer lists `positions` (symbol, bought, sold) and no
+    /// open order, numbered as the venue numbers it; returns the verdict and the outcomes.
+    fn reconcile_with(
+        c: &mut OuchClient,
+        positions: &[(&str, u64, u64)],
+    ) -> (Reconciliation, Vec<OutcomeKind>) {
+        let mut q = [0u8; 64];
         c.encode_reconcile_query(&mut q).unwrap();
+        let as_of_sequence = c.next_seq() - 1;
+        for &(symbol, bought_qty, sold_qty) in positions {
+            let y = Outbound::Position {
+                timestamp: 0,
+                symbol: soupbin::alpha(symbol),
+                bought_qty,
+                sold_qty,
+            };
+            let (news, got) = sequenced(c, &y);
+            assert_eq!((news, got.len()), (SessionNews::Nothing, 0));
+        }
         let end = Outbound::ReconcileEnd {
             timestamp: 0,
-            token: 2,
+            token: c.reconcile_token,
             open_orders: 0,
-            positions: 0,
-            as_of_sequence: 45,
+            positions: positions.len() as u32,
+            as_of_sequence,
         };
-        let (news, _) = sequenced(&mut c, &end);
-        assert!(matches!(news, SessionNews::Reconciled(r) if r.unresolved() == 0));
+        let (news, got) = sequenced(c, &end);
+        let SessionNews::Reconciled(r) = news else {
+            panic!("{news:?}")
+        };
+        (r, got)
+    }
+
+    fn sold(n: u64) -> NewOrder {
+        NewOrder {
+            side: Side::Sell,
+            ..order(n)
+        }
+    }
+
+    // Goal: reconciliation compares keel's position with the venue's item by item — each
+    // side's total, in each symbol, including one keel does not trade — and a difference is
+    // unresolved (the link goes READ-ONLY) with both figures kept for the log line.
+    #[test]
+    fn positions_are_compared_item_by_item() {
+        let mut c = client(8);
+        c.resume_session([b' '; 10]); // a journal: keel has a figure of its own
+        login(&mut c, 1).unwrap();
+        enter(&mut c, 1).unwrap();
+        sequenced(&mut c, &executed(1, 4));
+        assert_eq!(c.position(SymbolId(0)), Position { bought: 4, sold: 0 });
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", 4, 0)]);
+        assert_eq!((r.position_mismatches, r.unresolved()), (0, 0));
+        // The venue booked a share keel never saw.
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", 5, 0)]);
+        assert_eq!((r.position_mismatches, r.unresolved()), (1, 1));
+        let m = c.stats().last_position_mismatch.expect("kept");
+        assert_eq!(m.symbol, soupbin::alpha("AAPL"));
+        assert_eq!(m.keel, Position { bought: 4, sold: 0 });
+        assert_eq!(m.venue, Position { bought: 5, sold: 0 });
+        // Same net, other totals: still a difference (a fill booked on the wrong side).
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", 5, 1)]);
+        assert_eq!(r.position_mismatches, 1);
+        // The venue omits the symbol: flat and idle there, keel is not.
+        let (r, _) = reconcile_with(&mut c, &[]);
+        assert_eq!(r.position_mismatches, 1);
+        // A position in a symbol keel does not trade: keel's is zero there.
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", 4, 0), ("MSFT", 0, 3)]);
+        assert_eq!(r.position_mismatches, 1);
+        let m = c.stats().last_position_mismatch.unwrap();
+        assert_eq!((m.symbol, m.venue.sold), (soupbin::alpha("MSFT"), 3));
+        assert_eq!(c.stats().position_mismatches, 4);
+        // Worst legal figures: compared exactly, never wrapped.
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", u64::MAX, u64::MAX)]);
+        assert_eq!(r.position_mismatches, 1);
+        assert_eq!(
+            c.stats().last_position_mismatch.unwrap().venue.bought,
+            u64::MAX
+        );
+    }
+
+    // Goal: an operator who has checked the account settles a mismatch: the next
+    // reconciliation takes the venue's figure (told to the dispatcher, which journals it) and
+    // comes back clean; fills after it add to it.
+    #[test]
+    fn a_settled_mismatch_takes_the_venue_figure_at_the_next_reconciliation() {
+        let mut c = client(8);
+        c.restore_position(SymbolId(0), Position { bought: 2, sold: 0 })
+            .unwrap();
+        login(&mut c, 1).unwrap();
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", 7, 1)]);
+        assert_eq!(r.position_mismatches, 1);
+        assert_eq!(c.clear_contradictions(5, &mut |_| {}), 1);
+        let (r, got) = reconcile_with(&mut c, &[("AAPL", 7, 1)]);
+        assert_eq!(r.unresolved(), 0);
+        let taken = Position { bought: 7, sold: 1 };
+        assert_eq!(
+            got,
+            vec![OutcomeKind::PositionBaseline {
+                symbol: SymbolId(0),
+                position: taken
+            }]
+        );
+        assert_eq!(c.stats().positions_adopted, 1);
+        let request = VenueRequest {
+            venue: VenueId(0),
+            sent_ns: 1,
+            wire_ref: 1,
+            kind: RequestKind::New(sold(1)),
+        };
+        c.encode_request(&request, &mut [0u8; 256]).unwrap();
+        sequenced(&mut c, &executed(1, 3));
+        assert_eq!(c.position(SymbolId(0)), Position { bought: 7, sold: 4 });
+        // An unknown symbol id from a journal is refused, never a panic.
+        assert_eq!(
+            c.restore_position(SymbolId(u16::MAX), taken),
+            Err(RequestError::UnknownSymbol(u16::MAX))
+        );
+    }
+
+    // Goal: a session with nothing of its own to compare (no journal: it starts mid-day,
+    // having seen no fill) takes the venue's figures at its first reconciliation, and
+    // compares from then on.
+    #[test]
+    fn a_session_without_a_journal_takes_the_venue_figures_once() {
+        let mut c = client(8);
+        login(&mut c, 1).unwrap();
+        let (r, got) = reconcile_with(&mut c, &[("AAPL", 30, 10)]);
+        assert_eq!(r.unresolved(), 0);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(
+            c.position(SymbolId(0)),
+            Position {
+                bought: 30,
+                sold: 10
+            }
+        );
+        let (r, got) = reconcile_with(&mut c, &[("AAPL", 31, 10)]);
+        assert_eq!((r.position_mismatches, got.len()), (1, 0));
+    }
+
+    // Goal: a fill is booked once in the position however many times it reaches the session:
+    // a replay after a reconnect (skipped by sequence number), a status answer followed by the
+    // delayed execution report (absorbed), a report beyond the order (a contradiction, never
+    // booked).
+    #[test]
+    fn a_fill_seen_twice_is_booked_once() {
+        let mut c = client(8);
+        c.resume_session([b' '; 10]);
+        login(&mut c, 1).unwrap();
+        enter(&mut c, 1).unwrap();
+        let fill = executed(1, 4);
+        sequenced(&mut c, &fill); // sequence 1
+                                  // The link drops; the next login asks for 2 and the venue replays from 1.
+        assert_eq!(login(&mut c, 1), Ok(SessionNews::LoggedIn { next_seq: 1 }));
+        let (_, got) = sequenced(&mut c, &fill);
+        assert!(got.is_empty(), "{got:?}");
+        assert_eq!(c.stats().duplicates_skipped, 1);
+        assert_eq!(c.position(SymbolId(0)).bought, 4);
+        // A status answer books 2 more before their report arrives; the report is absorbed.
+        let status = crate::proto::ouch::OrderStatus {
+            timestamp: 0,
+            user_ref: 1,
+            state: b'L',
+            side: b'B',
+            symbol: soupbin::alpha("AAPL"),
+            price: 100,
+            open_qty: 4,
+            executed_qty: 6,
+            cl_ord_id: cl_ord_id(id(1)),
+        };
+        sequenced(&mut c, &Outbound::OrderStatus(status));
+        sequenced(&mut c, &executed(1, 2));
+        assert_eq!(c.position(SymbolId(0)).bought, 6);
+        // An overfill is a contradiction: not booked.
+        sequenced(&mut c, &executed(1, 5));
+        assert_eq!(c.position(SymbolId(0)).bought, 6);
+        let (r, _) = reconcile_with(&mut c, &[("AAPL", 6, 0)]);
+        assert_eq!(r.position_mismatches, 0);
     }
 
     // Goal: a status answer that books executions before their reports arrive (reports

@@ -85,6 +85,13 @@ pub trait VenueProtocol {
         executed: u32,
         accepted: bool,
     ) -> Result<(), RequestError>;
+    /// Journal restore, before the first login: keel's position in one symbol (what
+    /// reconciliation compares with the venue's answer).
+    fn restore_position(
+        &mut self,
+        symbol: crate::order::SymbolId,
+        position: crate::order::Position,
+    ) -> Result<(), RequestError>;
     /// The highest venue sequence number applied (what the journal persists).
     fn applied_through(&self) -> u64;
     /// Counters.
@@ -106,12 +113,16 @@ pub struct Reconciliation {
     /// Orders and reports that contradicted keel's view and are not settled (sticky: an
     /// operator must look).
     pub contradictions: u32,
+    /// Symbols whose position (shares bought, shares sold) keel booked otherwise than the
+    /// venue reports: a fill one side saw and the other did not. Compared again at every
+    /// reconciliation; settled by the venue and keel agreeing, or by an operator.
+    pub position_mismatches: u32,
 }
 
 impl Reconciliation {
     /// Differences keel could not settle from the answer.
     pub fn unresolved(&self) -> u32 {
-        self.unknown_at_keel + self.in_doubt + self.contradictions
+        self.unknown_at_keel + self.in_doubt + self.contradictions + self.position_mismatches
     }
 }
 
@@ -158,6 +169,14 @@ pub struct ClientStats {
     pub late_reports_absorbed: u64,
     /// New orders refused because the map was full of open orders.
     pub session_full: u64,
+    /// Position items (symbols) that differed from the venue's at a reconciliation, summed
+    /// over reconciliations (each made the link read-only).
+    pub position_mismatches: u64,
+    /// The first differing item of the latest reconciliation that had one: both figures.
+    pub last_position_mismatch: Option<crate::order::PositionMismatch>,
+    /// Times the session took the venue's positions as its own (no figure of its own yet, or
+    /// an operator settled a mismatch).
+    pub positions_adopted: u64,
 }
 
 /// Why a request could not be encoded.
@@ -344,6 +363,13 @@ macro_rules! protocols {
                 match self {
                     $(Self::$variant(p) => p.restore_order(order, wire_ref, executed, accepted),)+
                 }
+            }
+            fn restore_position(
+                &mut self,
+                symbol: crate::order::SymbolId,
+                position: crate::order::Position,
+            ) -> Result<(), RequestError> {
+                match self { $(Self::$variant(p) => p.restore_position(symbol, position),)+ }
             }
             fn applied_through(&self) -> u64 {
                 match self { $(Self::$variant(p) => p.applied_through(),)+ }

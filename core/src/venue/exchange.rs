@@ -288,6 +288,10 @@ pub enum Lie {
     OffLimitFill,
 }
 
+/// Largest number of shares [`Exchange::lie_position`] books (a billion: past any real day's
+/// volume in one symbol, well inside the u64 totals).
+pub const POSITION_LIE_MAX: u64 = 1_000_000_000;
+
 /// The UserRefNum an [`Lie::UnknownFill`] names: the last a client could ever use, so never
 /// one it entered today.
 pub const LIE_UNKNOWN_USER_REF: u32 = u32::MAX;
@@ -801,6 +805,22 @@ impl Exchange {
             self.inject(account, &msg);
             self.stats.lies += 1;
             told.push((account, user_ref));
+        }
+        told
+    }
+
+    /// Hostile-venue fault: books `shares` more bought in the first symbol for every account,
+    /// with no report — an execution the venue says happened and the client never saw. Only
+    /// the next reconciliation answer's position (`y`) shows it. Returns the accounts lied to.
+    pub fn lie_position(&mut self, shares: u64) -> Vec<u32> {
+        let mut told = Vec::new();
+        for (account, a) in self.accounts.iter_mut().enumerate() {
+            let Some(first) = a.positions.first_mut() else {
+                continue;
+            };
+            first.0 = first.0.saturating_add(shares);
+            self.stats.lies += 1;
+            told.push(account as u32);
         }
         told
     }

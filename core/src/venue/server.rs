@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 use crate::hash::FxHashMap;
 use std::net::SocketAddr;
 
-use super::exchange::{Exchange, ExchangeConfig, Lie};
+use super::exchange::{Exchange, ExchangeConfig, Lie, POSITION_LIE_MAX};
 use super::flow::{Flow, FlowConfig, EVENTS_PER_SEC_MAX};
 use crate::net::{
     ConnId, ListenerId, NetError, NetEvent, Reactor, ReactorConfig, SocketTransport, Tls,
@@ -1266,6 +1266,16 @@ impl<T: Transport> VenueServer<T> {
             "help" => args.end()?,
             "lie" => {
                 let word = args.args.next().unwrap_or("");
+                if word == "position" {
+                    let shares = args.num("shares", 1, POSITION_LIE_MAX)?;
+                    args.end()?;
+                    let told = self.exchange.lie_position(shares);
+                    if told.is_empty() {
+                        return Err("lie position: no account to lie to".into());
+                    }
+                    let told: Vec<String> = told.iter().map(u32::to_string).collect();
+                    return Ok(told.join(" "));
+                }
                 let lie = match word {
                     "unknown-fill" => Lie::UnknownFill,
                     "overfill" => Lie::Overfill,
@@ -1275,7 +1285,7 @@ impl<T: Transport> VenueServer<T> {
                     other => {
                         return Err(format!(
                             "lie: expected unknown-fill|overfill|fill-after-close|zero-fill|\
-                             off-limit-fill, got '{other}'"
+                             off-limit-fill|position, got '{other}'"
                         ))
                     }
                 };
@@ -1373,7 +1383,7 @@ impl<T: Transport> VenueServer<T> {
 /// Every control command: its syntax and what it does, as `help` answers them (one line each,
 /// then `ok help`). A command added to [`VenueServer::apply_control`] gets its line here (the
 /// test `control_help_lists_every_command` sends each one).
-pub const CONTROL_COMMANDS: [(&str, &str); 31] = [
+pub const CONTROL_COMMANDS: [(&str, &str); 32] = [
     (
         "md-faults DROP DUP SWAP CROSS",
         "market data: every n-th book delta dropped, doubled, swapped, crossed (0: never)",
@@ -1449,6 +1459,10 @@ pub const CONTROL_COMMANDS: [(&str, &str); 31] = [
     (
         "lie off-limit-fill",
         "an execution of the newest open order through its limit",
+    ),
+    (
+        "lie position N",
+        "N shares bought in the first symbol booked, never reported (1..=1000000000)",
     ),
     (
         "gap N",
