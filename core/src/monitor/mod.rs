@@ -422,6 +422,7 @@ impl Monitor {
                 "link": match v { Value::Scalar(c) => link_state_text(*c), _ => "?" },
                 "mode": match s.scalar("keel_venue_mode", l) { 0 => "down", 1 => "read-only", _ => "trading" },
                 "breaker": breaker_text(s.scalar("keel_breaker_state", l)),
+                "breaker_opened": s.scalar("keel_breaker_opened_total", l),
                 "failure_pct": s.scalar("keel_breaker_failure_permille", l) as f64 / 10.0,
                 "connects": s.scalar("keel_link_connects_total", l),
                 "connect_failures": s.scalar("keel_link_connect_failures_total", l),
