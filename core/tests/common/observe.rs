@@ -15,6 +15,7 @@ use keel::order::VenueId;
 
 use super::peers::{venue, Proc, Venue, KEEL};
 
+/// Waits (bounded) until `done`, failing with `what`.
 pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !done() {
@@ -66,6 +67,7 @@ pub fn get(addr: &str, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// A port free on loopback now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -74,11 +76,44 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// `keel ARGS`: its exit code and its stdout then stderr.
 pub fn keel(args: &[&str]) -> (i32, String) {
     let out = Process::new(KEEL).args(args).output().unwrap();
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code().unwrap_or(-1), text)
+}
+
+/// A real Prometheus server (`None`: not installed, skipped) in `dir/prometheus`, scraping
+/// `target` every second: the process (killed on drop) and its web address.
+pub fn prometheus(dir: &Path, target: &str) -> Option<(Proc, String)> {
+    let prometheus = program("prometheus")?;
+    let web = format!("127.0.0.1:{}", free_port());
+    let pdir = dir.join("prometheus");
+    std::fs::create_dir_all(&pdir).unwrap();
+    let pconfig = pdir.join("prometheus.yml");
+    std::fs::write(
+        &pconfig,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: keel\n    \
+             static_configs:\n      - targets: ['{target}']\n"
+        ),
+    )
+    .unwrap();
+    let server = Proc(
+        Process::new(prometheus)
+            .arg(format!("--config.file={}", pconfig.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                pdir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={web}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(pdir.join("prometheus.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    Some((server, web))
 }
 
 /// `keel venue` and a `keel run` configuration against it (not started).
@@ -93,6 +128,7 @@ pub struct World {
     pub ipc: PathBuf,
 }
 
+/// [`world_with`] nothing extra.
 pub fn world() -> World {
     world_with("")
 }
@@ -158,7 +194,6 @@ pub fn synced_channel(ipc: &Path) -> Channel {
     });
     channel.unwrap()
 }
-
 
 /// The live page open in headless Chromium (tests/interop/page_watch.py over the DevTools
 /// protocol); `None` (skipped, saying so) without Chromium or the interop Python.

@@ -17,7 +17,7 @@ reads commands on stdin, one per line, and answers each on stdout with one line:
                               from now if it was not), "timeout <texts seen>" after S s
     eval S EXPRESSION...   -> "ok <JSON value>" once EXPRESSION (JavaScript, the rest of the
                               line) is truthy, "timeout <JSON value>" after S s
-    load S                 -> reloads the page; "ok <title>" once it shows the live page's
+    load S                 -> loads URL again; "ok <title>" once it shows the live page's
                               table, "timeout <its text>" after S s
     shot PATH              -> "ok" after writing a PNG screenshot to PATH
     quit
@@ -149,7 +149,7 @@ async def main():
                     ok, last = await until(expr, float(words[1]))
                     print(("ok " if ok else "timeout ") + json.dumps(last), flush=True)
                 elif words[0] == "load":
-                    await call("Page.reload", ignoreCache=True)
+                    await call("Page.navigate", url=url)
                     ok, _ = await until(
                         "document.readyState === 'complete' && !!document.querySelector('#venues')",
                         float(words[1]))
