@@ -1,12 +1,13 @@
 //! The out-of-band side thread: its own thread and its own port, never a loop core. It reads
 //! the counters file (never the loops' memory), evaluates the alert thresholds, and serves
 //! HTTP: Prometheus text at `/metrics`, readiness at `/health`, the state as JSON at
-//! `/api/state`, a live dashboard at `/` fed by server-sent events at `/events`. A storm on
+//! `/api/state` and its last 15 minutes at `/api/history`, a live dashboard at `/` fed by server-sent events at `/events`. A storm on
 //! the business path cannot make it think the engine is dead, and a slow scraper or browser
 //! cannot slow a loop: the loops only ever write their regions of the file.
 
 pub mod alerts;
 pub mod control;
+pub mod history;
 pub mod http;
 pub mod prometheus;
 
@@ -101,6 +102,7 @@ pub struct Monitor {
     control: Option<(Controller, crate::engine::control::ControlSender)>,
     reader: CountersReader,
     alerts: Alerts,
+    history: history::History,
     last: Option<Snapshot>,
     clock: TscClock,
     counters: Arc<MonitorCounters>,
@@ -138,6 +140,7 @@ impl Monitor {
             control: None,
             reader: CountersReader::open(counters)?,
             alerts: Alerts::new(alerts, budget),
+            history: history::History::default(),
             last: None,
             clock,
             counters: monitor_counters,
@@ -207,6 +210,7 @@ impl Monitor {
     fn read(&mut self, now: u64) {
         let snap = self.reader.snapshot();
         self.alerts.evaluate(now, &snap);
+        self.history.record(now, &snap, &self.alerts);
         self.counters.readings.fetch_add(1, Ordering::Relaxed);
         self.last = Some(snap);
     }
@@ -253,6 +257,10 @@ impl Monitor {
                 page(status, "text/plain; charset=utf-8", why)
             }
             "/api/state" => page("200 OK", "application/json", self.state_json()),
+            "/api/history" => {
+                let json = self.history.json(self.clock.now_ns());
+                page("200 OK", "application/json", json)
+            }
             "/" | "/index.html" => page("200 OK", "text/html; charset=utf-8", DASHBOARD.into()),
             "/events" => Answer::Stream(format!("data: {}\n\n", self.state_json())),
             _ => {
