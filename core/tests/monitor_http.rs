@@ -320,7 +320,8 @@ fn the_monitor_answers_through_hundreds_of_idle_and_dripping_clients() {
 // Goal (issue 23, point 12): the documented deadlines, one client at a time. Method: a
 // connection that sends nothing is closed with zero bytes received (never a 400 a browser
 // would take for its page) and counted; one that drips its head a byte per 100 ms is answered
-// 400 "incomplete request" and counted; a whole request then is still answered.
+// 400 "incomplete request" and counted; a whole request then is still answered; a head of
+// exactly the bound is served, one byte longer refused 431.
 #[test]
 fn a_silent_connection_is_closed_unanswered_and_a_dripper_cut_with_400() {
     let (w, engine, addr, _channel) = engine();
@@ -359,8 +360,22 @@ fn a_silent_connection_is_closed_unanswered_and_a_dripper_cut_with_400() {
     assert!(answer.contains("incomplete request"), "{answer}");
     assert!(metric(&addr, "keel_monitor_slow_cut_total") >= 1);
     assert_eq!(get(&addr, "/health").0, 200);
+
+    // The head's bound (8 KiB, its final blank line not counted): the longest is served, one
+    // byte more refused 431, both sent whole.
+    let prefix = "GET /health HTTP/1.1\r\nX: ";
+    for (extra, status) in [(0, "HTTP/1.1 200"), (1, "HTTP/1.1 431")] {
+        let pad = "p".repeat(keel::monitor::http::REQUEST_HEAD_MAX - prefix.len() + extra);
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.write_all(format!("{prefix}{pad}\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        assert!(text.starts_with(status), "{extra} byte over: {text}");
+    }
     let accepted = metric(&addr, "keel_monitor_accepted_total");
-    assert!(accepted >= 5, "{accepted}");
+    assert!(accepted >= 7, "{accepted}");
     stop_keel_run(engine, &w.dir.path().join("run.log"));
 }
 

@@ -24,8 +24,11 @@ use super::MonitorCounters;
 pub const CONNECTIONS_MAX: usize = 256;
 /// Browsers on the live page at once; one more is refused (503).
 pub const EVENT_CLIENTS_MAX: usize = 16;
-/// Longest request head accepted; a longer one is refused 431.
+/// Longest request head accepted, its final blank line (`\r\n\r\n`) not counted; a longer
+/// one is refused 431.
 pub const REQUEST_HEAD_MAX: usize = 8 * 1024;
+/// The terminator that ends a request head.
+const HEAD_END: &[u8] = b"\r\n\r\n";
 /// How long a client may take to send its whole request head, from its connection.
 pub const REQUEST_WAIT_NS: u64 = 500_000_000;
 /// How long a client may take to read its whole answer.
@@ -396,12 +399,16 @@ fn read_head(stream: &mut TcpStream, head: &mut Vec<u8>) -> Head {
             Ok(0) => return Head::Closed,
             Ok(n) => {
                 // Only the new bytes (and the 3 before them) can complete the terminator.
-                let from = head.len().saturating_sub(3);
+                let from = head.len().saturating_sub(HEAD_END.len() - 1);
                 head.extend_from_slice(&buf[..n]);
-                if let Some(end) = head[from..].windows(4).position(|w| w == b"\r\n\r\n") {
+                let found = head[from..]
+                    .windows(HEAD_END.len())
+                    .position(|w| w == HEAD_END);
+                if let Some(end) = found {
                     return parse(&head[..from + end]);
                 }
-                if head.len() > REQUEST_HEAD_MAX {
+                // No terminator within the longest head and its terminator: too large.
+                if head.len() >= REQUEST_HEAD_MAX + HEAD_END.len() {
                     return Head::TooLarge;
                 }
             }

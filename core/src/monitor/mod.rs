@@ -1,7 +1,8 @@
 //! The out-of-band side thread: its own thread and its own port, never a loop core. It reads
 //! the counters file (never the loops' memory), evaluates the alert thresholds, and serves
-//! HTTP: Prometheus text at `/metrics`, readiness at `/health`, the state as JSON at
-//! `/api/state` and its last 15 minutes at `/api/history`, a live dashboard at `/` fed by server-sent events at `/events`. A storm on
+//! HTTP (many clients side by side: `http.rs`): Prometheus text at `/metrics`, readiness at
+//! `/health`, the state as JSON at `/api/state` and its last 15 minutes at `/api/history`
+//! (`history.rs`), a live dashboard at `/` fed by server-sent events at `/events`. A storm on
 //! the business path cannot make it think the engine is dead, and a slow scraper or browser
 //! cannot slow a loop: the loops only ever write their regions of the file.
 
