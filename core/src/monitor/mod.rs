@@ -1,16 +1,18 @@
 //! The out-of-band side thread: its own thread and its own port, never a loop core. It reads
 //! the counters file (never the loops' memory), evaluates the alert thresholds, and serves
-//! HTTP: Prometheus text at `/metrics`, readiness at `/health`, the state as JSON at
-//! `/api/state`, a live dashboard at `/` fed by server-sent events at `/events`. A storm on
+//! HTTP (many clients side by side: `http.rs`): Prometheus text at `/metrics`, readiness at
+//! `/health`, the state as JSON at `/api/state` and its last 15 minutes at `/api/history`
+//! (`history.rs`), a live dashboard at `/` fed by server-sent events at `/events`. A storm on
 //! the business path cannot make it think the engine is dead, and a slow scraper or browser
 //! cannot slow a loop: the loops only ever write their regions of the file.
 
 pub mod alerts;
 pub mod control;
+pub mod history;
+pub mod http;
 pub mod prometheus;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,24 +28,55 @@ use crate::metrics::{CountersReader, Snapshot, Value};
 
 /// How often the side thread reads the counters file (alerts and the live page run at this rate).
 const READ_INTERVAL_NS: u64 = 250_000_000;
-/// Browsers on the live page at once; one more is refused (503).
-const EVENT_CLIENTS_MAX: usize = 16;
-/// Longest request head accepted.
-const REQUEST_HEAD_MAX: usize = 8 * 1024;
-/// How long a client may take to send its request.
-const REQUEST_WAIT: Duration = Duration::from_millis(500);
+/// Longest wait for a socket while the controller runs (it decides when it is due).
+const CONTROL_WAIT_NS: u64 = 5_000_000;
 
 /// What the side thread counted (also in `/metrics`).
 #[derive(Debug, Default)]
 pub struct MonitorCounters {
-    /// Requests served, any path.
+    /// Requests answered, any path, any status.
     pub requests: AtomicU64,
-    /// Requests refused (malformed, too large, unknown path, wrong method).
+    /// Requests refused (malformed, too large, unfinished in time, unknown path, wrong method).
     pub bad_requests: AtomicU64,
     /// Live-page clients dropped (too slow to take their events, or too many).
     pub clients_dropped: AtomicU64,
     /// Readings of the counters file.
     pub readings: AtomicU64,
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Connections open now (a gauge: reading, answering, lingering, streaming).
+    pub connections: AtomicU64,
+    /// Connections that sent not one byte by their deadline, closed unanswered.
+    pub silent_closed: AtomicU64,
+    /// Connections whose request head was still unfinished at its deadline (answered 400).
+    pub slow_cut: AtomicU64,
+    /// Connections closed to make room in a full table (the oldest silent one first).
+    pub evicted: AtomicU64,
+    /// Answers the client did not take within their deadline (connection cut).
+    pub write_timeouts: AtomicU64,
+}
+
+impl MonitorCounters {
+    /// The connection handling's counters and gauge, as `/metrics` lines.
+    fn export_connections(&self, extra: &mut Vec<(String, &'static str, String, f64)>) {
+        for (name, v) in [
+            ("keel_monitor_accepted_total", &self.accepted),
+            ("keel_monitor_silent_closed_total", &self.silent_closed),
+            ("keel_monitor_slow_cut_total", &self.slow_cut),
+            ("keel_monitor_evicted_total", &self.evicted),
+            ("keel_monitor_write_timeouts_total", &self.write_timeouts),
+        ] {
+            let v = v.load(Ordering::Relaxed) as f64;
+            extra.push((name.to_string(), "counter", String::new(), v));
+        }
+        let open = self.connections.load(Ordering::Relaxed) as f64;
+        extra.push((
+            "keel_monitor_connections".into(),
+            "gauge",
+            String::new(),
+            open,
+        ));
+    }
 }
 
 /// Why the side thread could not start.
@@ -64,13 +97,13 @@ pub enum MonitorError {
 
 /// The side thread's state.
 pub struct Monitor {
-    /// Its port (`None`: no HTTP, the thread runs the controller only).
-    listener: Option<TcpListener>,
+    /// Its port and connections (`None`: no HTTP, the thread runs the controller only).
+    http: Option<http::Server>,
     /// The adaptive controller and its ring into the dispatcher loop, if switched on.
     control: Option<(Controller, crate::engine::control::ControlSender)>,
     reader: CountersReader,
     alerts: Alerts,
-    clients: Vec<TcpStream>,
+    history: history::History,
     last: Option<Snapshot>,
     clock: TscClock,
     counters: Arc<MonitorCounters>,
@@ -92,32 +125,32 @@ impl Monitor {
         alerts: AlertsConfig,
         budget: BudgetConfig,
     ) -> Result<Self, MonitorError> {
-        let listener = match addr {
+        let clock = TscClock::new();
+        let monitor_counters: Arc<MonitorCounters> = Arc::default();
+        let http = match addr {
             Some(addr) => {
-                let listener = TcpListener::bind(addr)
-                    .map_err(|source| MonitorError::Listen { addr, source })?;
-                listener
-                    .set_nonblocking(true)
-                    .map_err(|source| MonitorError::Listen { addr, source })?;
-                Some(listener)
+                let server = TcpListener::bind(addr).and_then(|listener| {
+                    http::Server::new(listener, clock.clone(), Arc::clone(&monitor_counters))
+                });
+                Some(server.map_err(|source| MonitorError::Listen { addr, source })?)
             }
             None => None,
         };
         Ok(Self {
-            listener,
+            http,
             control: None,
             reader: CountersReader::open(counters)?,
             alerts: Alerts::new(alerts, budget),
-            clients: Vec::new(),
+            history: history::History::default(),
             last: None,
-            clock: TscClock::new(),
-            counters: Arc::default(),
+            clock,
+            counters: monitor_counters,
         })
     }
 
     /// The address it serves.
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.listener.as_ref().and_then(|l| l.local_addr().ok())
+        self.http.as_ref().and_then(http::Server::local_addr)
     }
 
     /// Runs the adaptive controller on this thread, sending through `ring`; returns its
@@ -159,16 +192,17 @@ impl Monitor {
                     controller.tick(now, &snap, ring);
                 }
             }
-            let Some(listener) = &self.listener else {
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
-            };
-            match listener.accept() {
-                Ok((stream, _)) => self.serve(stream),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(5));
+            let mut wait_ns = next_read.saturating_sub(now);
+            if self.control.is_some() {
+                wait_ns = wait_ns.min(CONTROL_WAIT_NS);
+            }
+            // Taken out for the pass so the routes can borrow the rest of the monitor.
+            match self.http.take() {
+                Some(mut server) => {
+                    server.turn(wait_ns, |request| self.route(request));
+                    self.http = Some(server);
                 }
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                None => std::thread::sleep(Duration::from_nanos(wait_ns.max(1_000_000))),
             }
         }
         // Stopping: whatever the controller capped stays with the engine, which stops too.
@@ -177,81 +211,42 @@ impl Monitor {
     fn read(&mut self, now: u64) {
         let snap = self.reader.snapshot();
         self.alerts.evaluate(now, &snap);
+        self.history.record(now, &snap, &self.alerts);
         self.counters.readings.fetch_add(1, Ordering::Relaxed);
         self.last = Some(snap);
     }
 
     fn push_events(&mut self) {
-        if self.clients.is_empty() {
+        if self.http.as_ref().is_none_or(|s| s.streams() == 0) {
             return;
         }
+        // A client too far behind is dropped: the next reading is newer anyway, and nothing
+        // here ever waits on a browser.
         let event = format!("data: {}\n\n", self.state_json());
-        let before = self.clients.len();
-        // A client that cannot take the whole event now is dropped: the next reading is
-        // newer anyway, and nothing here ever waits on a browser.
-        self.clients
-            .retain_mut(|c| matches!(c.write(event.as_bytes()), Ok(n) if n == event.len()));
-        let dropped = before - self.clients.len();
-        self.counters
-            .clients_dropped
-            .fetch_add(dropped as u64, Ordering::Relaxed);
+        if let Some(server) = &mut self.http {
+            server.broadcast(event.as_bytes());
+        }
     }
 
-    fn serve(&mut self, mut stream: TcpStream) {
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_read_timeout(Some(REQUEST_WAIT));
-        let _ = stream.set_write_timeout(Some(REQUEST_WAIT));
-        self.counters.requests.fetch_add(1, Ordering::Relaxed);
-        let mut head = Vec::with_capacity(1024);
-        let mut buf = [0u8; 1024];
-        let complete = loop {
-            match stream.read(&mut buf) {
-                Ok(0) | Err(_) => break false,
-                Ok(n) => {
-                    head.extend_from_slice(&buf[..n]);
-                    if head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        break true;
-                    }
-                    if head.len() > REQUEST_HEAD_MAX {
-                        break false;
-                    }
-                }
-            }
-        };
-        let line = String::from_utf8_lossy(&head);
-        let mut words = line.lines().next().unwrap_or("").split(' ');
-        let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-        let path = target.split('?').next().unwrap_or("");
-        let bad = |s: &mut Self, stream: &mut TcpStream, status: &str, why: &str| {
-            s.counters.bad_requests.fetch_add(1, Ordering::Relaxed);
-            respond(stream, status, "text/plain; charset=utf-8", why.as_bytes());
-        };
-        if !complete {
-            let (status, why) = if head.len() > REQUEST_HEAD_MAX {
-                (
-                    "431 Request Header Fields Too Large",
-                    "request head too large\n",
-                )
-            } else {
-                ("400 Bad Request", "incomplete request\n")
-            };
-            return bad(self, &mut stream, status, why);
-        }
-        if method != "GET" && method != "HEAD" {
-            return bad(self, &mut stream, "405 Method Not Allowed", "GET only\n");
+    /// What a complete request is answered.
+    fn route(&mut self, request: &http::Request) -> http::Answer {
+        use http::Answer;
+        if request.method != "GET" && request.method != "HEAD" {
+            self.counters.bad_requests.fetch_add(1, Ordering::Relaxed);
+            return Answer::refuse("405 Method Not Allowed", "GET only\n");
         }
         // Each answer shows the file as it is now (alerts as of their last evaluation).
         self.last = Some(self.reader.snapshot());
-        match path {
+        let page = |status, content_type, body: String| Answer::Page {
+            status,
+            content_type,
+            body: body.into_bytes(),
+        };
+        match request.path.as_str() {
             "/metrics" => {
                 let snap = self.last.clone().unwrap_or_else(|| self.reader.snapshot());
                 let text = prometheus::render(&snap, &self.extra_metrics());
-                respond(
-                    &mut stream,
-                    "200 OK",
-                    "text/plain; version=0.0.4; charset=utf-8",
-                    text.as_bytes(),
-                );
+                page("200 OK", "text/plain; version=0.0.4; charset=utf-8", text)
             }
             "/health" => {
                 let (ready, why) = self.health();
@@ -260,44 +255,19 @@ impl Monitor {
                 } else {
                     "503 Service Unavailable"
                 };
-                respond(
-                    &mut stream,
-                    status,
-                    "text/plain; charset=utf-8",
-                    why.as_bytes(),
-                );
+                page(status, "text/plain; charset=utf-8", why)
             }
-            "/api/state" => {
-                let json = self.state_json();
-                respond(&mut stream, "200 OK", "application/json", json.as_bytes());
+            "/api/state" => page("200 OK", "application/json", self.state_json()),
+            "/api/history" => {
+                let json = self.history.json(self.clock.now_ns());
+                page("200 OK", "application/json", json)
             }
-            "/" | "/index.html" => respond(
-                &mut stream,
-                "200 OK",
-                "text/html; charset=utf-8",
-                DASHBOARD.as_bytes(),
-            ),
-            "/events" => {
-                if self.clients.len() >= EVENT_CLIENTS_MAX {
-                    self.counters
-                        .clients_dropped
-                        .fetch_add(1, Ordering::Relaxed);
-                    return respond(
-                        &mut stream,
-                        "503 Service Unavailable",
-                        "text/plain",
-                        b"too many live clients\n",
-                    );
-                }
-                let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
-                            Cache-Control: no-cache\r\nConnection: keep-alive\r\n\r\n";
-                let first = format!("{head}data: {}\n\n", self.state_json());
-                if stream.write_all(first.as_bytes()).is_ok() {
-                    let _ = stream.set_nonblocking(true);
-                    self.clients.push(stream);
-                }
+            "/" | "/index.html" => page("200 OK", "text/html; charset=utf-8", DASHBOARD.into()),
+            "/events" => Answer::Stream(format!("data: {}\n\n", self.state_json())),
+            _ => {
+                self.counters.bad_requests.fetch_add(1, Ordering::Relaxed);
+                Answer::refuse("404 Not Found", "no such page\n")
             }
-            _ => bad(self, &mut stream, "404 Not Found", "no such page\n"),
         }
     }
 
@@ -458,6 +428,7 @@ impl Monitor {
                 v.load(Ordering::Relaxed) as f64,
             ));
         }
+        c.export_connections(&mut extra);
         extra
     }
 
@@ -492,6 +463,7 @@ impl Monitor {
                 "link": match v { Value::Scalar(c) => link_state_text(*c), _ => "?" },
                 "mode": match s.scalar("keel_venue_mode", l) { 0 => "down", 1 => "read-only", _ => "trading" },
                 "breaker": breaker_text(s.scalar("keel_breaker_state", l)),
+                "breaker_opened": s.scalar("keel_breaker_opened_total", l),
                 "failure_pct": s.scalar("keel_breaker_failure_permille", l) as f64 / 10.0,
                 "connects": s.scalar("keel_link_connects_total", l),
                 "connect_failures": s.scalar("keel_link_connect_failures_total", l),
@@ -580,17 +552,6 @@ impl Monitor {
         })
         .to_string()
     }
-}
-
-fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &[u8]) {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-         Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(head.as_bytes());
-    let _ = stream.write_all(body);
-    let _ = stream.flush();
 }
 
 /// Moves the calling thread off `avoid` (the loops' cores) when another core exists.

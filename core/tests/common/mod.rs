@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod alloc;
+pub mod observe;
 pub mod peers;
 
 use keel::dispatch::{

@@ -1,13 +1,24 @@
 #!/usr/bin/env python3
 """Drives headless Chromium over the DevTools protocol (CDP) to read a live page's DOM.
 
-    page_watch.py CHROMIUM URL PROFILE_DIR
+    page_watch.py CHROMIUM URL PROFILE_DIR [SELECTOR...]
+
+Each SELECTOR given is watched (see `watch`) from the page's first load on.
 
 It opens URL once and keeps it open (the page updates itself from server-sent events), then
 reads commands on stdin, one per line, and answers each on stdout with one line:
 
     text SELECTOR          -> the element's textContent, or "<none>"
     wait SELECTOR TEXT S   -> "ok" once the element's text is TEXT, "timeout <last>" after S s
+    watch SELECTOR         -> "ok"; from now on every text the element shows is recorded (a
+                              MutationObserver in the page, so no state is missed between
+                              two looks); watching it again starts a fresh record
+    seen SELECTOR TEXT S   -> "ok" once the watched element has ever shown TEXT (watching it
+                              from now if it was not), "timeout <texts seen>" after S s
+    eval S EXPRESSION...   -> "ok <JSON value>" once EXPRESSION (JavaScript, the rest of the
+                              line) is truthy, "timeout <JSON value>" after S s
+    load S                 -> loads URL again; "ok <title>" once it shows the live page's
+                              table, "timeout <its text>" after S s
     shot PATH              -> "ok" after writing a PNG screenshot to PATH
     quit
 
@@ -26,8 +37,29 @@ import urllib.request
 import websockets
 
 
+# Records every text the watched elements show: a MutationObserver runs after each change the
+# page makes, so a state the page passes through between two of the test's looks is kept.
+WATCH = """((sel, reset) => {
+  const w = window.__keelWatch || (window.__keelWatch = { seen: {}, observer: null });
+  const record = () => {
+    for (const [s, texts] of Object.entries(w.seen)) {
+      const e = document.querySelector(s);
+      if (e) texts.add(e.textContent);
+    }
+  };
+  if (reset || !w.seen[sel]) w.seen[sel] = new Set();
+  if (!w.observer) {
+    w.observer = new MutationObserver(record);
+    w.observer.observe(document, { subtree: true, childList: true, characterData: true });
+  }
+  record();
+  return true;
+})(%s, %s)"""
+
+
 async def main():
     chromium, url, profile = sys.argv[1:4]
+    early = sys.argv[4:]
     proc = subprocess.Popen(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
          "--no-first-run", "--disable-background-networking", "--disable-component-update",
@@ -62,7 +94,25 @@ async def main():
                 r = await call("Runtime.evaluate", expression=expr, returnByValue=True)
                 return r["result"].get("value", "<none>")
 
+            async def value(expr):
+                r = await call("Runtime.evaluate", expression=expr, returnByValue=True)
+                return r["result"].get("value")
+
+            async def until(expr, seconds):
+                end = time.time() + seconds
+                last = await value(expr)
+                while not last and time.time() < end:
+                    await asyncio.sleep(0.1)
+                    last = await value(expr)
+                return bool(last), last
+
+            def watch(selector, reset):
+                return WATCH % (json.dumps(selector), json.dumps(reset))
+
             await call("Page.enable")
+            if early:
+                source = ";".join(watch(sel, False) for sel in early)
+                await call("Page.addScriptToEvaluateOnNewDocument", source=source)
             await call("Page.navigate", url=url)
             print("ready", flush=True)
             loop = asyncio.get_running_loop()
@@ -85,6 +135,27 @@ async def main():
                         await asyncio.sleep(0.1)
                         last = await text(selector)
                     print("ok" if last == want else f"timeout {last}", flush=True)
+                elif words[0] == "watch":
+                    await value(watch(words[1], True))
+                    print("ok", flush=True)
+                elif words[0] == "seen":
+                    selector, want, seconds = words[1], words[2], float(words[3])
+                    await value(watch(selector, False))
+                    texts = f"[...window.__keelWatch.seen[{json.dumps(selector)}]]"
+                    ok, _ = await until(f"{texts}.includes({json.dumps(want)})", seconds)
+                    print("ok" if ok else f"timeout {json.dumps(await value(texts))}", flush=True)
+                elif words[0] == "eval":
+                    expr = line.split(None, 2)[2]
+                    ok, last = await until(expr, float(words[1]))
+                    print(("ok " if ok else "timeout ") + json.dumps(last), flush=True)
+                elif words[0] == "load":
+                    await call("Page.navigate", url=url)
+                    ok, _ = await until(
+                        "document.readyState === 'complete' && !!document.querySelector('#venues')",
+                        float(words[1]))
+                    shown = await value("document.title" if ok else
+                                        "document.body ? document.body.innerText.slice(0, 200) : ''")
+                    print(("ok " if ok else "timeout ") + json.dumps(shown), flush=True)
                 elif words[0] == "shot":
                     r = await call("Page.captureScreenshot", format="png")
                     with open(words[1], "wb") as f:
