@@ -9,8 +9,11 @@
 //! or a Login Rejected for bad credentials); it never reaches the exchange.
 //!
 //! Bounds at the edge: order entry and control have separate pools of slots
-//! (`sessions_max`, `controls_max`); a session that has not logged in within
-//! `login_timeout_ns` is closed, whatever it sends meanwhile; a control line is at most
+//! (`sessions_max`, `controls_max`); inside order entry, connections that have not logged in
+//! hold at most `prelogin_max` slots, and a newcomer evicts the oldest of them rather than
+//! being refused (so a flood of idle connections can never keep a real client from logging
+//! in); a session that has not logged in within `login_timeout_ns` is closed, whatever it
+//! sends meanwhile; a control line is at most
 //! [`CONTROL_LINE_MAX`] bytes and every number in a command is range-checked; a connection the
 //! server closes keeps its slot until what was queued for it is written (at most
 //! [`CLOSE_LINGER_NS`]), so its last answer is not lost.
@@ -59,6 +62,10 @@ pub const CLOSE_LINGER_NS: u64 = 2_000_000_000;
 /// The longest Debug packet text the `debug-packet` command sends, bytes: with its type byte
 /// it is the largest packet a SoupBinTCP length field can announce (65,535).
 pub const DEBUG_TEXT_MAX: u64 = 65_534;
+
+/// The longest login deadline `keel venue --login-timeout-ms` takes, milliseconds: a minute, as
+/// for the fault delays; a client that needs longer to send one Login Request is not a client.
+pub const LOGIN_TIMEOUT_MAX_MS: u64 = 60_000;
 
 /// The widest login gap the `gap` command takes, reports (the venue never skips past the end
 /// of the stream anyway).
@@ -111,6 +118,10 @@ pub struct VenueConfig {
     pub max_packet_len: u16,
     /// Order-entry connection slots (logged in or not).
     pub sessions_max: u32,
+    /// Of those, the most held by connections that have not logged in (1..=`sessions_max`):
+    /// past it, or when every slot is taken, a new connection evicts the oldest of them
+    /// (`DropReason::PreLoginEvicted`); a connect is refused only when every slot is logged in.
+    pub prelogin_max: u32,
     /// Control connection slots, a pool of their own: no number of order-entry connections
     /// can lock the operator out.
     pub controls_max: u32,
@@ -147,6 +158,7 @@ impl Default for VenueConfig {
             client_timeout_ns: 15_000_000_000,
             max_packet_len: 1024,
             sessions_max: 256,
+            prelogin_max: 64,
             controls_max: 8,
             login_timeout_ns: 5_000_000_000,
             control_idle_timeout_ns: 300_000_000_000,
@@ -176,6 +188,9 @@ pub enum DropReason {
     SessionsFull,
     /// Not logged in within `login_timeout_ns`.
     LoginTimeout,
+    /// Not logged in yet, and the oldest such connection when a newer one needed its slot
+    /// (`prelogin_max` reached, or every slot taken).
+    PreLoginEvicted,
     /// Fault injection: drop or restart.
     Injected,
     /// The client logged out.
@@ -214,6 +229,8 @@ pub struct VenueStats {
 struct Session {
     account: Option<u32>,
     opened_ns: u64,
+    /// Accept order (sessions accepted in one pass share `opened_ns`).
+    arrival: u64,
     next_seq: u64,
     last_rx_ns: u64,
     last_tx_ns: u64,
@@ -259,6 +276,8 @@ pub struct VenueServer<T: Transport = Reactor> {
     local: SocketAddr,
     control_local: Option<SocketAddr>,
     sessions: FxHashMap<ConnId, Session>,
+    /// Order-entry connections accepted so far (each session's `arrival`).
+    arrivals: u64,
     controls: Vec<Control>,
     closing: Vec<Closing>,
     /// Connections held by the saturating-gateway fault until `held_until_ns`.
@@ -359,6 +378,13 @@ impl<T: Transport> VenueServer<T> {
     }
 
     fn with_tls(config: VenueConfig, transport: Tls<T>, local: SocketAddr) -> Self {
+        assert!(config.prelogin_max >= 1, "prelogin_max 0 admits no client");
+        assert!(
+            config.prelogin_max <= config.sessions_max,
+            "prelogin_max {} over sessions_max {}",
+            config.prelogin_max,
+            config.sessions_max
+        );
         let exchange = Exchange::new(config.exchange.clone());
         let flow = Flow::new(config.flow, exchange.symbol_count());
         Self {
@@ -370,6 +396,7 @@ impl<T: Transport> VenueServer<T> {
             local,
             control_local: None,
             sessions: FxHashMap::default(),
+            arrivals: 0,
             controls: Vec::with_capacity(config.controls_max as usize),
             closing: Vec::with_capacity((config.sessions_max + config.controls_max) as usize),
             held: Vec::new(),
@@ -573,9 +600,7 @@ impl<T: Transport> VenueServer<T> {
                     self.reactor.close(conn);
                     return;
                 }
-                let closing = self.closing.iter().filter(|c| !c.control).count();
-                let taken = self.sessions.len() + self.held.len() + closing;
-                if taken >= self.config.sessions_max as usize {
+                if !self.make_room() {
                     self.count_drop(DropReason::SessionsFull);
                     self.reactor.close(conn);
                     return;
@@ -613,6 +638,43 @@ impl<T: Transport> VenueServer<T> {
         }
     }
 
+    /// Frees a slot for a new order-entry connection if it needs one: when the pre-login
+    /// connections hold `prelogin_max` slots, or every slot is taken, the oldest connection
+    /// not logged in is evicted. False when no slot can be had (every one logged in, held or
+    /// closing).
+    ///
+    /// Evicting the oldest, not refusing the newest: with refusal, a flood that keeps
+    /// `prelogin_max` idle connections open (reopening each at its login deadline) would
+    /// refuse every real client for good; with eviction a real client, which sends its login
+    /// at once, loses its slot only if `prelogin_max` newer connections arrive before its
+    /// Login Request is read — within one round trip on loopback.
+    fn make_room(&mut self) -> bool {
+        let closing = self.closing.iter().filter(|c| !c.control).count();
+        let taken = self.sessions.len() + self.held.len() + closing;
+        let (prelogin, oldest) = self.prelogin();
+        let full = taken >= self.config.sessions_max as usize;
+        if !full && prelogin < self.config.prelogin_max {
+            return true;
+        }
+        let Some(oldest) = oldest else {
+            return false;
+        };
+        // Closed at once, without a Debug packet: lingering to write one would keep the slot
+        // this eviction is for.
+        self.count_drop(DropReason::PreLoginEvicted);
+        self.sessions.remove(&oldest);
+        self.reactor.close(oldest);
+        true
+    }
+
+    /// How many sessions have not logged in, and the oldest of them (the first accepted).
+    fn prelogin(&self) -> (u32, Option<ConnId>) {
+        let waiting = self.sessions.iter().filter(|(_, s)| s.account.is_none());
+        let count = waiting.clone().count() as u32;
+        let oldest = waiting.min_by_key(|(_, s)| s.arrival).map(|(c, _)| *c);
+        (count, oldest)
+    }
+
     /// Ends the saturating gateway's window: all held connections proceed, or all are closed.
     fn decide_held(&mut self, now_ns: u64) {
         let f = self.config.faults;
@@ -634,9 +696,11 @@ impl<T: Transport> VenueServer<T> {
     }
 
     fn open_session(&mut self, now_ns: u64, conn: ConnId) {
+        self.arrivals += 1;
         let session = Session {
             account: None,
             opened_ns: now_ns,
+            arrival: self.arrivals,
             next_seq: 1,
             last_rx_ns: now_ns,
             last_tx_ns: now_ns,
@@ -916,6 +980,7 @@ impl<T: Transport> VenueServer<T> {
                 self.config.login_timeout_ns / 1_000_000
             )),
             DropReason::LoginRejected
+            | DropReason::PreLoginEvicted
             | DropReason::Logout
             | DropReason::Injected
             | DropReason::AcceptLimit
@@ -1107,9 +1172,11 @@ impl<T: Transport> VenueServer<T> {
     /// waits longer than the latency now set (plus its jitter), so one message due far in the
     /// future can never hold order entry up after the fault is lifted.
     ///
-    /// Two commands read state instead of changing it: `open-orders` answers the ClOrdIDs of
+    /// Three commands read state instead of changing it: `open-orders` answers the ClOrdIDs of
     /// every account order open at the venue (`N id id ...`), `stats` the exchange counters
-    /// (`accepted=.. rejected=.. canceled=.. matches=.. duplicate_ids=..`).
+    /// (`accepted=.. rejected=.. canceled=.. matches=.. duplicate_ids=..`), `sessions` the
+    /// order-entry slots (`logged_in=.. prelogin=.. prelogin_max=.. logins=..
+    /// login_timeouts=.. prelogin_evicted=.. sessions_full=..`).
     pub fn apply_control(&mut self, now_ns: u64, line: &str) -> Result<String, String> {
         const MS: u64 = 1_000_000;
         let mut args = line.split_whitespace();
@@ -1324,6 +1391,10 @@ impl<T: Transport> VenueServer<T> {
                     .trim_end()
                     .to_string());
             }
+            "sessions" => {
+                args.end()?;
+                return Ok(self.sessions_line());
+            }
             "tls" => {
                 args.end()?;
                 let md = self.md.as_ref().map(|m| m.tls_stats()).unwrap_or_default();
@@ -1358,6 +1429,22 @@ impl<T: Transport> VenueServer<T> {
         Ok(String::new())
     }
 
+    /// The `sessions` answer: order-entry slots in use and what closed or refused them.
+    fn sessions_line(&self) -> String {
+        let (prelogin, _) = self.prelogin();
+        let drops = |r| self.stats.drops.get(&r).copied().unwrap_or(0);
+        format!(
+            "logged_in={} prelogin={prelogin} prelogin_max={} logins={} login_timeouts={} \
+             prelogin_evicted={} sessions_full={}",
+            self.sessions.len() as u32 - prelogin,
+            self.config.prelogin_max,
+            self.stats.logins,
+            drops(DropReason::LoginTimeout),
+            drops(DropReason::PreLoginEvicted),
+            drops(DropReason::SessionsFull)
+        )
+    }
+
     /// No held-back message waits past the latency now set: one due far in the future (under
     /// an earlier, longer latency) would otherwise hold every later one behind it. Due times
     /// stay in arrival order (capping a non-decreasing sequence keeps it non-decreasing).
@@ -1373,7 +1460,7 @@ impl<T: Transport> VenueServer<T> {
 /// Every control command: its syntax and what it does, as `help` answers them (one line each,
 /// then `ok help`). A command added to [`VenueServer::apply_control`] gets its line here (the
 /// test `control_help_lists_every_command` sends each one).
-pub const CONTROL_COMMANDS: [(&str, &str); 31] = [
+pub const CONTROL_COMMANDS: [(&str, &str); 32] = [
     (
         "md-faults DROP DUP SWAP CROSS",
         "market data: every n-th book delta dropped, doubled, swapped, crossed (0: never)",
@@ -1473,6 +1560,10 @@ pub const CONTROL_COMMANDS: [(&str, &str); 31] = [
     (
         "stats",
         "the exchange's counters (accepted=.. rejected=.. ...)",
+    ),
+    (
+        "sessions",
+        "order-entry slots: logged_in=.. prelogin=.. login_timeouts=.. prelogin_evicted=.. ...",
     ),
     (
         "tls",
