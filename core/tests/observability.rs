@@ -669,18 +669,13 @@ fn a_drill_fails_on_a_sabotaged_breaker_naming_what_failed() {
     stop_keel_run(engine, &log);
 }
 
-/// A drill on keel's own levers: the venue's control port is not given.
-fn lever_drill(w: &World, fault: &str, timeout_s: &str) -> (i32, String) {
-    keel(&[
-        "drill",
-        fault,
-        "--config",
-        w.config.to_str().unwrap(),
-        "--strategy",
-        "1",
-        "--timeout-s",
-        timeout_s,
-    ])
+/// A drill on keel's own levers: the venue's control port is not given; `extra` flags after.
+fn lever_drill(w: &World, fault: &str, timeout_s: &str, extra: &[&str]) -> (i32, String) {
+    let config = w.config.to_str().unwrap();
+    let mut args = vec!["drill", fault, "--config", config, "--strategy", "1"];
+    args.extend(["--timeout-s", timeout_s]);
+    args.extend(extra);
+    keel(&args)
 }
 
 /// Waits until `keel stat` shows the engine running with its venue SYNCED (a fact once the
@@ -700,11 +695,12 @@ fn stat_synced(w: &World) {
 // drills on keel's own levers (reconnect, breaker, kill-switch: the admin socket only) run
 // WITHOUT the venue's control port and pass every expectation, judged from the counters and
 // the drill's own orders; `--timeout-s` at its longest (3,600) is taken, 0 and 3,601 are
-// refused; a simulator drill without the port is refused naming the levers that need none.
+// refused, and so are prices that are not positive 4-decimal numbers and unknown symbols; a
+// simulator drill without the port is refused naming the levers that need none.
 #[test]
 fn drills_on_keel_levers_pass_without_the_venue_control_port() {
     let (w, engine, log) = drill_world("");
-    let (code, text) = lever_drill(&w, "reconnect", "20");
+    let (code, text) = lever_drill(&w, "reconnect", "20", &[]);
     assert_eq!(code, 0, "reconnect: {text}");
     for expected in [
         "lever: keel ctl reconnect sim",
@@ -714,7 +710,7 @@ fn drills_on_keel_levers_pass_without_the_venue_control_port() {
     ] {
         assert!(text.contains(expected), "{expected}: {text}");
     }
-    let (code, text) = lever_drill(&w, "breaker", "20");
+    let (code, text) = lever_drill(&w, "breaker", "20", &[]);
     assert_eq!(code, 0, "breaker: {text}");
     for expected in [
         "PASS the breaker opened on command",
@@ -724,7 +720,9 @@ fn drills_on_keel_levers_pass_without_the_venue_control_port() {
     ] {
         assert!(text.contains(expected), "{expected}: {text}");
     }
-    let (code, text) = lever_drill(&w, "kill-switch", "3600");
+    // The longest timeout, the lowest price, a symbol by name.
+    let extra = ["--price", "0.0001", "--symbol", "MSFT"];
+    let (code, text) = lever_drill(&w, "kill-switch", "3600", &extra);
     assert_eq!(code, 0, "kill-switch: {text}");
     for expected in [
         "kill switch off -> ON",
@@ -736,11 +734,24 @@ fn drills_on_keel_levers_pass_without_the_venue_control_port() {
         assert!(text.contains(expected), "{expected}: {text}");
     }
     for bad in ["0", "3601"] {
-        let (code, text) = lever_drill(&w, "kill-switch", bad);
+        let (code, text) = lever_drill(&w, "kill-switch", bad, &[]);
         assert_eq!(code, 64, "--timeout-s {bad}: {text}");
         assert!(text.contains("1..=3600"), "{text}");
     }
-    let (code, text) = lever_drill(&w, "link-cut", "5");
+    for bad in ["0", "-1", "1.00001", "922337203685477.5808"] {
+        let flag = format!("--price={bad}"); // `-1` as a value, not a flag
+        let (code, text) = lever_drill(&w, "kill-switch", "5", &[&flag]);
+        assert_eq!(code, 64, "--price {bad}: {text}");
+        assert!(text.contains(&format!("{bad}: ")), "{text}");
+    }
+    // The highest price keel parses: refused by keel's own price check, the drill says so.
+    let (code, text) = lever_drill(&w, "kill-switch", "5", &["--price", "922337203685477.5807"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("was not accepted"), "{text}");
+    let (code, text) = lever_drill(&w, "kill-switch", "5", &["--symbol", "NOPE"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("symbols: AAPL MSFT"), "{text}");
+    let (code, text) = lever_drill(&w, "link-cut", "5", &[]);
     assert_eq!(code, 2, "{text}");
     assert!(
         text.contains("--venue-control") && text.contains("reconnect, breaker, kill-switch"),
@@ -758,7 +769,7 @@ fn drills_on_keel_levers_pass_without_the_venue_control_port() {
 fn a_lever_drill_fails_naming_what_did_not_recover() {
     let (w, engine, log) = drill_world("");
     venue_control(&w.venue.control, "refuse on");
-    let (code, text) = lever_drill(&w, "reconnect", "1");
+    let (code, text) = lever_drill(&w, "reconnect", "1", &[]);
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("PASS the link left SYNCED"), "{text}");
     assert!(
@@ -768,7 +779,7 @@ fn a_lever_drill_fails_naming_what_did_not_recover() {
     venue_control(&w.venue.control, "refuse off");
     stat_synced(&w);
     venue_control(&w.venue.control, "reject-burst 1000000");
-    let (code, text) = lever_drill(&w, "breaker", "3");
+    let (code, text) = lever_drill(&w, "breaker", "3", &[]);
     assert_eq!(code, 1, "{text}");
     assert!(
         text.contains("PASS the breaker opened on command"),

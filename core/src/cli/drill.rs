@@ -92,10 +92,30 @@ pub struct DrillArgs {
     /// breaker, kill-switch) go through its channel.
     #[arg(long, default_value_t = 0)]
     strategy: u16,
+    /// The symbol of the drill's orders (its name in the configuration; default the first).
+    #[arg(long)]
+    symbol: Option<String>,
+    /// The limit price of the drill's orders (one-share buys, each canceled once accepted),
+    /// e.g. 1.0000: below the market so nothing trades, inside the venue's price collar so
+    /// they are accepted. Above 0, at most 4 decimals.
+    #[arg(long, default_value = "1.0000", value_parser = drill_price)]
+    price: Price,
     /// How long each expectation may take, seconds (reject-burst adds the breaker's open
     /// duration and probe wait from the configuration).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     timeout_s: u64,
+}
+
+/// `--price`: a positive price in keel's fixed point (4 decimals), refused with the value.
+fn drill_price(text: &str) -> Result<Price, String> {
+    match crate::feed::handler::parse_price(text) {
+        Some(units) if units > 0 => Ok(Price(units)),
+        Some(_) => Err(format!("{text}: a drill order's price must be above 0")),
+        None => Err(format!(
+            "{text}: not a price (digits, at most 4 decimals, at most {})",
+            crate::engine::admin::price_text(i64::MAX)
+        )),
+    }
 }
 
 /// One sample of what the drill watches.
@@ -265,6 +285,8 @@ struct Drill<'a> {
     config: EngineConfig,
     venue: String,
     venue_index: usize,
+    /// The drill's orders' symbol.
+    symbol: SymbolId,
     reader: CountersReader,
     t: Timeline,
     timeout_ns: u64,
@@ -300,6 +322,25 @@ impl<'a> Drill<'a> {
             .iter()
             .position(|v| v.name == venue)
             .ok_or_else(|| format!("no venue `{venue}` in {}", args.config.display()))?;
+        let names: Vec<String> = config
+            .symbols
+            .iter()
+            .map(|s| String::from_utf8_lossy(s).trim_end().to_string())
+            .collect();
+        let symbol = match &args.symbol {
+            None => SymbolId(0),
+            Some(name) => names
+                .iter()
+                .position(|s| s == name)
+                .map(|i| SymbolId(i as u16))
+                .ok_or_else(|| {
+                    format!(
+                        "--symbol {name}: not in {} (symbols: {})",
+                        args.config.display(),
+                        names.join(" ")
+                    )
+                })?,
+        };
         let counters = config
             .counters_file()
             .ok_or("the configuration keeps no counters file ([metrics])")?;
@@ -324,6 +365,7 @@ impl<'a> Drill<'a> {
             config,
             venue,
             venue_index,
+            symbol,
             reader,
             t,
             timeout_ns: args.timeout_s * 1_000_000_000,
@@ -387,8 +429,11 @@ impl<'a> Drill<'a> {
 struct Own {
     channel: Channel,
     strategy: u16,
-    venue: usize,
+    /// What every drill order carries but its id: one share to buy at `--price`.
+    template: NewOrder,
     next: u64,
+    /// The sequence of the drill's first order.
+    first: u64,
     last_send_ns: u64,
     ours: Vec<ClientOrderId>,
 }
@@ -402,11 +447,27 @@ struct Met {
     breaker_open: u32,
     kill_switch: u32,
     in_doubt_refused: u32,
+    /// Refused by keel for any other reason (shed, throttled, a risk limit...).
+    refused_other: u32,
+}
+
+impl Met {
+    /// Orders answered one way or another (a cancel is no answer to a new order).
+    fn answers(&self) -> u32 {
+        self.accepted
+            + self.rejected
+            + self.breaker_open
+            + self.kill_switch
+            + self.in_doubt_refused
+            + self.refused_other
+    }
 }
 
 impl Own {
-    fn open(config: &EngineConfig, strategy: u16, venue: usize) -> Result<Self, String> {
-        let ipc = config
+    fn open(d: &Drill<'_>) -> Result<Self, String> {
+        let strategy = d.args.strategy;
+        let ipc = d
+            .config
             .ipc
             .as_ref()
             .ok_or("the configuration has no [ipc]")?;
@@ -414,11 +475,21 @@ impl Own {
             Channel::open(&ipc.channel_path(StrategyId(strategy))).map_err(|e| e.to_string())?;
         channel.claim_strategy();
         let next = channel.id_floor() + 1;
+        let template = NewOrder {
+            id: ClientOrderId::new(StrategyId(strategy), next).map_err(|e| e.to_string())?,
+            venue: VenueId(d.venue_index as u16),
+            symbol: d.symbol,
+            side: Side::Buy,
+            price: d.args.price,
+            qty: 1,
+            tif: TimeInForce::Day,
+        };
         Ok(Self {
             channel,
             strategy,
-            venue,
+            template,
             next,
+            first: next,
             last_send_ns: 0,
             ours: Vec::new(),
         })
@@ -430,10 +501,11 @@ impl Own {
         let id =
             ClientOrderId::new(StrategyId(self.strategy), self.next).map_err(|e| e.to_string())?;
         self.next += 1;
-        if self
-            .channel
-            .push_command(&Command::New(resting(id, self.venue)))
-        {
+        let order = NewOrder {
+            id,
+            ..self.template
+        };
+        if self.channel.push_command(&Command::New(order)) {
             self.ours.push(id);
         }
         Ok(id)
@@ -454,6 +526,10 @@ impl Own {
         let mut answered = Vec::new();
         while let Some(e) = self.channel.pop_event() {
             let Ok(IpcEvent::Event(e)) = e else { continue };
+            // What an earlier drill on this slot left unread is not this drill's to judge.
+            if e.id.sequence() < self.first {
+                continue;
+            }
             match e.kind {
                 EventKind::Accepted => {
                     met.accepted += 1;
@@ -470,6 +546,9 @@ impl Own {
                 EventKind::Refused {
                     reason: RefusalReason::UnknownOrderOnSymbol,
                 } => met.in_doubt_refused += 1,
+                EventKind::Refused { .. } | EventKind::Shed | EventKind::Throttled => {
+                    met.refused_other += 1
+                }
                 _ => {}
             }
             if e.kind != EventKind::Unknown {
@@ -502,19 +581,6 @@ impl Own {
             let _ = self.channel.push_command(&Command::Cancel { id });
         }
         self.channel.beat_strategy();
-    }
-}
-
-/// A drill order: one share, resting far from the market (nothing trades).
-fn resting(id: ClientOrderId, venue: usize) -> NewOrder {
-    NewOrder {
-        id,
-        venue: VenueId(venue as u16),
-        symbol: SymbolId(0),
-        side: Side::Buy,
-        price: Price::from_units(1, 0),
-        qty: 1,
-        tif: TimeInForce::Day,
     }
 }
 
@@ -619,7 +685,7 @@ fn relinked(d: &mut Drill<'_>) -> Vec<Verdict> {
 /// The venue stalls past the ack timeout while the drill's orders flow.
 fn venue_stall(d: &mut Drill<'_>) -> Result<Vec<Verdict>, String> {
     let before = d.before;
-    let mut own = Own::open(&d.config, d.args.strategy, d.venue_index)?;
+    let mut own = Own::open(d)?;
     let ack_ns = d.config.venues[d.venue_index].ack_timeout_ns;
     let stall_ms = ack_ns / 1_000_000 + 1_000;
     let addr = d.args.venue_control.clone().expect("checked at open");
@@ -690,7 +756,7 @@ fn venue_stall(d: &mut Drill<'_>) -> Result<Vec<Verdict>, String> {
 
 /// The venue rejects a burst of the drill's orders: the breaker's whole cycle.
 fn reject_burst(d: &mut Drill<'_>) -> Result<Vec<Verdict>, String> {
-    let mut own = Own::open(&d.config, d.args.strategy, d.venue_index)?;
+    let mut own = Own::open(d)?;
     // Enough rejects to open the breaker (its calls_min), a few more for a failed probe round:
     // then the venue answers again and the probes must close it.
     let b = &d.config.dispatcher.breaker;
@@ -741,7 +807,7 @@ fn reject_burst(d: &mut Drill<'_>) -> Result<Vec<Verdict>, String> {
 
 /// The operator forces the breaker open, then closes it (keel's levers only).
 fn forced_breaker(d: &mut Drill<'_>) -> Result<Vec<Verdict>, String> {
-    let mut own = Own::open(&d.config, d.args.strategy, d.venue_index)?;
+    let mut own = Own::open(d)?;
     let venue = d.venue.clone();
     d.lever(&format!("breaker {venue} open"))?;
     let end = d.now_ns() + d.timeout_ns;
@@ -791,17 +857,21 @@ fn forced_breaker(d: &mut Drill<'_>) -> Result<Vec<Verdict>, String> {
 
 /// The kill switch on with one of the drill's orders resting, then off (keel's levers only).
 fn kill_switch(d: &mut Drill<'_>) -> Result<Vec<Verdict>, String> {
-    let mut own = Own::open(&d.config, d.args.strategy, d.venue_index)?;
+    let mut own = Own::open(d)?;
     let end = d.now_ns() + d.timeout_ns;
     let rest = own.send(d.now_ns())?;
     let mut met = Met::default();
-    while d.now_ns() < end && met.accepted == 0 && met.rejected == 0 {
+    while d.now_ns() < end && met.answers() == 0 {
         own.pump(&mut met, Some(rest));
         std::thread::sleep(Duration::from_millis(1));
     }
     if met.accepted == 0 {
         own.cancel_all();
-        return Err("the drill's resting order was not accepted: nothing to drill on".into());
+        return Err(format!(
+            "the drill's resting order (1 to buy at --price {}) was not accepted ({met:?}): \
+             nothing to drill on; choose a --price the venue accepts",
+            crate::engine::admin::price_text(d.args.price.0)
+        ));
     }
     d.lever("kill-switch on")?;
     let outcome = while_killed(d, &mut own, rest);
