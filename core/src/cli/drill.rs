@@ -322,25 +322,7 @@ impl<'a> Drill<'a> {
             .iter()
             .position(|v| v.name == venue)
             .ok_or_else(|| format!("no venue `{venue}` in {}", args.config.display()))?;
-        let names: Vec<String> = config
-            .symbols
-            .iter()
-            .map(|s| String::from_utf8_lossy(s).trim_end().to_string())
-            .collect();
-        let symbol = match &args.symbol {
-            None => SymbolId(0),
-            Some(name) => names
-                .iter()
-                .position(|s| s == name)
-                .map(|i| SymbolId(i as u16))
-                .ok_or_else(|| {
-                    format!(
-                        "--symbol {name}: not in {} (symbols: {})",
-                        args.config.display(),
-                        names.join(" ")
-                    )
-                })?,
-        };
+        let symbol = symbol_of(&config, args)?;
         let counters = config
             .counters_file()
             .ok_or("the configuration keeps no counters file ([metrics])")?;
@@ -422,6 +404,29 @@ impl<'a> Drill<'a> {
             Err(format!("`keel ctl {line}` answered {first}"))
         }
     }
+}
+
+/// The symbol of the drill's orders: `--symbol` by name, else the configuration's first.
+fn symbol_of(config: &EngineConfig, args: &DrillArgs) -> Result<SymbolId, String> {
+    let Some(name) = &args.symbol else {
+        return Ok(SymbolId(0));
+    };
+    let names: Vec<String> = config
+        .symbols
+        .iter()
+        .map(|s| String::from_utf8_lossy(s).trim_end().to_string())
+        .collect();
+    names
+        .iter()
+        .position(|s| s == name)
+        .map(|i| SymbolId(i as u16))
+        .ok_or_else(|| {
+            format!(
+                "--symbol {name}: not in {} (symbols: {})",
+                args.config.display(),
+                names.join(" ")
+            )
+        })
 }
 
 /// The drill's own strategy channel (slot `strategy`, claimed), its next order sequence and
