@@ -1178,14 +1178,34 @@ impl<T: Transport> VenueServer<T> {
     /// order-entry slots (`logged_in=.. prelogin=.. prelogin_max=.. logins=..
     /// login_timeouts=.. prelogin_evicted=.. sessions_full=..`).
     pub fn apply_control(&mut self, now_ns: u64, line: &str) -> Result<String, String> {
+        let mut words = line.split_whitespace();
+        let cmd = words.next().unwrap_or("");
+        let mut args = ControlArgs { cmd, args: words };
+        match cmd {
+            "latency" | "delay-reports" | "delay-final" | "accept-limit" | "refuse" | "stall"
+            | "saturate" => self.control_fault(now_ns, &mut args),
+            "rate-limit" | "reject-burst" | "replay-all" | "clock-jump" | "flow" => {
+                self.control_exchange(now_ns, &mut args)
+            }
+            "md-faults" | "rest-limit" | "rest-latency" => self.control_feeds(now_ns, &mut args),
+            "lie" | "gap" | "login-seq" | "debug-packet" | "oversize" => {
+                self.control_hostile(now_ns, &mut args)
+            }
+            "drop" | "restart" | "status" | "help" | "open-orders" | "sessions" | "tls"
+            | "stats" => self.control_query(now_ns, &mut args),
+            other => Err(format!(
+                "unknown command '{other}' (send help for the list of commands)"
+            )),
+        }
+    }
+
+    /// A fault of the session layer (latency, delays, accepts, stall, saturation).
+    fn control_fault(&mut self, now_ns: u64, args: &mut Args<'_>) -> Result<String, String> {
         const MS: u64 = 1_000_000;
-        let mut args = line.split_whitespace();
-        let cmd = args.next().unwrap_or("");
-        let mut args = ControlArgs { cmd, args };
         let delay_max = FAULT_DELAY_MAX_MS;
         let sessions_max = u64::from(self.config.sessions_max);
         let f = &mut self.config.faults;
-        match cmd {
+        match args.cmd {
             "latency" => {
                 let latency = args.num("milliseconds", 0, delay_max)?;
                 let jitter = args.optional("jitter", 0, delay_max)?.unwrap_or(0);
@@ -1222,6 +1242,30 @@ impl<T: Transport> VenueServer<T> {
                 args.end()?;
                 f.stalled_until_ns = now_ns + ms * MS;
             }
+            "saturate" => {
+                // `saturate N MS` or `saturate off`.
+                if args.args.clone().next() == Some("off") {
+                    args.args.next();
+                    args.end()?;
+                    f.saturate_attempts_max = 0;
+                } else {
+                    let attempts = args.num("attempts", 1, 65_535)? as u32;
+                    let window_ms = args.num("milliseconds", 1, delay_max)?;
+                    args.end()?;
+                    f.saturate_attempts_max = attempts;
+                    f.saturate_window_ns = window_ms * MS;
+                }
+            }
+            other => unreachable!("`{other}` is routed elsewhere by apply_control"),
+        }
+        Ok(String::new())
+    }
+
+    /// A change to the exchange: its rate limit, rejects, replay, clock and flow.
+    fn control_exchange(&mut self, _now_ns: u64, args: &mut Args<'_>) -> Result<String, String> {
+        const MS: u64 = 1_000_000;
+        let delay_max = FAULT_DELAY_MAX_MS;
+        match args.cmd {
             "rate-limit" => {
                 // Messages per window (0: no limit), and the window in ms (default: as is).
                 let messages = args.num("messages", 0, u64::from(u32::MAX))? as u32;
@@ -1233,6 +1277,47 @@ impl<T: Transport> VenueServer<T> {
                 self.exchange
                     .set_rate_limit(messages, window_ms.max(1) * MS);
             }
+            "reject-burst" => {
+                let n = args.num("orders", 0, u64::from(u32::MAX))? as u32;
+                args.end()?;
+                self.exchange.reject_burst_remaining = n;
+            }
+            "replay-all" => {
+                args.end()?;
+                self.exchange.replay_from_start_once = true;
+            }
+            "clock-jump" => {
+                // Seconds, signed: the venue's wall clock jumps; its monotonic clock does not.
+                let w = args.args.next().unwrap_or("");
+                let max = CLOCK_JUMP_MAX_S as i64;
+                let secs = w
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|s| (-max..=max).contains(s))
+                    .ok_or_else(|| {
+                        format!("clock-jump: seconds '{w}' is not a whole number in -{max}..={max}")
+                    })?;
+                args.end()?;
+                let delta = secs * 1_000_000_000;
+                let offset = &mut self.exchange.wall_offset_ns;
+                *offset = offset.wrapping_add(delta as u64);
+            }
+            "flow" => {
+                let rate = args.num("events per second", 0, u64::from(EVENTS_PER_SEC_MAX))?;
+                args.end()?;
+                self.flow.set_rate(rate).map_err(|e| format!("flow: {e}"))?;
+            }
+            other => unreachable!("`{other}` is routed elsewhere by apply_control"),
+        }
+        Ok(String::new())
+    }
+
+    /// A fault of the market-data server or the REST API.
+    fn control_feeds(&mut self, _now_ns: u64, args: &mut Args<'_>) -> Result<String, String> {
+        const MS: u64 = 1_000_000;
+        let delay_max = FAULT_DELAY_MAX_MS;
+        let cmd = args.cmd;
+        match args.cmd {
             "md-faults" => {
                 // Every n-th book delta to every client dropped, doubled, swapped with the
                 // next, replaced by a crossing copy (0: never).
@@ -1275,62 +1360,14 @@ impl<T: Transport> VenueServer<T> {
                     rest.set_latency_ns(ms * MS);
                 }
             }
-            "reject-burst" => {
-                let n = args.num("orders", 0, u64::from(u32::MAX))? as u32;
-                args.end()?;
-                self.exchange.reject_burst_remaining = n;
-            }
-            "replay-all" => {
-                args.end()?;
-                self.exchange.replay_from_start_once = true;
-            }
-            "saturate" => {
-                // `saturate N MS` or `saturate off`.
-                if line.split_whitespace().nth(1) == Some("off") {
-                    args.args.next();
-                    args.end()?;
-                    f.saturate_attempts_max = 0;
-                } else {
-                    let attempts = args.num("attempts", 1, 65_535)? as u32;
-                    let window_ms = args.num("milliseconds", 1, delay_max)?;
-                    args.end()?;
-                    f.saturate_attempts_max = attempts;
-                    f.saturate_window_ns = window_ms * MS;
-                }
-            }
-            "clock-jump" => {
-                // Seconds, signed: the venue's wall clock jumps; its monotonic clock does not.
-                let w = args.args.next().unwrap_or("");
-                let max = CLOCK_JUMP_MAX_S as i64;
-                let secs = w
-                    .parse::<i64>()
-                    .ok()
-                    .filter(|s| (-max..=max).contains(s))
-                    .ok_or_else(|| {
-                        format!("clock-jump: seconds '{w}' is not a whole number in -{max}..={max}")
-                    })?;
-                args.end()?;
-                let delta = secs * 1_000_000_000;
-                let offset = &mut self.exchange.wall_offset_ns;
-                *offset = offset.wrapping_add(delta as u64);
-            }
-            "flow" => {
-                let rate = args.num("events per second", 0, u64::from(EVENTS_PER_SEC_MAX))?;
-                args.end()?;
-                self.flow.set_rate(rate).map_err(|e| format!("flow: {e}"))?;
-            }
-            "drop" => {
-                args.end()?;
-                self.drop_all();
-            }
-            "restart" => {
-                args.end()?;
-                self.drop_all();
-                self.retime_delayed(now_ns);
-            }
-            "status" => args.end()?,
-            // Answered by the caller (`control_help`: several lines, then `ok help`).
-            "help" => args.end()?,
+            other => unreachable!("`{other}` is routed elsewhere by apply_control"),
+        }
+        Ok(String::new())
+    }
+
+    /// A hostile-venue command (docs/operations.md, "A hostile venue").
+    fn control_hostile(&mut self, now_ns: u64, args: &mut Args<'_>) -> Result<String, String> {
+        match args.cmd {
             "lie" => {
                 let word = args.args.next().unwrap_or("");
                 let lie = match word {
@@ -1376,6 +1413,26 @@ impl<T: Transport> VenueServer<T> {
                 let sessions = self.send_long_packet(len as u16);
                 return Ok(format!("sessions={sessions}"));
             }
+            other => unreachable!("`{other}` is routed elsewhere by apply_control"),
+        }
+        Ok(String::new())
+    }
+
+    /// The connections (`drop`, `restart`) and the commands that only read state.
+    fn control_query(&mut self, now_ns: u64, args: &mut Args<'_>) -> Result<String, String> {
+        match args.cmd {
+            "drop" => {
+                args.end()?;
+                self.drop_all();
+            }
+            "restart" => {
+                args.end()?;
+                self.drop_all();
+                self.retime_delayed(now_ns);
+            }
+            "status" => args.end()?,
+            // Answered by the caller (`control_help`: several lines, then `ok help`).
+            "help" => args.end()?,
             "open-orders" => {
                 args.end()?;
                 let ids: Vec<String> = self
@@ -1420,11 +1477,7 @@ impl<T: Transport> VenueServer<T> {
                     s.stream_full_drops
                 ));
             }
-            other => {
-                return Err(format!(
-                    "unknown command '{other}' (send help for the list of commands)"
-                ))
-            }
+            other => unreachable!("`{other}` is routed elsewhere by apply_control"),
         }
         Ok(String::new())
     }
@@ -1606,6 +1659,9 @@ enum ControlRead {
     /// A line of at least this many bytes with no end within [`CONTROL_LINE_MAX`].
     TooLong(usize),
 }
+
+/// A control command's arguments, as [`VenueServer::apply_control`] splits its line.
+type Args<'a> = ControlArgs<'a, std::str::SplitWhitespace<'a>>;
 
 /// The arguments of one control command, read in order, each checked against its range.
 struct ControlArgs<'a, I: Iterator<Item = &'a str>> {
