@@ -193,7 +193,6 @@ pub fn run(args: VenueArgs) -> ExitCode {
             return ExitCode::from(64);
         }
     }
-    const MS: u64 = 1_000_000;
     let session_ok = (1..=10).contains(&args.session.len())
         && args.session.bytes().all(|b| b.is_ascii_alphanumeric());
     if !session_ok {
@@ -215,7 +214,36 @@ pub fn run(args: VenueArgs) -> ExitCode {
         },
         _ => None,
     };
-    let config = VenueConfig {
+    let config = venue_config(&args, session, tls);
+    // The fallback rule (TransportKind::fallback): io_uring that cannot be set up at all means
+    // epoll, said on stderr with the cause; any other error is reported as it is.
+    if args.transport == TransportKind::IoUring {
+        let e = match VenueServer::<Reactor>::open(config.clone()) {
+            Ok(server) => return serve(server, &args),
+            Err(e) => e,
+        };
+        if args.transport.fallback(&e) != Some(TransportKind::Epoll) {
+            return refused(&e);
+        }
+        crate::warn_line!(
+            "keel venue: warning: {e}; running on the epoll transport instead \
+             (docs/operations.md, \"Transports\")"
+        );
+    }
+    match VenueServer::<EpollReactor>::open(config) {
+        Ok(server) => serve(server, &args),
+        Err(e) => refused(&e),
+    }
+}
+
+/// The venue's settings from its (already range-checked) flags.
+fn venue_config(
+    args: &VenueArgs,
+    session: [u8; 10],
+    tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+) -> VenueConfig {
+    const MS: u64 = 1_000_000;
+    VenueConfig {
         listen: args.listen,
         control: Some(args.control),
         exchange: ExchangeConfig {
@@ -280,25 +308,6 @@ pub fn run(args: VenueArgs) -> ExitCode {
         prelogin_max: args.prelogin_max,
         login_timeout_ns: args.login_timeout_ms * MS,
         ..VenueConfig::default()
-    };
-    // The fallback rule (TransportKind::fallback): io_uring that cannot be set up at all means
-    // epoll, said on stderr with the cause; any other error is reported as it is.
-    if args.transport == TransportKind::IoUring {
-        let e = match VenueServer::<Reactor>::open(config.clone()) {
-            Ok(server) => return serve(server, &args),
-            Err(e) => e,
-        };
-        if args.transport.fallback(&e) != Some(TransportKind::Epoll) {
-            return refused(&e);
-        }
-        crate::warn_line!(
-            "keel venue: warning: {e}; running on the epoll transport instead \
-             (docs/operations.md, \"Transports\")"
-        );
-    }
-    match VenueServer::<EpollReactor>::open(config) {
-        Ok(server) => serve(server, &args),
-        Err(e) => refused(&e),
     }
 }
 
