@@ -67,7 +67,53 @@ fn ouch_connect_client_trades_on_keel_venue_on_epoll() {
     client_trades_on_keel_venue::<EpollReactor>();
 }
 
+// Goal (issue 23, point 11: heartbeat-only connections held every slot of the venue, so a
+// real client was refused): the same client, after 300 connections that only heartbeat (more
+// than the venue's 256 slots) were all accepted and are still open, logs in and trades as
+// above; the flood holds at most the 64 pre-login slots, the rest were evicted oldest first.
+#[test]
+fn ouch_connect_client_trades_on_keel_venue_through_a_heartbeat_flood() {
+    client_trades_on_keel_venue_with::<Reactor>(300);
+}
+
 fn client_trades_on_keel_venue<T: SocketTransport>() {
+    client_trades_on_keel_venue_with::<T>(0);
+}
+
+/// Opens `n` order-entry connections to `addr` that each send one SoupBinTCP heartbeat and
+/// never log in; they stay open until `stop` is raised.
+fn heartbeat_flood(
+    addr: std::net::SocketAddr,
+    n: usize,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<()>,
+) {
+    use std::io::Write;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let held = stop.clone();
+    let flood = std::thread::spawn(move || {
+        let mut beat = [0u8; 8];
+        let len = keel::proto::soupbin::encode_client(
+            &mut beat,
+            &keel::proto::soupbin::ClientPacket::Heartbeat,
+        )
+        .unwrap();
+        let conns: Vec<std::net::TcpStream> = (0..n)
+            .filter_map(|_| std::net::TcpStream::connect(addr).ok())
+            .collect();
+        for mut c in &conns {
+            let _ = c.write_all(&beat[..len]);
+        }
+        while !held.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    (stop, flood)
+}
+
+fn client_trades_on_keel_venue_with<T: SocketTransport>(flood: u64) {
+    use keel::venue::server::DropReason;
     let Some(python) = python() else { return };
     let config = VenueConfig {
         exchange: ExchangeConfig {
@@ -81,11 +127,33 @@ fn client_trades_on_keel_venue<T: SocketTransport>() {
         ..VenueConfig::default()
     };
     let mut venue = VenueServer::<T>::open(config).unwrap();
+    let (stop_flood, flood_thread) = heartbeat_flood(venue.local_addr(), flood as usize);
+    let clock = TscClock::new();
+    let flood_deadline = clock.now_ns() + 60_000_000_000;
+    // Every flood connection accounted for: open (not logged in) or evicted.
+    let evicted = |v: &VenueServer<T>| {
+        let drops = &v.stats().drops;
+        drops
+            .get(&DropReason::PreLoginEvicted)
+            .copied()
+            .unwrap_or(0)
+    };
+    while venue.sessions() as u64 + evicted(&venue) < flood {
+        assert!(
+            clock.now_ns() < flood_deadline,
+            "the flood was not accepted"
+        );
+        venue.step(clock.now_ns(), 1_000_000).unwrap();
+    }
+    assert!(
+        venue.sessions() <= 64,
+        "{} pre-login sessions",
+        venue.sessions()
+    );
     let (mut child, lines) = spawn(
         &python,
         &[script("ouch_client.py"), venue.local_addr().to_string()],
     );
-    let clock = TscClock::new();
     let deadline = clock.now_ns() + 60_000_000_000;
     let mut seen = Vec::new();
     let status = loop {
@@ -118,6 +186,10 @@ fn client_trades_on_keel_venue<T: SocketTransport>() {
     assert_eq!(venue.stats().logins, 1);
     let stats = venue.exchange().stats();
     assert_eq!((stats.accepted, stats.rejected, stats.matches), (2, 1, 1));
+    let refused = venue.stats().drops.get(&DropReason::SessionsFull);
+    assert_eq!(refused, None, "no connection refused for want of a slot");
+    stop_flood.store(true, std::sync::atomic::Ordering::Relaxed);
+    flood_thread.join().unwrap();
 }
 
 // Goal: keel's engine (dispatcher → OUCH link over io_uring; below, over epoll) trades with the ouch-connect

@@ -657,6 +657,130 @@ fn a_drill_fails_on_a_sabotaged_breaker_naming_what_failed() {
     stop_keel_run(engine, &log);
 }
 
+/// A drill on keel's own levers: the venue's control port is not given; `extra` flags after.
+fn lever_drill(w: &World, fault: &str, timeout_s: &str, extra: &[&str]) -> (i32, String) {
+    let config = w.config.to_str().unwrap();
+    let mut args = vec!["drill", fault, "--config", config, "--strategy", "1"];
+    args.extend(["--timeout-s", timeout_s]);
+    args.extend(extra);
+    keel(&args)
+}
+
+/// Waits until `keel stat` shows the engine running with its venue SYNCED (a fact once the
+/// venue has nothing left to refuse it).
+fn stat_synced(w: &World) {
+    wait_until("SYNCED again", Duration::from_secs(30), || {
+        let (_, text) = keel(&["stat", "--config", w.config.to_str().unwrap(), "--json"]);
+        serde_json::from_str::<serde_json::Value>(&text).is_ok_and(|json| {
+            json["state"] == "running"
+                && json_value(&json, "keel_link_state", "venue=\"sim\"") == Some(4)
+        })
+    });
+}
+
+// Goal (issue 23, point 7: `keel drill` needs the simulated venue's control port, so a desk
+// cannot rehearse a failover on its real venue). Method: `keel run` on `keel venue`; the
+// drills on keel's own levers (reconnect, breaker, kill-switch: the admin socket only) run
+// WITHOUT the venue's control port and pass every expectation, judged from the counters and
+// the drill's own orders; `--timeout-s` at its longest (3,600) is taken, 0 and 3,601 are
+// refused, and so are prices that are not positive 4-decimal numbers and unknown symbols; a
+// simulator drill without the port is refused naming the levers that need none.
+#[test]
+fn drills_on_keel_levers_pass_without_the_venue_control_port() {
+    let (w, engine, log) = drill_world("");
+    let (code, text) = lever_drill(&w, "reconnect", "20", &[]);
+    assert_eq!(code, 0, "reconnect: {text}");
+    for expected in [
+        "lever: keel ctl reconnect sim",
+        "PASS the link left SYNCED",
+        "PASS SYNCED again after reconciling",
+        "PASS no new order sent while not SYNCED",
+    ] {
+        assert!(text.contains(expected), "{expected}: {text}");
+    }
+    let (code, text) = lever_drill(&w, "breaker", "20", &[]);
+    assert_eq!(code, 0, "breaker: {text}");
+    for expected in [
+        "PASS the breaker opened on command",
+        "PASS new orders refused to the strategy while open",
+        "PASS closed on command",
+        "PASS new orders accepted again after closing",
+    ] {
+        assert!(text.contains(expected), "{expected}: {text}");
+    }
+    // The longest timeout, the lowest price, a symbol by name.
+    let extra = ["--price", "0.0001", "--symbol", "MSFT"];
+    let (code, text) = lever_drill(&w, "kill-switch", "3600", &extra);
+    assert_eq!(code, 0, "kill-switch: {text}");
+    for expected in [
+        "kill switch off -> ON",
+        "PASS new orders refused `kill switch`, none accepted",
+        "PASS no new order left for the venue while on",
+        "PASS a cancel still flows with the switch on",
+        "PASS new orders accepted again once off",
+    ] {
+        assert!(text.contains(expected), "{expected}: {text}");
+    }
+    for bad in ["0", "3601"] {
+        let (code, text) = lever_drill(&w, "kill-switch", bad, &[]);
+        assert_eq!(code, 64, "--timeout-s {bad}: {text}");
+        assert!(text.contains("1..=3600"), "{text}");
+    }
+    for bad in ["0", "-1", "1.00001", "922337203685477.5808"] {
+        let flag = format!("--price={bad}"); // `-1` as a value, not a flag
+        let (code, text) = lever_drill(&w, "kill-switch", "5", &[&flag]);
+        assert_eq!(code, 64, "--price {bad}: {text}");
+        assert!(text.contains(&format!("{bad}: ")), "{text}");
+    }
+    // The highest price keel parses: refused by keel's own price check, the drill says so.
+    let (code, text) = lever_drill(&w, "kill-switch", "5", &["--price", "922337203685477.5807"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("was not accepted"), "{text}");
+    let (code, text) = lever_drill(&w, "kill-switch", "5", &["--symbol", "NOPE"]);
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("symbols: AAPL MSFT"), "{text}");
+    let (code, text) = lever_drill(&w, "link-cut", "5", &[]);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("--venue-control") && text.contains("reconnect, breaker, kill-switch"),
+        "{text}"
+    );
+    stop_keel_run(engine, &log);
+}
+
+// Goal (issue 23, point 7: a lever drill's verdict can fail). Method: the test (not the drill)
+// makes the venue refuse every connect: `reconnect` with its shortest timeout (1 s) fails
+// naming "SYNCED again" (the link left, never came back); then the venue takes connects but
+// rejects every order: `breaker` opens and closes on command but fails naming "accepted
+// again". Each exits 1.
+#[test]
+fn a_lever_drill_fails_naming_what_did_not_recover() {
+    let (w, engine, log) = drill_world("");
+    venue_control(&w.venue.control, "refuse on");
+    let (code, text) = lever_drill(&w, "reconnect", "1", &[]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("PASS the link left SYNCED"), "{text}");
+    assert!(
+        text.contains("FAIL SYNCED again after reconciling"),
+        "{text}"
+    );
+    venue_control(&w.venue.control, "refuse off");
+    stat_synced(&w);
+    venue_control(&w.venue.control, "reject-burst 1000000");
+    let (code, text) = lever_drill(&w, "breaker", "3", &[]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("PASS the breaker opened on command"),
+        "{text}"
+    );
+    assert!(
+        text.contains("FAIL new orders accepted again after closing"),
+        "{text}"
+    );
+    venue_control(&w.venue.control, "reject-burst 0");
+    stop_keel_run(engine, &log);
+}
+
 /// A series' value in Prometheus text (`name{labels} value`), 0 when absent.
 fn series(text: &str, series: &str) -> u64 {
     text.lines()

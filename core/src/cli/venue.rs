@@ -10,7 +10,9 @@ use crate::net::{EpollReactor, NetError, Reactor, SocketTransport, TransportKind
 use crate::proto::ouch::Dialect;
 use crate::venue::exchange::{ExchangeConfig, PRICE_BAND_PCT_MAX, PRICE_MAX_DEFAULT};
 use crate::venue::flow::{FlowConfig, EVENTS_PER_SEC_MAX};
-use crate::venue::server::{Faults, VenueConfig, VenueServer, FAULT_DELAY_MAX_MS};
+use crate::venue::server::{
+    Faults, VenueConfig, VenueServer, FAULT_DELAY_MAX_MS, LOGIN_TIMEOUT_MAX_MS,
+};
 
 /// Order-entry slots of `keel venue` (the default of [`VenueConfig::sessions_max`]).
 const SESSIONS_MAX: u32 = 256;
@@ -96,6 +98,15 @@ pub struct VenueArgs {
     /// Fault: most sessions connected at once; extra connects are closed (0: no limit).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=i64::from(SESSIONS_MAX)))]
     accept_limit: u32,
+    /// Order-entry slots connections that have not logged in may hold (1 to 256, of the 256
+    /// slots): past it a new connection evicts the oldest one not logged in (counted,
+    /// `sessions`: `prelogin_evicted`), so idle connections never keep a real client out.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=i64::from(SESSIONS_MAX)))]
+    prelogin_max: u32,
+    /// Close an order-entry connection that has not logged in this long after its connect,
+    /// milliseconds (heartbeats do not extend it; counted, `sessions`: `login_timeouts`).
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=LOGIN_TIMEOUT_MAX_MS))]
+    login_timeout_ms: u64,
     /// Fault: close every new connection at once.
     #[arg(long)]
     refuse_connects: bool,
@@ -182,7 +193,6 @@ pub fn run(args: VenueArgs) -> ExitCode {
             return ExitCode::from(64);
         }
     }
-    const MS: u64 = 1_000_000;
     let session_ok = (1..=10).contains(&args.session.len())
         && args.session.bytes().all(|b| b.is_ascii_alphanumeric());
     if !session_ok {
@@ -204,7 +214,36 @@ pub fn run(args: VenueArgs) -> ExitCode {
         },
         _ => None,
     };
-    let config = VenueConfig {
+    let config = venue_config(&args, session, tls);
+    // The fallback rule (TransportKind::fallback): io_uring that cannot be set up at all means
+    // epoll, said on stderr with the cause; any other error is reported as it is.
+    if args.transport == TransportKind::IoUring {
+        let e = match VenueServer::<Reactor>::open(config.clone()) {
+            Ok(server) => return serve(server, &args),
+            Err(e) => e,
+        };
+        if args.transport.fallback(&e) != Some(TransportKind::Epoll) {
+            return refused(&e);
+        }
+        crate::warn_line!(
+            "keel venue: warning: {e}; running on the epoll transport instead \
+             (docs/operations.md, \"Transports\")"
+        );
+    }
+    match VenueServer::<EpollReactor>::open(config) {
+        Ok(server) => serve(server, &args),
+        Err(e) => refused(&e),
+    }
+}
+
+/// The venue's settings from its (already range-checked) flags.
+fn venue_config(
+    args: &VenueArgs,
+    session: [u8; 10],
+    tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+) -> VenueConfig {
+    const MS: u64 = 1_000_000;
+    VenueConfig {
         listen: args.listen,
         control: Some(args.control),
         exchange: ExchangeConfig {
@@ -265,26 +304,10 @@ pub fn run(args: VenueArgs) -> ExitCode {
                 conns_max: 256,
             }),
         tls,
+        sessions_max: SESSIONS_MAX,
+        prelogin_max: args.prelogin_max,
+        login_timeout_ns: args.login_timeout_ms * MS,
         ..VenueConfig::default()
-    };
-    // The fallback rule (TransportKind::fallback): io_uring that cannot be set up at all means
-    // epoll, said on stderr with the cause; any other error is reported as it is.
-    if args.transport == TransportKind::IoUring {
-        let e = match VenueServer::<Reactor>::open(config.clone()) {
-            Ok(server) => return serve(server, &args),
-            Err(e) => e,
-        };
-        if args.transport.fallback(&e) != Some(TransportKind::Epoll) {
-            return refused(&e);
-        }
-        crate::warn_line!(
-            "keel venue: warning: {e}; running on the epoll transport instead \
-             (docs/operations.md, \"Transports\")"
-        );
-    }
-    match VenueServer::<EpollReactor>::open(config) {
-        Ok(server) => serve(server, &args),
-        Err(e) => refused(&e),
     }
 }
 

@@ -9,8 +9,11 @@
 //! or a Login Rejected for bad credentials); it never reaches the exchange.
 //!
 //! Bounds at the edge: order entry and control have separate pools of slots
-//! (`sessions_max`, `controls_max`); a session that has not logged in within
-//! `login_timeout_ns` is closed, whatever it sends meanwhile; a control line is at most
+//! (`sessions_max`, `controls_max`); inside order entry, connections that have not logged in
+//! hold at most `prelogin_max` slots, and a newcomer evicts the oldest of them rather than
+//! being refused (so a flood of idle connections can never keep a real client from logging
+//! in); a session that has not logged in within `login_timeout_ns` is closed, whatever it
+//! sends meanwhile; a control line is at most
 //! [`CONTROL_LINE_MAX`] bytes and every number in a command is range-checked; a connection the
 //! server closes keeps its slot until what was queued for it is written (at most
 //! [`CLOSE_LINGER_NS`]), so its last answer is not lost.
@@ -59,6 +62,10 @@ pub const CLOSE_LINGER_NS: u64 = 2_000_000_000;
 /// The longest Debug packet text the `debug-packet` command sends, bytes: with its type byte
 /// it is the largest packet a SoupBinTCP length field can announce (65,535).
 pub const DEBUG_TEXT_MAX: u64 = 65_534;
+
+/// The longest login deadline `keel venue --login-timeout-ms` takes, milliseconds: a minute, as
+/// for the fault delays; a client that needs longer to send one Login Request is not a client.
+pub const LOGIN_TIMEOUT_MAX_MS: u64 = 60_000;
 
 /// The widest login gap the `gap` command takes, reports (the venue never skips past the end
 /// of the stream anyway).
@@ -111,6 +118,10 @@ pub struct VenueConfig {
     pub max_packet_len: u16,
     /// Order-entry connection slots (logged in or not).
     pub sessions_max: u32,
+    /// Of those, the most held by connections that have not logged in (1..=`sessions_max`):
+    /// past it, or when every slot is taken, a new connection evicts the oldest of them
+    /// (`DropReason::PreLoginEvicted`); a connect is refused only when every slot is logged in.
+    pub prelogin_max: u32,
     /// Control connection slots, a pool of their own: no number of order-entry connections
     /// can lock the operator out.
     pub controls_max: u32,
@@ -147,6 +158,7 @@ impl Default for VenueConfig {
             client_timeout_ns: 15_000_000_000,
             max_packet_len: 1024,
             sessions_max: 256,
+            prelogin_max: 64,
             controls_max: 8,
             login_timeout_ns: 5_000_000_000,
             control_idle_timeout_ns: 300_000_000_000,
@@ -176,6 +188,9 @@ pub enum DropReason {
     SessionsFull,
     /// Not logged in within `login_timeout_ns`.
     LoginTimeout,
+    /// Not logged in yet, and the oldest such connection when a newer one needed its slot
+    /// (`prelogin_max` reached, or every slot taken).
+    PreLoginEvicted,
     /// Fault injection: drop or restart.
     Injected,
     /// The client logged out.
@@ -214,6 +229,8 @@ pub struct VenueStats {
 struct Session {
     account: Option<u32>,
     opened_ns: u64,
+    /// Accept order (sessions accepted in one pass share `opened_ns`).
+    arrival: u64,
     next_seq: u64,
     last_rx_ns: u64,
     last_tx_ns: u64,
@@ -259,6 +276,8 @@ pub struct VenueServer<T: Transport = Reactor> {
     local: SocketAddr,
     control_local: Option<SocketAddr>,
     sessions: FxHashMap<ConnId, Session>,
+    /// Order-entry connections accepted so far (each session's `arrival`).
+    arrivals: u64,
     controls: Vec<Control>,
     closing: Vec<Closing>,
     /// Connections held by the saturating-gateway fault until `held_until_ns`.
@@ -359,6 +378,13 @@ impl<T: Transport> VenueServer<T> {
     }
 
     fn with_tls(config: VenueConfig, transport: Tls<T>, local: SocketAddr) -> Self {
+        assert!(config.prelogin_max >= 1, "prelogin_max 0 admits no client");
+        assert!(
+            config.prelogin_max <= config.sessions_max,
+            "prelogin_max {} over sessions_max {}",
+            config.prelogin_max,
+            config.sessions_max
+        );
         let exchange = Exchange::new(config.exchange.clone());
         let flow = Flow::new(config.flow, exchange.symbol_count());
         Self {
@@ -370,6 +396,7 @@ impl<T: Transport> VenueServer<T> {
             local,
             control_local: None,
             sessions: FxHashMap::default(),
+            arrivals: 0,
             controls: Vec::with_capacity(config.controls_max as usize),
             closing: Vec::with_capacity((config.sessions_max + config.controls_max) as usize),
             held: Vec::new(),
@@ -573,9 +600,7 @@ impl<T: Transport> VenueServer<T> {
                     self.reactor.close(conn);
                     return;
                 }
-                let closing = self.closing.iter().filter(|c| !c.control).count();
-                let taken = self.sessions.len() + self.held.len() + closing;
-                if taken >= self.config.sessions_max as usize {
+                if !self.make_room() {
                     self.count_drop(DropReason::SessionsFull);
                     self.reactor.close(conn);
                     return;
@@ -613,6 +638,43 @@ impl<T: Transport> VenueServer<T> {
         }
     }
 
+    /// Frees a slot for a new order-entry connection if it needs one: when the pre-login
+    /// connections hold `prelogin_max` slots, or every slot is taken, the oldest connection
+    /// not logged in is evicted. False when no slot can be had (every one logged in, held or
+    /// closing).
+    ///
+    /// Evicting the oldest, not refusing the newest: with refusal, a flood that keeps
+    /// `prelogin_max` idle connections open (reopening each at its login deadline) would
+    /// refuse every real client for good; with eviction a real client, which sends its login
+    /// at once, loses its slot only if `prelogin_max` newer connections arrive before its
+    /// Login Request is read — within one round trip on loopback.
+    fn make_room(&mut self) -> bool {
+        let closing = self.closing.iter().filter(|c| !c.control).count();
+        let taken = self.sessions.len() + self.held.len() + closing;
+        let (prelogin, oldest) = self.prelogin();
+        let full = taken >= self.config.sessions_max as usize;
+        if !full && prelogin < self.config.prelogin_max {
+            return true;
+        }
+        let Some(oldest) = oldest else {
+            return false;
+        };
+        // Closed at once, without a Debug packet: lingering to write one would keep the slot
+        // this eviction is for.
+        self.count_drop(DropReason::PreLoginEvicted);
+        self.sessions.remove(&oldest);
+        self.reactor.close(oldest);
+        true
+    }
+
+    /// How many sessions have not logged in, and the oldest of them (the first accepted).
+    fn prelogin(&self) -> (u32, Option<ConnId>) {
+        let waiting = self.sessions.iter().filter(|(_, s)| s.account.is_none());
+        let count = waiting.clone().count() as u32;
+        let oldest = waiting.min_by_key(|(_, s)| s.arrival).map(|(c, _)| *c);
+        (count, oldest)
+    }
+
     /// Ends the saturating gateway's window: all held connections proceed, or all are closed.
     fn decide_held(&mut self, now_ns: u64) {
         let f = self.config.faults;
@@ -634,9 +696,11 @@ impl<T: Transport> VenueServer<T> {
     }
 
     fn open_session(&mut self, now_ns: u64, conn: ConnId) {
+        self.arrivals += 1;
         let session = Session {
             account: None,
             opened_ns: now_ns,
+            arrival: self.arrivals,
             next_seq: 1,
             last_rx_ns: now_ns,
             last_tx_ns: now_ns,
@@ -916,6 +980,7 @@ impl<T: Transport> VenueServer<T> {
                 self.config.login_timeout_ns / 1_000_000
             )),
             DropReason::LoginRejected
+            | DropReason::PreLoginEvicted
             | DropReason::Logout
             | DropReason::Injected
             | DropReason::AcceptLimit
@@ -1107,18 +1172,40 @@ impl<T: Transport> VenueServer<T> {
     /// waits longer than the latency now set (plus its jitter), so one message due far in the
     /// future can never hold order entry up after the fault is lifted.
     ///
-    /// Two commands read state instead of changing it: `open-orders` answers the ClOrdIDs of
+    /// Three commands read state instead of changing it: `open-orders` answers the ClOrdIDs of
     /// every account order open at the venue (`N id id ...`), `stats` the exchange counters
-    /// (`accepted=.. rejected=.. canceled=.. matches=.. duplicate_ids=..`).
+    /// (`accepted=.. rejected=.. canceled=.. matches=.. duplicate_ids=..`), `sessions` the
+    /// order-entry slots (`logged_in=.. prelogin=.. prelogin_max=.. logins=..
+    /// login_timeouts=.. prelogin_evicted=.. sessions_full=..`).
     pub fn apply_control(&mut self, now_ns: u64, line: &str) -> Result<String, String> {
+        let mut words = line.split_whitespace();
+        let cmd = words.next().unwrap_or("");
+        let mut args = ControlArgs { cmd, args: words };
+        match cmd {
+            "latency" | "delay-reports" | "delay-final" | "accept-limit" | "refuse" | "stall"
+            | "saturate" => self.control_fault(now_ns, &mut args),
+            "rate-limit" | "reject-burst" | "replay-all" | "clock-jump" | "flow" => {
+                self.control_exchange(now_ns, &mut args)
+            }
+            "md-faults" | "rest-limit" | "rest-latency" => self.control_feeds(now_ns, &mut args),
+            "lie" | "gap" | "login-seq" | "debug-packet" | "oversize" => {
+                self.control_hostile(now_ns, &mut args)
+            }
+            "drop" | "restart" | "status" | "help" | "open-orders" | "sessions" | "tls"
+            | "stats" => self.control_query(now_ns, &mut args),
+            other => Err(format!(
+                "unknown command '{other}' (send help for the list of commands)"
+            )),
+        }
+    }
+
+    /// A fault of the session layer (latency, delays, accepts, stall, saturation).
+    fn control_fault(&mut self, now_ns: u64, args: &mut Args<'_>) -> Result<String, String> {
         const MS: u64 = 1_000_000;
-        let mut args = line.split_whitespace();
-        let cmd = args.next().unwrap_or("");
-        let mut args = ControlArgs { cmd, args };
         let delay_max = FAULT_DELAY_MAX_MS;
         let sessions_max = u64::from(self.config.sessions_max);
         let f = &mut self.config.faults;
-        match cmd {
+        match args.cmd {
             "latency" => {
                 let latency = args.num("milliseconds", 0, delay_max)?;
                 let jitter = args.optional("jitter", 0, delay_max)?.unwrap_or(0);
@@ -1155,6 +1242,30 @@ impl<T: Transport> VenueServer<T> {
                 args.end()?;
                 f.stalled_until_ns = now_ns + ms * MS;
             }
+            "saturate" => {
+                // `saturate N MS` or `saturate off`.
+                if args.args.clone().next() == Some("off") {
+                    args.args.next();
+                    args.end()?;
+                    f.saturate_attempts_max = 0;
+                } else {
+                    let attempts = args.num("attempts", 1, 65_535)? as u32;
+                    let window_ms = args.num("milliseconds", 1, delay_max)?;
+                    args.end()?;
+                    f.saturate_attempts_max = attempts;
+                    f.saturate_window_ns = window_ms * MS;
+                }
+            }
+            other => unreachable!("`{other}` is routed elsewhere by apply_control"),
+        }
+        Ok(String::new())
+    }
+
+    /// A change to the exchange: its rate limit, rejects, replay, clock and flow.
+    fn control_exchange(&mut self, _now_ns: u64, args: &mut Args<'_>) -> Result<String, String> {
+        const MS: u64 = 1_000_000;
+        let delay_max = FAULT_DELAY_MAX_MS;
+        match args.cmd {
             "rate-limit" => {
                 // Messages per window (0: no limit), and the window in ms (default: as is).
                 let messages = args.num("messages", 0, u64::from(u32::MAX))? as u32;
@@ -1166,6 +1277,47 @@ impl<T: Transport> VenueServer<T> {
                 self.exchange
                     .set_rate_limit(messages, window_ms.max(1) * MS);
             }
+            "reject-burst" => {
+                let n = args.num("orders", 0, u64::from(u32::MAX))? as u32;
+                args.end()?;
+                self.exchange.reject_burst_remaining = n;
+            }
+            "replay-all" => {
+                args.end()?;
+                self.exchange.replay_from_start_once = true;
+            }
+            "clock-jump" => {
+                // Seconds, signed: the venue's wall clock jumps; its monotonic clock does not.
+                let w = args.args.next().unwrap_or("");
+                let max = CLOCK_JUMP_MAX_S as i64;
+                let secs = w
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|s| (-max..=max).contains(s))
+                    .ok_or_else(|| {
+                        format!("clock-jump: seconds '{w}' is not a whole number in -{max}..={max}")
+                    })?;
+                args.end()?;
+                let delta = secs * 1_000_000_000;
+                let offset = &mut self.exchange.wall_offset_ns;
+                *offset = offset.wrapping_add(delta as u64);
+            }
+            "flow" => {
+                let rate = args.num("events per second", 0, u64::from(EVENTS_PER_SEC_MAX))?;
+                args.end()?;
+                self.flow.set_rate(rate).map_err(|e| format!("flow: {e}"))?;
+            }
+            other => unreachable!("`{other}` is routed elsewhere by apply_control"),
+        }
+        Ok(String::new())
+    }
+
+    /// A fault of the market-data server or the REST API.
+    fn control_feeds(&mut self, _now_ns: u64, args: &mut Args<'_>) -> Result<String, String> {
+        const MS: u64 = 1_000_000;
+        let delay_max = FAULT_DELAY_MAX_MS;
+        let cmd = args.cmd;
+        match args.cmd {
             "md-faults" => {
                 // Every n-th book delta to every client dropped, doubled, swapped with the
                 // next, replaced by a crossing copy (0: never).
@@ -1208,62 +1360,14 @@ impl<T: Transport> VenueServer<T> {
                     rest.set_latency_ns(ms * MS);
                 }
             }
-            "reject-burst" => {
-                let n = args.num("orders", 0, u64::from(u32::MAX))? as u32;
-                args.end()?;
-                self.exchange.reject_burst_remaining = n;
-            }
-            "replay-all" => {
-                args.end()?;
-                self.exchange.replay_from_start_once = true;
-            }
-            "saturate" => {
-                // `saturate N MS` or `saturate off`.
-                if line.split_whitespace().nth(1) == Some("off") {
-                    args.args.next();
-                    args.end()?;
-                    f.saturate_attempts_max = 0;
-                } else {
-                    let attempts = args.num("attempts", 1, 65_535)? as u32;
-                    let window_ms = args.num("milliseconds", 1, delay_max)?;
-                    args.end()?;
-                    f.saturate_attempts_max = attempts;
-                    f.saturate_window_ns = window_ms * MS;
-                }
-            }
-            "clock-jump" => {
-                // Seconds, signed: the venue's wall clock jumps; its monotonic clock does not.
-                let w = args.args.next().unwrap_or("");
-                let max = CLOCK_JUMP_MAX_S as i64;
-                let secs = w
-                    .parse::<i64>()
-                    .ok()
-                    .filter(|s| (-max..=max).contains(s))
-                    .ok_or_else(|| {
-                        format!("clock-jump: seconds '{w}' is not a whole number in -{max}..={max}")
-                    })?;
-                args.end()?;
-                let delta = secs * 1_000_000_000;
-                let offset = &mut self.exchange.wall_offset_ns;
-                *offset = offset.wrapping_add(delta as u64);
-            }
-            "flow" => {
-                let rate = args.num("events per second", 0, u64::from(EVENTS_PER_SEC_MAX))?;
-                args.end()?;
-                self.flow.set_rate(rate).map_err(|e| format!("flow: {e}"))?;
-            }
-            "drop" => {
-                args.end()?;
-                self.drop_all();
-            }
-            "restart" => {
-                args.end()?;
-                self.drop_all();
-                self.retime_delayed(now_ns);
-            }
-            "status" => args.end()?,
-            // Answered by the caller (`control_help`: several lines, then `ok help`).
-            "help" => args.end()?,
+            other => unreachable!("`{other}` is routed elsewhere by apply_control"),
+        }
+        Ok(String::new())
+    }
+
+    /// A hostile-venue command (docs/operations.md, "A hostile venue").
+    fn control_hostile(&mut self, now_ns: u64, args: &mut Args<'_>) -> Result<String, String> {
+        match args.cmd {
             "lie" => {
                 let word = args.args.next().unwrap_or("");
                 if word == "position" {
@@ -1319,6 +1423,26 @@ impl<T: Transport> VenueServer<T> {
                 let sessions = self.send_long_packet(len as u16);
                 return Ok(format!("sessions={sessions}"));
             }
+            other => unreachable!("`{other}` is routed elsewhere by apply_control"),
+        }
+        Ok(String::new())
+    }
+
+    /// The connections (`drop`, `restart`) and the commands that only read state.
+    fn control_query(&mut self, now_ns: u64, args: &mut Args<'_>) -> Result<String, String> {
+        match args.cmd {
+            "drop" => {
+                args.end()?;
+                self.drop_all();
+            }
+            "restart" => {
+                args.end()?;
+                self.drop_all();
+                self.retime_delayed(now_ns);
+            }
+            "status" => args.end()?,
+            // Answered by the caller (`control_help`: several lines, then `ok help`).
+            "help" => args.end()?,
             "open-orders" => {
                 args.end()?;
                 let ids: Vec<String> = self
@@ -1333,6 +1457,10 @@ impl<T: Transport> VenueServer<T> {
                 return Ok(format!("{} {}", ids.len(), ids.join(" "))
                     .trim_end()
                     .to_string());
+            }
+            "sessions" => {
+                args.end()?;
+                return Ok(self.sessions_line());
             }
             "tls" => {
                 args.end()?;
@@ -1359,13 +1487,25 @@ impl<T: Transport> VenueServer<T> {
                     s.stream_full_drops
                 ));
             }
-            other => {
-                return Err(format!(
-                    "unknown command '{other}' (send help for the list of commands)"
-                ))
-            }
+            other => unreachable!("`{other}` is routed elsewhere by apply_control"),
         }
         Ok(String::new())
+    }
+
+    /// The `sessions` answer: order-entry slots in use and what closed or refused them.
+    fn sessions_line(&self) -> String {
+        let (prelogin, _) = self.prelogin();
+        let drops = |r| self.stats.drops.get(&r).copied().unwrap_or(0);
+        format!(
+            "logged_in={} prelogin={prelogin} prelogin_max={} logins={} login_timeouts={} \
+             prelogin_evicted={} sessions_full={}",
+            self.sessions.len() as u32 - prelogin,
+            self.config.prelogin_max,
+            self.stats.logins,
+            drops(DropReason::LoginTimeout),
+            drops(DropReason::PreLoginEvicted),
+            drops(DropReason::SessionsFull)
+        )
     }
 
     /// No held-back message waits past the latency now set: one due far in the future (under
@@ -1489,6 +1629,10 @@ pub const CONTROL_COMMANDS: [(&str, &str); 32] = [
         "the exchange's counters (accepted=.. rejected=.. ...)",
     ),
     (
+        "sessions",
+        "order-entry slots: logged_in=.. prelogin=.. login_timeouts=.. prelogin_evicted=.. ...",
+    ),
+    (
         "tls",
         "the TLS counters of the REST and market-data listeners (rest handshakes=.. ...; md ...)",
     ),
@@ -1529,6 +1673,9 @@ enum ControlRead {
     /// A line of at least this many bytes with no end within [`CONTROL_LINE_MAX`].
     TooLong(usize),
 }
+
+/// A control command's arguments, as [`VenueServer::apply_control`] splits its line.
+type Args<'a> = ControlArgs<'a, std::str::SplitWhitespace<'a>>;
 
 /// The arguments of one control command, read in order, each checked against its range.
 struct ControlArgs<'a, I: Iterator<Item = &'a str>> {
