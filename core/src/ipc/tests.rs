@@ -39,6 +39,7 @@ fn refusal_codes_are_pinned_to_the_docs() {
     }
     assert_eq!(codec::refusal_from_code(0), None);
     assert_eq!(codec::refusal_from_code(24), None);
+    assert_eq!(codec::refusal_from_code(32), None);
     assert_eq!(seen.len(), crate::dispatch::REFUSAL_REASONS);
 }
 
