@@ -446,6 +446,96 @@ mod tests {
         }
     }
 
+    fn cancel(seq: u64, symbol: u16) -> CancelWork {
+        let (id, symbol) = (ClientOrderId(seq), SymbolId(symbol));
+        if seq % 5 == 0 {
+            CancelWork::Query {
+                id,
+                symbol,
+                enqueued_ns: seq,
+            }
+        } else {
+            CancelWork::One {
+                id,
+                symbol,
+                enqueued_ns: seq,
+            }
+        }
+    }
+
+    proptest! {
+        // Goal: the cancel lane is per-symbol FIFO and round-robin across symbols, bounded in
+        // total only (no symbol's cancel is refused while the lane has room), and no cancel
+        // waits behind more than one cancel of any other symbol for each cancel of its own
+        // symbol queued ahead of it. Method: random pushes (cancels and queries) and pops
+        // against per-symbol VecDeques plus a rotation list; for each queued cancel, the
+        // other symbols' cancels served since it arrived.
+        #[test]
+        fn cancel_lane_matches_model(ops in proptest::collection::vec((0u8..2, 0u16..4), 1..600)) {
+            let mut lane = CancelLane::cancels(64, 4);
+            let mut model: BTreeMap<u16, VecDeque<u64>> = BTreeMap::new();
+            let mut rotation: VecDeque<u16> = VecDeque::new();
+            // Per queued cancel: (its symbol, own cancels ahead at arrival, served per symbol since).
+            let mut waits: BTreeMap<u64, (u16, u64, [u64; 4])> = BTreeMap::new();
+            let mut seq = 0;
+            for (op, symbol) in ops {
+                if op == 0 {
+                    seq += 1;
+                    let total: usize = model.values().map(VecDeque::len).sum();
+                    let got = lane.push(cancel(seq, symbol));
+                    prop_assert_eq!(got.is_ok(), total < 64);
+                    if total >= 64 {
+                        prop_assert_eq!(got, Err(NewLaneFull::Total));
+                        continue;
+                    }
+                    let q = model.entry(symbol).or_default();
+                    if q.is_empty() { rotation.push_back(symbol); }
+                    waits.insert(seq, (symbol, q.len() as u64, [0; 4]));
+                    q.push_back(seq);
+                } else {
+                    let got = lane.pop();
+                    let expected = rotation.pop_front().map(|s| {
+                        let q = model.get_mut(&s).unwrap();
+                        let id = q.pop_front().unwrap();
+                        if !q.is_empty() { rotation.push_back(s); }
+                        id
+                    });
+                    prop_assert_eq!(got.map(|c| c.order_id().0), expected);
+                    if let Some(c) = got {
+                        prop_assert_eq!(c, cancel(c.order_id().0, c.symbol().0));
+                        let (_, ahead, behind) = waits.remove(&c.order_id().0).unwrap();
+                        for (other, n) in behind.iter().enumerate() {
+                            if other as u16 != c.symbol().0 {
+                                prop_assert!(*n <= ahead + 1, "waited behind {} of symbol {}", n, other);
+                            }
+                        }
+                        for w in waits.values_mut() {
+                            w.2[usize::from(c.symbol().0)] += 1;
+                        }
+                    }
+                }
+                let total: usize = model.values().map(VecDeque::len).sum();
+                prop_assert_eq!(lane.len() as usize, total);
+                prop_assert_eq!(lane.free() as usize, 64 - total);
+                prop_assert_eq!(lane.peek().map(|c| c.order_id().0), rotation.front().map(|s| model[s][0]));
+            }
+        }
+    }
+
+    // Goal: under one symbol's storm, another symbol's cancel leaves second, not last; the
+    // storm may fill the whole lane (a cancel is never refused for fairness).
+    #[test]
+    fn a_cancel_storm_does_not_hold_another_symbol_back() {
+        let mut lane = CancelLane::cancels(1_001, 2);
+        for seq in 0..1_000 {
+            lane.push(cancel(seq, 0)).unwrap();
+        }
+        lane.push(cancel(5_000, 1)).unwrap();
+        assert_eq!(lane.push(cancel(5_001, 0)), Err(NewLaneFull::Total));
+        let served: Vec<u64> = (0..3).map(|_| lane.pop().unwrap().order_id().0).collect();
+        assert_eq!(served, vec![0, 5_000, 1]);
+    }
+
     // Goal: one hot symbol cannot starve the rest.
     #[test]
     fn hot_symbol_does_not_starve_others() {

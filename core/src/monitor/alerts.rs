@@ -429,6 +429,75 @@ mod tests {
         }
     }
 
+    /// A reading with the venue's end-to-end histogram `e2e` (cumulative, as the file has it).
+    fn e2e_snap(e2e: &crate::metrics::Histogram) -> Snapshot {
+        let mut s = snap(0, 0, 1, 0);
+        s.metrics.push((
+            Descriptor {
+                kind: MetricKind::Histogram,
+                region: 0,
+                slot: 0,
+                name: "keel_order_e2e_seconds".into(),
+                labels: "venue=\"sim\"".into(),
+            },
+            Value::Histogram {
+                count: e2e.count(),
+                sum_ns: e2e.sum_ns(),
+                counts: e2e.counts().to_vec(),
+            },
+        ));
+        s
+    }
+
+    // Goal: the p99 alert watches end-to-end times against a rolling baseline: a short
+    // spike fires against the quiet hour before it; a slowdown that lasts becomes the new
+    // normal (the baseline moves up) and the alert resolves. Method: readings every 5 s
+    // (the default window's step), 200 answers each at one latency: 100 µs for 20 windows,
+    // a 5 s spike at 500 µs, then 300 µs for 40 windows.
+    #[test]
+    fn the_p99_baseline_rolls_and_follows_a_lasting_change() {
+        let mut a = Alerts::new(AlertsConfig::default(), BudgetConfig::default());
+        let mut e2e = crate::metrics::Histogram::default();
+        let mut now = 0;
+        let mut reading = |a: &mut Alerts, e2e: &mut crate::metrics::Histogram, ns: u64| {
+            for _ in 0..200 {
+                e2e.record(ns);
+            }
+            now += 5 * SEC;
+            a.evaluate(now, &e2e_snap(e2e));
+        };
+        for _ in 0..20 * 12 {
+            reading(&mut a, &mut e2e, 100_000);
+        }
+        let (quiet, _) = a.p99("sim");
+        let quiet = quiet.expect("a baseline after 20 windows");
+        assert!((100_000..150_000).contains(&quiet), "baseline {quiet} ns");
+        assert!(!firing(&a, "p99_vs_baseline"));
+        reading(&mut a, &mut e2e, 500_000);
+        assert!(firing(&a, "p99_vs_baseline"), "a spike above 2x fires");
+        for _ in 0..40 * 12 {
+            reading(&mut a, &mut e2e, 300_000);
+        }
+        let (moved, window) = a.p99("sim");
+        let moved = moved.expect("baseline");
+        assert!(
+            moved >= 2 * quiet,
+            "the baseline follows: {quiet} -> {moved} ns"
+        );
+        assert!(window.is_some_and(|w| w <= 2 * moved));
+        assert!(!firing(&a, "p99_vs_baseline"), "a lasting change resolves");
+        let fired = a
+            .alerts()
+            .iter()
+            .find(|x| x.name == "p99_vs_baseline")
+            .map(|x| x.fired);
+        assert_eq!(
+            fired,
+            Some(1),
+            "it fired once, for the spike and its aftermath"
+        );
+    }
+
     fn firing(a: &Alerts, name: &str) -> bool {
         a.alerts().iter().any(|x| x.name == name && x.firing)
     }
