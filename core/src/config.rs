@@ -307,8 +307,9 @@ impl EngineConfig {
             })?,
             ..DispatcherConfig::default()
         };
+        let mut strategy_quotas = Vec::new();
         if let Some(t) = top.subtable("dispatcher")? {
-            read_dispatcher(Section::new("dispatcher", t), &mut d)?;
+            read_dispatcher(Section::new("dispatcher", t), &mut d, &mut strategy_quotas)?;
         }
         let journal = match top.subtable("journal")? {
             Some(t) => Some(read_journal(Section::new("journal", t))?),
@@ -402,6 +403,7 @@ impl EngineConfig {
             operator,
             wire_log,
             metrics,
+            strategy_quotas,
         };
         config.check_memory()?;
         if config.metrics.control.enabled && config.counters_file().is_none() {
@@ -1187,6 +1189,7 @@ fn read_budget(mut s: Section<'_>) -> Result<crate::monitor::alerts::BudgetConfi
     let mut c = crate::monitor::alerts::BudgetConfig::default();
     s.duration("decision_p99_ns", &mut c.decision_p99_ns)?;
     s.duration("new_ack_p99_ns", &mut c.new_ack_p99_ns)?;
+    s.duration("e2e_p99_ns", &mut c.e2e_p99_ns)?;
     s.duration("cancel_ack_p99_ns", &mut c.cancel_ack_p99_ns)?;
     s.finish()?;
     Ok(c)
@@ -1260,7 +1263,92 @@ fn read_operator(mut s: Section<'_>) -> Result<crate::engine::OperatorConfig> {
     Ok(c)
 }
 
-fn read_dispatcher<'a>(mut s: Section<'a>, d: &mut DispatcherConfig) -> Result<()> {
+/// A quota's fields, over what `q` holds.
+fn read_quota_fields(
+    s: &mut Section<'_>,
+    q: &mut crate::dispatch::quota::StrategyQuota,
+) -> Result<()> {
+    s.int("new_per_sec", &mut q.new_per_sec)?;
+    s.int("new_burst", &mut q.new_burst)?;
+    s.int("in_flight_max", &mut q.in_flight_max)?;
+    q.validate().map_err(|e| quota_error(s, e))
+}
+
+fn quota_error(s: &Section<'_>, e: crate::dispatch::quota::QuotaError) -> FileConfigError {
+    use crate::dispatch::quota::QuotaError;
+    let (name, value, allowed) = match e {
+        QuotaError::Rate(v) => ("new_per_sec", v, "0..=10000000 (0: no limit)"),
+        QuotaError::Burst(v) => ("new_burst", v, "1..=10000000 when new_per_sec is set"),
+        QuotaError::Strategy(id, _) => (
+            "id",
+            u32::from(id),
+            "a configured strategy (below dispatcher.strategies)",
+        ),
+    };
+    FileConfigError::OutOfRange {
+        key: s.key(name),
+        value: value.to_string(),
+        allowed,
+    }
+}
+
+/// `[dispatcher.quota]` (every strategy's default) and `[[dispatcher.quota.strategy]]`
+/// (one strategy's own, starting from the default; each strategy at most once).
+fn read_quotas(
+    t: &Table,
+    d: &mut DispatcherConfig,
+    own: &mut Vec<(
+        crate::order::StrategyId,
+        crate::dispatch::quota::StrategyQuota,
+    )>,
+) -> Result<()> {
+    let mut q = Section::new("dispatcher.quota", t);
+    read_quota_fields(&mut q, &mut d.quota)?;
+    for (i, v) in q.array("strategy")?.iter().enumerate() {
+        let prefix = format!("dispatcher.quota.strategy[{i}]");
+        let Value::Table(t) = v else {
+            return Err(FileConfigError::WrongType {
+                key: prefix,
+                value: v.to_string(),
+                expected: "a table ([[dispatcher.quota.strategy]])",
+            });
+        };
+        if !t.contains_key("id") {
+            return Err(FileConfigError::Missing(format!("{prefix}.id")));
+        }
+        let mut s = Section::new(&prefix, t);
+        let mut id = u16::MAX;
+        s.int("id", &mut id)?;
+        if id >= d.strategies {
+            return Err(quota_error(
+                &s,
+                crate::dispatch::quota::QuotaError::Strategy(id, d.strategies),
+            ));
+        }
+        let strategy = crate::order::StrategyId(id);
+        if own.iter().any(|(other, _)| *other == strategy) {
+            return Err(FileConfigError::OutOfRange {
+                key: s.key("id"),
+                value: id.to_string(),
+                allowed: "a strategy not given a quota already",
+            });
+        }
+        let mut quota = d.quota;
+        read_quota_fields(&mut s, &mut quota)?;
+        s.finish()?;
+        own.push((strategy, quota));
+    }
+    q.finish()
+}
+
+fn read_dispatcher<'a>(
+    mut s: Section<'a>,
+    d: &mut DispatcherConfig,
+    own_quotas: &mut Vec<(
+        crate::order::StrategyId,
+        crate::dispatch::quota::StrategyQuota,
+    )>,
+) -> Result<()> {
     s.int("strategies", &mut d.strategies)?;
     s.int("orders_max", &mut d.orders_max)?;
     s.int("lane_cancel_capacity", &mut d.lane_cancel_capacity)?;
@@ -1273,6 +1361,9 @@ fn read_dispatcher<'a>(mut s: Section<'a>, d: &mut DispatcherConfig) -> Result<(
     s.int("commands_per_poll_max", &mut d.commands_per_poll_max)?;
     s.int("outcomes_per_poll_max", &mut d.outcomes_per_poll_max)?;
     s.int("sends_per_poll_max", &mut d.sends_per_poll_max)?;
+    if let Some(t) = s.subtable("quota")? {
+        read_quotas(t, d, own_quotas)?;
+    }
     if let Some(t) = s.subtable("risk")? {
         let mut r = Section::new("dispatcher.risk", t);
         r.int("order_qty_max", &mut d.risk.order_qty_max)?;

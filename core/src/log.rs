@@ -563,6 +563,8 @@ pub fn refusal_name(r: RefusalReason) -> &'static str {
         RefusalReason::KillSwitch => "kill switch",
         RefusalReason::StrategyDisabled => "strategy disabled",
         RefusalReason::SymbolShed => "symbol shed",
+        RefusalReason::StrategyRate => "strategy rate",
+        RefusalReason::StrategyInFlight => "strategy in flight",
     }
 }
 

@@ -32,7 +32,10 @@ pub fn retry_advice(kind: &EventKind) -> Retry {
             | RefusalReason::BulkheadVenue
             | RefusalReason::NewLaneFull
             | RefusalReason::ReplaceLaneFull
-            | RefusalReason::CancelLaneFull => Retry::After(RETRY_PAUSE_NS),
+            | RefusalReason::CancelLaneFull
+            // The strategy's own quota: it recovers as tokens refill or answers arrive.
+            | RefusalReason::StrategyRate
+            | RefusalReason::StrategyInFlight => Retry::After(RETRY_PAUSE_NS),
             _ => Retry::Never,
         },
         EventKind::Rejected {

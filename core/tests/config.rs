@@ -547,6 +547,16 @@ fn operator_metrics_alert_and_budget_keys_at_their_bounds() {
     );
     assert_eq!(c.metrics.budget.cancel_ack_p99_ns, 1);
     assert_eq!(c.counters_file(), None, "metrics disabled: no file");
+    // Quotas and the end-to-end budget at their worst legal values.
+    let c = ok("[budget]\ne2e_p99_ns = 9223372036854775807\n\
+                [dispatcher.quota]\nnew_per_sec = 10000000\nnew_burst = 10000000\n\
+                in_flight_max = 4294967295\n\
+                [[dispatcher.quota.strategy]]\nid = 3\nnew_per_sec = 0");
+    assert_eq!(c.metrics.budget.e2e_p99_ns, i64::MAX as u64);
+    assert_eq!(c.dispatcher.quota.in_flight_max, u32::MAX);
+    let own = c.strategy_quotas[0];
+    assert_eq!(own.0, keel::order::StrategyId(3));
+    assert_eq!((own.1.new_per_sec, own.1.in_flight_max), (0, u32::MAX));
     for (extra, key) in [
         (
             "[operator]\nstop_timeout_ns = \"11m\"",
@@ -596,6 +606,32 @@ fn operator_metrics_alert_and_budget_keys_at_their_bounds() {
         (
             "[budget]\nnew_ack_p99_ns = \"fast\"",
             "budget.new_ack_p99_ns",
+        ),
+        ("[budget]\ne2e_p99_ns = -1", "budget.e2e_p99_ns"),
+        ("[budget]\ne2e_p99_ns = \"1 s\"", "budget.e2e_p99_ns"),
+        (
+            "[dispatcher.quota]\nnew_per_sec = 10000001\nnew_burst = 1",
+            "dispatcher.quota.new_per_sec",
+        ),
+        (
+            "[dispatcher.quota]\nnew_per_sec = 1",
+            "dispatcher.quota.new_burst",
+        ),
+        (
+            "[dispatcher.quota]\nin_flight_max = 4294967296",
+            "dispatcher.quota.in_flight_max",
+        ),
+        (
+            "[[dispatcher.quota.strategy]]\nnew_per_sec = 1\nnew_burst = 1",
+            "dispatcher.quota.strategy[0].id",
+        ),
+        (
+            "[[dispatcher.quota.strategy]]\nid = 1\n[[dispatcher.quota.strategy]]\nid = 1",
+            "dispatcher.quota.strategy[1].id",
+        ),
+        (
+            "[[dispatcher.quota.strategy]]\nid = 1\nburst = 1",
+            "dispatcher.quota.strategy[0].burst",
         ),
         ("[wire_log]\nring_bytes = 4096", "wire_log.dir"),
         (

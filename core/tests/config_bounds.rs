@@ -77,6 +77,8 @@ fn cases() -> Vec<Case> {
     let d = "dispatcher";
     let risk = "dispatcher.risk";
     let bulk = "dispatcher.bulkhead";
+    let quota = "dispatcher.quota";
+    let own = "dispatcher.quota.strategy";
     let brk = "dispatcher.breaker";
     let lim = "dispatcher.limiter";
     let win = "dispatcher.limiter.window";
@@ -150,6 +152,36 @@ fn cases() -> Vec<Case> {
         case(bulk, "in_flight_per_symbol_max", U32_MAX, Either),
         case(bulk, "in_flight_per_venue_max", "0", Either),
         case(bulk, "in_flight_per_venue_max", U32_MAX, Either),
+        // Per-strategy quotas: no limit, the largest rate and burst, the tightest that still
+        // trades one order and its cancel, and just past each bound.
+        case(quota, "new_per_sec", "0", Trade),
+        with(
+            case(quota, "new_per_sec", "10000000", Trade),
+            "new_burst = 10000000",
+        ),
+        with(
+            case(quota, "new_per_sec", "10000001", Refused),
+            "new_burst = 1",
+        ),
+        case(quota, "new_per_sec", "-1", Refused),
+        with(case(quota, "new_burst", "1", Trade), "new_per_sec = 1"),
+        with(case(quota, "new_burst", "0", Refused), "new_per_sec = 1"),
+        with(
+            case(quota, "new_burst", U32_MAX, Refused),
+            "new_per_sec = 1",
+        ),
+        case(quota, "in_flight_max", "0", Trade),
+        case(quota, "in_flight_max", "1", Trade),
+        case(quota, "in_flight_max", U32_MAX, Trade),
+        case(quota, "in_flight_max", "4294967296", Refused),
+        with(
+            case(own, "id", "0", Trade),
+            "new_per_sec = 1\nnew_burst = 1",
+        ),
+        with(case(own, "id", "1", Trade), "in_flight_max = 1"),
+        case(own, "id", "2", Refused),
+        case(own, "id", "-1", Refused),
+        case(own, "id", "65535", Refused),
         // Breaker.
         case(brk, "window_buckets", "0", Refused),
         case(brk, "window_buckets", "1", Trade),
@@ -380,8 +412,12 @@ fn config_text(c: &Case, venue: &str, dir: &std::path::Path) -> String {
         "dispatcher.bulkhead",
         "dispatcher.breaker",
         "dispatcher.limiter",
+        "dispatcher.quota",
     ] {
         t += &format!("[{section}]\n{}", line(section));
+    }
+    if c.section == "dispatcher.quota.strategy" {
+        t += &format!("[[dispatcher.quota.strategy]]\n{}", line(c.section));
     }
     if c.section == "dispatcher.limiter.window" {
         t += &format!("[[dispatcher.limiter.window]]\n{}", line(c.section));

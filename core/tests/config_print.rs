@@ -52,6 +52,20 @@ price_collar_bps = 0
 in_flight_per_symbol_max = 3
 in_flight_per_venue_max = 11
 
+[dispatcher.quota]
+new_per_sec = 500
+new_burst = 50
+in_flight_max = 40
+
+[[dispatcher.quota.strategy]]
+id = 6
+new_per_sec = 10000000
+new_burst = 1
+
+[[dispatcher.quota.strategy]]
+id = 0
+in_flight_max = 0
+
 [dispatcher.breaker]
 window_ns = "90s"
 window_buckets = 30
@@ -151,6 +165,7 @@ unknown_orders_for_ns = "30s"
 [budget]
 decision_p99_ns = "20us"
 new_ack_p99_ns = "2ms"
+e2e_p99_ns = "3ms"
 cancel_ack_p99_ns = "1ms"
 
 [[feed]]
@@ -231,6 +246,7 @@ fn assert_every_section(text: &str) {
         "\n[dispatcher]\n",
         "\n[dispatcher.risk]\n",
         "\n[dispatcher.bulkhead]\n",
+        "\n[dispatcher.quota]\n",
         "\n[dispatcher.breaker]\n",
         "\n[dispatcher.limiter]\n",
         "\n[[dispatcher.limiter.window]]\n",

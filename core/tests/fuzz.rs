@@ -1369,7 +1369,7 @@ fn command() -> impl Strategy<Value = Command> {
     ]
 }
 
-const REFUSALS: [RefusalReason; 20] = [
+const REFUSALS: [RefusalReason; 22] = [
     RefusalReason::NotSynced,
     RefusalReason::RiskQty,
     RefusalReason::RiskNotional,
@@ -1390,6 +1390,9 @@ const REFUSALS: [RefusalReason; 20] = [
     RefusalReason::LinkReadOnly,
     RefusalReason::RiskPrice,
     RefusalReason::SessionFull,
+    // Codes past a gap (24-29 unused) round-trip like the others.
+    RefusalReason::StrategyRate,
+    RefusalReason::StrategyInFlight,
 ];
 
 fn event_kind() -> impl Strategy<Value = EventKind> {

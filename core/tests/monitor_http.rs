@@ -436,7 +436,7 @@ fn the_grafana_dashboard_queries_only_metrics_keel_exports() {
     wait_until("the baseline gauge", Duration::from_secs(20), || {
         get(&addr, "/metrics")
             .1
-            .contains("keel_ack_p99_baseline_seconds{venue=\"sim\"}")
+            .contains("keel_e2e_p99_baseline_seconds{venue=\"sim\"}")
     });
     place(&channel, 6..=10);
     let mut missing = Vec::new();

@@ -121,6 +121,27 @@ fn stat_prometheus_and_the_live_page_see_the_chain() {
         .find(|m| m["name"] == "keel_new_order_ack_seconds")
         .unwrap();
     assert_eq!(ack["count"], 10, "one ack per order: {ack}");
+    // Decision and end-to-end times measured by `keel run`'s own loop, read from outside: ten
+    // decisions weigh more than 0 ns (each was rounded to its pass's one instant), and every
+    // order's end-to-end time covers at least its venue round trip.
+    let histogram = |name: &str, labels: &str| {
+        json["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name && m["labels"] == labels)
+            .unwrap_or_else(|| panic!("{name}{{{labels}}} in {json}"))
+            .clone()
+    };
+    let decision = histogram("keel_decision_seconds", "class=\"new\"");
+    assert_eq!(decision["count"], 10, "{decision}");
+    assert!(decision["sum_ns"].as_u64() > Some(0), "{decision}");
+    let e2e = histogram("keel_order_e2e_seconds", "venue=\"sim\"");
+    assert_eq!(e2e["count"], 10, "{e2e}");
+    assert!(
+        e2e["sum_ns"].as_u64() >= ack["sum_ns"].as_u64(),
+        "{e2e} vs {ack}"
+    );
     let (code, text) = keel(&["stat", "--config", config_arg, "--once"]);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("sent new 10 cancel 4"), "{text}");
@@ -160,6 +181,7 @@ fn stat_prometheus_and_the_live_page_see_the_chain() {
         "{metrics}"
     );
     assert!(metrics.contains("keel_new_order_ack_seconds_count{venue=\"sim\"} 10"));
+    assert!(metrics.contains("keel_order_e2e_seconds_count{venue=\"sim\"} 10"));
     assert_eq!(get(&addr, "/nowhere").0, 404);
     assert_eq!(get(&addr, "/metrics?x=1").0, 200);
 

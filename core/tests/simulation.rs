@@ -191,6 +191,7 @@ impl Sim {
             feeds: Vec::new(),
             operator: Default::default(),
             wire_log: None,
+            strategy_quotas: Vec::new(),
             metrics: Default::default(),
         };
         // The link's first connection attempt is made here, at time 0.

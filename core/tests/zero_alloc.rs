@@ -144,7 +144,22 @@ impl Driver {
 fn one_million_commands_allocate_nothing() {
     let mut config = roomy_config();
     config.orders_max = 65_536;
+    // Per-strategy quotas on the decision path, tight enough to refuse some orders (rate)
+    // and strategy 1 with its own; the cancel lane's per-symbol rotation serves every cancel,
+    // mass cancel and status query below.
+    config.quota = keel::dispatch::quota::StrategyQuota {
+        new_per_sec: 300_000,
+        new_burst: 64,
+        in_flight_max: 2_048,
+    };
     let mut rig = Rig::with_rings(config, 1_024, 1_024);
+    let own = keel::dispatch::quota::StrategyQuota {
+        in_flight_max: 1_024,
+        ..config.quota
+    };
+    rig.dispatcher
+        .set_strategy_quota(StrategyId(1), own, rig.now_ns)
+        .unwrap();
     // With the order journal on the decision path, as in production, its files small enough
     // that it rolls over several times inside the measured million commands (a rollover is a
     // swap to the file its keeper thread prepared: nothing on the decision path allocates).
@@ -214,6 +229,9 @@ fn one_million_commands_allocate_nothing() {
         "{after:?}"
     );
     assert!(after.events - before.events > 500_000, "{after:?}");
+    let quota_refused = rig.dispatcher.quotas().stats(StrategyId(0)).rate_refused
+        + rig.dispatcher.quotas().stats(StrategyId(1)).rate_refused;
+    assert!(quota_refused > 0, "the quota path refused some orders");
     assert!(rig.dispatcher.table().stats().evictions > 100_000);
     assert_eq!(allocations, 0, "heap allocations on the hot path");
     assert_eq!(rig.dispatcher.stats().journal_errors, 0);

@@ -42,6 +42,19 @@ EVENT_NAMES = {
     6: "rejected", 7: "cancel_rejected", 8: "unknown", 9: "shed", 10: "throttled",
     11: "breaker_open", 12: "refused", 13: "malformed",
 }
+# The reason of a "refused" event (docs/ipc.md; pinned to keel's table by a Rust test). Codes
+# never change; 24-29 are unused.
+REFUSAL_NAMES = {
+    1: "not synced", 2: "risk qty", 3: "risk notional", 4: "risk position",
+    5: "unknown order on symbol", 6: "bulkhead symbol", 7: "bulkhead venue",
+    8: "cancel lane full", 9: "replace lane full", 10: "new lane full", 11: "duplicate id",
+    12: "order table full", 13: "unknown order", 14: "already pending",
+    15: "executor stalled", 16: "journal unavailable", 17: "bad route",
+    18: "link read-only", 19: "risk price", 20: "session full", 21: "kill switch",
+    22: "strategy disabled", 23: "symbol shed",
+    # The strategy's own quota ([dispatcher.quota]): back off and retry; others unaffected.
+    30: "strategy rate", 31: "strategy in flight",
+}
 PRICE_SCALE = 10_000  # 4 decimals
 
 
@@ -269,8 +282,11 @@ class Channel:
             raise ChannelError(f"event {head}: says position {position}")
         kind = EVENT_NAMES.get(r[4], f"kind-{r[4]}")
         order_id, other, qty, leaves, price, at_ns = struct.unpack_from("<QQIIqQ", r, 16)
-        return {"kind": kind, "id": order_id, "reason": r[5], "qty": qty, "leaves": leaves,
-                "price": price, "other": other, "at_ns": at_ns}
+        event = {"kind": kind, "id": order_id, "reason": r[5], "qty": qty, "leaves": leaves,
+                 "price": price, "other": other, "at_ns": at_ns}
+        if kind == "refused":
+            event["refusal"] = REFUSAL_NAMES.get(r[5], f"refusal-{r[5]}")
+        return event
 
 
 def fingerprint(symbols, venues):

@@ -216,11 +216,13 @@ pub fn view(s: &Snapshot, budget: Option<&crate::monitor::alerts::BudgetConfig>)
         .filter_map(|(d, _)| label_value(&d.labels, "venue"))
         .collect();
     let mut worst = (None::<u64>, None::<u64>);
+    let mut worst_e2e = None::<u64>;
     for v in venues {
         let l = format!("venue=\"{v}\"");
         let max = |a: Option<u64>, b: Option<u64>| a.max(b);
         worst.0 = max(worst.0, p(s, "keel_new_order_ack_seconds", &l, 0.99));
         worst.1 = max(worst.1, p(s, "keel_cancel_ack_seconds", &l, 0.99));
+        worst_e2e = max(worst_e2e, p(s, "keel_order_e2e_seconds", &l, 0.99));
         let lane = |k: &str| s.scalar("keel_lane_depth", &format!("{l},lane=\"{k}\""));
         let _ = writeln!(
             o,
@@ -267,6 +269,15 @@ pub fn view(s: &Snapshot, budget: Option<&crate::monitor::alerts::BudgetConfig>)
             against(worst.0, b.new_ack_p99_ns),
             worst.1.map_or("-".into(), micros),
             against(worst.1, b.cancel_ack_p99_ns)
+        );
+    }
+    if worst_e2e.is_some() || b.e2e_p99_ns > 0 {
+        let _ = writeln!(
+            o,
+            "end to end (arrival at keel to the venue's answer, queues included), worst venue: \
+             new-order p99 {} µs{}",
+            worst_e2e.map_or("-".into(), micros),
+            against(worst_e2e, b.e2e_p99_ns)
         );
     }
     let strategies: Vec<(&str, u64, u64, u64)> = s

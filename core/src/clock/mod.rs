@@ -107,6 +107,18 @@ impl Clock for ManualClock {
     }
 }
 
+/// A clock frozen at one reading: what a caller that took `now_ns` once for a whole pass
+/// hands to code that reads a clock (e.g. [`crate::dispatch::Dispatcher::poll`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrozenClock(pub u64);
+
+impl Clock for FrozenClock {
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        self.0
+    }
+}
+
 /// Nanoseconds per second, millisecond and microsecond, to keep literals readable.
 pub const NS_PER_SEC: u64 = 1_000_000_000;
 /// Nanoseconds per millisecond.

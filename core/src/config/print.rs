@@ -38,6 +38,7 @@ pub fn to_toml(config: &EngineConfig) -> String {
         .collect();
     out.line(format_args!("symbols = {}", Value::Array(symbols)));
     dispatcher(&mut out, &config.dispatcher);
+    quotas(&mut out, &config.dispatcher, &config.strategy_quotas);
     engine(&mut out, &config.loops);
     match &config.ipc {
         Some(ipc) => self::ipc(&mut out, ipc),
@@ -99,6 +100,30 @@ pub fn example_config() -> EngineConfig {
         operator: crate::engine::OperatorConfig::default(),
         wire_log: None,
         metrics: crate::engine::MetricsConfig::default(),
+        strategy_quotas: Vec::new(),
+    }
+}
+
+/// `[dispatcher.quota]` and each strategy's own quota.
+fn quotas(
+    out: &mut Out,
+    d: &DispatcherConfig,
+    own: &[(
+        crate::order::StrategyId,
+        crate::dispatch::quota::StrategyQuota,
+    )],
+) {
+    let quota = |out: &mut Out, q: &crate::dispatch::quota::StrategyQuota| {
+        out.int("new_per_sec", q.new_per_sec);
+        out.int("new_burst", q.new_burst);
+        out.int("in_flight_max", q.in_flight_max);
+    };
+    out.section("[dispatcher.quota]");
+    quota(out, &d.quota);
+    for (strategy, q) in own {
+        out.section("[[dispatcher.quota.strategy]]");
+        out.int("id", strategy.0);
+        quota(out, q);
     }
 }
 
@@ -279,6 +304,7 @@ fn metrics(out: &mut Out, c: &crate::engine::MetricsConfig) {
     out.section("[budget]");
     out.duration("decision_p99_ns", b.decision_p99_ns);
     out.duration("new_ack_p99_ns", b.new_ack_p99_ns);
+    out.duration("e2e_p99_ns", b.e2e_p99_ns);
     out.duration("cancel_ack_p99_ns", b.cancel_ack_p99_ns);
     let k = &c.control;
     out.section("[control]");

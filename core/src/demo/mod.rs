@@ -1014,6 +1014,7 @@ fn build<T: SocketTransport>(
             ..FeedConfig::default()
         }],
         operator: crate::engine::OperatorConfig::default(),
+        strategy_quotas: Vec::new(),
         wire_log: wire_log.map(|dir| crate::wirelog::WireLogConfig {
             dir: dir.to_path_buf(),
             ..crate::wirelog::WireLogConfig::default()

@@ -45,6 +45,8 @@ pub struct DispatcherConfig {
     pub breaker: BreakerConfig,
     /// Rate limiter, one per venue.
     pub limiter: LimiterConfig,
+    /// Every strategy's quota unless it has its own (`[dispatcher.quota]`; none by default).
+    pub quota: super::quota::StrategyQuota,
 }
 
 impl Default for DispatcherConfig {
@@ -68,6 +70,7 @@ impl Default for DispatcherConfig {
             bulkhead: BulkheadConfig::default(),
             breaker: BreakerConfig::default(),
             limiter: LimiterConfig::default(),
+            quota: super::quota::StrategyQuota::default(),
         }
     }
 }
@@ -91,6 +94,9 @@ pub enum ConfigError {
     /// The limiter section is invalid.
     #[error("limiter: {0}")]
     Limiter(#[from] LimiterConfigError),
+    /// A strategy quota is invalid.
+    #[error("quota: {0}")]
+    Quota(#[from] super::quota::QuotaError),
 }
 
 /// Largest capacity of one lane (16,777,216 entries: a venue's lanes then take about 3 GB;
@@ -176,6 +182,7 @@ impl DispatcherConfig {
         }
         crate::guard::breaker::Breaker::new(c.breaker)?;
         crate::guard::limiter::RateLimiter::new(c.limiter, 0)?;
+        c.quota.validate()?;
         Ok(())
     }
 }

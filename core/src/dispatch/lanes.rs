@@ -1,10 +1,13 @@
 //! Priority lanes for one venue: cancels, then replaces, then new orders.
 //!
 //! Priority is structural: three separate bounded queues, served in that order, so a cancel
-//! never waits behind a new order whatever their arrival order. The new-order lane is fair
-//! across symbols: one queue per symbol, linked through a shared node arena, served
-//! round-robin one order per symbol per turn, with a per-symbol cap so one hot symbol cannot
-//! fill the lane. All memory is allocated at start.
+//! never waits behind a new order whatever their arrival order. The cancel and new-order
+//! lanes are fair across symbols ([`SymbolLane`]): one queue per symbol, linked through a
+//! shared node arena, served round-robin one item per symbol per turn. So under one symbol's
+//! cancel storm a cancel on another symbol waits behind at most one of the storm's cancels
+//! per other symbol with cancels queued, never behind the whole storm; the new-order lane
+//! adds a per-symbol cap so one hot symbol cannot fill it (the cancel lane has none: a cancel
+//! is never refused to make room, it reduces risk). All memory is allocated at start.
 
 use std::collections::VecDeque;
 
@@ -17,6 +20,8 @@ pub enum CancelWork {
     One {
         /// The order.
         id: ClientOrderId,
+        /// Its symbol (the lane's fairness key).
+        symbol: SymbolId,
         /// When it entered the lane.
         enqueued_ns: u64,
     },
@@ -25,9 +30,53 @@ pub enum CancelWork {
     Query {
         /// The order.
         id: ClientOrderId,
+        /// Its symbol (the lane's fairness key).
+        symbol: SymbolId,
         /// When it entered the lane.
         enqueued_ns: u64,
     },
+}
+
+impl CancelWork {
+    /// When it entered the lane.
+    pub fn enqueued_ns(&self) -> u64 {
+        match *self {
+            CancelWork::One { enqueued_ns, .. } | CancelWork::Query { enqueued_ns, .. } => {
+                enqueued_ns
+            }
+        }
+    }
+}
+
+/// What a [`SymbolLane`] needs of its items: the symbol that keys its fairness, and the
+/// order it is about (for removal by id).
+pub trait LaneItem: Copy {
+    /// The fairness key.
+    fn symbol(&self) -> SymbolId;
+    /// The order it is about.
+    fn order_id(&self) -> ClientOrderId;
+}
+
+impl LaneItem for QueuedNew {
+    fn symbol(&self) -> SymbolId {
+        self.order.symbol
+    }
+    fn order_id(&self) -> ClientOrderId {
+        self.order.id
+    }
+}
+
+impl LaneItem for CancelWork {
+    fn symbol(&self) -> SymbolId {
+        match *self {
+            CancelWork::One { symbol, .. } | CancelWork::Query { symbol, .. } => symbol,
+        }
+    }
+    fn order_id(&self) -> ClientOrderId {
+        match *self {
+            CancelWork::One { id, .. } | CancelWork::Query { id, .. } => id,
+        }
+    }
 }
 
 /// A queued replace.
@@ -106,8 +155,8 @@ impl<T> BoundedQueue<T> {
 const NIL: u32 = u32::MAX;
 
 #[derive(Debug, Clone, Copy)]
-struct Node {
-    item: Option<QueuedNew>,
+struct Node<T> {
+    item: Option<T>,
     next: u32,
 }
 
@@ -118,19 +167,34 @@ struct SymbolQueue {
     len: u32,
 }
 
-/// Why a new order could not enter the lane.
+/// Why an item could not enter a [`SymbolLane`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NewLaneFull {
-    /// The lane holds `lane_new_capacity` orders.
+    /// The lane holds its capacity (`lane_new_capacity`, `lane_cancel_capacity`).
     Total,
-    /// The symbol holds `lane_new_per_symbol_max` orders.
+    /// The symbol holds its cap (`lane_new_per_symbol_max`).
     Symbol,
 }
 
 /// The new-order lane: per-symbol FIFOs served round-robin.
+pub type NewLane = SymbolLane<QueuedNew>;
+
+/// The cancel lane: cancels and status queries, per-symbol FIFOs served round-robin, with no
+/// per-symbol cap (see the module docs).
+pub type CancelLane = SymbolLane<CancelWork>;
+
+impl CancelLane {
+    /// A cancel lane of `capacity` items over `symbols` symbols.
+    pub fn cancels(capacity: u32, symbols: u16) -> Self {
+        Self::new(capacity, capacity, symbols)
+    }
+}
+
+/// A lane fair across symbols: per-symbol FIFOs linked through one node arena, served
+/// round-robin one item per symbol per turn.
 #[derive(Debug)]
-pub struct NewLane {
-    nodes: Vec<Node>,
+pub struct SymbolLane<T> {
+    nodes: Vec<Node<T>>,
     free_head: u32,
     symbols: Vec<SymbolQueue>,
     /// Symbols with queued orders, in service order.
@@ -139,8 +203,8 @@ pub struct NewLane {
     per_symbol_max: u32,
 }
 
-impl NewLane {
-    /// A lane of `capacity` orders over `symbols` symbols, at most `per_symbol_max` each.
+impl<T: LaneItem> SymbolLane<T> {
+    /// A lane of `capacity` items over `symbols` symbols, at most `per_symbol_max` each.
     pub fn new(capacity: u32, per_symbol_max: u32, symbols: u16) -> Self {
         assert!(
             capacity > 0 && per_symbol_max > 0,
@@ -185,6 +249,11 @@ impl NewLane {
         self.nodes.len() as u32
     }
 
+    /// Room left (in total; a symbol's cap may bind first).
+    pub fn free(&self) -> u32 {
+        self.capacity() - self.len
+    }
+
     /// Whether an order on `symbol` would fit now.
     #[inline]
     pub fn can_push(&self, symbol: SymbolId) -> Result<(), NewLaneFull> {
@@ -197,10 +266,10 @@ impl NewLane {
         Ok(())
     }
 
-    /// Queues `item` behind its symbol's other orders.
-    pub fn push(&mut self, item: QueuedNew) -> Result<(), NewLaneFull> {
-        let symbol = item.order.symbol.0;
-        self.can_push(item.order.symbol)?;
+    /// Queues `item` behind its symbol's other items.
+    pub fn push(&mut self, item: T) -> Result<(), NewLaneFull> {
+        let symbol = item.symbol().0;
+        self.can_push(item.symbol())?;
         let node = self.free_head;
         self.free_head = self.nodes[node as usize].next;
         self.nodes[node as usize] = Node {
@@ -223,16 +292,16 @@ impl NewLane {
         Ok(())
     }
 
-    /// The order that would be served next.
+    /// The item that would be served next.
     #[inline]
-    pub fn peek(&self) -> Option<&QueuedNew> {
+    pub fn peek(&self) -> Option<&T> {
         let symbol = *self.active.front()?;
         let head = self.symbols[usize::from(symbol)].head;
         self.nodes[head as usize].item.as_ref()
     }
 
-    /// Serves the next order and moves its symbol to the back of the rotation.
-    pub fn pop(&mut self) -> Option<QueuedNew> {
+    /// Serves the next item and moves its symbol to the back of the rotation.
+    pub fn pop(&mut self) -> Option<T> {
         let symbol = self.active.pop()?;
         let item = self.unlink_head(symbol);
         if self.symbols[usize::from(symbol)].len > 0 {
@@ -243,13 +312,13 @@ impl NewLane {
         Some(item)
     }
 
-    /// Removes a queued order by id (a cancel that catches its order before it left).
-    pub fn remove(&mut self, symbol: SymbolId, id: ClientOrderId) -> Option<QueuedNew> {
+    /// Removes a queued item by order id (a cancel that catches its order before it left).
+    pub fn remove(&mut self, symbol: SymbolId, id: ClientOrderId) -> Option<T> {
         let queue = self.symbols[usize::from(symbol.0)];
         let (mut prev, mut at) = (NIL, queue.head);
         while at != NIL {
             let node = self.nodes[at as usize];
-            if node.item.is_some_and(|q| q.order.id == id) {
+            if node.item.is_some_and(|q| q.order_id() == id) {
                 let item = self.unlink(symbol.0, prev, at);
                 if self.symbols[usize::from(symbol.0)].len == 0 {
                     // Keep the rotation naming only symbols with queued orders.
@@ -262,12 +331,12 @@ impl NewLane {
         None
     }
 
-    fn unlink_head(&mut self, symbol: u16) -> QueuedNew {
+    fn unlink_head(&mut self, symbol: u16) -> T {
         let head = self.symbols[usize::from(symbol)].head;
         self.unlink(symbol, NIL, head)
     }
 
-    fn unlink(&mut self, symbol: u16, prev: u32, at: u32) -> QueuedNew {
+    fn unlink(&mut self, symbol: u16, prev: u32, at: u32) -> T {
         let node = self.nodes[at as usize];
         let queue = &mut self.symbols[usize::from(symbol)];
         if prev == NIL {
@@ -285,7 +354,7 @@ impl NewLane {
             next: self.free_head,
         };
         self.free_head = at;
-        node.item.expect("linked node holds an order")
+        node.item.expect("linked node holds an item")
     }
 
     /// Takes `symbol` out of the rotation, keeping the others' order.
@@ -375,6 +444,96 @@ mod tests {
                 prop_assert_eq!(lane.peek().map(|q| q.order.id.0), rotation.front().map(|s| model[s][0]));
             }
         }
+    }
+
+    fn cancel(seq: u64, symbol: u16) -> CancelWork {
+        let (id, symbol) = (ClientOrderId(seq), SymbolId(symbol));
+        if seq % 5 == 0 {
+            CancelWork::Query {
+                id,
+                symbol,
+                enqueued_ns: seq,
+            }
+        } else {
+            CancelWork::One {
+                id,
+                symbol,
+                enqueued_ns: seq,
+            }
+        }
+    }
+
+    proptest! {
+        // Goal: the cancel lane is per-symbol FIFO and round-robin across symbols, bounded in
+        // total only (no symbol's cancel is refused while the lane has room), and no cancel
+        // waits behind more than one cancel of any other symbol for each cancel of its own
+        // symbol queued ahead of it. Method: random pushes (cancels and queries) and pops
+        // against per-symbol VecDeques plus a rotation list; for each queued cancel, the
+        // other symbols' cancels served since it arrived.
+        #[test]
+        fn cancel_lane_matches_model(ops in proptest::collection::vec((0u8..2, 0u16..4), 1..600)) {
+            let mut lane = CancelLane::cancels(64, 4);
+            let mut model: BTreeMap<u16, VecDeque<u64>> = BTreeMap::new();
+            let mut rotation: VecDeque<u16> = VecDeque::new();
+            // Per queued cancel: (its symbol, own cancels ahead at arrival, served per symbol since).
+            let mut waits: BTreeMap<u64, (u16, u64, [u64; 4])> = BTreeMap::new();
+            let mut seq = 0;
+            for (op, symbol) in ops {
+                if op == 0 {
+                    seq += 1;
+                    let total: usize = model.values().map(VecDeque::len).sum();
+                    let got = lane.push(cancel(seq, symbol));
+                    prop_assert_eq!(got.is_ok(), total < 64);
+                    if total >= 64 {
+                        prop_assert_eq!(got, Err(NewLaneFull::Total));
+                        continue;
+                    }
+                    let q = model.entry(symbol).or_default();
+                    if q.is_empty() { rotation.push_back(symbol); }
+                    waits.insert(seq, (symbol, q.len() as u64, [0; 4]));
+                    q.push_back(seq);
+                } else {
+                    let got = lane.pop();
+                    let expected = rotation.pop_front().map(|s| {
+                        let q = model.get_mut(&s).unwrap();
+                        let id = q.pop_front().unwrap();
+                        if !q.is_empty() { rotation.push_back(s); }
+                        id
+                    });
+                    prop_assert_eq!(got.map(|c| c.order_id().0), expected);
+                    if let Some(c) = got {
+                        prop_assert_eq!(c, cancel(c.order_id().0, c.symbol().0));
+                        let (_, ahead, behind) = waits.remove(&c.order_id().0).unwrap();
+                        for (other, n) in behind.iter().enumerate() {
+                            if other as u16 != c.symbol().0 {
+                                prop_assert!(*n <= ahead + 1, "waited behind {} of symbol {}", n, other);
+                            }
+                        }
+                        for w in waits.values_mut() {
+                            w.2[usize::from(c.symbol().0)] += 1;
+                        }
+                    }
+                }
+                let total: usize = model.values().map(VecDeque::len).sum();
+                prop_assert_eq!(lane.len() as usize, total);
+                prop_assert_eq!(lane.free() as usize, 64 - total);
+                prop_assert_eq!(lane.peek().map(|c| c.order_id().0), rotation.front().map(|s| model[s][0]));
+            }
+        }
+    }
+
+    // Goal: under one symbol's storm, another symbol's cancel leaves second, not last; the
+    // storm may fill the whole lane (a cancel is never refused for fairness).
+    #[test]
+    fn a_cancel_storm_does_not_hold_another_symbol_back() {
+        let mut lane = CancelLane::cancels(1_001, 2);
+        for seq in 0..1_000 {
+            lane.push(cancel(seq, 0)).unwrap();
+        }
+        lane.push(cancel(5_000, 1)).unwrap();
+        assert_eq!(lane.push(cancel(5_001, 0)), Err(NewLaneFull::Total));
+        let served: Vec<u64> = (0..3).map(|_| lane.pop().unwrap().order_id().0).collect();
+        assert_eq!(served, vec![0, 5_000, 1]);
     }
 
     // Goal: one hot symbol cannot starve the rest.

@@ -13,6 +13,7 @@
 mod config;
 pub mod lanes;
 mod operator;
+pub mod quota;
 mod stats;
 
 pub use crate::ring::{
@@ -35,7 +36,7 @@ use crate::order::{
     RefusalReason, RejectReason, Replace, RequestKind, StrategyId, TableError, UnsentRequest,
     VenueId, VenueRequest,
 };
-use lanes::{BoundedQueue, CancelWork, NewLane, NewLaneFull, QueuedNew, QueuedReplace};
+use lanes::{BoundedQueue, CancelLane, CancelWork, NewLane, NewLaneFull, QueuedNew, QueuedReplace};
 
 /// What [`Dispatcher::restore`] brought back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -76,7 +77,7 @@ pub enum RestoreError {
 #[derive(Debug)]
 struct VenueLanes {
     port: VenuePort,
-    cancels: BoundedQueue<CancelWork>,
+    cancels: CancelLane,
     replaces: BoundedQueue<QueuedReplace>,
     news: NewLane,
     /// What the link lets leave (from its `LinkState` reports, downgraded here on a
@@ -123,6 +124,8 @@ pub struct Dispatcher {
     latency: Latency,
     /// Which queued work leaves first (priority lanes, or arrival order as a baseline).
     lane_order: LaneOrder,
+    /// Per-strategy new-order rate and in-flight quotas.
+    quotas: quota::Quotas,
     stats: DispatchStats,
 }
 
@@ -145,6 +148,9 @@ pub struct Latency {
     pub new_ack: Vec<crate::metrics::Histogram>,
     /// Per venue: a cancel's release to the venue's `Canceled`.
     pub cancel_ack: Vec<crate::metrics::Histogram>,
+    /// Per venue: a new order's (or replace's) arrival at keel to the venue's first answer:
+    /// its time in keel's lanes and guards plus the venue's, what the strategy waits.
+    pub new_e2e: Vec<crate::metrics::Histogram>,
     /// A new order's admission to its release (lane wait and guards): keel's own decision.
     pub decision_new: crate::metrics::Histogram,
     /// A cancel's admission to its release.
@@ -190,7 +196,7 @@ impl Dispatcher {
             .into_iter()
             .map(|port| VenueLanes {
                 port,
-                cancels: BoundedQueue::new(config.lane_cancel_capacity),
+                cancels: CancelLane::cancels(config.lane_cancel_capacity, config.symbols),
                 replaces: BoundedQueue::new(config.lane_replace_capacity),
                 news: NewLane::new(
                     config.lane_new_capacity,
@@ -223,20 +229,34 @@ impl Dispatcher {
             latency: Latency {
                 new_ack: vec![crate::metrics::Histogram::default(); usize::from(config.venues)],
                 cancel_ack: vec![crate::metrics::Histogram::default(); usize::from(config.venues)],
+                new_e2e: vec![crate::metrics::Histogram::default(); usize::from(config.venues)],
                 ..Latency::default()
             },
             lane_order: LaneOrder::Priority,
+            quotas: quota::Quotas::new(config.strategies, config.quota, now_ns),
             stats: DispatchStats::default(),
             config,
         })
     }
 
-    /// One bounded pass: outcomes, then commands, then sends. Returns the units of work done
-    /// (0 means idle, for the caller's idle policy).
+    /// One bounded pass at one instant `now_ns`: outcomes, then commands, then sends. Returns
+    /// the units of work done (0 means idle, for the caller's idle policy). A command admitted
+    /// and released in the same pass measures a decision time of 0: loops that measure it call
+    /// [`Dispatcher::poll_clocked`].
     pub fn poll(&mut self, now_ns: u64) -> u32 {
+        self.poll_clocked(&crate::clock::FrozenClock(now_ns))
+    }
+
+    /// One bounded pass reading `clock`: once for the outcomes, once per command as it is taken
+    /// from its ring (its arrival at keel), once per release step and once at each release.
+    /// So a decision (arrival to release) and an end-to-end time (arrival to the venue's
+    /// answer) are measured, not rounded to the pass: one `now_ns` per pass made every
+    /// decision admitted and released in the same pass weigh exactly 0 ns.
+    pub fn poll_clocked<C: crate::clock::Clock>(&mut self, clock: &C) -> u32 {
+        let now_ns = clock.now_ns();
         self.check_watchdogs(now_ns);
         let work =
-            self.drain_outcomes(now_ns) + self.drain_commands(now_ns) + self.serve_lanes(now_ns);
+            self.drain_outcomes(now_ns) + self.drain_commands(clock) + self.serve_lanes(clock);
         self.stats.polls += 1;
         work
     }
@@ -259,6 +279,22 @@ impl Dispatcher {
     /// Counters.
     pub fn stats(&self) -> &DispatchStats {
         &self.stats
+    }
+
+    /// Gives `strategy` its own quota instead of `[dispatcher.quota]` (at start, from
+    /// `[[dispatcher.quota.strategy]]`; its bucket starts full).
+    pub fn set_strategy_quota(
+        &mut self,
+        strategy: StrategyId,
+        quota: quota::StrategyQuota,
+        now_ns: u64,
+    ) -> Result<(), quota::QuotaError> {
+        self.quotas.set(strategy, quota, now_ns)
+    }
+
+    /// The per-strategy quotas (read only), for metrics.
+    pub fn quotas(&self) -> &quota::Quotas {
+        &self.quotas
     }
 
     /// The order table (read only).
@@ -366,6 +402,7 @@ impl Dispatcher {
                 .bulkhead
                 .try_acquire(o.venue, o.symbol)
                 .map_err(|_| RestoreError::Bulkhead(o.id))?;
+            self.quotas.hold_restored(strategy);
             self.table
                 .insert(strategy, &o, None)
                 .map_err(|_| RestoreError::Duplicate(o.id))?;
@@ -386,6 +423,7 @@ impl Dispatcher {
                     .map_err(|_| RestoreError::Duplicate(o.id))?;
                 let query = CancelWork::Query {
                     id: o.id,
+                    symbol: o.symbol,
                     enqueued_ns: 0,
                 };
                 if self.venues[v].cancels.push(query).is_err() {
@@ -445,7 +483,7 @@ impl Dispatcher {
 
     // ----- strategy commands -------------------------------------------------------------
 
-    fn drain_commands(&mut self, now_ns: u64) -> u32 {
+    fn drain_commands<C: crate::clock::Clock>(&mut self, clock: &C) -> u32 {
         let n = self.strategies.len();
         let mut done = 0;
         let mut idle_in_a_row = 0;
@@ -465,7 +503,8 @@ impl Dispatcher {
             idle_in_a_row = 0;
             done += 1;
             self.stats.commands += 1;
-            self.handle_command(now_ns, StrategyId(s as u16), command);
+            // Its arrival at keel: the start of its decision and of its end-to-end time.
+            self.handle_command(clock.now_ns(), StrategyId(s as u16), command);
         }
         done
     }
@@ -518,12 +557,15 @@ impl Dispatcher {
         if self.table.open_count() >= self.table.capacity() {
             return Err(refuse(RefusalReason::OrderTableFull));
         }
+        self.quotas.check(now_ns, strategy).map_err(refuse)?;
         self.guards.admit(now_ns, order, venue.news.len(), 0)?;
+        self.quotas.take(strategy);
         let inserted = self.table.insert(strategy, order, None);
         assert!(
             inserted.is_ok(),
             "table room and id were checked: {inserted:?}"
         );
+        self.table.mark_admitted(order.id, now_ns);
         let pushed = self.venues[usize::from(order.venue.0)]
             .news
             .push(QueuedNew {
@@ -559,6 +601,7 @@ impl Dispatcher {
             .cancels
             .push(CancelWork::One {
                 id,
+                symbol: order.symbol,
                 enqueued_ns: now_ns,
             })
             .is_err()
@@ -605,13 +648,17 @@ impl Dispatcher {
         if venue.replaces.free() == 0 {
             return Err(refuse(RefusalReason::ReplaceLaneFull));
         }
+        // A replace enters a new order: it spends the strategy's quota like one.
+        self.quotas.check(now_ns, strategy).map_err(refuse)?;
         self.guards
             .admit(now_ns, &replacement, venue.news.len(), old.leaves_qty())?;
+        self.quotas.take(strategy);
         let inserted = self.table.insert(strategy, &replacement, Some(r.id));
         assert!(
             inserted.is_ok(),
             "table room and id were checked: {inserted:?}"
         );
+        self.table.mark_admitted(r.new_id, now_ns);
         self.table.set_link(r.id, r.new_id);
         self.apply(r.id, OrderEvent::ReplaceRequested, 0)
             .expect("live order: the lifecycle allows a replace request");
@@ -717,11 +764,13 @@ impl Dispatcher {
 
     /// Puts a single cancel in its venue's lane (room checked by the caller).
     fn queue_cancel(&mut self, now_ns: u64, id: ClientOrderId) {
-        let venue = self.table.get(id).expect("order to cancel exists").venue;
+        let order = self.table.get(id).expect("order to cancel exists");
+        let (venue, symbol) = (order.venue, order.symbol);
         let pushed = self.venues[usize::from(venue.0)]
             .cancels
             .push(CancelWork::One {
                 id,
+                symbol,
                 enqueued_ns: now_ns,
             });
         assert!(pushed.is_ok(), "cancel lane room was checked");
@@ -782,19 +831,20 @@ impl Dispatcher {
 
     // ----- sending -----------------------------------------------------------------------
 
-    fn serve_lanes(&mut self, now_ns: u64) -> u32 {
+    fn serve_lanes<C: crate::clock::Clock>(&mut self, clock: &C) -> u32 {
         let mut sent = 0;
         for v in 0..self.venues.len() {
-            sent += self.serve_venue(now_ns, v);
+            sent += self.serve_venue(clock, v);
         }
         sent
     }
 
     /// Releases up to `sends_per_poll_max` requests to venue `v`: cancels, then replaces, then
     /// new orders. Stops when the venue ring is full or the rate budget is short.
-    fn serve_venue(&mut self, now_ns: u64, v: usize) -> u32 {
+    fn serve_venue<C: crate::clock::Clock>(&mut self, clock: &C, v: usize) -> u32 {
         let mut sent = 0;
         while sent < self.config.sends_per_poll_max && self.venues[v].port.requests.slots() > 0 {
+            let now_ns = clock.now_ns();
             let mode = self.venues[v].mode;
             let step = if let Some(id) = self.venues[v].reconcile_wanted {
                 self.send_reconcile(now_ns, v, id)
@@ -804,16 +854,16 @@ impl Dispatcher {
                 if self.venues[v].news.is_empty() {
                     Step::Idle
                 } else {
-                    self.serve_new(now_ns, v)
+                    self.serve_new(clock, v)
                 }
             } else if self.lane_order == LaneOrder::Arrival {
-                self.serve_oldest(now_ns, v)
+                self.serve_oldest(clock, v)
             } else if !self.venues[v].cancels.is_empty() {
-                self.serve_cancel(now_ns, v)
+                self.serve_cancel(clock, v)
             } else if !self.venues[v].replaces.is_empty() {
                 self.serve_replace(now_ns, v)
             } else if !self.venues[v].news.is_empty() {
-                self.serve_new(now_ns, v)
+                self.serve_new(clock, v)
             } else {
                 Step::Idle
             };
@@ -829,13 +879,9 @@ impl Dispatcher {
     /// The FIFO baseline's step: serves the lane whose head arrived first (heads admitted in
     /// the same pass tie, and a tie goes to the cancel: the baseline is never made worse than
     /// a FIFO would be).
-    fn serve_oldest(&mut self, now_ns: u64, v: usize) -> Step {
+    fn serve_oldest<C: crate::clock::Clock>(&mut self, clock: &C, v: usize) -> Step {
         let lanes = &self.venues[v];
-        let cancel = lanes.cancels.front().map(|w| match *w {
-            CancelWork::One { enqueued_ns, .. } | CancelWork::Query { enqueued_ns, .. } => {
-                enqueued_ns
-            }
-        });
+        let cancel = lanes.cancels.peek().map(CancelWork::enqueued_ns);
         let replace = lanes.replaces.front().map(|r| r.enqueued_ns);
         let new = lanes.news.peek().map(|n| n.enqueued_ns);
         let oldest = [cancel, replace, new]
@@ -844,9 +890,9 @@ impl Dispatcher {
             .filter_map(|(lane, at)| at.map(|at| (at, lane)))
             .min();
         match oldest {
-            Some((_, 0)) => self.serve_cancel(now_ns, v),
-            Some((_, 1)) => self.serve_replace(now_ns, v),
-            Some(_) => self.serve_new(now_ns, v),
+            Some((_, 0)) => self.serve_cancel(clock, v),
+            Some((_, 1)) => self.serve_replace(clock.now_ns(), v),
+            Some(_) => self.serve_new(clock, v),
             None => Step::Idle,
         }
     }
@@ -861,9 +907,12 @@ impl Dispatcher {
         self.lane_order
     }
 
-    fn serve_cancel(&mut self, now_ns: u64, v: usize) -> Step {
-        let (id, enqueued_ns) = match *self.venues[v].cancels.front().expect("checked non-empty") {
-            CancelWork::One { id, enqueued_ns } => (id, enqueued_ns),
+    fn serve_cancel<C: crate::clock::Clock>(&mut self, clock: &C, v: usize) -> Step {
+        let now_ns = clock.now_ns();
+        let (id, enqueued_ns) = match *self.venues[v].cancels.peek().expect("checked non-empty") {
+            CancelWork::One {
+                id, enqueued_ns, ..
+            } => (id, enqueued_ns),
             CancelWork::Query { id, .. } => return self.serve_query(now_ns, v, id),
         };
         // Still pending, or in doubt with the cancel still unsent (its request came back from
@@ -882,9 +931,10 @@ impl Dispatcher {
         }
         let step = self.send_cancel(now_ns, v, id);
         if step == Step::Sent {
+            // Read at release, after the guards: the decision's whole time in keel.
             self.latency
                 .decision_cancel
-                .record(now_ns.saturating_sub(enqueued_ns));
+                .record(clock.now_ns().saturating_sub(enqueued_ns));
         }
         step
     }
@@ -1047,7 +1097,8 @@ impl Dispatcher {
         }
     }
 
-    fn serve_new(&mut self, now_ns: u64, v: usize) -> Step {
+    fn serve_new<C: crate::clock::Clock>(&mut self, clock: &C, v: usize) -> Step {
+        let now_ns = clock.now_ns();
         let queued = *self.venues[v].news.peek().expect("checked non-empty");
         let id = queued.order.id;
         if let Some(reason) = new_order_block(self.venues[v].mode) {
@@ -1087,9 +1138,11 @@ impl Dispatcher {
                 }
                 self.table.mark_sent(id, now_ns);
                 self.push_request(now_ns, v, wire_ref, RequestKind::New(queued.order));
+                // Read at release, after the guards and the journal: the decision's whole
+                // time in keel.
                 self.latency
                     .decision_new
-                    .record(now_ns.saturating_sub(queued.enqueued_ns));
+                    .record(clock.now_ns().saturating_sub(queued.enqueued_ns));
                 Step::Sent
             }
             Err(SendBlock::Breaker(refused)) => {
@@ -1267,6 +1320,7 @@ impl Dispatcher {
                     }
                     let query = CancelWork::Query {
                         id,
+                        symbol: applied.order.symbol,
                         enqueued_ns: at_ns,
                     };
                     if self.venues[v].cancels.push(query).is_err() {
@@ -1391,8 +1445,13 @@ impl Dispatcher {
                 }
             }
             UnsentRequest::Cancel => {
+                // An order no longer in the table needs no cancel (its close answered it).
+                let Some(symbol) = self.table.get(id).map(|o| o.symbol) else {
+                    return;
+                };
                 let work = CancelWork::One {
                     id,
+                    symbol,
                     enqueued_ns: at_ns,
                 };
                 if self.venues[v].cancels.push(work).is_err() {
@@ -1408,8 +1467,12 @@ impl Dispatcher {
             // The link went down before it read the request: its next login reconciles.
             UnsentRequest::Reconcile => self.venues[v].reconcile_pending = false,
             UnsentRequest::Query => {
+                let Some(symbol) = self.table.get(id).map(|o| o.symbol) else {
+                    return;
+                };
                 let work = CancelWork::Query {
                     id,
+                    symbol,
                     enqueued_ns: at_ns,
                 };
                 if self.venues[v].cancels.push(work).is_err() {
@@ -1553,6 +1616,10 @@ impl Dispatcher {
     fn record_success(&mut self, v: usize, at_ns: u64, order: &Order) {
         let latency_ns = at_ns.saturating_sub(order.sent_ns);
         self.latency.new_ack[v].record(latency_ns);
+        // Restored orders have no arrival time: their end-to-end time is not known.
+        if let Some(admitted_ns) = order.admitted_ns {
+            self.latency.new_e2e[v].record(at_ns.saturating_sub(admitted_ns));
+        }
         self.guards.venues[v]
             .breaker
             .record(at_ns, CallOutcome::Success { latency_ns });
@@ -1624,6 +1691,7 @@ impl Dispatcher {
         let o = &applied.order;
         if applied.first_answer {
             self.guards.bulkhead.release(o.venue, o.symbol);
+            self.quotas.release(o.strategy);
         }
         if let OrderEvent::Fill { .. } = event {
             self.guards.risk.fill(o.symbol, o.side, qty);

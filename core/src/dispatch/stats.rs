@@ -4,8 +4,8 @@
 use crate::order::{EventKind, RefusalReason, RequestKind, TableError};
 
 /// Number of [`RefusalReason`] variants (one counter each).
-pub const REFUSAL_REASONS: usize = 23;
-const _: () = assert!(RefusalReason::SymbolShed as usize + 1 == REFUSAL_REASONS);
+pub const REFUSAL_REASONS: usize = 25;
+const _: () = assert!(RefusalReason::StrategyInFlight as usize + 1 == REFUSAL_REASONS);
 
 /// Counters kept by the dispatcher.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -223,11 +223,17 @@ impl Front {
     /// One pass: commands from shared-memory strategies, the dispatcher, events back to them,
     /// and the SYNCED mask published when it changes. Returns whether anything moved.
     pub(super) fn pass(&mut self, now: u64) -> bool {
+        self.pass_clocked(now, &crate::clock::FrozenClock(now))
+    }
+
+    /// [`Front::pass`] at `now`, the dispatcher reading `clock` for its decision and
+    /// end-to-end times (each command's arrival, each release).
+    pub(super) fn pass_clocked<C: crate::clock::Clock>(&mut self, now: u64, clock: &C) -> bool {
         let mut work = 0;
         for b in &mut self.bridges {
             work += b.pump_commands(now);
         }
-        work += self.dispatcher.poll(now);
+        work += self.dispatcher.poll_clocked(clock);
         work += self
             .admin
             .serve(now, &mut self.dispatcher, &self.bridges, &self.shared);
@@ -650,6 +656,15 @@ impl<T: Transport> EngineLoop<T> {
     pub fn pass(&mut self, now_ns: u64) -> bool {
         self.last_now_ns = now_ns;
         self.exec.pass(now_ns) | self.front.pass(now_ns)
+    }
+
+    /// One pass reading `clock`: once for the executor side and the pass, and again inside
+    /// the dispatcher at each command's arrival and each release, so decision and end-to-end
+    /// times are measured rather than rounded to the pass (`keel run` drives it with the TSC).
+    pub fn pass_clocked<C: crate::clock::Clock>(&mut self, clock: &C) -> bool {
+        let now_ns = clock.now_ns();
+        self.last_now_ns = now_ns;
+        self.exec.pass(now_ns) | self.front.pass_clocked(clock.now_ns(), clock)
     }
 
     /// The in-process strategy's handle (once; `None` if taken or served over IPC).

@@ -151,6 +151,12 @@ pub struct EngineConfig {
     pub symbols: Vec<crate::order::SymbolName>,
     /// The dispatcher and its guard chain.
     pub dispatcher: crate::dispatch::DispatcherConfig,
+    /// Strategies with their own quota instead of `dispatcher.quota`
+    /// (`[[dispatcher.quota.strategy]]`), each strategy at most once.
+    pub strategy_quotas: Vec<(
+        crate::order::StrategyId,
+        crate::dispatch::quota::StrategyQuota,
+    )>,
     /// The order journal (`None`: no journal; refused by `keel run`).
     pub journal: Option<crate::journal::JournalConfig>,
     /// Venue links, in VenueId order.
@@ -546,6 +552,11 @@ impl EngineBuilder {
             None => None,
         };
         let mut dispatcher = Dispatcher::new(config.dispatcher, ports, venue_ports, now_ns)?;
+        for &(strategy, quota) in &config.strategy_quotas {
+            dispatcher
+                .set_strategy_quota(strategy, quota, now_ns)
+                .map_err(crate::dispatch::ConfigError::from)?;
+        }
         let mut restored = Restored {
             applied_through: vec![0; links.len()],
             id_floor: vec![0; usize::from(strategies)],
@@ -907,7 +918,7 @@ impl EngineBuilder {
                     let clock = TscClock::new();
                     let mut idler = Idler::new(loops.idle);
                     while !front_shared.stop.load(Ordering::Relaxed) {
-                        if front.pass(clock.now_ns()) {
+                        if front.pass_clocked(clock.now_ns(), &clock) {
                             idler.work();
                         } else {
                             idler.idle();
@@ -1150,7 +1161,7 @@ impl Inline {
         let mut engine = EngineLoop::new(self.front, exec, Vec::new(), Restored::default());
         let mut idler = Idler::new(self.idle);
         while !self.shared.stop.load(Ordering::Relaxed) {
-            if engine.pass(clock.now_ns()) {
+            if engine.pass_clocked(&clock) {
                 idler.work();
             } else {
                 idler.idle();

@@ -45,7 +45,7 @@ const EV_MALFORMED: u8 = 13;
 
 /// Every refusal reason with its wire code: explicit numbers, written down in docs/ipc.md and
 /// pinned there by a test (a new reason takes the next number; none is ever renumbered).
-pub const REFUSAL_CODES: [(RefusalReason, u8); 23] = [
+pub const REFUSAL_CODES: [(RefusalReason, u8); 25] = [
     (RefusalReason::NotSynced, 1),
     (RefusalReason::RiskQty, 2),
     (RefusalReason::RiskNotional, 3),
@@ -69,6 +69,8 @@ pub const REFUSAL_CODES: [(RefusalReason, u8); 23] = [
     (RefusalReason::KillSwitch, 21),
     (RefusalReason::StrategyDisabled, 22),
     (RefusalReason::SymbolShed, 23),
+    (RefusalReason::StrategyRate, 30),
+    (RefusalReason::StrategyInFlight, 31),
 ];
 const _: () = assert!(REFUSAL_CODES.len() == crate::dispatch::REFUSAL_REASONS);
 
@@ -98,6 +100,8 @@ pub fn refusal_code(reason: RefusalReason) -> u8 {
         RefusalReason::KillSwitch => 21,
         RefusalReason::StrategyDisabled => 22,
         RefusalReason::SymbolShed => 23,
+        RefusalReason::StrategyRate => 30,
+        RefusalReason::StrategyInFlight => 31,
     }
 }
 

@@ -39,6 +39,7 @@ fn refusal_codes_are_pinned_to_the_docs() {
     }
     assert_eq!(codec::refusal_from_code(0), None);
     assert_eq!(codec::refusal_from_code(24), None);
+    assert_eq!(codec::refusal_from_code(32), None);
     assert_eq!(seen.len(), crate::dispatch::REFUSAL_REASONS);
 }
 
@@ -858,4 +859,34 @@ fn a_strategy_with_another_table_is_refused() {
             crate::ipc::fingerprint(&symbols, &["sim"])
         )
     );
+}
+
+// Goal: the Python client names every refusal code the engine sends, with the docs' names
+// (a reason added to keel without its Python name fails here). Method: read its
+// `REFUSAL_NAMES` table's `code: "name"` pairs.
+#[test]
+fn the_python_client_names_every_refusal_code() {
+    let py = include_str!("../../../examples/python/keel_strategy.py");
+    let table = py
+        .split("REFUSAL_NAMES = {")
+        .nth(1)
+        .and_then(|rest| rest.split('}').next())
+        .expect("examples/python/keel_strategy.py has REFUSAL_NAMES");
+    let pairs: Vec<(u8, &str)> = table
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .flat_map(|l| l.split(','))
+        .filter_map(|pair| {
+            let (code, name) = pair.split_once(':')?;
+            Some((code.trim().parse().ok()?, name.trim().trim_matches('"')))
+        })
+        .collect();
+    assert_eq!(pairs.len(), codec::REFUSAL_CODES.len(), "{pairs:?}");
+    for (reason, code) in codec::REFUSAL_CODES {
+        let name = crate::log::refusal_name(reason);
+        assert!(
+            pairs.contains(&(code, name)),
+            "Python lacks `{code}: \"{name}\"`"
+        );
+    }
 }

@@ -62,6 +62,7 @@ struct FrontVenue {
     lanes: [Slot; 3],
     in_flight: Slot,
     new_ack: Slot,
+    new_e2e: Slot,
     cancel_ack: Slot,
     venue_throttled: Slot,
     cancel_refused: Slot,
@@ -78,6 +79,8 @@ struct StrategySlots {
     attached: Slot,
     lost: Slot,
     broken: Slot,
+    in_flight: Slot,
+    quota_refused: [Slot; 2],
 }
 
 #[derive(Debug)]
@@ -235,6 +238,7 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
             ],
             in_flight: l.add(d, Gauge, "keel_venue_in_flight", &venue)?,
             new_ack: l.add(d, Histogram, "keel_new_order_ack_seconds", &venue)?,
+            new_e2e: l.add(d, Histogram, "keel_order_e2e_seconds", &venue)?,
             cancel_ack: l.add(d, Histogram, "keel_cancel_ack_seconds", &venue)?,
             venue_throttled: l.add(d, Counter, "keel_venue_throttle_rejects_total", &venue)?,
             cancel_refused: l.add(d, Counter, "keel_venue_cancel_refused_total", &venue)?,
@@ -252,6 +256,21 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
             attached: l.add(d, Counter, "keel_strategy_attached_total", &strategy)?,
             lost: l.add(d, Counter, "keel_strategy_lost_total", &strategy)?,
             broken: l.add(d, Gauge, "keel_strategy_broken", &strategy)?,
+            in_flight: l.add(d, Gauge, "keel_strategy_in_flight", &strategy)?,
+            quota_refused: [
+                l.add(
+                    d,
+                    Counter,
+                    "keel_strategy_quota_refused_total",
+                    &format!("{strategy},quota=\"rate\""),
+                )?,
+                l.add(
+                    d,
+                    Counter,
+                    "keel_strategy_quota_refused_total",
+                    &format!("{strategy},quota=\"in_flight\""),
+                )?,
+            ],
         });
     }
     for s in names.symbols.iter().take(SYMBOLS_LISTED_MAX) {
@@ -494,6 +513,7 @@ impl FrontMetrics {
                 u64::from(guards.bulkhead.venue_in_flight(venue)),
             );
             w.set_histogram(slots.new_ack, &lat.new_ack[v]);
+            w.set_histogram(slots.new_e2e, &lat.new_e2e[v]);
             w.set_histogram(slots.cancel_ack, &lat.cancel_ack[v]);
             w.set(slots.venue_throttled, d.venue_throttle_rejects(venue));
             w.set(slots.cancel_refused, d.venue_cancel_refusals(venue));
@@ -514,6 +534,10 @@ impl FrontMetrics {
             w.set(slots.attached, c.attached);
             w.set(slots.lost, c.lost);
             w.set(slots.broken, c.broken);
+            w.set(slots.in_flight, u64::from(d.quotas().in_flight(id)));
+            let q = d.quotas().stats(id);
+            w.set(slots.quota_refused[0], q.rate_refused);
+            w.set(slots.quota_refused[1], q.in_flight_refused);
         }
         let mut unknown = 0;
         for i in 0..d.symbol_count() as usize {

@@ -1,11 +1,12 @@
 //! Alert thresholds, evaluated on the side thread from successive readings of the counters
 //! file (never on a loop): a breaker open too long, a failure rate too high for too long, too
-//! many reconnects in an hour, a venue acknowledgement p99 worse than a multiple of its
-//! baseline, any unreconciled order, latency budgets breached, a link READ-ONLY or not SYNCED
-//! for too long, orders left `Unknown`, a loop that stopped making progress, and the critical
-//! counters that must never move (cancel lane full, contradictions, journal errors, executor
-//! stalls, REST bans, shedding). Each alert has a name, a subject (a venue, a loop, a feed, or
-//! the engine), whether it fires now, since when, and a count of the times it started firing.
+//! many reconnects in an hour, a venue's end-to-end new-order p99 (arrival at keel to the
+//! venue's answer, queue time included) worse than a multiple of its rolling baseline, any
+//! unreconciled order, latency budgets breached, a link READ-ONLY or not SYNCED for too long,
+//! orders left `Unknown`, a loop that stopped making progress, and the critical counters that
+//! must never move (cancel lane full, contradictions, journal errors, executor stalls, REST
+//! bans, shedding). Each alert has a name, a subject (a venue, a loop, a feed, or the engine),
+//! whether it fires now, since when, and a count of the times it started firing.
 
 use std::collections::VecDeque;
 
@@ -26,12 +27,13 @@ pub struct AlertsConfig {
     pub failure_rate_for_ns: u64,
     /// More connection attempts than this to one venue within an hour.
     pub reconnects_per_hour: u32,
-    /// A venue's new-order acknowledgement p99 (over the last window) above this multiple of
-    /// its baseline.
+    /// A venue's end-to-end new-order p99 (over the last window) above this multiple of its
+    /// baseline.
     pub p99_baseline_factor: u32,
-    /// The window for p99s, and the first window with enough answers sets the baseline.
+    /// The window for p99s; the baseline is the median of the last
+    /// [`P99_BASELINE_WINDOWS`] windows' p99s (rolling: it follows lasting change).
     pub p99_window_ns: u64,
-    /// A fixed baseline instead of a learned one (0: learn it).
+    /// A fixed baseline instead of a rolling one (0: rolling).
     pub p99_baseline_ns: u64,
     /// Answers a window needs before its p99 counts.
     pub p99_samples_min: u64,
@@ -70,6 +72,9 @@ pub struct BudgetConfig {
     pub decision_p99_ns: u64,
     /// Venue round trip of a new order (release to first answer), any venue.
     pub new_ack_p99_ns: u64,
+    /// A new order's end-to-end time (arrival at keel to the venue's first answer, keel's
+    /// queues included), any venue.
+    pub e2e_p99_ns: u64,
     /// Venue round trip of a cancel.
     pub cancel_ack_p99_ns: u64,
 }
@@ -97,6 +102,12 @@ const CRITICAL_COUNTERS: [(&str, &str, &str); 7] = [
 /// The loops writing the counters file, by region (`metrics::engine::REGION_*`).
 pub const LOOP_NAMES: [&str; 2] = ["dispatcher", "executor"];
 
+/// Windows whose p99s make the rolling baseline (an hour at the default 60 s window). Their
+/// median: an incident shorter than half of them (30 min) is measured against the time before
+/// it and fires; a change that lasts longer becomes the new normal and resolves, so a baseline
+/// learned in a quiet first minute can no longer fire forever on an ordinary busy day.
+pub const P99_BASELINE_WINDOWS: usize = 60;
+
 /// One alert as evaluated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Alert {
@@ -123,12 +134,40 @@ struct VenueWatch {
     failure_high_since: Option<u64>,
     last_connects: Option<u64>,
     connects: VecDeque<u64>,
-    /// (time, bucket counts) of new-order acks, newest last.
+    /// (time, bucket counts) of new orders' end-to-end times, newest last.
     acks: VecDeque<(u64, Vec<u64>)>,
     baseline_p99_ns: Option<u64>,
     window_p99_ns: Option<u64>,
+    /// The p99s of the last [`P99_BASELINE_WINDOWS`] full windows, oldest first.
+    p99_history: VecDeque<u64>,
+    /// When the newest of them was taken.
+    history_at_ns: Option<u64>,
     /// Since when the link is neither SYNCED nor READ-ONLY.
     down_since: Option<u64>,
+}
+
+impl VenueWatch {
+    /// Takes the window's p99 into the rolling baseline once per window (a full one with
+    /// enough answers), then sets the baseline to the median of the windows kept.
+    fn roll_baseline(&mut self, now_ns: u64, window_start_ns: u64, window_ns: u64) {
+        let full = now_ns - window_start_ns >= window_ns;
+        let due = self.history_at_ns.is_none_or(|t| now_ns - t >= window_ns);
+        if let (true, true, Some(p99)) = (full, due, self.window_p99_ns) {
+            self.p99_history.push_back(p99);
+            while self.p99_history.len() > P99_BASELINE_WINDOWS {
+                self.p99_history.pop_front();
+            }
+            self.history_at_ns = Some(now_ns);
+        }
+        self.baseline_p99_ns = median(&self.p99_history);
+    }
+}
+
+/// The median of `values` (the upper one of an even count); `None` when empty.
+fn median(values: &VecDeque<u64>) -> Option<u64> {
+    let mut sorted: Vec<u64> = values.iter().copied().collect();
+    sorted.sort_unstable();
+    sorted.get(sorted.len() / 2).copied()
 }
 
 /// A loop's progress as the side thread sees it: its region's publication count and when
@@ -205,8 +244,8 @@ impl Alerts {
         &self.alerts
     }
 
-    /// A venue's learned (or configured) new-order ack p99 baseline, and its p99 over the last
-    /// window, if known.
+    /// A venue's rolling (or configured) end-to-end new-order p99 baseline, and its p99 over
+    /// the last window, if known.
     pub fn p99(&self, venue: &str) -> (Option<u64>, Option<u64>) {
         self.venues
             .iter()
@@ -370,6 +409,7 @@ impl Alerts {
             .filter_map(|(d, _)| label_value(&d.labels, "venue").map(str::to_string))
             .collect();
         let mut new_ack_p99_max = None::<u64>;
+        let mut e2e_p99_max = None::<u64>;
         let mut cancel_ack_p99_max = None::<u64>;
         for venue in venues {
             let l = format!("venue=\"{venue}\"");
@@ -429,8 +469,10 @@ impl Alerts {
             let reconnects = (w.connects.len() as u64 > u64::from(c.reconnects_per_hour))
                 .then(|| *w.connects.front().expect("non-empty"));
             let reconnect_text = format!("{} in the last hour", w.connects.len());
-            // New-order ack p99 over the last window vs its baseline.
-            if let Some(counts) = histogram(snap, "keel_new_order_ack_seconds", &l) {
+            // End-to-end new-order p99 over the last window vs its rolling baseline: what a
+            // strategy waits, keel's own queues included (an ack-only p99 never sees orders
+            // held in a lane).
+            if let Some(counts) = histogram(snap, "keel_order_e2e_seconds", &l) {
                 let step = (c.p99_window_ns / WINDOW_STEPS).max(1);
                 if w.acks.back().is_none_or(|(t, _)| now_ns - t >= step) {
                     w.acks.push_back((now_ns, counts.clone()));
@@ -453,15 +495,18 @@ impl Alerts {
                         (samples >= c.p99_samples_min).then(|| quantile(&window, 0.99));
                     if c.p99_baseline_ns > 0 {
                         w.baseline_p99_ns = Some(c.p99_baseline_ns);
-                    } else if w.baseline_p99_ns.is_none()
-                        && now_ns - t0 >= c.p99_window_ns
-                        && w.window_p99_ns.is_some()
-                    {
-                        w.baseline_p99_ns = w.window_p99_ns;
+                    } else {
+                        let t0 = *t0;
+                        w.roll_baseline(now_ns, t0, c.p99_window_ns);
                     }
                 }
-                let all: u64 = counts.iter().sum();
-                if all > 0 {
+                if counts.iter().sum::<u64>() > 0 {
+                    let p = quantile(counts, 0.99);
+                    e2e_p99_max = Some(e2e_p99_max.map_or(p, |m| m.max(p)));
+                }
+            }
+            if let Some(counts) = histogram(snap, "keel_new_order_ack_seconds", &l) {
+                if counts.iter().sum::<u64>() > 0 {
                     let p = quantile(counts, 0.99);
                     new_ack_p99_max = Some(new_ack_p99_max.map_or(p, |m| m.max(p)));
                 }
@@ -521,6 +566,7 @@ impl Alerts {
         for (name, bound, p99) in [
             ("decision_p99", b.decision_p99_ns, decision),
             ("new_ack_p99", b.new_ack_p99_ns, new_ack_p99_max),
+            ("e2e_p99", b.e2e_p99_ns, e2e_p99_max),
             ("cancel_ack_p99", b.cancel_ack_p99_ns, cancel_ack_p99_max),
         ] {
             if bound == 0 {
@@ -568,6 +614,75 @@ mod tests {
                 scalar("keel_link_unreconciled", unreconciled),
             ],
         }
+    }
+
+    /// A reading with the venue's end-to-end histogram `e2e` (cumulative, as the file has it).
+    fn e2e_snap(e2e: &crate::metrics::Histogram) -> Snapshot {
+        let mut s = snap(0, 0, 1, 0);
+        s.metrics.push((
+            Descriptor {
+                kind: MetricKind::Histogram,
+                region: 0,
+                slot: 0,
+                name: "keel_order_e2e_seconds".into(),
+                labels: "venue=\"sim\"".into(),
+            },
+            Value::Histogram {
+                count: e2e.count(),
+                sum_ns: e2e.sum_ns(),
+                counts: e2e.counts().to_vec(),
+            },
+        ));
+        s
+    }
+
+    // Goal: the p99 alert watches end-to-end times against a rolling baseline: a short
+    // spike fires against the quiet hour before it; a slowdown that lasts becomes the new
+    // normal (the baseline moves up) and the alert resolves. Method: readings every 5 s
+    // (the default window's step), 200 answers each at one latency: 100 µs for 20 windows,
+    // a 5 s spike at 500 µs, then 300 µs for 40 windows.
+    #[test]
+    fn the_p99_baseline_rolls_and_follows_a_lasting_change() {
+        let mut a = Alerts::new(AlertsConfig::default(), BudgetConfig::default());
+        let mut e2e = crate::metrics::Histogram::default();
+        let mut now = 0;
+        let mut reading = |a: &mut Alerts, e2e: &mut crate::metrics::Histogram, ns: u64| {
+            for _ in 0..200 {
+                e2e.record(ns);
+            }
+            now += 5 * SEC;
+            a.evaluate(now, &e2e_snap(e2e));
+        };
+        for _ in 0..20 * 12 {
+            reading(&mut a, &mut e2e, 100_000);
+        }
+        let (quiet, _) = a.p99("sim");
+        let quiet = quiet.expect("a baseline after 20 windows");
+        assert!((100_000..150_000).contains(&quiet), "baseline {quiet} ns");
+        assert!(!firing(&a, "p99_vs_baseline"));
+        reading(&mut a, &mut e2e, 500_000);
+        assert!(firing(&a, "p99_vs_baseline"), "a spike above 2x fires");
+        for _ in 0..40 * 12 {
+            reading(&mut a, &mut e2e, 300_000);
+        }
+        let (moved, window) = a.p99("sim");
+        let moved = moved.expect("baseline");
+        assert!(
+            moved >= 2 * quiet,
+            "the baseline follows: {quiet} -> {moved} ns"
+        );
+        assert!(window.is_some_and(|w| w <= 2 * moved));
+        assert!(!firing(&a, "p99_vs_baseline"), "a lasting change resolves");
+        let fired = a
+            .alerts()
+            .iter()
+            .find(|x| x.name == "p99_vs_baseline")
+            .map(|x| x.fired);
+        assert_eq!(
+            fired,
+            Some(1),
+            "it fired once, for the spike and its aftermath"
+        );
     }
 
     fn firing(a: &Alerts, name: &str) -> bool {

@@ -62,7 +62,7 @@ fn sample(s: &Snapshot, alerts: &Alerts) -> serde_json::Value {
     {
         let name = label_value(&d.labels, "venue").unwrap_or("?");
         let (baseline, window) = alerts.p99(name);
-        let ack = match s.get("keel_new_order_ack_seconds", &d.labels) {
+        let e2e = match s.get("keel_order_e2e_seconds", &d.labels) {
             Some(Value::Histogram { counts, count, .. }) if *count > 0 => {
                 Some(quantile(counts, 0.99))
             }
@@ -72,7 +72,7 @@ fn sample(s: &Snapshot, alerts: &Alerts) -> serde_json::Value {
         venues.insert(
             name.to_string(),
             serde_json::json!({
-                "p99": us(window.or(ack)),
+                "p99": us(window.or(e2e)),
                 "baseline": us(baseline),
                 "link": match v { Value::Scalar(c) => link_state_text(*c), _ => "?" },
                 "breaker": breaker_text(s.scalar("keel_breaker_state", &d.labels)),
@@ -88,7 +88,7 @@ fn sample(s: &Snapshot, alerts: &Alerts) -> serde_json::Value {
             Value::Histogram { .. } => 0,
         })
         .sum();
-    let budget = alerts.budget().new_ack_p99_ns;
+    let budget = alerts.budget().e2e_p99_ns;
     serde_json::json!({
         "commands": s.scalar("keel_commands_total", ""),
         "refused": refused,

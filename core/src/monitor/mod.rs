@@ -353,8 +353,8 @@ impl Monitor {
                 let venue = label_value(&d.labels, "venue").unwrap_or("?");
                 let (baseline, window) = self.alerts.p99(venue);
                 for (name, value) in [
-                    ("keel_ack_p99_baseline_seconds", baseline),
-                    ("keel_ack_p99_window_seconds", window),
+                    ("keel_e2e_p99_baseline_seconds", baseline),
+                    ("keel_e2e_p99_window_seconds", window),
                 ] {
                     if let Some(ns) = value {
                         extra.push((name.to_string(), "gauge", d.labels.clone(), ns as f64 / 1e9));
@@ -366,6 +366,7 @@ impl Monitor {
         for (name, ns) in [
             ("decision_p99", b.decision_p99_ns),
             ("new_ack_p99", b.new_ack_p99_ns),
+            ("e2e_p99", b.e2e_p99_ns),
             ("cancel_ack_p99", b.cancel_ack_p99_ns),
         ] {
             if ns > 0 {
@@ -473,6 +474,7 @@ impl Monitor {
                 "in_flight": s.scalar("keel_venue_in_flight", l),
                 "lanes": { "cancel": lane("cancel"), "replace": lane("replace"), "new": lane("new") },
                 "ack_p99_us": p99_us("keel_new_order_ack_seconds", l),
+                "e2e_p99_us": p99_us("keel_order_e2e_seconds", l),
                 "cancel_p99_us": p99_us("keel_cancel_ack_seconds", l),
                 "window_p99_us": window.map(|p| p as f64 / 1e3),
                 "baseline_p99_us": baseline.map(|p| p as f64 / 1e3),
@@ -543,6 +545,7 @@ impl Monitor {
             "budget": {
                 "decision_p99_us": budget_us(b.decision_p99_ns),
                 "new_ack_p99_us": budget_us(b.new_ack_p99_ns),
+                "e2e_p99_us": budget_us(b.e2e_p99_ns),
                 "cancel_ack_p99_us": budget_us(b.cancel_ack_p99_ns),
             },
             "venues": venues,

@@ -34,6 +34,9 @@ fn help(name: &str) -> &'static str {
         "keel_venue_in_flight" => "Orders sent to the venue and not yet answered.",
         "keel_new_order_ack_seconds" => "A new order's release to its first answer from the venue.",
         "keel_cancel_ack_seconds" => "A cancel's release to the venue's Canceled.",
+        "keel_strategy_in_flight" => "A strategy's orders sent or queued and not yet answered by the venue.",
+        "keel_strategy_quota_refused_total" => "A strategy's new orders and replaces refused by its own quota (quota rate or in_flight).",
+        "keel_order_e2e_seconds" => "A new order's arrival at keel to the venue's first answer (keel's queues included).",
         "keel_decision_seconds" => "A command's admission to its release (keel's own time).",
         "keel_link_state" => "The venue session: 0 disconnected, 1 connecting, 2 connected, 3 reconciling, 4 synced, 5 read-only.",
         "keel_link_connects_total" => "Connection attempts to the venue.",
@@ -51,8 +54,8 @@ fn help(name: &str) -> &'static str {
         "keel_journal_errors_total" => "Journal appends that failed (critical).",
         "keel_contradictions_total" => "Venue reports that contradicted keel's order table (link made READ-ONLY).",
         "keel_executor_stalls_total" => "Times the dispatcher found a venue's executor loop stalled.",
-        "keel_ack_p99_baseline_seconds" => "A venue's new-order ack p99 baseline (learned over its first full window, or configured).",
-        "keel_ack_p99_window_seconds" => "A venue's new-order ack p99 over the last window.",
+        "keel_e2e_p99_baseline_seconds" => "A venue's rolling end-to-end new-order p99 baseline (median of the last hour's window p99s, or configured).",
+        "keel_e2e_p99_window_seconds" => "A venue's end-to-end new-order p99 (arrival at keel to the venue's answer) over the last window.",
         _ => "See docs/observability.md.",
     }
 }

@@ -425,6 +425,11 @@ pub enum RefusalReason {
     StrategyDisabled,
     /// An operator shed this symbol (`keel ctl shed`); its cancels flow.
     SymbolShed,
+    /// The strategy sent new orders (and replaces) faster than its quota's `new_per_sec`
+    /// (after its `new_burst`); its cancels flow, other strategies are not affected.
+    StrategyRate,
+    /// The strategy has `in_flight_max` orders sent or queued and not yet answered.
+    StrategyInFlight,
 }
 
 /// What happened, as a strategy sees it.

@@ -60,6 +60,9 @@ pub struct Order {
     /// The strategy asked to cancel and has not been answered yet (`Canceled` or
     /// `CancelRejected`). Set by `CancelRequested`; the dispatcher clears it when it answers.
     pub cancel_owed: bool,
+    /// When its command arrived at keel (`None` for an order restored from the journal): the
+    /// start of its end-to-end time, queue time included.
+    pub admitted_ns: Option<u64>,
 }
 
 impl Order {
@@ -270,6 +273,7 @@ impl OrderTable {
             needs_reconcile: false,
             answered: false,
             cancel_owed: false,
+            admitted_ns: None,
         });
         self.index_insert(new.id, slot);
         self.link_open(strategy, slot);
@@ -283,6 +287,13 @@ impl OrderTable {
     pub fn mark_sent(&mut self, id: ClientOrderId, sent_ns: u64) {
         if let Some(order) = self.get_mut(id) {
             order.sent_ns = sent_ns;
+        }
+    }
+
+    /// Records when the command that entered `id` arrived at keel.
+    pub fn mark_admitted(&mut self, id: ClientOrderId, admitted_ns: u64) {
+        if let Some(order) = self.get_mut(id) {
+            order.admitted_ns = Some(admitted_ns);
         }
     }
 

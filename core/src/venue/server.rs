@@ -1523,7 +1523,7 @@ impl<T: Transport> VenueServer<T> {
 /// Every control command: its syntax and what it does, as `help` answers them (one line each,
 /// then `ok help`). A command added to [`VenueServer::apply_control`] gets its line here (the
 /// test `control_help_lists_every_command` sends each one).
-pub const CONTROL_COMMANDS: [(&str, &str); 32] = [
+pub const CONTROL_COMMANDS: [(&str, &str); 33] = [
     (
         "md-faults DROP DUP SWAP CROSS",
         "market data: every n-th book delta dropped, doubled, swapped, crossed (0: never)",

@@ -263,6 +263,7 @@ pub fn engine_config(
         feeds: Vec::new(),
         operator: Default::default(),
         wire_log: None,
+        strategy_quotas: Vec::new(),
         metrics: Default::default(),
     }
 }
