@@ -89,13 +89,14 @@ pub const COUNTER_HOLD_NS: u64 = 300 * SEC;
 
 /// The critical counters (alert name, metric name, labels it must carry): any increase fires.
 /// A feed's REST 418 is a ban, the rest are the dispatcher's and the links' alarms.
-const CRITICAL_COUNTERS: [(&str, &str, &str); 7] = [
+const CRITICAL_COUNTERS: [(&str, &str, &str); 8] = [
     ("cancel_lane_full", "keel_cancel_lane_full_total", ""),
     ("contradiction", "keel_contradictions_total", ""),
     ("contradiction", "keel_link_contradictions_total", "venue="),
     ("journal_errors", "keel_journal_errors_total", ""),
     ("executor_stall", "keel_executor_stalls_total", ""),
     ("rest_banned", "keel_rest_responses_total", "status=\"418\""),
+    ("reconcile_stuck", "keel_link_reconcile_stuck_total", "venue="),
     ("shedding", "keel_shed_total", ""),
 ];
 

@@ -29,6 +29,7 @@ import asyncio
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -57,6 +58,14 @@ WATCH = """((sel, reset) => {
 })(%s, %s)"""
 
 
+def die_with_parent():
+    """In the child before exec: the kernel kills Chromium when this driver dies, however it
+    dies (a test that fails kills the driver with SIGKILL, and `finally` never runs)."""
+    import ctypes
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 async def main():
     chromium, url, profile = sys.argv[1:4]
     early = sys.argv[4:]
@@ -65,7 +74,7 @@ async def main():
          "--no-first-run", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", "--window-size=1500,700", "--remote-debugging-port=0",
          f"--user-data-dir={profile}", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
     try:
         port_file = os.path.join(profile, "DevToolsActivePort")
         deadline = time.time() + 30
