@@ -470,6 +470,63 @@ fn a_forged_snapshot_on_the_bus_is_repaired() {
     quiet(v, clients, 10, "clients after a forged snapshot");
 }
 
+/// Publishes `payload` on `subject` as a plain NATS client would (the text protocol over TCP:
+/// CONNECT, PUB, then PING until PONG, so the server has taken it before this returns).
+fn nats_publish(port: u16, subject: &str, payload: &str) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("INFO "), "{line}");
+    let len = payload.len();
+    write!(
+        s,
+        "CONNECT {{\"verbose\":false,\"pedantic\":false}}\r\nPUB {subject} {len}\r\n{payload}\r\nPING\r\n"
+    )
+    .unwrap();
+    loop {
+        line.clear();
+        assert!(r.read_line(&mut line).unwrap() > 0, "nats-server closed");
+        assert!(!line.starts_with("-ERR"), "{line}");
+        if line.starts_with("PONG") {
+            return;
+        }
+    }
+}
+
+// Goal (issue 23, point 12: silently wrong data): a snapshot on AAPL's subject whose payload
+// names MSFT, one sequence number ahead of AAPL's stream, in a quiet market. Applied, AAPL's
+// book would hold made-up levels at a plausible sequence and no later delta would ever repair
+// it; refused (counted, resynced), every client ends with the venue's books.
+#[test]
+fn a_snapshot_about_another_symbol_is_refused() {
+    let _serial = serial();
+    let Some(python) = python() else { return };
+    let Some(w) = world("3000") else { return };
+    let (port, v) = (w.port, &w.venue);
+    let rest = v.rest.clone().unwrap();
+    let (_g1, u1) = gateway(port, "127.0.0.1:0");
+    let clients = Clients::start(&python, &[u1], 10, &rest);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
+    std::thread::sleep(Duration::from_millis(500));
+    let (seq, _, _) =
+        common::peers::parse_book(&common::peers::http_get(rest.parse().unwrap(), "AAPL"));
+    let forged = format!(
+        r#"{{"type":"snapshot","symbol":"MSFT","seq":{},"bids":[[10000,999999]],"asks":[[20000,999999]]}}"#,
+        seq + 1
+    );
+    nats_publish(port, "keel.md.AAPL.book", &forged);
+    std::thread::sleep(Duration::from_secs(2));
+    quiet(
+        v,
+        clients,
+        10,
+        "clients after a snapshot about another symbol",
+    );
+}
+
 // Goal (issue 15): clients behind a real load balancer (Debian's HAProxy, TCP mode, round
 // robin, health checks) know one address only; a gateway behind it dies, the balancer stops
 // sending to it, the clients reconnect to the same address and land on a live gateway, resync,

@@ -96,7 +96,11 @@ const CRITICAL_COUNTERS: [(&str, &str, &str); 8] = [
     ("journal_errors", "keel_journal_errors_total", ""),
     ("executor_stall", "keel_executor_stalls_total", ""),
     ("rest_banned", "keel_rest_responses_total", "status=\"418\""),
-    ("reconcile_stuck", "keel_link_reconcile_stuck_total", "venue="),
+    (
+        "reconcile_stuck",
+        "keel_link_reconcile_stuck_total",
+        "venue=",
+    ),
     ("shedding", "keel_shed_total", ""),
 ];
 
