@@ -530,6 +530,7 @@ fn run_case(index: usize) {
             price: Price::from_units(50, 0),
             qty: 3,
             tif: TimeInForce::Day,
+            reduce_only: false,
         };
         strategy.commands.push(Command::New(order)).unwrap();
         let mut answers = Vec::new();

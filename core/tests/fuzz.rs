@@ -1347,6 +1347,7 @@ fn command() -> impl Strategy<Value = Command> {
                 } else {
                     TimeInForce::Day
                 },
+                reduce_only: false,
             })
         });
     prop_oneof![
@@ -1503,6 +1504,7 @@ fn journal_order(seq: u64, qty: u32, price: i64) -> NewOrder {
         price: Price(price),
         qty,
         tif: TimeInForce::Day,
+        reduce_only: false,
     }
 }
 
@@ -2047,6 +2049,7 @@ fn session_on_packet() {
                             } else {
                                 TimeInForce::Day
                             },
+                            reduce_only: false,
                         };
                         let r = VenueRequest {
                             wire_ref,

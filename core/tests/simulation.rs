@@ -405,6 +405,7 @@ impl Sim {
                 } else {
                     TimeInForce::Day
                 },
+                reduce_only: false,
             };
             if self.strategy.commands.push(Command::New(order)).is_ok() {
                 self.orders.insert(id, (qty, 0, false));
@@ -832,6 +833,7 @@ impl Sim {
             price: Price::from_units(99, 0),
             qty,
             tif: TimeInForce::Day,
+            reduce_only: false,
         };
         self.strategy.commands.push(Command::New(order)).unwrap();
         self.orders.insert(id, (qty, 0, false));
@@ -1007,6 +1009,7 @@ fn the_incident_in_simulation() {
         price: Price::from_units(99, 0),
         qty: 100,
         tif: TimeInForce::ImmediateOrCancel,
+        reduce_only: false,
     };
     sim.strategy.commands.push(Command::New(order)).unwrap();
     sim.orders.insert(id, (100, 0, false));

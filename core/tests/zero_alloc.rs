@@ -268,6 +268,7 @@ fn journal_appends_allocate_nothing() {
             price: Price::from_units(10, 0),
             qty: 5,
             tif: TimeInForce::Day,
+            reduce_only: false,
         };
         let wire_ref = u32::try_from(seq).unwrap();
         let venue_seq = u64::from(wire_ref);

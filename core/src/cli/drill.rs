@@ -488,6 +488,7 @@ impl Own {
             price: d.args.price,
             qty: 1,
             tif: TimeInForce::Day,
+            reduce_only: false,
         };
         Ok(Self {
             channel,

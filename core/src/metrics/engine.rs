@@ -203,7 +203,7 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
             .refused
             .push(l.add(d, Counter, "keel_refused_total", &labels)?);
     }
-    let counters: [(&str, StatOf); 12] = [
+    let counters: [(&str, StatOf); 13] = [
         ("keel_shed_total", |s| s.shed),
         ("keel_throttled_total", |s| s.throttled),
         ("keel_breaker_refused_total", |s| s.breaker_refused),
@@ -218,6 +218,7 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
         ("keel_mass_cancel_skipped_total", |s| s.mass_cancel_skipped),
         ("keel_control_commands_total", |s| s.control_commands),
         ("keel_control_refused_total", |s| s.control_refused),
+        ("keel_reduce_only_sent_total", |s| s.sent_reduce_only),
     ];
     for (name, get) in counters {
         front.counters.push((l.add(d, Counter, name, "")?, get));

@@ -1648,6 +1648,7 @@ mod tests {
             price: Price(100),
             qty: 10,
             tif: TimeInForce::Day,
+            reduce_only: false,
         }
     }
 
@@ -2045,6 +2046,7 @@ mod tests {
                 price: Price(100),
                 qty: 10,
                 tif: TimeInForce::Day,
+                reduce_only: false,
             },
             7,
             0,
