@@ -1168,7 +1168,7 @@ fn describe(command: AdminCommand, names: &AdminNames) -> String {
 
 fn write_stats(out: &mut String, d: &DispatchStats) {
     use std::fmt::Write as _;
-    let pairs: [(&str, u64); 24] = [
+    let pairs: [(&str, u64); 25] = [
         ("commands", d.commands),
         ("outcomes", d.outcomes),
         ("events", d.events),
@@ -1178,6 +1178,7 @@ fn write_stats(out: &mut String, d: &DispatchStats) {
         ("sent_replace", d.sent_replace),
         ("sent_query", d.sent_query),
         ("sent_reconcile", d.sent_reconcile),
+        ("sent_reduce_only", d.sent_reduce_only),
         ("contradictions", d.contradictions),
         ("moot_cancels", d.moot_cancels),
         ("duplicate_id_rejects", d.duplicate_id_rejects),
