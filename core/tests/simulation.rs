@@ -589,14 +589,17 @@ impl Sim {
             self.step();
             // Contradictions stay until an operator settles them: the link is not trusted
             // before. The operator settles each one reported (a lie sent during the faults
-            // may arrive after they stop, on a later connection).
-            // A position mismatch is settled the same way only where the venue lied (a made-up
-            // fill keel could not tell from a real one); against an honest venue the positions
-            // must agree by themselves: a fill booked twice or lost keeps the link READ-ONLY,
-            // and the seed fails as not settled.
-            let last = self.link().client().stats().last_reconciliation;
-            let sticky =
-                last.contradictions > 0 || (self.tally.lies > 0 && last.position_mismatches > 0);
+            // may arrive after they stop, on a later connection). A position mismatch is never
+            // settled here: keel's booked position must come to agree with the venue's by
+            // itself, so a fill booked twice (or lost) keeps the link READ-ONLY and the seed
+            // fails as not settled.
+            let sticky = self
+                .link()
+                .client()
+                .stats()
+                .last_reconciliation
+                .contradictions
+                > 0;
             if sticky && self.link().state() == LinkState::ReadOnly {
                 let now = self.now;
                 self.link_mut().clear_contradictions(now);
