@@ -334,7 +334,15 @@ impl<'a> Drill<'a> {
             lines: Vec::new(),
             last: None,
         };
-        let before = seen(&reader.snapshot(), &venue);
+        // The counters file trails the loop by up to one publication, and a drill may be
+        // started while the link finishes its login: wait for SYNCED, bounded by the drill's
+        // timeout, before refusing.
+        let ready_by_ns = t.clock.now_ns() + args.timeout_s * 1_000_000_000;
+        let mut before = seen(&reader.snapshot(), &venue);
+        while before.link != SYNCED && t.clock.now_ns() < ready_by_ns {
+            std::thread::sleep(Duration::from_millis(10));
+            before = seen(&reader.snapshot(), &venue);
+        }
         if before.link != SYNCED {
             return Err(format!(
                 "venue {venue} is {} before the drill: a drill starts from a SYNCED link",
