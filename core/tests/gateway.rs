@@ -425,6 +425,18 @@ fn a_slow_consumer_on_one_gateway_hurts_no_one() {
     );
 }
 
+/// A venue publishing 3,000 events/s on the bus, one gateway, ten clients following it (given
+/// two seconds to take their snapshots); `None` without nats-server or the interop Python.
+fn one_gateway_ten_clients() -> Option<(World, Proc, Clients)> {
+    let python = python()?;
+    let w = world("3000")?;
+    let rest = w.venue.rest.clone().unwrap();
+    let (gateway, url) = gateway(w.port, "127.0.0.1:0");
+    let clients = Clients::start(&python, &[url], 10, &rest);
+    std::thread::sleep(Duration::from_secs(2));
+    Some((w, gateway, clients))
+}
+
 // Goal (adversary on the bus): a forged snapshot far ahead of the stream (sequence near
 // u64::MAX, made-up levels) published on a symbol's book subject cannot freeze the gateway's
 // book: the stream's deltas never pass it, the gateway sees more than `pending_max` in a row
@@ -434,13 +446,10 @@ fn a_slow_consumer_on_one_gateway_hurts_no_one() {
 fn a_forged_snapshot_on_the_bus_is_repaired() {
     let _serial = serial();
     use keel::venue::bus::{BusEvent, Publisher};
-    let Some(python) = python() else { return };
-    let Some(w) = world("3000") else { return };
-    let (port, v) = (w.port, &w.venue);
-    let rest = v.rest.clone().unwrap();
-    let (_g1, u1) = gateway(port, "127.0.0.1:0");
-    let clients = Clients::start(&python, &[u1], 10, &rest);
-    std::thread::sleep(Duration::from_secs(2));
+    let Some((w, _g1, clients)) = one_gateway_ten_clients() else {
+        return;
+    };
+    let v = &w.venue;
     {
         let symbols = SYMBOLS.split(',').map(str::to_string).collect();
         let (forger, mut ring) = Publisher::start(&w.url, symbols, 16).unwrap();
@@ -502,13 +511,11 @@ fn nats_publish(port: u16, subject: &str, payload: &str) {
 #[test]
 fn a_snapshot_about_another_symbol_is_refused() {
     let _serial = serial();
-    let Some(python) = python() else { return };
-    let Some(w) = world("3000") else { return };
+    let Some((w, _g1, clients)) = one_gateway_ten_clients() else {
+        return;
+    };
     let (port, v) = (w.port, &w.venue);
     let rest = v.rest.clone().unwrap();
-    let (_g1, u1) = gateway(port, "127.0.0.1:0");
-    let clients = Clients::start(&python, &[u1], 10, &rest);
-    std::thread::sleep(Duration::from_secs(2));
     assert_eq!(control(&v.control, "flow 0"), "ok flow 0\n");
     std::thread::sleep(Duration::from_millis(500));
     let (seq, _, _) =
