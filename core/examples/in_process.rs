@@ -82,6 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             },
             qty: 10,
             tif: TimeInForce::Day,
+            reduce_only: false,
         };
         if strategy.commands.push(Command::New(order)).is_ok() {
             placed.push(id);

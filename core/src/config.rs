@@ -1429,6 +1429,7 @@ fn read_dispatcher<'a>(
         let mut l = Section::new("dispatcher.limiter", t);
         let c = &mut d.limiter;
         l.int("cancel_reserve_permille", &mut c.cancel_reserve_permille)?;
+        l.int("reduce_reserve_permille", &mut c.reduce_reserve_permille)?;
         l.int("throttle_rate_permille", &mut c.throttle_rate_permille)?;
         l.duration("throttle_cooldown_ns", &mut c.throttle_cooldown_ns)?;
         l.duration("throttle_recovery_ns", &mut c.throttle_recovery_ns)?;

@@ -565,6 +565,7 @@ pub fn refusal_name(r: RefusalReason) -> &'static str {
         RefusalReason::SymbolShed => "symbol shed",
         RefusalReason::StrategyRate => "strategy rate",
         RefusalReason::StrategyInFlight => "strategy in flight",
+        RefusalReason::ReduceOnlyIncreases => "reduce-only increases",
     }
 }
 

@@ -36,6 +36,8 @@ pub fn retry_advice(kind: &EventKind) -> Retry {
             // The strategy's own quota: it recovers as tokens refill or answers arrive.
             | RefusalReason::StrategyRate
             | RefusalReason::StrategyInFlight => Retry::After(RETRY_PAUSE_NS),
+            // ReduceOnlyIncreases: the same order would be refused again; the position must
+            // change first.
             _ => Retry::Never,
         },
         EventKind::Rejected {

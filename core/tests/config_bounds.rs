@@ -226,6 +226,12 @@ fn cases() -> Vec<Case> {
         case(lim, "cancel_reserve_permille", "999", Either),
         case(lim, "cancel_reserve_permille", "1000", Refused),
         case(lim, "cancel_reserve_permille", "1001", Refused),
+        // With the default cancel reserve (100) and burst (200): 895 leaves new orders 1 of
+        // the 200, 900 leaves none (refused naming the key), 1001 is not a per-mille value.
+        case(lim, "reduce_reserve_permille", "0", Trade),
+        case(lim, "reduce_reserve_permille", "895", Trade),
+        case(lim, "reduce_reserve_permille", "900", Refused),
+        case(lim, "reduce_reserve_permille", "1001", Refused),
         case(lim, "throttle_rate_permille", "0", Trade),
         case(lim, "throttle_rate_permille", "1000", Trade),
         case(lim, "throttle_rate_permille", "1001", Refused),
@@ -530,6 +536,7 @@ fn run_case(index: usize) {
             price: Price::from_units(50, 0),
             qty: 3,
             tif: TimeInForce::Day,
+            reduce_only: false,
         };
         strategy.commands.push(Command::New(order)).unwrap();
         let mut answers = Vec::new();

@@ -82,6 +82,7 @@ probe_judge = "rate"
 
 [dispatcher.limiter]
 cancel_reserve_permille = 250
+reduce_reserve_permille = 150
 throttle_rate_permille = 125
 throttle_cooldown_ns = "1ms"
 throttle_recovery_ns = 999

@@ -4,6 +4,7 @@
 mod common;
 
 use common::{limiter, roomy_config, Rig, MS, SEC};
+use keel::dispatch::LaneDepths;
 use keel::guard::breaker::{BreakerConfig, BreakerState};
 use keel::order::{
     CancelRejectReason, ClientOrderId, Command, EventKind, LinkMode, MassCancelScope, OrderState,
@@ -440,7 +441,11 @@ fn sheds_new_orders_above_watermark_but_never_cancels() {
     assert_eq!(rig.dispatcher.stats().shed, 10);
     assert_eq!(
         rig.dispatcher.lane_depths(VenueId(0)),
-        Some((1, 0, 80)),
+        Some(LaneDepths {
+            cancel: 1,
+            new: 80,
+            ..LaneDepths::default()
+        }),
         "the cancel is queued, not shed"
     );
 }
@@ -825,7 +830,10 @@ fn mass_cancel_withdraws_queued_replace() {
         vec![RequestKind::Cancel { id }],
         "the replace never leaves"
     );
-    assert_eq!(rig.dispatcher.lane_depths(VenueId(0)), Some((0, 0, 0)));
+    assert_eq!(
+        rig.dispatcher.lane_depths(VenueId(0)),
+        Some(LaneDepths::default())
+    );
     assert_eq!(
         rig.dispatcher.lane_depths(VenueId(7)),
         None,
@@ -1526,4 +1534,222 @@ fn operator_cancel_covers_its_scope_and_says_what_it_could_not() {
         .dispatcher
         .set_symbol_shed(now, SymbolId(8), true)
         .is_err());
+}
+
+/// Builds a filled long of `qty` on `symbol` (strategy 0, bought at 10).
+fn long_position(rig: &mut Rig, symbol: u16, qty: u32) {
+    let id = rig.live_order(0, symbol, qty);
+    rig.outcome(
+        0,
+        OutcomeKind::Fill {
+            id,
+            qty,
+            price: Price::from_units(10, 0),
+        },
+    );
+    rig.settle();
+    rig.kinds(0);
+    assert_eq!(
+        rig.dispatcher.guards().risk.position(SymbolId(symbol)),
+        i64::from(qty)
+    );
+}
+
+/// A reduce-only sell of `qty` on `symbol` from strategy 0.
+fn reduce_sell(rig: &mut Rig, symbol: u16, qty: u32) -> ClientOrderId {
+    let order = keel::order::NewOrder {
+        side: keel::order::Side::Sell,
+        reduce_only: true,
+        ..rig.order(0, symbol, qty)
+    };
+    rig.send(0, Command::New(order));
+    order.id
+}
+
+// Goal: under a storm that sheds and throttles new orders, reduce-only orders are never shed,
+// leave ahead of every queued new order, draw on their reserve once new orders have spent
+// theirs, and never take the venue past the limiter's total. Counted in dispatch positions.
+#[test]
+fn reduce_only_orders_flow_through_a_shed_and_throttled_storm() {
+    let mut config = roomy_config();
+    config.lane_new_capacity = 100;
+    config.lane_new_per_symbol_max = 100;
+    config.shed_high_pct = 80;
+    config.shed_low_pct = 50;
+    config.acquire_timeout_ns = 10 * SEC;
+    // 10 a second, bursts of 20, a quarter of each bucket kept for reduce-only orders.
+    config.limiter = limiter(10, 20);
+    config.limiter.reduce_reserve_permille = 250;
+    let mut rig = Rig::new(config);
+    long_position(&mut rig, 0, 100);
+    rig.advance(10 * SEC); // the bucket refills to its burst
+    for i in 0..200 {
+        rig.new_order(1, 1 + (i % 7) as u16, 1);
+    }
+    let reduces: Vec<_> = (0..8).map(|_| reduce_sell(&mut rig, 0, 5)).collect();
+    rig.settle();
+    let sent = rig.requests(0);
+    let is_reduce =
+        |r: &keel::order::VenueRequest| matches!(r.kind, RequestKind::New(o) if o.reduce_only);
+    assert_eq!(sent.iter().filter(|r| is_reduce(r)).count(), 8, "none shed");
+    assert!(
+        sent[..8].iter().all(is_reduce),
+        "reduce-only orders leave first"
+    );
+    // New orders stop where the reduce reserve (5 of the 20) starts: 20 - 8 - 5.
+    assert_eq!(sent.len(), 15, "{sent:?}");
+    assert_eq!(
+        rig.dispatcher.stats().shed,
+        120,
+        "the storm is shed above 80 queued"
+    );
+    assert_eq!(rig.dispatcher.stats().sent_reduce_only, 8);
+    // 5 tokens come back in half a second: 10 in the bucket, 5 of them the reserve. Only
+    // reduce-only orders may use the reserve, however many new orders wait.
+    let late: Vec<_> = (0..6).map(|_| reduce_sell(&mut rig, 0, 1)).collect();
+    rig.advance(SEC / 2);
+    rig.settle();
+    let sent = rig.requests(0);
+    assert_eq!(sent.len(), 6, "{sent:?}");
+    assert!(
+        sent.iter().all(is_reduce),
+        "only reduce-only orders: {sent:?}"
+    );
+    // Past the acquire deadline the storm's queued orders are throttled; no reduce-only
+    // order was ever shed, throttled or refused.
+    rig.advance(11 * SEC);
+    rig.settle();
+    assert!(
+        rig.dispatcher.stats().throttled > 0,
+        "the storm was throttled"
+    );
+    let sent = rig.requests(0);
+    assert!(sent.len() <= 20, "{} sent past the burst", sent.len());
+    let told = rig.kinds(0);
+    for id in reduces.iter().chain(&late) {
+        assert_eq!(rig.state(*id), OrderState::PendingNew, "{id:?}");
+        assert!(!told.iter().any(|(t, _)| t == id), "{id:?}: {told:?}");
+    }
+    assert_eq!(rig.dispatcher.stats().sent_reduce_only, 14);
+    // More reduce-only orders than the bucket holds: the rest wait in their own lane, counted
+    // there (`keel_lane_depth{lane="reduce"}`), not in the new-order lane.
+    let queued_new = rig.dispatcher.lane_depths(VenueId(0)).unwrap().new;
+    for _ in 0..30 {
+        reduce_sell(&mut rig, 0, 1);
+    }
+    rig.settle();
+    let sent = rig.requests(0).len() as u32;
+    let depths = rig.dispatcher.lane_depths(VenueId(0)).unwrap();
+    assert!(sent < 30 && depths.reduce > 0, "{sent} sent, {depths:?}");
+    assert_eq!(depths.reduce + sent, 30, "{depths:?}");
+    assert_eq!(depths.new, queued_new, "{depths:?}");
+}
+
+// Goal: a reduce-only order that could increase the position or flip it past zero is refused
+// with its own reason and counted, on a flat symbol too; one that reduces to zero leaves.
+#[test]
+fn reduce_only_orders_that_would_increase_or_flip_are_refused() {
+    let mut rig = Rig::new(roomy_config());
+    long_position(&mut rig, 0, 50);
+    let buy = keel::order::NewOrder {
+        reduce_only: true,
+        ..rig.order(0, 0, 1)
+    };
+    rig.send(0, Command::New(buy));
+    let flip = reduce_sell(&mut rig, 0, 51);
+    let flat = reduce_sell(&mut rig, 2, 1);
+    let exact = reduce_sell(&mut rig, 0, 50);
+    let beyond = reduce_sell(&mut rig, 0, 1);
+    rig.settle();
+    let refused = EventKind::Refused {
+        reason: RefusalReason::ReduceOnlyIncreases,
+    };
+    let told = rig.kinds(0);
+    for id in [buy.id, flip, flat, beyond] {
+        assert!(told.contains(&(id, refused)), "{id:?}: {told:?}");
+    }
+    assert!(!told.iter().any(|(id, _)| *id == exact), "{told:?}");
+    let sent = rig.requests(0);
+    assert_eq!(sent.len(), 1);
+    assert!(matches!(sent[0].kind, RequestKind::New(o) if o.id == exact && o.reduce_only));
+    let stats = rig.dispatcher.stats();
+    assert_eq!(stats.refused_for(RefusalReason::ReduceOnlyIncreases), 4);
+}
+
+// Goal: a replace of a reduce-only order stays reduce-only: it is judged by the same rule on
+// its net quantity, and its replacement is held as reduce-only (its own replace too).
+#[test]
+fn a_replace_of_a_reduce_only_order_keeps_the_rule() {
+    let mut rig = Rig::new(roomy_config());
+    long_position(&mut rig, 0, 50);
+    let id = reduce_sell(&mut rig, 0, 30);
+    rig.settle();
+    rig.requests(0);
+    rig.outcome(0, OutcomeKind::Accepted { id });
+    rig.settle();
+    rig.kinds(0);
+    let too_much = rig.id(0);
+    rig.send(
+        0,
+        Command::Replace(Replace {
+            id,
+            new_id: too_much,
+            price: Price::from_units(10, 0),
+            qty: 51,
+        }),
+    );
+    rig.settle();
+    assert_eq!(
+        rig.kinds(0),
+        vec![(
+            too_much,
+            EventKind::Refused {
+                reason: RefusalReason::ReduceOnlyIncreases
+            }
+        )]
+    );
+    assert_eq!(rig.state(id), OrderState::Live, "the original stands");
+    let new_id = rig.id(0);
+    let r = Replace {
+        id,
+        new_id,
+        price: Price::from_units(10, 0),
+        qty: 50,
+    };
+    rig.send(0, Command::Replace(r));
+    rig.settle();
+    assert_eq!(rig.requests(0)[0].kind, RequestKind::Replace(r));
+    assert!(rig.dispatcher.table().get(new_id).unwrap().reduce_only);
+    assert_eq!(rig.dispatcher.stats().sent_reduce_only, 2);
+}
+
+// Goal: the operator's and the controller's symbol sheds hold new orders but not reduce-only
+// ones; the kill switch and a disabled strategy stop them too (the operator's explicit stop).
+#[test]
+fn symbol_sheds_pass_reduce_only_orders_the_kill_switch_does_not() {
+    let mut rig = Rig::new(roomy_config());
+    long_position(&mut rig, 0, 50);
+    let now = rig.now_ns;
+    rig.dispatcher
+        .set_symbol_shed(now, SymbolId(0), true)
+        .unwrap();
+    rig.dispatcher
+        .set_symbol_shed_by_control(now, SymbolId(0), true)
+        .unwrap();
+    let plain = rig.new_order(0, 0, 1);
+    let reduce = reduce_sell(&mut rig, 0, 1);
+    rig.settle();
+    let shed = EventKind::Refused {
+        reason: RefusalReason::SymbolShed,
+    };
+    assert_eq!(rig.kinds(0), vec![(plain, shed)]);
+    let sent = rig.requests(0);
+    assert!(matches!(sent[..], [ref r] if matches!(r.kind, RequestKind::New(o) if o.id == reduce)));
+    rig.dispatcher.set_kill_switch(now, true);
+    let held = reduce_sell(&mut rig, 0, 1);
+    rig.settle();
+    let kill = EventKind::Refused {
+        reason: RefusalReason::KillSwitch,
+    };
+    assert_eq!(rig.kinds(0), vec![(held, kill)]);
 }

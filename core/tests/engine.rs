@@ -137,6 +137,7 @@ fn resting(id: ClientOrderId, symbol: u16) -> NewOrder {
         price: Price::from_units(50, 0),
         qty: 3,
         tif: TimeInForce::Day,
+        reduce_only: false,
     }
 }
 
@@ -482,6 +483,7 @@ impl Storm {
                     } else {
                         TimeInForce::Day
                     },
+                    reduce_only: false,
                 };
                 let order = if marketable {
                     order

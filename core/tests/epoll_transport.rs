@@ -104,6 +104,7 @@ fn order(seq: u64, side: Side, qty: u32, price: Price) -> NewOrder {
         price,
         qty,
         tif: TimeInForce::Day,
+        reduce_only: false,
     }
 }
 

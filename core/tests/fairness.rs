@@ -215,7 +215,7 @@ fn a_cancel_storm_on_one_symbol_does_not_hold_back_another_symbols_cancel() {
     }
     rig.send(0, Command::Cancel { id: other });
     rig.poll();
-    let depth = rig.dispatcher.lane_depths(VenueId(0)).unwrap().0;
+    let depth = rig.dispatcher.lane_depths(VenueId(0)).unwrap().cancel;
     assert_eq!(depth, 501 - 256, "the storm outlasts one pass");
     let mut sent = answer_all(&mut rig);
     rig.settle();
@@ -232,7 +232,7 @@ fn a_cancel_storm_on_one_symbol_does_not_hold_back_another_symbols_cancel() {
     rig.send(0, Command::MassCancel { scope });
     rig.poll();
     assert_eq!(answer_all(&mut rig).len(), 256);
-    assert_eq!(rig.dispatcher.lane_depths(VenueId(0)).unwrap().0, 244);
+    assert_eq!(rig.dispatcher.lane_depths(VenueId(0)).unwrap().cancel, 244);
     rig.send(0, Command::Cancel { id: other });
     rig.settle();
     let sent = answer_all(&mut rig);

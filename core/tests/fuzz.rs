@@ -1330,25 +1330,28 @@ fn command() -> impl Strategy<Value = Command> {
         order_id(),
         (any::<u16>(), any::<u16>()),
         any::<bool>(),
-        any::<bool>(),
+        (any::<bool>(), any::<bool>()),
         qty(),
         price(),
     )
-        .prop_map(|(id, (venue, symbol), buy, ioc, qty, price)| {
-            Command::New(NewOrder {
-                id,
-                venue: VenueId(venue),
-                symbol: SymbolId(symbol),
-                side: if buy { Side::Buy } else { Side::Sell },
-                price: Price(price),
-                qty,
-                tif: if ioc {
-                    TimeInForce::ImmediateOrCancel
-                } else {
-                    TimeInForce::Day
-                },
-            })
-        });
+        .prop_map(
+            |(id, (venue, symbol), buy, (ioc, reduce_only), qty, price)| {
+                Command::New(NewOrder {
+                    id,
+                    venue: VenueId(venue),
+                    symbol: SymbolId(symbol),
+                    side: if buy { Side::Buy } else { Side::Sell },
+                    price: Price(price),
+                    qty,
+                    tif: if ioc {
+                        TimeInForce::ImmediateOrCancel
+                    } else {
+                        TimeInForce::Day
+                    },
+                    reduce_only,
+                })
+            },
+        );
     prop_oneof![
         new,
         order_id().prop_map(|id| Command::Cancel { id }),
@@ -1369,7 +1372,7 @@ fn command() -> impl Strategy<Value = Command> {
     ]
 }
 
-const REFUSALS: [RefusalReason; 22] = [
+const REFUSALS: [RefusalReason; 23] = [
     RefusalReason::NotSynced,
     RefusalReason::RiskQty,
     RefusalReason::RiskNotional,
@@ -1393,6 +1396,8 @@ const REFUSALS: [RefusalReason; 22] = [
     // Codes past a gap (24-29 unused) round-trip like the others.
     RefusalReason::StrategyRate,
     RefusalReason::StrategyInFlight,
+    // Past the second gap (32-39 unused).
+    RefusalReason::ReduceOnlyIncreases,
 ];
 
 fn event_kind() -> impl Strategy<Value = EventKind> {
@@ -1503,6 +1508,7 @@ fn journal_order(seq: u64, qty: u32, price: i64) -> NewOrder {
         price: Price(price),
         qty,
         tif: TimeInForce::Day,
+        reduce_only: false,
     }
 }
 
@@ -2047,6 +2053,7 @@ fn session_on_packet() {
                             } else {
                                 TimeInForce::Day
                             },
+                            reduce_only: false,
                         };
                         let r = VenueRequest {
                             wire_ref,

@@ -163,6 +163,7 @@ impl Drill {
             price: Price::from_units(100, 0),
             qty: 3,
             tif,
+            reduce_only: false,
         }
     }
 

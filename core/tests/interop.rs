@@ -325,6 +325,7 @@ fn run_against_ouch_connect<T: SocketTransport>(
         price: Price::from_units(12, 3400),
         qty: 300,
         tif: TimeInForce::Day,
+        reduce_only: false,
     };
     let mut sent = false;
     let mut events = Vec::new();

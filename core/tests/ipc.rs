@@ -212,3 +212,40 @@ fn python_client_stores_each_index_in_one_store() {
     );
     assert!(changes >= CHANGES_MIN, "{changes} changes in {reads} reads");
 }
+
+const FLAGGER: &str = r#"
+import sys
+sys.path.insert(0, sys.argv[1])
+from keel_strategy import Channel
+ch = Channel(sys.argv[2])
+assert ch.new_order(ch.order_id(1), 0, 3, False, 1_000_000, 7, reduce_only=True)
+assert ch.new_order(ch.order_id(2), 0, 3, True, 1_000_000, 7)
+"#;
+
+// Goal: the shipped Python client's `reduce_only=True` reaches the engine as a reduce-only
+// new order, and its default stays a plain order (what every older strategy sends).
+#[test]
+fn python_client_sends_reduce_only_orders() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("strategy-1");
+    let engine = Channel::create_or_attach(&path, StrategyId(1), 64, 64).unwrap();
+    let status = Process::new("python3")
+        .arg("-c")
+        .arg(FLAGGER)
+        .arg(examples())
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let flags: Vec<_> = std::iter::from_fn(|| engine.pop_command())
+        .map(|c| match c.expect("well-formed records") {
+            Command::New(o) => (o.id.sequence(), o.side, o.qty, o.reduce_only),
+            other => panic!("unexpected command {other:?}"),
+        })
+        .collect();
+    use keel::order::Side;
+    assert_eq!(
+        flags,
+        vec![(1, Side::Sell, 7, true), (2, Side::Buy, 7, false)]
+    );
+}

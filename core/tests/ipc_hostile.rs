@@ -119,6 +119,7 @@ fn resting(id: ClientOrderId) -> NewOrder {
         price: Price::from_units(50, 0),
         qty: 3,
         tif: TimeInForce::Day,
+        reduce_only: false,
     }
 }
 

@@ -32,6 +32,7 @@ fn order(seq: u64, qty: u32) -> NewOrder {
         } else {
             TimeInForce::Day
         },
+        reduce_only: false,
     }
 }
 

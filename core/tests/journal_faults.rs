@@ -35,6 +35,7 @@ fn order(seq: u64) -> NewOrder {
         price: Price::from_units(50, 5),
         qty: 10,
         tif: TimeInForce::Day,
+        reduce_only: false,
     }
 }
 

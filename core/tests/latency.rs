@@ -93,6 +93,7 @@ fn resting(seq: u64) -> NewOrder {
         price: Price::from_units(10, 0),
         qty: 10,
         tif: TimeInForce::Day,
+        reduce_only: false,
     }
 }
 

@@ -195,6 +195,7 @@ fn place(channel: &Channel, seqs: std::ops::RangeInclusive<u64>) {
             price: Price::from_units(50, 0),
             qty: 1,
             tif: TimeInForce::Day,
+            reduce_only: false,
         });
         assert!(channel.push_command(&order));
     }

@@ -35,6 +35,7 @@ fn order(seq: u64) -> Command {
         price: Price::from_units(50, 0),
         qty: 1,
         tif: TimeInForce::Day,
+        reduce_only: false,
     })
 }
 
@@ -842,6 +843,7 @@ fn offer_load(channel: &Channel, mut seq: u64, for_ms: u64) -> u64 {
                 price: Price::from_units(if seq % 2 == 0 { 50 } else { 60 }, 0),
                 qty: 1,
                 tif: TimeInForce::Day,
+                reduce_only: false,
             };
             channel.push_command(&Command::New(order));
         }

@@ -178,6 +178,7 @@ fn resting(seq: u64) -> Command {
         price: Price::from_units(50, 0),
         qty: 1,
         tif: TimeInForce::Day,
+        reduce_only: false,
     })
 }
 
@@ -482,6 +483,7 @@ fn new_order(seq: u64, symbol: u16) -> Command {
         price: Price::from_units(50, 0),
         qty: 2,
         tif: TimeInForce::Day,
+        reduce_only: false,
     })
 }
 

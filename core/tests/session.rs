@@ -144,6 +144,7 @@ impl<T: SocketTransport> Rig<T> {
             price: Price::from_units(50, 0),
             qty,
             tif: TimeInForce::Day,
+            reduce_only: false,
         }
     }
 

@@ -405,6 +405,7 @@ impl Sim {
                 } else {
                     TimeInForce::Day
                 },
+                reduce_only: false,
             };
             if self.strategy.commands.push(Command::New(order)).is_ok() {
                 self.orders.insert(id, (qty, 0, false));
@@ -536,8 +537,18 @@ impl Sim {
                 }
                 _ => None,
             };
+            let venue_view = match e {
+                Some(keel::order::TableError::Lifecycle { id, .. }) => self
+                    .link()
+                    .client()
+                    .as_ouch()
+                    .and_then(|c| c.user_ref(id))
+                    .and_then(|r| self.venue.exchange().order_of(0, r))
+                    .map(|o| format!("{o:?}")),
+                _ => None,
+            };
             let msg = format!(
-                "a venue report contradicted keel's order table: {e:?}; strategy saw {history:?}"
+                "a venue report contradicted keel's order table: {e:?}; the venue's order: {venue_view:?}; strategy saw {history:?}"
             );
             self.fail(&msg);
         }
@@ -589,17 +600,16 @@ impl Sim {
             self.step();
             // Contradictions stay until an operator settles them: the link is not trusted
             // before. The operator settles each one reported (a lie sent during the faults
-            // may arrive after they stop, on a later connection). A position mismatch is never
-            // settled here: keel's booked position must come to agree with the venue's by
-            // itself, so a fill booked twice (or lost) keeps the link READ-ONLY and the seed
-            // fails as not settled.
-            let sticky = self
-                .link()
-                .client()
-                .stats()
-                .last_reconciliation
-                .contradictions
-                > 0;
+            // may arrive after they stop, on a later connection). A position mismatch is
+            // settled only after the venue skipped reports keel saw skipped (a sequence gap):
+            // a fill in a skipped report, of an order closed later, is lost to keel for good,
+            // and the mismatch is keel catching that (seed 3563 of 10,000). Otherwise keel's
+            // booked position must come to agree with the venue's by itself, so a fill booked
+            // twice (or lost) keeps the link READ-ONLY and the seed fails as not settled.
+            let last = self.link().client().stats().last_reconciliation;
+            let exchange = self.venue.exchange();
+            let gaps_seen = exchange.login_gaps_made > exchange.login_gaps_covered;
+            let sticky = last.contradictions > 0 || (gaps_seen && last.position_mismatches > 0);
             if sticky && self.link().state() == LinkState::ReadOnly {
                 let now = self.now;
                 self.link_mut().clear_contradictions(now);
@@ -702,7 +712,15 @@ impl Sim {
                 .unresolved()
                 == 0
             && self.unknown_orders() == 0
+            && self.stream_applied()
             && self.keel_open() == self.venue_open()
+    }
+
+    /// keel has applied every message the venue put on its stream: a judgement made while a
+    /// message (a made-up report, say) is still in flight would compare a view keel cannot yet
+    /// have.
+    fn stream_applied(&self) -> bool {
+        self.link().client().applied_through() >= self.venue.exchange().account(0).stream_len()
     }
 }
 
@@ -835,6 +853,7 @@ impl Sim {
             price: Price::from_units(99, 0),
             qty,
             tif: TimeInForce::Day,
+            reduce_only: false,
         };
         self.strategy.commands.push(Command::New(order)).unwrap();
         self.orders.insert(id, (qty, 0, false));
@@ -1010,6 +1029,7 @@ fn the_incident_in_simulation() {
         price: Price::from_units(99, 0),
         qty: 100,
         tif: TimeInForce::ImmediateOrCancel,
+        reduce_only: false,
     };
     sim.strategy.commands.push(Command::New(order)).unwrap();
     sim.orders.insert(id, (100, 0, false));

@@ -524,6 +524,7 @@ impl Strategy {
             } else {
                 TimeInForce::Day
             },
+            reduce_only: false,
         };
         (order, ioc)
     }

@@ -96,6 +96,7 @@ impl Engine {
             price,
             qty,
             tif: TimeInForce::Day,
+            reduce_only: false,
         }
     }
 }

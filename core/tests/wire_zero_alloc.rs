@@ -109,6 +109,7 @@ fn wire_path_allocates_nothing() {
                     price: Price::from_units(1, 0),
                     qty: 10,
                     tif: TimeInForce::Day,
+                    reduce_only: false,
                 };
                 strategy.commands.push(Command::New(order)).unwrap();
                 outstanding = Some(id);

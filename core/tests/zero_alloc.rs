@@ -58,6 +58,9 @@ impl Driver {
             } else {
                 Side::Sell
             };
+            // One in eight reduce-only: its lane, its reserve and its refusal are measured
+            // too (positions drift with the fills, so some pass and some are refused).
+            order.reduce_only = self.rng.below_inclusive(7) == 0;
             self.remember(order.id);
             Command::New(order)
         } else if let (true, Some(id)) = (roll < 85, self.recent_id()) {
@@ -229,6 +232,17 @@ fn one_million_commands_allocate_nothing() {
         "{after:?}"
     );
     assert!(after.events - before.events > 500_000, "{after:?}");
+    assert!(
+        after.sent_reduce_only - before.sent_reduce_only > 1_000,
+        "{after:?}"
+    );
+    let reduce_refused = |s: &keel::dispatch::DispatchStats| {
+        s.refused_for(keel::order::RefusalReason::ReduceOnlyIncreases)
+    };
+    assert!(
+        reduce_refused(&after) > reduce_refused(&before),
+        "{after:?}"
+    );
     let quota_refused = rig.dispatcher.quotas().stats(StrategyId(0)).rate_refused
         + rig.dispatcher.quotas().stats(StrategyId(1)).rate_refused;
     assert!(quota_refused > 0, "the quota path refused some orders");
@@ -268,6 +282,7 @@ fn journal_appends_allocate_nothing() {
             price: Price::from_units(10, 0),
             qty: 5,
             tif: TimeInForce::Day,
+            reduce_only: false,
         };
         let wire_ref = u32::try_from(seq).unwrap();
         let venue_seq = u64::from(wire_ref);

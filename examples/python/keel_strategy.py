@@ -54,6 +54,8 @@ REFUSAL_NAMES = {
     22: "strategy disabled", 23: "symbol shed",
     # The strategy's own quota ([dispatcher.quota]): back off and retry; others unaffected.
     30: "strategy rate", 31: "strategy in flight",
+    # A reduce-only order that could increase the position or flip it past zero.
+    40: "reduce-only increases",
 }
 PRICE_SCALE = 10_000  # 4 decimals
 
@@ -244,9 +246,12 @@ class Channel:
     def order_id(self, sequence):
         return (self.strategy << 48) | sequence
 
-    def new_order(self, order_id, venue, symbol, buy, price, qty, ioc=False):
+    def new_order(self, order_id, venue, symbol, buy, price, qty, ioc=False, reduce_only=False):
+        """reduce_only: the order may only bring the position towards zero (byte 7, bit 0;
+        refused "reduce-only increases" otherwise, docs/ipc.md)."""
         r = bytearray(RECORD_LEN)
         r[4], r[5], r[6] = CMD_NEW, 1 if buy else 2, 2 if ioc else 1
+        r[7] = 1 if reduce_only else 0
         struct.pack_into("<QHH", r, 16, order_id, venue, symbol)
         struct.pack_into("<I", r, 32, qty)
         struct.pack_into("<q", r, 40, price)

@@ -260,6 +260,7 @@ fn run(
                         price: Price::from_units(100, 0),
                         qty: 1,
                         tif: TimeInForce::Day,
+                        reduce_only: false,
                     })
                 };
                 if !system.submit(now, command) {

@@ -190,6 +190,7 @@ fn engine_round(
             price: Price::from_units(1, 0), // rests: nothing trades at 1.00
             qty: 1,
             tif: TimeInForce::Day,
+            reduce_only: false,
         };
         let t0 = clock.now_ns();
         strategy

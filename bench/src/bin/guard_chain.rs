@@ -68,6 +68,7 @@ fn order(i: u64) -> NewOrder {
         price: Price::from_units(100, 0),
         qty: 100,
         tif: TimeInForce::Day,
+        reduce_only: false,
     }
 }
 

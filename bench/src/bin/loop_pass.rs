@@ -159,6 +159,7 @@ fn round(
                 price: Price::from_units(if seq % 2 == 0 { 90 } else { 110 }, 0),
                 qty: 1,
                 tif: TimeInForce::Day,
+                reduce_only: false,
             };
             let _ = strategy.commands.push(Command::New(order));
         }

@@ -81,6 +81,7 @@ fn next_order(c: &mut OuchClient, seq: &mut u64, out: &mut [u8]) -> usize {
         price: Price::from_units(1, 0),
         qty: 100,
         tif: TimeInForce::Day,
+        reduce_only: false,
     };
     let n = c
         .encode_request(

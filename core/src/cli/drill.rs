@@ -496,6 +496,7 @@ impl Own {
             price: d.args.price,
             qty: 1,
             tif: TimeInForce::Day,
+            reduce_only: false,
         };
         Ok(Self {
             channel,

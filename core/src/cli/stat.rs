@@ -203,7 +203,7 @@ pub fn view(s: &Snapshot, budget: Option<&crate::monitor::alerts::BudgetConfig>)
         "failures",
         "unrec",
         "in-flight",
-        "lanes c/r/n",
+        "lanes c/ro/r/n",
         "ack p99 µs",
         "cancel p99",
         "cap‰",
@@ -235,7 +235,13 @@ pub fn view(s: &Snapshot, budget: Option<&crate::monitor::alerts::BudgetConfig>)
             s.scalar("keel_link_connect_failures_total", &l),
             s.scalar("keel_link_unreconciled", &l),
             s.scalar("keel_venue_in_flight", &l),
-            format!("{}/{}/{}", lane("cancel"), lane("replace"), lane("new")),
+            format!(
+                "{}/{}/{}/{}",
+                lane("cancel"),
+                lane("reduce"),
+                lane("replace"),
+                lane("new")
+            ),
             p(s, "keel_new_order_ack_seconds", &l, 0.99).map_or("-".into(), micros),
             p(s, "keel_cancel_ack_seconds", &l, 0.99).map_or("-".into(), micros),
             match s.scalar("keel_control_new_rate_permille", &l) {

@@ -179,6 +179,7 @@ fn dispatcher(out: &mut Out, d: &DispatcherConfig) {
     let l = &d.limiter;
     out.section("[dispatcher.limiter]");
     out.int("cancel_reserve_permille", l.cancel_reserve_permille);
+    out.int("reduce_reserve_permille", l.reduce_reserve_permille);
     out.int("throttle_rate_permille", l.throttle_rate_permille);
     out.duration("throttle_cooldown_ns", l.throttle_cooldown_ns);
     out.duration("throttle_recovery_ns", l.throttle_recovery_ns);

@@ -359,6 +359,7 @@ impl Trader {
             price: Price(Price::from_units(100, 0).0 + offset),
             qty: 1 + rng.below_inclusive(9) as u32,
             tif: TimeInForce::Day,
+            reduce_only: false,
         };
         if self.strategy.commands.push(Command::New(order)).is_ok() {
             self.pending_new.insert(id, (now, bucket));

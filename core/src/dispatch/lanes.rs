@@ -384,6 +384,7 @@ mod tests {
             price: Price(1),
             qty: 1,
             tif: TimeInForce::Day,
+            reduce_only: false,
         };
         QueuedNew {
             order,

@@ -80,6 +80,9 @@ struct VenueLanes {
     cancels: CancelLane,
     replaces: BoundedQueue<QueuedReplace>,
     news: NewLane,
+    /// Reduce-only new orders: served after cancels, before replaces and new orders; sized
+    /// like the new-order lane, per-symbol fair like it, never shed.
+    reduces: NewLane,
     /// What the link lets leave (from its `LinkState` reports, downgraded here on a
     /// contradiction the order table found).
     mode: LinkMode,
@@ -95,6 +98,25 @@ struct VenueLanes {
     stalled: bool,
     /// Wire reference the next new order or replacement gets (ascending, journaled).
     next_wire_ref: u32,
+}
+
+impl VenueLanes {
+    /// The lane a new order waits in: its own for a reduce-only order.
+    fn new_lane(&self, reduce_only: bool) -> &NewLane {
+        if reduce_only {
+            &self.reduces
+        } else {
+            &self.news
+        }
+    }
+
+    fn new_lane_mut(&mut self, reduce_only: bool) -> &mut NewLane {
+        if reduce_only {
+            &mut self.reduces
+        } else {
+            &mut self.news
+        }
+    }
 }
 
 /// The dispatcher loop body. See the module docs.
@@ -157,6 +179,19 @@ pub struct Latency {
     pub decision_cancel: crate::metrics::Histogram,
 }
 
+/// Requests waiting in one venue's lanes, in the order they are served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaneDepths {
+    /// Cancels and status queries.
+    pub cancel: u32,
+    /// Reduce-only new orders.
+    pub reduce: u32,
+    /// Replaces.
+    pub replace: u32,
+    /// Other new orders.
+    pub new: u32,
+}
+
 impl Dispatcher {
     /// Validates `config`, allocates every table, lane and guard, and takes the ports.
     pub fn new(
@@ -199,6 +234,11 @@ impl Dispatcher {
                 cancels: CancelLane::cancels(config.lane_cancel_capacity, config.symbols),
                 replaces: BoundedQueue::new(config.lane_replace_capacity),
                 news: NewLane::new(
+                    config.lane_new_capacity,
+                    config.lane_new_per_symbol_max,
+                    config.symbols,
+                ),
+                reduces: NewLane::new(
                     config.lane_new_capacity,
                     config.lane_new_per_symbol_max,
                     config.symbols,
@@ -318,10 +358,15 @@ impl Dispatcher {
         }
     }
 
-    /// Depths of a venue's (cancel, replace, new) lanes (`None`: no such venue).
-    pub fn lane_depths(&self, venue: VenueId) -> Option<(u32, u32, u32)> {
+    /// Depths of a venue's lanes (`None`: no such venue).
+    pub fn lane_depths(&self, venue: VenueId) -> Option<LaneDepths> {
         let v = self.venues.get(venue.index())?;
-        Some((v.cancels.len(), v.replaces.len(), v.news.len()))
+        Some(LaneDepths {
+            cancel: v.cancels.len(),
+            reduce: v.reduces.len(),
+            replace: v.replaces.len(),
+            new: v.news.len(),
+        })
     }
 
     /// Whether the venue link is SYNCED (the only state in which new orders leave).
@@ -540,7 +585,7 @@ impl Dispatcher {
             return Err(refuse(RefusalReason::DuplicateId));
         }
         self.raise_id_floor(order.id);
-        if let Some(reason) = self.holds.block(strategy, order.symbol) {
+        if let Some(reason) = self.holds.block(strategy, order.symbol, order.reduce_only) {
             return Err(refuse(reason));
         }
         let venue = &self.venues[usize::from(order.venue.0)];
@@ -551,7 +596,7 @@ impl Dispatcher {
             return Err(refuse(RefusalReason::ExecutorStalled));
         }
         venue
-            .news
+            .new_lane(order.reduce_only)
             .can_push(order.symbol)
             .map_err(|full| refuse(lane_full_reason(full)))?;
         if self.table.open_count() >= self.table.capacity() {
@@ -567,7 +612,7 @@ impl Dispatcher {
         );
         self.table.mark_admitted(order.id, now_ns);
         let pushed = self.venues[usize::from(order.venue.0)]
-            .news
+            .new_lane_mut(order.reduce_only)
             .push(QueuedNew {
                 order: *order,
                 enqueued_ns: now_ns,
@@ -592,7 +637,12 @@ impl Dispatcher {
             });
         }
         let venue = &mut self.venues[usize::from(order.venue.0)];
-        if order.sent_ns == 0 && venue.news.remove(order.symbol, id).is_some() {
+        if order.sent_ns == 0
+            && venue
+                .new_lane_mut(order.reduce_only)
+                .remove(order.symbol, id)
+                .is_some()
+        {
             // Caught before it left: close it here, no wire traffic, no budget spent.
             self.cancel_unsent(now_ns, id);
             return Ok(());
@@ -638,7 +688,7 @@ impl Dispatcher {
             return Err(refuse(RefusalReason::DuplicateId));
         }
         self.raise_id_floor(r.new_id);
-        if let Some(reason) = self.holds.block(strategy, old.symbol) {
+        if let Some(reason) = self.holds.block(strategy, old.symbol, old.reduce_only) {
             return Err(refuse(reason));
         }
         if self.table.open_count() >= self.table.capacity() {
@@ -722,7 +772,7 @@ impl Dispatcher {
                 MassCancelStep::SkipUnknown => self.stats.mass_cancel_skipped += 1,
                 MassCancelStep::Local => {
                     let removed = self.venues[usize::from(order.venue.0)]
-                        .news
+                        .new_lane_mut(order.reduce_only)
                         .remove(order.symbol, order.id);
                     assert!(removed.is_some(), "unsent new order is in its lane");
                     self.cancel_unsent(now_ns, order.id);
@@ -839,8 +889,9 @@ impl Dispatcher {
         sent
     }
 
-    /// Releases up to `sends_per_poll_max` requests to venue `v`: cancels, then replaces, then
-    /// new orders. Stops when the venue ring is full or the rate budget is short.
+    /// Releases up to `sends_per_poll_max` requests to venue `v`: cancels, then reduce-only
+    /// orders, then replaces, then new orders. Stops when the venue ring is full or the rate
+    /// budget is short.
     fn serve_venue<C: crate::clock::Clock>(&mut self, clock: &C, v: usize) -> u32 {
         let mut sent = 0;
         while sent < self.config.sends_per_poll_max && self.venues[v].port.requests.slots() > 0 {
@@ -851,19 +902,23 @@ impl Dispatcher {
             } else if mode == LinkMode::Down {
                 // Nothing leaves for a link that is down; queued new orders are refused at
                 // once, cancels and queries wait (and pay for budget when they leave).
-                if self.venues[v].news.is_empty() {
-                    Step::Idle
+                if !self.venues[v].reduces.is_empty() {
+                    self.serve_new(clock, v, true)
+                } else if !self.venues[v].news.is_empty() {
+                    self.serve_new(clock, v, false)
                 } else {
-                    self.serve_new(clock, v)
+                    Step::Idle
                 }
             } else if self.lane_order == LaneOrder::Arrival {
                 self.serve_oldest(clock, v)
             } else if !self.venues[v].cancels.is_empty() {
                 self.serve_cancel(clock, v)
+            } else if !self.venues[v].reduces.is_empty() {
+                self.serve_new(clock, v, true)
             } else if !self.venues[v].replaces.is_empty() {
                 self.serve_replace(now_ns, v)
             } else if !self.venues[v].news.is_empty() {
-                self.serve_new(clock, v)
+                self.serve_new(clock, v, false)
             } else {
                 Step::Idle
             };
@@ -882,17 +937,19 @@ impl Dispatcher {
     fn serve_oldest<C: crate::clock::Clock>(&mut self, clock: &C, v: usize) -> Step {
         let lanes = &self.venues[v];
         let cancel = lanes.cancels.peek().map(CancelWork::enqueued_ns);
+        let reduce = lanes.reduces.peek().map(|n| n.enqueued_ns);
         let replace = lanes.replaces.front().map(|r| r.enqueued_ns);
         let new = lanes.news.peek().map(|n| n.enqueued_ns);
-        let oldest = [cancel, replace, new]
+        let oldest = [cancel, reduce, replace, new]
             .into_iter()
             .enumerate()
             .filter_map(|(lane, at)| at.map(|at| (at, lane)))
             .min();
         match oldest {
             Some((_, 0)) => self.serve_cancel(clock, v),
-            Some((_, 1)) => self.serve_replace(clock.now_ns(), v),
-            Some(_) => self.serve_new(clock, v),
+            Some((_, 1)) => self.serve_new(clock, v, true),
+            Some((_, 2)) => self.serve_replace(clock.now_ns(), v),
+            Some(_) => self.serve_new(clock, v, false),
             None => Step::Idle,
         }
     }
@@ -1052,11 +1109,12 @@ impl Dispatcher {
             self.abandon_replacement(now_ns, r.id, r.new_id, EventKind::Throttled);
             return Step::Progress;
         }
+        let reduce_only = self.table.get(r.id).is_some_and(|o| o.reduce_only);
         match self.guards.clear_to_send(
             now_ns,
             VenueId(v as u16),
             self.config.limiter.weights.replace,
-            Release::Call,
+            release_of(reduce_only),
         ) {
             Ok(()) => {
                 self.venues[v].replaces.pop();
@@ -1070,6 +1128,7 @@ impl Dispatcher {
                     price: r.price,
                     qty: r.qty,
                     tif: original.tif,
+                    reduce_only: original.reduce_only,
                 };
                 let wire_ref = self.take_wire_ref(v);
                 let record = crate::journal::JournalRecord::Intent {
@@ -1083,6 +1142,7 @@ impl Dispatcher {
                 }
                 self.table.mark_sent(r.new_id, now_ns);
                 self.push_request(now_ns, v, wire_ref, RequestKind::Replace(r));
+                self.stats.sent_reduce_only += u64::from(reduce_only);
                 Step::Sent
             }
             Err(SendBlock::Breaker(refused)) => {
@@ -1097,17 +1157,21 @@ impl Dispatcher {
         }
     }
 
-    fn serve_new<C: crate::clock::Clock>(&mut self, clock: &C, v: usize) -> Step {
+    /// Serves the head of venue `v`'s reduce-only lane (`reduce`) or new-order lane.
+    fn serve_new<C: crate::clock::Clock>(&mut self, clock: &C, v: usize, reduce: bool) -> Step {
         let now_ns = clock.now_ns();
-        let queued = *self.venues[v].news.peek().expect("checked non-empty");
+        let queued = *self.venues[v]
+            .new_lane(reduce)
+            .peek()
+            .expect("checked non-empty");
         let id = queued.order.id;
         if let Some(reason) = new_order_block(self.venues[v].mode) {
-            self.venues[v].news.pop();
+            self.venues[v].new_lane_mut(reduce).pop();
             self.abandon_new(now_ns, id, EventKind::Refused { reason });
             return Step::Progress;
         }
         if now_ns.saturating_sub(queued.enqueued_ns) > self.config.acquire_timeout_ns {
-            self.venues[v].news.pop();
+            self.venues[v].new_lane_mut(reduce).pop();
             self.abandon_new(now_ns, id, EventKind::Throttled);
             return Step::Progress;
         }
@@ -1115,10 +1179,10 @@ impl Dispatcher {
             now_ns,
             VenueId(v as u16),
             self.config.limiter.weights.new,
-            Release::Call,
+            release_of(reduce),
         ) {
             Ok(()) => {
-                self.venues[v].news.pop();
+                self.venues[v].new_lane_mut(reduce).pop();
                 // The invariant that protects the venue: only a SYNCED link carries new orders.
                 assert_eq!(
                     self.venues[v].mode,
@@ -1138,6 +1202,7 @@ impl Dispatcher {
                 }
                 self.table.mark_sent(id, now_ns);
                 self.push_request(now_ns, v, wire_ref, RequestKind::New(queued.order));
+                self.stats.sent_reduce_only += u64::from(reduce);
                 // Read at release, after the guards and the journal: the decision's whole
                 // time in keel.
                 self.latency
@@ -1146,7 +1211,7 @@ impl Dispatcher {
                 Step::Sent
             }
             Err(SendBlock::Breaker(refused)) => {
-                self.venues[v].news.pop();
+                self.venues[v].new_lane_mut(reduce).pop();
                 self.abandon_new(
                     now_ns,
                     id,
@@ -1794,6 +1859,15 @@ fn new_order_block(mode: LinkMode) -> Option<RefusalReason> {
     }
 }
 
+/// How the guards release a new order or replace: a reduce-only one may use the reduce reserve.
+fn release_of(reduce_only: bool) -> Release {
+    if reduce_only {
+        Release::Reduce
+    } else {
+        Release::Call
+    }
+}
+
 fn lane_full_reason(full: NewLaneFull) -> RefusalReason {
     match full {
         NewLaneFull::Total | NewLaneFull::Symbol => RefusalReason::NewLaneFull,
@@ -1809,5 +1883,6 @@ fn order_as_new(order: &Order) -> NewOrder {
         price: order.price,
         qty: order.qty,
         tif: order.tif,
+        reduce_only: order.reduce_only,
     }
 }

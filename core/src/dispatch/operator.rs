@@ -92,15 +92,24 @@ impl Holds {
         }
     }
 
-    /// Why a new order or replace from `strategy` on `symbol` is held back, if it is.
+    /// Why a new order or replace from `strategy` on `symbol` is held back, if it is. A
+    /// reduce-only order passes a symbol shed (by the operator or the controller: both shed
+    /// load, not risk-reducing orders); the kill switch and a disabled strategy stop it too,
+    /// as the operator's explicit "nothing new from here".
     #[inline]
-    pub(super) fn block(&self, strategy: StrategyId, symbol: SymbolId) -> Option<RefusalReason> {
+    pub(super) fn block(
+        &self,
+        strategy: StrategyId,
+        symbol: SymbolId,
+        reduce_only: bool,
+    ) -> Option<RefusalReason> {
         if self.kill_switch {
             Some(RefusalReason::KillSwitch)
         } else if self.strategy_disabled[usize::from(strategy.0)] {
             Some(RefusalReason::StrategyDisabled)
-        } else if self.symbol_shed[usize::from(symbol.0)]
-            || self.symbol_shed_by_control[usize::from(symbol.0)]
+        } else if !reduce_only
+            && (self.symbol_shed[usize::from(symbol.0)]
+                || self.symbol_shed_by_control[usize::from(symbol.0)])
         {
             Some(RefusalReason::SymbolShed)
         } else {
@@ -185,7 +194,7 @@ impl Dispatcher {
     pub fn set_kill_switch(&mut self, now_ns: u64, on: bool) -> u32 {
         self.holds.kill_switch = on;
         if on {
-            self.withdraw_unsent(now_ns, OperatorScope::default())
+            self.withdraw_unsent(now_ns, OperatorScope::default(), false)
         } else {
             0
         }
@@ -213,7 +222,7 @@ impl Dispatcher {
         Ok(if enabled {
             0
         } else {
-            self.withdraw_unsent(now_ns, scope)
+            self.withdraw_unsent(now_ns, scope, false)
         })
     }
 
@@ -258,7 +267,7 @@ impl Dispatcher {
         };
         holds[usize::from(symbol.0)] = on;
         Ok(if on {
-            self.withdraw_unsent(now_ns, scope)
+            self.withdraw_unsent(now_ns, scope, true)
         } else {
             0
         })
@@ -383,7 +392,14 @@ impl Dispatcher {
     }
 
     /// Withdraws every covered new order or replace that has not left yet.
-    fn withdraw_unsent(&mut self, now_ns: u64, scope: OperatorScope) -> u32 {
+    /// `spare_reduce_only`: a symbol shed leaves queued reduce-only orders (and replaces of
+    /// them) to leave; the kill switch and a disabled strategy take them back too.
+    fn withdraw_unsent(
+        &mut self,
+        now_ns: u64,
+        scope: OperatorScope,
+        spare_reduce_only: bool,
+    ) -> u32 {
         let mut withdrawn = 0;
         for s in 0..self.config.strategies {
             let mut at = self.table.first_open(StrategyId(s));
@@ -396,7 +412,7 @@ impl Dispatcher {
                 if order.state != OrderState::PendingNew || order.sent_ns != 0 {
                     continue;
                 }
-                if !scope.covers(&order) {
+                if !scope.covers(&order) || (spare_reduce_only && order.reduce_only) {
                     continue;
                 }
                 match order.linked {
@@ -412,7 +428,7 @@ impl Dispatcher {
     /// Closes a new order still in its lane (`Canceled`; nothing on the wire).
     fn withdraw(&mut self, now_ns: u64, order: &Order) {
         let removed = self.venues[usize::from(order.venue.0)]
-            .news
+            .new_lane_mut(order.reduce_only)
             .remove(order.symbol, order.id);
         assert!(removed.is_some(), "unsent new order is in its lane");
         self.cancel_unsent(now_ns, order.id);

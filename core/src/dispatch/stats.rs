@@ -4,8 +4,8 @@
 use crate::order::{EventKind, RefusalReason, RequestKind, TableError};
 
 /// Number of [`RefusalReason`] variants (one counter each).
-pub const REFUSAL_REASONS: usize = 25;
-const _: () = assert!(RefusalReason::StrategyInFlight as usize + 1 == REFUSAL_REASONS);
+pub const REFUSAL_REASONS: usize = 26;
+const _: () = assert!(RefusalReason::ReduceOnlyIncreases as usize + 1 == REFUSAL_REASONS);
 
 /// Counters kept by the dispatcher.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,6 +30,8 @@ pub struct DispatchStats {
     pub sent_query: u64,
     /// Reconciliation requests sent to venue links after the order table refused a report.
     pub sent_reconcile: u64,
+    /// Reduce-only orders and replaces of them released (also in `sent_new` / `sent_replace`).
+    pub sent_reduce_only: u64,
     /// Contradictions: venue reports that could not be true given keel's order table (from
     /// the session, or a report the table refused). Each made its link read-only: alarm on any.
     pub contradictions: u64,

@@ -76,7 +76,7 @@ pub struct VenueRow {
     mode: LinkMode,
     breaker_open: bool,
     breaker: BreakerStats,
-    lanes: (u32, u32, u32),
+    lanes: crate::dispatch::LaneDepths,
 }
 
 /// One strategy as the dispatcher sees it.
@@ -986,7 +986,7 @@ impl AdminServer {
                     let _ = writeln!(
                         out,
                         "venue {}: link {}, new orders {}, breaker {} (opened {}, closed {}, \
-                         refused {}), lanes cancel {} replace {} new {}, connects {}, connect \
+                         refused {}), lanes cancel {} reduce {} replace {} new {}, connects {}, connect \
                          failures {}{}{}",
                         self.venue(r.venue),
                         link.state_name(),
@@ -995,9 +995,10 @@ impl AdminServer {
                         r.breaker.opened,
                         r.breaker.closed,
                         r.breaker.refused,
-                        r.lanes.0,
-                        r.lanes.1,
-                        r.lanes.2,
+                        r.lanes.cancel,
+                        r.lanes.reduce,
+                        r.lanes.replace,
+                        r.lanes.new,
                         link.connects.load(Ordering::Relaxed),
                         link.connect_failures.load(Ordering::Relaxed),
                         match link.last_os_error.load(Ordering::Relaxed) {
@@ -1168,7 +1169,7 @@ fn describe(command: AdminCommand, names: &AdminNames) -> String {
 
 fn write_stats(out: &mut String, d: &DispatchStats) {
     use std::fmt::Write as _;
-    let pairs: [(&str, u64); 24] = [
+    let pairs: [(&str, u64); 25] = [
         ("commands", d.commands),
         ("outcomes", d.outcomes),
         ("events", d.events),
@@ -1178,6 +1179,7 @@ fn write_stats(out: &mut String, d: &DispatchStats) {
         ("sent_replace", d.sent_replace),
         ("sent_query", d.sent_query),
         ("sent_reconcile", d.sent_reconcile),
+        ("sent_reduce_only", d.sent_reduce_only),
         ("contradictions", d.contradictions),
         ("moot_cancels", d.moot_cancels),
         ("duplicate_id_rejects", d.duplicate_id_rejects),

@@ -308,6 +308,7 @@ mod tests {
                 price: crate::order::Price(1),
                 qty: 1,
                 tif: crate::order::TimeInForce::Day,
+                reduce_only: false,
             })
         };
         assert!(strategy.push_command(&new(STRATEGY, 12)));

@@ -4,6 +4,12 @@
 //! shed watermark → pre-trade risk → bulkhead → breaker. Release (when the order reaches the
 //! head of its lane): breaker (takes a probe slot in half-open) → rate limiter.
 //!
+//! A reduce-only order skips the shed watermark (shedding exists to protect the engine from
+//! new risk; refusing the order that takes risk off would defeat it), meets the reduce-only
+//! rule right after pre-trade risk, and at release may use the limiter's reduce reserve.
+//! Bulkhead and breaker apply to it as to any order: they protect the venue link, and an
+//! order the link cannot carry is no less lost for reducing risk.
+//!
 //! Why this order: the cheapest and most global refusal comes first (shedding under overload
 //! must cost almost nothing); risk before the bulkhead so a refused order never holds an
 //! in-flight slot; the breaker before the limiter so an order the venue link cannot take never
@@ -12,7 +18,7 @@
 
 use super::breaker::{Breaker, Refused};
 use super::bulkhead::Bulkhead;
-use super::limiter::{NotReady, RateLimiter};
+use super::limiter::{Class, NotReady, RateLimiter};
 use super::risk::Risk;
 use super::shed::Shedder;
 use crate::order::{EventKind, NewOrder, Qty};
@@ -61,9 +67,10 @@ impl GuardChain {
         released_qty: Qty,
     ) -> Result<(), EventKind> {
         let venue = &mut self.venues[usize::from(order.venue.0)];
-        if !venue.shed.admit(lane_depth) {
+        if !order.reduce_only && !venue.shed.admit(lane_depth) {
             return Err(EventKind::Shed);
         }
+        let refuse = |reason| EventKind::Refused { reason };
         self.risk
             .check(
                 order.symbol,
@@ -72,7 +79,12 @@ impl GuardChain {
                 order.qty,
                 released_qty,
             )
-            .map_err(|reason| EventKind::Refused { reason })?;
+            .map_err(refuse)?;
+        if order.reduce_only {
+            self.risk
+                .check_reduce_only(order.symbol, order.side, order.qty, released_qty)
+                .map_err(refuse)?;
+        }
         self.bulkhead
             .try_acquire(order.venue, order.symbol)
             .map_err(|reason| EventKind::Refused { reason })?;
@@ -99,8 +111,12 @@ impl GuardChain {
         weight: u32,
         release: Release,
     ) -> Result<(), SendBlock> {
-        let is_call = release == Release::Call;
-        let is_cancel = release == Release::Cancel;
+        let is_call = release != Release::Cancel;
+        let class = match release {
+            Release::Call => Class::New,
+            Release::Reduce => Class::Reduce,
+            Release::Cancel => Class::Cancel,
+        };
         let guards = &mut self.venues[venue.index()];
         if is_call {
             // Peek first: a call that then waits for budget must not burn a half-open probe.
@@ -108,7 +124,7 @@ impl GuardChain {
         }
         guards
             .limiter
-            .try_acquire(now_ns, weight, is_cancel)
+            .try_acquire_as(now_ns, weight, class)
             .map_err(SendBlock::NotReady)?;
         if is_call {
             guards.breaker.acquire(now_ns).map_err(SendBlock::Breaker)?;
@@ -122,6 +138,9 @@ impl GuardChain {
 pub enum Release {
     /// A new order or a replace: a breaker call, paid from the budget new orders share.
     Call,
+    /// A reduce-only order or a replace of one: a breaker call that may also use the
+    /// limiter's reduce reserve and is not capped by the adaptive controller.
+    Reduce,
     /// A cancel or a status query: never a breaker call; may draw on the cancel reserve.
     Cancel,
 }

@@ -13,7 +13,11 @@
 //! A venue throttle reject (the "429" of order entry) cuts the refill rate to
 //! `throttle_rate_permille` for `throttle_cooldown_ns`, then ramps it back linearly over
 //! `throttle_recovery_ns`. An optional share of every bucket (`cancel_reserve_permille`) is
-//! usable only by cancels, so a flood of new orders can never lock cancels out.
+//! usable only by cancels, so a flood of new orders can never lock cancels out; a second share
+//! above it (`reduce_reserve_permille`) is usable only by reduce-only orders and cancels, so a
+//! flood of new orders can never lock a forced liquidation out either. Both reserves are
+//! floors inside the same buckets: they never add budget, so the window totals hold for
+//! every kind together.
 //!
 //! The adaptive controller (docs/observability.md, "Adaptive control") may cap new orders and
 //! replaces further at run time: [`RateLimiter::set_new_order_permille`] puts one more bucket
@@ -59,6 +63,9 @@ pub struct LimiterConfig {
     pub weights: Weights,
     /// Share of each bucket (‰) that only cancels may use.
     pub cancel_reserve_permille: u32,
+    /// Share of each bucket (‰), above the cancel reserve, that only reduce-only orders (and
+    /// cancels) may use. With the cancel reserve it must leave new orders some budget.
+    pub reduce_reserve_permille: u32,
     /// Refill rate (‰ of normal) right after a venue throttle reject.
     pub throttle_rate_permille: u32,
     /// How long the cut rate holds.
@@ -91,6 +98,7 @@ impl Default for LimiterConfig {
                 query: 1,
             },
             cancel_reserve_permille: 100,
+            reduce_reserve_permille: 100,
             throttle_rate_permille: 500,
             throttle_cooldown_ns: 5_000_000_000,
             throttle_recovery_ns: 10_000_000_000,
@@ -131,14 +139,16 @@ pub enum LimiterConfigError {
         /// What the bucket can hold for that message kind.
         usable: u32,
     },
-    /// The cancel reserve leaves a window no budget for new orders: none could ever leave.
+    /// The reserves leave a window no budget for new orders: none could ever leave.
     #[error(
-        "rate limiter window {index}: cancel_reserve_permille = {value} leaves none of its \
-         burst_weight for new orders"
+        "rate limiter window {index}: {key} = {value} (with the other reserve) leaves none of \
+         its burst_weight for new orders"
     )]
     ReserveAll {
         /// Which window.
         index: u32,
+        /// The reserve's key (`cancel_reserve_permille` or `reduce_reserve_permille`).
+        key: &'static str,
         /// The reserve.
         value: u32,
     },
@@ -159,6 +169,18 @@ pub struct NotReady {
     pub ready_at_ns: u64,
 }
 
+/// Which reserves a request may dig into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// A cancel or a status query: the whole bucket.
+    Cancel,
+    /// A reduce-only order (or its replace): all but the cancel reserve; never capped by the
+    /// adaptive controller (a forced liquidation is not the load it sheds).
+    Reduce,
+    /// Any other new order or replace: all but both reserves, under the controller's cap.
+    New,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
     /// `limit_weight`: at rate `r` ‰ the bucket gains `limit_weight · r` scaled units per ns.
@@ -166,7 +188,10 @@ struct Bucket {
     /// Scaled units per weight: `window_ns · PERMILLE`.
     unit: u64,
     capacity: u64,
+    /// Scaled tokens only cancels may use.
     reserve: u64,
+    /// Scaled tokens, above `reserve`, only reduce-only orders and cancels may use.
+    reduce_reserve: u64,
     tokens: u64,
     last_ns: u64,
 }
@@ -213,6 +238,7 @@ impl RateLimiter {
             unit: 1,
             capacity: 0,
             reserve: 0,
+            reduce_reserve: 0,
             tokens: 0,
             last_ns: now_ns,
         };
@@ -226,6 +252,7 @@ impl RateLimiter {
                 unit,
                 capacity,
                 reserve: capacity / PERMILLE * u64::from(config.cancel_reserve_permille),
+                reduce_reserve: capacity / PERMILLE * u64::from(config.reduce_reserve_permille),
                 tokens: capacity,
                 last_ns: now_ns,
             };
@@ -263,6 +290,7 @@ impl RateLimiter {
         self.gate.unit = window.unit;
         self.gate.capacity = window.unit * burst;
         self.gate.reserve = 0;
+        self.gate.reduce_reserve = 0;
         self.gate.tokens = if was_open {
             self.gate.capacity
         } else {
@@ -306,18 +334,37 @@ impl RateLimiter {
         weight: u32,
         is_cancel: bool,
     ) -> Result<(), NotReady> {
+        let class = if is_cancel { Class::Cancel } else { Class::New };
+        self.try_acquire_as(now_ns, weight, class)
+    }
+
+    /// Takes `weight` from every bucket, or none of them, keeping the reserves `class` may not
+    /// use: cancels use the whole bucket, reduce-only orders all but the cancel reserve, other
+    /// orders neither reserve.
+    #[inline]
+    pub fn try_acquire_as(
+        &mut self,
+        now_ns: u64,
+        weight: u32,
+        class: Class,
+    ) -> Result<(), NotReady> {
+        let is_cancel = class == Class::Cancel;
         let rate = self.rate_permille(now_ns);
         let mut worst_wait_ns = 0;
         for bucket in &mut self.buckets[..self.bucket_count] {
             bucket.refill(now_ns, rate);
-            let floor = if is_cancel { 0 } else { bucket.reserve };
+            let floor = match class {
+                Class::Cancel => 0,
+                Class::Reduce => bucket.reserve,
+                Class::New => bucket.reserve + bucket.reduce_reserve,
+            };
             let deficit = bucket.deficit(bucket.unit * u64::from(weight), floor);
             if deficit > 0 {
                 let per_ns = (bucket.limit * rate).max(1);
                 worst_wait_ns = worst_wait_ns.max(deficit.div_ceil(per_ns));
             }
         }
-        let gated = !is_cancel && self.new_permille < PERMILLE;
+        let gated = class == Class::New && self.new_permille < PERMILLE;
         if gated {
             let gate = &mut self.gate;
             gate.refill(now_ns, PERMILLE);
@@ -407,6 +454,7 @@ impl RateLimiter {
 fn validate(config: &LimiterConfig) -> Result<(), LimiterConfigError> {
     for (name, value) in [
         ("cancel_reserve_permille", config.cancel_reserve_permille),
+        ("reduce_reserve_permille", config.reduce_reserve_permille),
         ("throttle_rate_permille", config.throttle_rate_permille),
     ] {
         if value > PERMILLE as u32 {
@@ -431,11 +479,23 @@ fn validate(config: &LimiterConfig) -> Result<(), LimiterConfigError> {
         if fits.is_none() {
             return Err(LimiterConfigError::Overflow { index });
         }
-        let reserve = u64::from(window.burst_weight) * u64::from(config.cancel_reserve_permille);
-        let usable = window.burst_weight - reserve.div_ceil(PERMILLE) as u32;
+        // Both reserves as the buckets keep them: what new orders may use must hold one.
+        let reserves =
+            u64::from(config.cancel_reserve_permille) + u64::from(config.reduce_reserve_permille);
+        let reserve = (u64::from(window.burst_weight) * reserves).div_ceil(PERMILLE);
+        let usable = u64::from(window.burst_weight).saturating_sub(reserve) as u32;
         if usable == 0 {
-            let value = config.cancel_reserve_permille;
-            return Err(LimiterConfigError::ReserveAll { index, value });
+            // Name the reserve that tipped it over: the reduce reserve unless the cancel
+            // reserve alone already takes everything.
+            let cancel_alone = (u64::from(window.burst_weight)
+                * u64::from(config.cancel_reserve_permille))
+            .div_ceil(PERMILLE);
+            let (key, value) = if cancel_alone < u64::from(window.burst_weight) {
+                ("reduce_reserve_permille", config.reduce_reserve_permille)
+            } else {
+                ("cancel_reserve_permille", config.cancel_reserve_permille)
+            };
+            return Err(LimiterConfigError::ReserveAll { index, key, value });
         }
         let weights = [
             ("weight_new", w.new),
@@ -473,6 +533,7 @@ mod tests {
     fn config(windows: &[(u64, u32, u32)], reserve: u32) -> LimiterConfig {
         let mut cfg = LimiterConfig {
             cancel_reserve_permille: reserve,
+            reduce_reserve_permille: 0,
             ..LimiterConfig::default()
         };
         cfg.windows = [None; WINDOWS_MAX];
@@ -677,6 +738,92 @@ mod tests {
             .filter(|_| limiter.try_acquire(0, 1, true).is_ok())
             .count();
         assert_eq!(cancels, 20);
+    }
+
+    // Goal: a flood of new orders cannot take the reduce-only reserve, reduce-only orders
+    // cannot take the cancels' reserve, and all kinds together never pass the bucket.
+    #[test]
+    fn reduce_reserve_is_for_reduce_only_and_cancels() {
+        let mut cfg = config(&[(1_000_000_000, 100, 100)], 200);
+        cfg.reduce_reserve_permille = 100;
+        let mut limiter = RateLimiter::new(cfg, 0).unwrap();
+        let take = |l: &mut RateLimiter, class| {
+            (0..200)
+                .filter(|_| l.try_acquire_as(0, 1, class).is_ok())
+                .count()
+        };
+        assert_eq!(
+            take(&mut limiter, Class::New),
+            70,
+            "new orders: all but both reserves"
+        );
+        assert_eq!(
+            take(&mut limiter, Class::Reduce),
+            10,
+            "reduce-only: the reduce reserve"
+        );
+        assert_eq!(
+            take(&mut limiter, Class::Cancel),
+            20,
+            "cancels: the cancel reserve"
+        );
+        assert_eq!(
+            take(&mut limiter, Class::Reduce),
+            0,
+            "the bucket's total holds"
+        );
+        // Reduce-only orders first: they may use what new orders left, beyond their reserve.
+        let mut limiter = RateLimiter::new(cfg, 0).unwrap();
+        assert_eq!(take(&mut limiter, Class::Reduce), 80);
+        assert_eq!(take(&mut limiter, Class::New), 0);
+        assert_eq!(take(&mut limiter, Class::Cancel), 20);
+    }
+
+    // Goal: the controller's cap on new orders never holds a reduce-only order back.
+    #[test]
+    fn reduce_only_passes_the_controller_cap() {
+        let mut cfg = config(&[(1_000_000_000, 1000, 100)], 0);
+        cfg.reduce_reserve_permille = 100;
+        let mut limiter = RateLimiter::new(cfg, 0).unwrap();
+        limiter.set_new_order_permille(0, 1);
+        let news = (0..100)
+            .filter(|_| limiter.try_acquire_as(0, 1, Class::New).is_ok())
+            .count();
+        assert_eq!(news, 1, "the cap's burst is one order");
+        let reduces = (0..200)
+            .filter(|_| limiter.try_acquire_as(0, 1, Class::Reduce).is_ok())
+            .count();
+        assert_eq!(reduces, 99, "the rest of the bucket");
+    }
+
+    // Goal: `reduce_reserve_permille` at its worst legal and illegal values.
+    #[test]
+    fn reduce_reserve_bounds() {
+        let with = |cancel: u32, reduce: u32| {
+            let mut cfg = config(&[(1_000_000_000, 200, 200)], cancel);
+            cfg.reduce_reserve_permille = reduce;
+            RateLimiter::new(cfg, 0).map(|_| ())
+        };
+        assert_eq!(with(0, 0), Ok(()));
+        assert_eq!(with(0, 995), Ok(()), "leaves 1 of 200 for new orders");
+        assert_eq!(with(500, 495), Ok(()));
+        let all = |key, value| {
+            Err(LimiterConfigError::ReserveAll {
+                index: 0,
+                key,
+                value,
+            })
+        };
+        assert_eq!(with(0, 996), all("reduce_reserve_permille", 996));
+        assert_eq!(with(500, 500), all("reduce_reserve_permille", 500));
+        assert_eq!(with(1000, 0), all("cancel_reserve_permille", 1000));
+        assert_eq!(
+            with(0, 1001),
+            Err(LimiterConfigError::Permille {
+                name: "reduce_reserve_permille",
+                value: 1001
+            })
+        );
     }
 
     // Goal: a venue throttle halves the refill during cool-down, then recovers gradually.

@@ -100,6 +100,32 @@ impl Risk {
         Ok(())
     }
 
+    /// The reduce-only rule, for an order that already passed [`Self::check`]: filled together
+    /// with every open order on its side (net of `released_qty`, what a replace gives back),
+    /// the order must leave the symbol's position on the same side of zero or at zero. A buy
+    /// reduces a short, a sell a long; on a flat position nothing can be reduced. Open orders
+    /// on the other side are not counted: they add risk whether or not this order fills.
+    #[inline]
+    pub fn check_reduce_only(
+        &self,
+        symbol: SymbolId,
+        side: Side,
+        qty: Qty,
+        released_qty: Qty,
+    ) -> Result<(), RefusalReason> {
+        let e = &self.symbols[usize::from(symbol.0)];
+        let added = i64::from(qty) - i64::from(released_qty);
+        // The position held against this side, and what this side could take off it.
+        let (held, taking) = match side {
+            Side::Sell => (e.position, e.open_sell + added),
+            Side::Buy => (-e.position, e.open_buy + added),
+        };
+        if held <= 0 || taking > held {
+            return Err(RefusalReason::ReduceOnlyIncreases);
+        }
+        Ok(())
+    }
+
     /// A limit price must be positive, at most `price_max`, and inside the collar around the
     /// symbol's reference price when one is known.
     #[inline]
@@ -281,6 +307,53 @@ mod tests {
         );
         // A replace that lowers quantity is checked on its net addition.
         assert_eq!(r.check(s, Side::Sell, px, 60, 100), Ok(()));
+    }
+
+    // Goal: the reduce-only rule refuses an order on a flat position, one on the side that
+    // increases the position, and one that with the open orders on its side could flip the
+    // position past zero; it admits reducing to exactly zero, and a replace is judged net.
+    #[test]
+    fn reduce_only_never_increases_or_flips() {
+        let mut r = risk();
+        let s = SymbolId(0);
+        let refused = Err(RefusalReason::ReduceOnlyIncreases);
+        assert_eq!(r.check_reduce_only(s, Side::Sell, 1, 0), refused, "flat");
+        assert_eq!(r.check_reduce_only(s, Side::Buy, 1, 0), refused, "flat");
+        r.reserve(s, Side::Buy, 50);
+        r.fill(s, Side::Buy, 50);
+        assert_eq!(
+            r.check_reduce_only(s, Side::Buy, 1, 0),
+            refused,
+            "adds to a long"
+        );
+        assert_eq!(r.check_reduce_only(s, Side::Sell, 50, 0), Ok(()), "to zero");
+        assert_eq!(
+            r.check_reduce_only(s, Side::Sell, 51, 0),
+            refused,
+            "flips short"
+        );
+        r.reserve(s, Side::Sell, 30);
+        assert_eq!(r.check_reduce_only(s, Side::Sell, 20, 0), Ok(()));
+        assert_eq!(
+            r.check_reduce_only(s, Side::Sell, 21, 0),
+            refused,
+            "with the open sells it could flip"
+        );
+        // A replace of the open 30 to 50 adds 20 net: allowed; to 51: refused.
+        assert_eq!(r.check_reduce_only(s, Side::Sell, 50, 30), Ok(()));
+        assert_eq!(r.check_reduce_only(s, Side::Sell, 51, 30), refused);
+        // A short: only buys reduce it.
+        let (t, px) = (SymbolId(1), Price::from_units(1, 0));
+        assert_eq!(r.check(t, Side::Sell, px, 40, 0), Ok(()));
+        r.reserve(t, Side::Sell, 40);
+        r.fill(t, Side::Sell, 40);
+        assert_eq!(r.check_reduce_only(t, Side::Sell, 1, 0), refused);
+        assert_eq!(r.check_reduce_only(t, Side::Buy, 40, 0), Ok(()));
+        assert_eq!(
+            r.check_reduce_only(t, Side::Buy, u32::MAX, 0),
+            refused,
+            "worst qty"
+        );
     }
 
     #[test]

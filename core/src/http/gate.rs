@@ -186,8 +186,9 @@ pub struct RestGate {
 impl RestGate {
     /// A gate with its queue allocated, every bucket full at `now_ns`.
     pub fn new(mut config: RestGateConfig, now_ns: u64) -> Result<Self, LimiterConfigError> {
-        // No cancels here: every request may use the whole bucket.
+        // No cancels or reduce-only orders here: every request may use the whole bucket.
         config.limiter.cancel_reserve_permille = 0;
+        config.limiter.reduce_reserve_permille = 0;
         let limiter = RateLimiter::new(config.limiter, now_ns)?;
         let smallest_burst = config
             .limiter
@@ -428,6 +429,7 @@ mod tests {
             ..RestGateConfig::default()
         };
         c.limiter.cancel_reserve_permille = 0;
+        c.limiter.reduce_reserve_permille = 0;
         c.limiter.windows = [None; 4];
         for (i, &(window_ns, limit_weight, burst_weight)) in windows.iter().enumerate() {
             c.limiter.windows[i] = Some(WindowLimit {

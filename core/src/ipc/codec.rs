@@ -5,6 +5,7 @@
 //! 4      kind
 //! 5      reason code (events) / side (new orders)
 //! 6      sub-code (venue reject code, time in force)
+//! 7      flags (new orders: bit 0 reduce-only; other bits must be zero)
 //! 8..16  ring position (u64): the record's index in its ring since the file was created
 //! 16..   payload, little-endian
 //! ```
@@ -28,6 +29,9 @@ const CMD_NEW: u8 = 1;
 const CMD_CANCEL: u8 = 2;
 const CMD_REPLACE: u8 = 3;
 const CMD_MASS_CANCEL: u8 = 4;
+/// Byte 7 of a new order (always zero before the flag: old strategies send plain orders).
+/// Any other bit set is refused, so a future flag is never silently ignored.
+const FLAG_REDUCE_ONLY: u8 = 1;
 
 const EV_ACCEPTED: u8 = 1;
 const EV_PARTIALLY_FILLED: u8 = 2;
@@ -45,7 +49,7 @@ const EV_MALFORMED: u8 = 13;
 
 /// Every refusal reason with its wire code: explicit numbers, written down in docs/ipc.md and
 /// pinned there by a test (a new reason takes the next number; none is ever renumbered).
-pub const REFUSAL_CODES: [(RefusalReason, u8); 25] = [
+pub const REFUSAL_CODES: [(RefusalReason, u8); 26] = [
     (RefusalReason::NotSynced, 1),
     (RefusalReason::RiskQty, 2),
     (RefusalReason::RiskNotional, 3),
@@ -71,6 +75,7 @@ pub const REFUSAL_CODES: [(RefusalReason, u8); 25] = [
     (RefusalReason::SymbolShed, 23),
     (RefusalReason::StrategyRate, 30),
     (RefusalReason::StrategyInFlight, 31),
+    (RefusalReason::ReduceOnlyIncreases, 40),
 ];
 const _: () = assert!(REFUSAL_CODES.len() == crate::dispatch::REFUSAL_REASONS);
 
@@ -102,6 +107,7 @@ pub fn refusal_code(reason: RefusalReason) -> u8 {
         RefusalReason::SymbolShed => 23,
         RefusalReason::StrategyRate => 30,
         RefusalReason::StrategyInFlight => 31,
+        RefusalReason::ReduceOnlyIncreases => 40,
     }
 }
 
@@ -173,6 +179,9 @@ pub fn encode_command(command: &Command) -> [u8; RECORD_LEN] {
                 TimeInForce::Day => 1,
                 TimeInForce::ImmediateOrCancel => 2,
             };
+            if o.reduce_only {
+                r[7] = FLAG_REDUCE_ONLY;
+            }
             put_u64(&mut r, 16, o.id.0);
             put_u16(&mut r, 24, o.venue.0);
             put_u16(&mut r, 26, o.symbol.0);
@@ -247,6 +256,11 @@ pub fn decode_command(position: u64, r: &[u8; RECORD_LEN]) -> Result<Command, Re
             },
             qty: u32_at(r, 32),
             price: Price(u64_at(r, 40) as i64),
+            reduce_only: match r[7] {
+                0 => false,
+                FLAG_REDUCE_ONLY => true,
+                v => return Err(field("flags", u64::from(v))),
+            },
         }),
         CMD_CANCEL => Command::Cancel {
             id: id_at(position, r, 16, "id")?,

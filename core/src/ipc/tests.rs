@@ -69,6 +69,7 @@ fn command_event_and_reason_codes_are_pinned_to_the_docs() {
         price: Price(1),
         qty: 1,
         tif: TimeInForce::Day,
+        reduce_only: false,
     };
     let commands = [
         (Command::New(order), 1, "new order"),
@@ -220,6 +221,7 @@ fn field_header_and_fault_codes_are_pinned_to_the_docs() {
             price: Price(1),
             qty: 1,
             tif,
+            reduce_only: false,
         }))
     };
     assert_eq!(new(Side::Buy, TimeInForce::Day)[5..7], [1, 1]);
@@ -344,9 +346,15 @@ fn commands_and_events_round_trip_through_the_ring() {
         price: Price::from_units(-3, 5),
         qty: 42,
         tif: TimeInForce::ImmediateOrCancel,
+        reduce_only: false,
     };
     let commands = [
         Command::New(new),
+        Command::New(NewOrder {
+            id: id(3),
+            reduce_only: true,
+            ..new
+        }),
         Command::Cancel { id: id(1) },
         Command::Replace(Replace {
             id: id(1),
@@ -479,6 +487,35 @@ fn torn_or_misplaced_records_are_refused_and_skipped() {
             value: 200
         }))
     );
+    // The flags byte of a new order: reduce-only (1) reads back, any other bit is refused
+    // by name (2: the next bit a future flag would take; 255: every bit).
+    let new = NewOrder {
+        id: id(5),
+        venue: VenueId(0),
+        symbol: SymbolId(0),
+        side: Side::Buy,
+        price: Price(1),
+        qty: 1,
+        tif: TimeInForce::Day,
+        reduce_only: true,
+    };
+    let r = encode_command(&Command::New(new));
+    assert_eq!(r[7], 1, "reduce-only is bit 0 of byte 7 (docs/ipc.md)");
+    assert!(strategy.push(strategy.commands, &r));
+    assert_eq!(engine.pop_command(), Some(Ok(Command::New(new))));
+    for (position, bad) in [(6, 2u8), (7, 255)] {
+        let mut r = encode_command(&Command::New(new));
+        r[7] = bad;
+        assert!(strategy.push(strategy.commands, &r));
+        assert_eq!(
+            engine.pop_command(),
+            Some(Err(RecordError::Field {
+                position,
+                field: "flags",
+                value: u64::from(bad)
+            }))
+        );
+    }
     assert_eq!(engine.fault(), None, "bad records do not break the channel");
 }
 

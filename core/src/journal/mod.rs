@@ -607,6 +607,8 @@ fn encode_order(o: &NewOrder, wire_ref: u32, p: &mut [u8]) {
         TimeInForce::Day => 1,
         TimeInForce::ImmediateOrCancel => 2,
     };
+    // A byte that was always zero: journals written before the flag read as not reduce-only.
+    p[15] = u8::from(o.reduce_only);
     p[16..20].copy_from_slice(&o.qty.to_le_bytes());
     p[24..32].copy_from_slice(&o.price.0.to_le_bytes());
 }
@@ -722,6 +724,11 @@ fn decode(slot: &[u8]) -> Result<JournalRecord, &'static str> {
             },
             qty: u32_at(16),
             price: Price(u64_at(24) as i64),
+            reduce_only: match p[15] {
+                0 => false,
+                1 => true,
+                _ => return Err("bad reduce-only flag"),
+            },
         })
     };
     Ok(match slot[4] {
@@ -971,6 +978,8 @@ mod tests {
             price: Price(-5 + seq as i64),
             qty,
             tif: TimeInForce::ImmediateOrCancel,
+            // Both values of the flag's byte (and beside `accepted`'s, in open orders).
+            reduce_only: seq % 3 == 1,
         }
     }
 

@@ -59,7 +59,7 @@ struct FrontVenue {
     breaker_failure_permille: Slot,
     breaker_opened: Slot,
     breaker_refused: Slot,
-    lanes: [Slot; 3],
+    lanes: [Slot; 4],
     in_flight: Slot,
     new_ack: Slot,
     new_e2e: Slot,
@@ -203,7 +203,7 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
             .refused
             .push(l.add(d, Counter, "keel_refused_total", &labels)?);
     }
-    let counters: [(&str, StatOf); 12] = [
+    let counters: [(&str, StatOf); 13] = [
         ("keel_shed_total", |s| s.shed),
         ("keel_throttled_total", |s| s.throttled),
         ("keel_breaker_refused_total", |s| s.breaker_refused),
@@ -218,6 +218,7 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
         ("keel_mass_cancel_skipped_total", |s| s.mass_cancel_skipped),
         ("keel_control_commands_total", |s| s.control_commands),
         ("keel_control_refused_total", |s| s.control_refused),
+        ("keel_reduce_only_sent_total", |s| s.sent_reduce_only),
     ];
     for (name, get) in counters {
         front.counters.push((l.add(d, Counter, name, "")?, get));
@@ -233,6 +234,7 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
             breaker_refused: l.add(d, Counter, "keel_breaker_calls_refused_total", &venue)?,
             lanes: [
                 l.add(d, Gauge, "keel_lane_depth", &lane("cancel"))?,
+                l.add(d, Gauge, "keel_lane_depth", &lane("reduce"))?,
                 l.add(d, Gauge, "keel_lane_depth", &lane("replace"))?,
                 l.add(d, Gauge, "keel_lane_depth", &lane("new"))?,
             ],
@@ -504,8 +506,12 @@ impl FrontMetrics {
             w.set(slots.breaker_failure_permille, breaker.failure_permille());
             w.set(slots.breaker_opened, breaker.stats().opened);
             w.set(slots.breaker_refused, breaker.stats().refused);
-            let (c, r, n) = d.lane_depths(venue).unwrap_or_default();
-            for (slot, depth) in slots.lanes.iter().zip([c, r, n]) {
+            let l = d.lane_depths(venue).unwrap_or_default();
+            for (slot, depth) in slots
+                .lanes
+                .iter()
+                .zip([l.cancel, l.reduce, l.replace, l.new])
+            {
                 w.set(*slot, u64::from(depth));
             }
             w.set(

@@ -472,7 +472,7 @@ impl Monitor {
                 "unreconciled": s.scalar("keel_link_unreconciled", l),
                 "position_mismatches": s.scalar("keel_link_position_mismatches", l),
                 "in_flight": s.scalar("keel_venue_in_flight", l),
-                "lanes": { "cancel": lane("cancel"), "replace": lane("replace"), "new": lane("new") },
+                "lanes": { "cancel": lane("cancel"), "reduce": lane("reduce"), "replace": lane("replace"), "new": lane("new") },
                 "ack_p99_us": p99_us("keel_new_order_ack_seconds", l),
                 "e2e_p99_us": p99_us("keel_order_e2e_seconds", l),
                 "cancel_p99_us": p99_us("keel_cancel_ack_seconds", l),

@@ -24,6 +24,12 @@ pub struct NewOrder {
     pub qty: Qty,
     /// Time in force.
     pub tif: TimeInForce,
+    /// Reduce-only (as venues and the ecosystem name it): the order may only bring the
+    /// symbol's position towards zero. It rides its own lane (after cancels, before replaces
+    /// and new orders), is never shed, may use the rate limiter's reduce reserve, and is
+    /// refused `ReduceOnlyIncreases` if, with every open order on its side, it could take the
+    /// position past zero (docs/architecture.md, "Reduce-only orders").
+    pub reduce_only: bool,
 }
 
 /// A replace (cancel/replace) of a live order: the venue swaps `id` for `new_id`.
@@ -430,6 +436,9 @@ pub enum RefusalReason {
     StrategyRate,
     /// The strategy has `in_flight_max` orders sent or queued and not yet answered.
     StrategyInFlight,
+    /// A reduce-only order (or a replace of one) that, filled together with every open order
+    /// on its side, would increase the symbol's position or take it past zero.
+    ReduceOnlyIncreases,
 }
 
 /// What happened, as a strategy sees it.

@@ -39,6 +39,8 @@ pub struct Order {
     pub qty: Qty,
     /// Time in force.
     pub tif: TimeInForce,
+    /// Reduce-only: kept so a replace of it keeps the rule (and its lane).
+    pub reduce_only: bool,
     /// Quantity filled so far.
     pub filled_qty: Qty,
     /// Current state.
@@ -264,6 +266,7 @@ impl OrderTable {
             price: new.price,
             qty: new.qty,
             tif: new.tif,
+            reduce_only: new.reduce_only,
             filled_qty: 0,
             state: OrderState::PendingNew,
             pending_from: OrderState::PendingNew,
@@ -506,6 +509,7 @@ mod tests {
             price: Price(100),
             qty,
             tif: TimeInForce::Day,
+            reduce_only: false,
         }
     }
 

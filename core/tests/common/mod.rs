@@ -77,6 +77,8 @@ pub fn limiter(limit_weight: u32, burst_weight: u32) -> LimiterConfig {
     LimiterConfig {
         windows,
         cancel_reserve_permille: 0,
+        // Tests that exercise a reserve set it themselves.
+        reduce_reserve_permille: 0,
         ..LimiterConfig::default()
     }
 }
@@ -127,6 +129,7 @@ impl Rig {
             price: Price::from_units(10, 0),
             qty,
             tif: TimeInForce::Day,
+            reduce_only: false,
         }
     }
 
