@@ -16,7 +16,7 @@ use keel::order::{
 
 mod common;
 
-use common::peers::{keel_run, stop_keel_run, venue, Proc, KEEL};
+use common::peers::{keel_run, stop_keel_run, venue, venue_at, Proc, KEEL};
 
 fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
@@ -442,6 +442,58 @@ fn a_new_venue_session_is_detected_and_the_fix_is_named() {
     let next = channel.id_floor() + 1;
     assert!(channel.push_command(&resting(next + 10)));
     await_events(&channel, &[next + 10], |k| *k == EventKind::Accepted);
+    stop_keel_run(engine, &log);
+}
+
+// Goal (issue 23, point 12): an engine whose venue came back without its state (same session
+// name, its stream started again from 1) is not left looping on "reconciliation timed out":
+// after 3 in a row it says once what the likely causes are and what to do, counts it
+// (`keel_link_reconcile_stuck_total`), and never trades on the journal. Method: orders rest and
+// are canceled (the journal's stream runs past 20 messages); the venue is killed and a fresh
+// one listens on the same port; the engine's stderr must name the cause and the link must stay
+// out of SYNCED. (The counter is checked where it is made: core/src/session/machine.rs.)
+#[test]
+fn a_venue_restarted_without_its_state_is_named_when_reconciliation_keeps_timing_out() {
+    let first = venue(&["--flow-rate", "0"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, ipc) = (dir.path().join("journal"), dir.path().join("ipc"));
+    let config = write_config(dir.path(), "keel.toml", &first.entry, &journal, &ipc);
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("reconcile_timeout_ns = 300_000_000\n");
+    std::fs::write(&config, text).unwrap();
+    let log = dir.path().join("run.log");
+    let engine = keel_run(&config, &log);
+    let channel = synced_channel(&ipc, 0);
+    let ids: Vec<u64> = (1..=10).collect();
+    for &n in &ids {
+        assert!(channel.push_command(&resting(n)));
+    }
+    await_events(&channel, &ids, |k| *k == EventKind::Accepted);
+    for &n in &ids {
+        let id = ClientOrderId::new(StrategyId(0), n).unwrap();
+        assert!(channel.push_command(&Command::Cancel { id }));
+    }
+    await_events(&channel, &ids, |k| *k == EventKind::Canceled);
+    let entry = first.entry.clone();
+    drop(first);
+    let _fresh = venue_at(&entry, &["--flow-rate", "0"]);
+    let stderr = log.with_extension("err");
+    wait_until(
+        "the likely cause on stderr",
+        Duration::from_secs(60),
+        || {
+            channel.beat_strategy();
+            std::fs::read_to_string(&stderr)
+                .is_ok_and(|e| e.contains("reconciliation timed out 3 times in a row"))
+        },
+    );
+    let err = std::fs::read_to_string(&stderr).unwrap();
+    assert!(err.contains("restarted without its state"), "{err}");
+    assert!(err.contains(&journal.display().to_string()), "{err}");
+    assert!(
+        !channel.venue_synced(VenueId(0)),
+        "traded on a journal the venue no longer has"
+    );
     stop_keel_run(engine, &log);
 }
 

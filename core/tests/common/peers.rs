@@ -48,14 +48,14 @@ pub struct Venue {
 
 /// `keel venue` on free ports, with `extra` arguments.
 pub fn venue(extra: &[&str]) -> Venue {
+    venue_at("127.0.0.1:0", extra)
+}
+
+/// `keel venue` taking order entry on `listen` (e.g. where a venue that went away listened),
+/// its other ports free, with `extra` arguments.
+pub fn venue_at(listen: &str, extra: &[&str]) -> Venue {
     let mut child = Command::new(KEEL)
-        .args([
-            "venue",
-            "--listen",
-            "127.0.0.1:0",
-            "--control",
-            "127.0.0.1:0",
-        ])
+        .args(["venue", "--listen", listen, "--control", "127.0.0.1:0"])
         .args(["--md-listen", "127.0.0.1:0"])
         .args(extra)
         .stdout(Stdio::piped())
