@@ -539,34 +539,7 @@ pub fn os_error_text(errno: i32) -> String {
 
 /// A refusal reason as docs/ipc.md spells it.
 pub fn refusal_name(r: RefusalReason) -> &'static str {
-    match r {
-        RefusalReason::NotSynced => "not synced",
-        RefusalReason::RiskQty => "risk qty",
-        RefusalReason::RiskNotional => "risk notional",
-        RefusalReason::RiskPosition => "risk position",
-        RefusalReason::UnknownOrderOnSymbol => "unknown order on symbol",
-        RefusalReason::BulkheadSymbol => "bulkhead symbol",
-        RefusalReason::BulkheadVenue => "bulkhead venue",
-        RefusalReason::CancelLaneFull => "cancel lane full",
-        RefusalReason::ReplaceLaneFull => "replace lane full",
-        RefusalReason::NewLaneFull => "new lane full",
-        RefusalReason::DuplicateId => "duplicate id",
-        RefusalReason::OrderTableFull => "order table full",
-        RefusalReason::UnknownOrder => "unknown order",
-        RefusalReason::AlreadyPending => "already pending",
-        RefusalReason::ExecutorStalled => "executor stalled",
-        RefusalReason::JournalUnavailable => "journal unavailable",
-        RefusalReason::BadRoute => "bad route",
-        RefusalReason::LinkReadOnly => "link read-only",
-        RefusalReason::RiskPrice => "risk price",
-        RefusalReason::SessionFull => "session full",
-        RefusalReason::KillSwitch => "kill switch",
-        RefusalReason::StrategyDisabled => "strategy disabled",
-        RefusalReason::SymbolShed => "symbol shed",
-        RefusalReason::StrategyRate => "strategy rate",
-        RefusalReason::StrategyInFlight => "strategy in flight",
-        RefusalReason::ReduceOnlyIncreases => "reduce-only increases",
-    }
+    r.name()
 }
 
 /// An operator command and the first line of its answer (admin thread, a cold path).

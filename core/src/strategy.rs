@@ -7,7 +7,7 @@
 //! link refuses as a whole (`BreakerOpen`, `NotSynced`: retries would only hammer a link that is
 //! already failing), or what is final (risk, invalid orders, duplicates).
 
-use crate::order::{EventKind, RefusalReason, RejectReason};
+use crate::order::{EventKind, RefusalAdvice, RejectReason};
 
 /// What to do after an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,18 +27,10 @@ pub const RETRY_PAUSE_NS: u64 = 10_000_000;
 pub fn retry_advice(kind: &EventKind) -> Retry {
     match kind {
         EventKind::Shed | EventKind::Throttled => Retry::After(RETRY_PAUSE_NS),
-        EventKind::Refused { reason } => match reason {
-            RefusalReason::BulkheadSymbol
-            | RefusalReason::BulkheadVenue
-            | RefusalReason::NewLaneFull
-            | RefusalReason::ReplaceLaneFull
-            | RefusalReason::CancelLaneFull
-            // The strategy's own quota: it recovers as tokens refill or answers arrive.
-            | RefusalReason::StrategyRate
-            | RefusalReason::StrategyInFlight => Retry::After(RETRY_PAUSE_NS),
-            // ReduceOnlyIncreases: the same order would be refused again; the position must
-            // change first.
-            _ => Retry::Never,
+        // Declared with each reason (`order::RefusalReason`): transient capacity pauses.
+        EventKind::Refused { reason } => match reason.advice() {
+            RefusalAdvice::Pause => Retry::After(RETRY_PAUSE_NS),
+            RefusalAdvice::Never => Retry::Never,
         },
         EventKind::Rejected {
             reason: RejectReason::VenueThrottle | RejectReason::VenueSystem,
@@ -58,6 +50,7 @@ pub fn retry_advice(kind: &EventKind) -> Retry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::order::RefusalReason;
 
     #[test]
     fn breaker_open_and_unknown_are_never_retried() {

@@ -44,6 +44,8 @@ use keel::session::{ProtocolConfig, VenueLinkConfig, VenueProtocol};
 use keel::venue::flow::FlowConfig;
 use keel::venue::server::{VenueConfig, VenueServer};
 
+/// Symbols the simulated strategy trades (AAPL, MSFT, AMZN, NVDA).
+const SYMBOL_COUNT: u16 = 4;
 const MS: u64 = 1_000_000;
 const STEP_NS: u64 = MS;
 const FAULT_PHASE_NS: u64 = 1_500 * MS;
@@ -141,7 +143,7 @@ impl Sim {
         let mut config = DispatcherConfig {
             strategies: 1,
             venues: 1,
-            symbols: 4,
+            symbols: SYMBOL_COUNT,
             ..DispatcherConfig::default()
         };
         // A rate limit the trading rate runs into: 40 messages per 100 ms, bursts of 10.
@@ -601,15 +603,28 @@ impl Sim {
             // Contradictions stay until an operator settles them: the link is not trusted
             // before. The operator settles each one reported (a lie sent during the faults
             // may arrive after they stop, on a later connection). A position mismatch is
-            // settled only after the venue skipped reports keel saw skipped (a sequence gap):
-            // a fill in a skipped report, of an order closed later, is lost to keel for good,
-            // and the mismatch is keel catching that (seed 3563 of 10,000). Otherwise keel's
-            // booked position must come to agree with the venue's by itself, so a fill booked
-            // twice (or lost) keeps the link READ-ONLY and the seed fails as not settled.
+            // settled only when it is a loss the venue caused: after a sequence gap keel saw, a
+            // fill in a skipped report of an order closed later is lost to keel for good, and
+            // the mismatch is keel catching that (seed 3563 of 10,000). Even then only if keel
+            // has booked no more than the venue on either side, in every symbol: a fill booked
+            // twice is never settled. Otherwise keel's booked position must come to agree with
+            // the venue's by itself, so a fill booked twice (or lost) keeps the link READ-ONLY
+            // and the seed fails as not settled.
             let last = self.link().client().stats().last_reconciliation;
             let exchange = self.venue.exchange();
             let gaps_seen = exchange.login_gaps_made > exchange.login_gaps_covered;
-            let sticky = last.contradictions > 0 || (gaps_seen && last.position_mismatches > 0);
+            let only_lost = (0..usize::from(SYMBOL_COUNT)).all(|s| {
+                let keel = self
+                    .link()
+                    .client()
+                    .as_ouch()
+                    .unwrap()
+                    .position(SymbolId(s as u16));
+                let (bought, sold) = exchange.account(0).position(s);
+                keel.bought <= bought && keel.sold <= sold
+            });
+            let lost = gaps_seen && only_lost && last.position_mismatches > 0;
+            let sticky = last.contradictions > 0 || lost;
             if sticky && self.link().state() == LinkState::ReadOnly {
                 let now = self.now;
                 self.link_mut().clear_contradictions(now);

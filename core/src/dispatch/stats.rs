@@ -4,8 +4,7 @@
 use crate::order::{EventKind, RefusalReason, RequestKind, TableError};
 
 /// Number of [`RefusalReason`] variants (one counter each).
-pub const REFUSAL_REASONS: usize = 26;
-const _: () = assert!(RefusalReason::ReduceOnlyIncreases as usize + 1 == REFUSAL_REASONS);
+pub const REFUSAL_REASONS: usize = RefusalReason::COUNT;
 
 /// Counters kept by the dispatcher.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -47,76 +47,27 @@ const EV_BREAKER_OPEN: u8 = 11;
 const EV_REFUSED: u8 = 12;
 const EV_MALFORMED: u8 = 13;
 
-/// Every refusal reason with its wire code: explicit numbers, written down in docs/ipc.md and
-/// pinned there by a test (a new reason takes the next number; none is ever renumbered).
-pub const REFUSAL_CODES: [(RefusalReason, u8); 26] = [
-    (RefusalReason::NotSynced, 1),
-    (RefusalReason::RiskQty, 2),
-    (RefusalReason::RiskNotional, 3),
-    (RefusalReason::RiskPosition, 4),
-    (RefusalReason::UnknownOrderOnSymbol, 5),
-    (RefusalReason::BulkheadSymbol, 6),
-    (RefusalReason::BulkheadVenue, 7),
-    (RefusalReason::CancelLaneFull, 8),
-    (RefusalReason::ReplaceLaneFull, 9),
-    (RefusalReason::NewLaneFull, 10),
-    (RefusalReason::DuplicateId, 11),
-    (RefusalReason::OrderTableFull, 12),
-    (RefusalReason::UnknownOrder, 13),
-    (RefusalReason::AlreadyPending, 14),
-    (RefusalReason::ExecutorStalled, 15),
-    (RefusalReason::JournalUnavailable, 16),
-    (RefusalReason::BadRoute, 17),
-    (RefusalReason::LinkReadOnly, 18),
-    (RefusalReason::RiskPrice, 19),
-    (RefusalReason::SessionFull, 20),
-    (RefusalReason::KillSwitch, 21),
-    (RefusalReason::StrategyDisabled, 22),
-    (RefusalReason::SymbolShed, 23),
-    (RefusalReason::StrategyRate, 30),
-    (RefusalReason::StrategyInFlight, 31),
-    (RefusalReason::ReduceOnlyIncreases, 40),
-];
-const _: () = assert!(REFUSAL_CODES.len() == crate::dispatch::REFUSAL_REASONS);
+/// Every refusal reason with its wire code (declared with the reason: `order::RefusalReason`),
+/// written down in docs/ipc.md and pinned there by a test.
+pub const REFUSAL_CODES: [(RefusalReason, u8); RefusalReason::COUNT] = {
+    let mut table = [(RefusalReason::NotSynced, 0); RefusalReason::COUNT];
+    let mut i = 0;
+    while i < RefusalReason::COUNT {
+        let r = RefusalReason::ALL[i];
+        table[i] = (r, r.code());
+        i += 1;
+    }
+    table
+};
 
 /// The wire code of `reason`.
 pub fn refusal_code(reason: RefusalReason) -> u8 {
-    match reason {
-        RefusalReason::NotSynced => 1,
-        RefusalReason::RiskQty => 2,
-        RefusalReason::RiskNotional => 3,
-        RefusalReason::RiskPosition => 4,
-        RefusalReason::UnknownOrderOnSymbol => 5,
-        RefusalReason::BulkheadSymbol => 6,
-        RefusalReason::BulkheadVenue => 7,
-        RefusalReason::CancelLaneFull => 8,
-        RefusalReason::ReplaceLaneFull => 9,
-        RefusalReason::NewLaneFull => 10,
-        RefusalReason::DuplicateId => 11,
-        RefusalReason::OrderTableFull => 12,
-        RefusalReason::UnknownOrder => 13,
-        RefusalReason::AlreadyPending => 14,
-        RefusalReason::ExecutorStalled => 15,
-        RefusalReason::JournalUnavailable => 16,
-        RefusalReason::BadRoute => 17,
-        RefusalReason::LinkReadOnly => 18,
-        RefusalReason::RiskPrice => 19,
-        RefusalReason::SessionFull => 20,
-        RefusalReason::KillSwitch => 21,
-        RefusalReason::StrategyDisabled => 22,
-        RefusalReason::SymbolShed => 23,
-        RefusalReason::StrategyRate => 30,
-        RefusalReason::StrategyInFlight => 31,
-        RefusalReason::ReduceOnlyIncreases => 40,
-    }
+    reason.code()
 }
 
 /// The reason a wire code names (`None`: no such code).
 pub fn refusal_from_code(code: u8) -> Option<RefusalReason> {
-    REFUSAL_CODES
-        .iter()
-        .find(|(_, c)| *c == code)
-        .map(|(reason, _)| *reason)
+    RefusalReason::from_code(code)
 }
 
 /// Stamps `position` and the checksum.

@@ -9,6 +9,7 @@ mod id;
 pub mod lifecycle;
 mod msg;
 mod position;
+mod refusal;
 mod symbol;
 pub mod table;
 
@@ -16,10 +17,11 @@ pub use id::{ClientOrderId, IdAllocator, IdError, StrategyId, VenueId, CLIENT_OR
 pub use lifecycle::{LifecycleError, OrderEvent, OrderState};
 pub use msg::{
     CancelRejectReason, Command, Contradiction, Event, EventKind, LinkMode, MassCancelScope,
-    NewOrder, Outcome, OutcomeKind, RefusalReason, RejectReason, Replace, RequestKind,
-    TaggedCommand, UnsentRequest, VenueRequest,
+    NewOrder, Outcome, OutcomeKind, RejectReason, Replace, RequestKind, TaggedCommand,
+    UnsentRequest, VenueRequest,
 };
 pub use position::{Position, PositionMismatch};
+pub use refusal::{RefusalAdvice, RefusalReason};
 pub use symbol::{SymbolError, SymbolId, SymbolName, SymbolTable, SYMBOL_NAME_LEN};
 pub use table::{Order, OrderTable, TableError, TableStats};
 

@@ -5,6 +5,7 @@
 //! - [`Outcome`]: venue session → dispatcher (acks, fills, rejects, timeouts, link state).
 //! - [`Event`]: dispatcher → strategy (what happened to its order, or why it was refused).
 
+use super::refusal::RefusalReason;
 use super::{ClientOrderId, Price, Qty, Side, StrategyId, SymbolId, TimeInForce, VenueId};
 
 /// A new order as a strategy asks for it.
@@ -376,69 +377,6 @@ pub struct Outcome {
     pub seq: u64,
     /// What happened.
     pub kind: OutcomeKind,
-}
-
-/// Why the engine refused a command itself, before or instead of sending it. Distinct from a
-/// venue [`RejectReason`] so a strategy cannot mistake one for the other.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefusalReason {
-    /// The venue session is not SYNCED; no new order may leave.
-    NotSynced,
-    /// Quantity above `order_qty_max`, or zero.
-    RiskQty,
-    /// Notional above `order_notional_max`.
-    RiskNotional,
-    /// Would take the symbol's worst-case position beyond `position_max`.
-    RiskPosition,
-    /// An order on this symbol is `Unknown`; new orders wait until it is resolved.
-    UnknownOrderOnSymbol,
-    /// In-flight cap for the symbol reached.
-    BulkheadSymbol,
-    /// In-flight cap for the venue reached.
-    BulkheadVenue,
-    /// The cancel lane is full: a critical condition, counted and surfaced.
-    CancelLaneFull,
-    /// The replace lane is full.
-    ReplaceLaneFull,
-    /// The new-order lane has no room (per symbol or in total) even below the shed watermark.
-    NewLaneFull,
-    /// The client order id is already known to the order table.
-    DuplicateId,
-    /// The order table is full of open orders.
-    OrderTableFull,
-    /// The order does not exist, is not open, or belongs to another strategy.
-    UnknownOrder,
-    /// The order already has a cancel or replace in flight.
-    AlreadyPending,
-    /// The venue's executor loop stopped beating (watchdog): nothing is routed to it.
-    ExecutorStalled,
-    /// The order journal could not record the order's intent: it does not leave unrecorded.
-    JournalUnavailable,
-    /// The venue or symbol id is not configured.
-    BadRoute,
-    /// The venue link is read-only: a report contradicted the order table, or reconciliation
-    /// has differences it could not settle. Cancels flow; new orders wait for reconciliation.
-    LinkReadOnly,
-    /// The price is not a valid limit price (zero, negative, past the wire's range) or lies
-    /// outside the price collar around the symbol's reference price.
-    RiskPrice,
-    /// The venue session's order map is full of open orders: nothing more can be tracked.
-    SessionFull,
-    /// An operator turned the kill switch on (`keel ctl kill-switch on`): no new order or
-    /// replace leaves the engine; cancels flow.
-    KillSwitch,
-    /// An operator disabled this strategy (`keel ctl disable`); its cancels flow.
-    StrategyDisabled,
-    /// An operator shed this symbol (`keel ctl shed`); its cancels flow.
-    SymbolShed,
-    /// The strategy sent new orders (and replaces) faster than its quota's `new_per_sec`
-    /// (after its `new_burst`); its cancels flow, other strategies are not affected.
-    StrategyRate,
-    /// The strategy has `in_flight_max` orders sent or queued and not yet answered.
-    StrategyInFlight,
-    /// A reduce-only order (or a replace of one) that, filled together with every open order
-    /// on its side, would increase the symbol's position or take it past zero.
-    ReduceOnlyIncreases,
 }
 
 /// What happened, as a strategy sees it.

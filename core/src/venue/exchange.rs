@@ -129,6 +129,11 @@ pub struct VenueOrder {
 }
 
 impl Account {
+    /// Shares bought and sold today in symbol `symbol` (0 for one never traded).
+    pub fn position(&self, symbol: usize) -> (u64, u64) {
+        self.positions.get(symbol).copied().unwrap_or_default()
+    }
+
     /// Messages in the stream (the last sequence number sent or to send).
     pub fn stream_len(&self) -> u64 {
         self.stream_ends.len() as u64
