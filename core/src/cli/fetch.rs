@@ -17,10 +17,7 @@ use crate::clock::{Clock, TscClock};
 use crate::http::gate::RestGateConfig;
 use crate::http::session::{RestEvent, RestSession, RestSessionConfig};
 use crate::http::Method;
-use crate::net::{
-    EpollReactor, NetEvent, Reactor, ReactorConfig, SocketTransport, Transport, TransportKind,
-    WaitMode,
-};
+use crate::net::{NetEvent, ReactorConfig, SocketTransport, Transport, TransportKind, WaitMode};
 
 #[derive(Debug, Args)]
 pub struct FetchArgs {
@@ -87,23 +84,22 @@ pub fn run(args: FetchArgs) -> ExitCode {
         wait: WaitMode::Blocking,
         ..ReactorConfig::default()
     };
-    let result = match args.transport {
-        TransportKind::IoUring => match Reactor::open(config) {
-            Ok(t) => fetch(t, &args),
-            Err(e) => match TransportKind::IoUring.fallback(&e) {
-                Some(_) => {
-                    eprintln!("keel fetch: {e}; running on epoll");
-                    EpollReactor::open(config)
-                        .map_err(|e| e.to_string())
-                        .and_then(|t| fetch(t, &args))
-                }
-                None => Err(e.to_string()),
-            },
-        },
-        TransportKind::Epoll => EpollReactor::open(config)
-            .map_err(|e| e.to_string())
-            .and_then(|t| fetch(t, &args)),
+    struct Fetch<'a> {
+        args: &'a FetchArgs,
+        config: ReactorConfig,
+    }
+    impl crate::net::OnTransport for Fetch<'_> {
+        type Output = Result<ExitCode, String>;
+        fn run<T: SocketTransport>(&mut self) -> Result<Self::Output, crate::net::NetError> {
+            Ok(fetch(T::open(self.config)?, self.args))
+        }
+    }
+    let mut body = Fetch {
+        args: &args,
+        config,
     };
+    let result = crate::net::on_transport(args.transport, "keel fetch", &mut body)
+        .unwrap_or_else(|e| Err(e.to_string()));
     match result {
         Ok(code) => code,
         Err(e) => {

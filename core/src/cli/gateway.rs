@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use crate::clock::{Clock, TscClock};
-use crate::net::{EpollReactor, Reactor, SocketTransport, TransportKind, WaitMode};
+use crate::net::{SocketTransport, TransportKind, WaitMode};
 use crate::venue::bus::{BusEvent, Subscriber};
 use crate::venue::md_server::{MdConfig, MdServer};
 
@@ -70,26 +70,24 @@ pub fn run(args: GatewayArgs) -> ExitCode {
         wait: WaitMode::Blocking,
         ..MdConfig::default()
     };
-    let opened = match args.transport {
-        TransportKind::IoUring => match MdServer::<Reactor>::open(config.clone()) {
-            Ok(md) => return serve(md, &args),
-            Err(e) => match TransportKind::IoUring.fallback(&e) {
-                Some(_) => {
-                    crate::warn_line!("keel gateway: {e}; running on epoll");
-                    MdServer::<EpollReactor>::open(config)
-                }
-                None => Err(e),
-            },
-        },
-        TransportKind::Epoll => MdServer::<EpollReactor>::open(config),
-    };
-    match opened {
-        Ok(md) => serve(md, &args),
-        Err(e) => {
-            crate::warn_line!("keel gateway: {e}");
-            ExitCode::from(1)
+    struct Serve<'a> {
+        args: &'a GatewayArgs,
+        config: MdConfig,
+    }
+    impl crate::net::OnTransport for Serve<'_> {
+        type Output = ExitCode;
+        fn run<T: SocketTransport>(&mut self) -> Result<ExitCode, crate::net::NetError> {
+            Ok(serve(MdServer::<T>::open(self.config.clone())?, self.args))
         }
     }
+    let mut body = Serve {
+        args: &args,
+        config,
+    };
+    crate::net::on_transport(args.transport, "keel gateway", &mut body).unwrap_or_else(|e| {
+        crate::warn_line!("keel gateway: {e}");
+        ExitCode::from(1)
+    })
 }
 
 /// What the gateway counted.

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 
 use crate::clock::{Clock, TscClock};
-use crate::net::{EpollReactor, NetError, Reactor, SocketTransport, TransportKind, WaitMode};
+use crate::net::{NetError, SocketTransport, TransportKind, WaitMode};
 use crate::proto::ouch::Dialect;
 use crate::venue::exchange::{ExchangeConfig, PRICE_BAND_PCT_MAX, PRICE_MAX_DEFAULT};
 use crate::venue::flow::{FlowConfig, EVENTS_PER_SEC_MAX};
@@ -215,25 +215,25 @@ pub fn run(args: VenueArgs) -> ExitCode {
         _ => None,
     };
     let config = venue_config(&args, session, tls);
-    // The fallback rule (TransportKind::fallback): io_uring that cannot be set up at all means
-    // epoll, said on stderr with the cause; any other error is reported as it is.
-    if args.transport == TransportKind::IoUring {
-        let e = match VenueServer::<Reactor>::open(config.clone()) {
-            Ok(server) => return serve(server, &args),
-            Err(e) => e,
-        };
-        if args.transport.fallback(&e) != Some(TransportKind::Epoll) {
-            return refused(&e);
+    struct Serve<'a> {
+        args: &'a VenueArgs,
+        config: VenueConfig,
+    }
+    impl crate::net::OnTransport for Serve<'_> {
+        type Output = ExitCode;
+        fn run<T: SocketTransport>(&mut self) -> Result<ExitCode, NetError> {
+            Ok(serve(
+                VenueServer::<T>::open(self.config.clone())?,
+                self.args,
+            ))
         }
-        crate::warn_line!(
-            "keel venue: warning: {e}; running on the epoll transport instead \
-             (docs/operations.md, \"Transports\")"
-        );
     }
-    match VenueServer::<EpollReactor>::open(config) {
-        Ok(server) => serve(server, &args),
-        Err(e) => refused(&e),
-    }
+    let mut body = Serve {
+        args: &args,
+        config,
+    };
+    crate::net::on_transport(args.transport, "keel venue", &mut body)
+        .unwrap_or_else(|e| refused(&e))
 }
 
 /// The venue's settings from its (already range-checked) flags.

@@ -14,7 +14,7 @@ use crate::dispatch::{Dispatcher, DispatcherConfig, StrategyHandle};
 use crate::engine::{EngineBuilder, EngineConfig, EngineLoop, LoopConfig};
 use crate::feed::handler::{FeedConfig, FeedHandler};
 use crate::guard::limiter::WindowLimit;
-use crate::net::{EpollReactor, Reactor, ReactorConfig, SocketTransport, TransportKind};
+use crate::net::{ReactorConfig, SocketTransport, TransportKind};
 use crate::order::{
     ClientOrderId, Command, EventKind, NewOrder, OrderState, Price, Side, StrategyId, SymbolId,
     TimeInForce, VenueId,
@@ -467,23 +467,21 @@ impl Trader {
 /// and the venue run on the transport asked for (`--transport`); io_uring that cannot be set
 /// up falls back to epoll, said on stderr with the cause (docs/operations.md, "Transports").
 pub fn run(args: &DemoArgs) -> Result<u8, String> {
-    let mut kind = args.transport;
-    if kind == TransportKind::IoUring {
-        if let Err(e) = Reactor::new(ReactorConfig {
-            conns_max: 4,
-            ..ReactorConfig::default()
-        }) {
-            if kind.fallback(&e) != Some(TransportKind::Epoll) {
-                return Err(format!("engine transport: {e}"));
-            }
-            eprintln!("keel demo: warning: {e}; running on the epoll transport instead");
-            kind = TransportKind::Epoll;
+    struct Demo<'a>(&'a DemoArgs);
+    impl crate::net::OnTransport for Demo<'_> {
+        type Output = Result<u8, String>;
+        fn run<T: SocketTransport>(&mut self) -> Result<Self::Output, crate::net::NetError> {
+            // Opening the engine's transport is what decides the fallback; the demo's own
+            // threads then open theirs on the same kind.
+            drop(T::open(ReactorConfig {
+                conns_max: 4,
+                ..ReactorConfig::default()
+            })?);
+            Ok(run_on::<T>(self.0))
         }
     }
-    match kind {
-        TransportKind::IoUring => run_on::<Reactor>(args),
-        TransportKind::Epoll => run_on::<EpollReactor>(args),
-    }
+    crate::net::on_transport(args.transport, "keel demo", &mut Demo(args))
+        .unwrap_or_else(|e| Err(format!("engine transport: {e}")))
 }
 
 fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {

@@ -42,7 +42,7 @@ use crate::dispatch::{
 };
 use crate::feed::handler::FeedHandler;
 use crate::journal::{Journal, OpenReport, Recovery};
-use crate::net::{EpollReactor, Reactor, ReactorConfig, Transport, TransportKind};
+use crate::net::{ReactorConfig, SocketTransport, Transport, TransportKind};
 use crate::order::{Order, StrategyId, VenueId};
 use crate::runtime::watchdog::LoopHeartbeat;
 use crate::runtime::{pin_or_warn, tighten_timer_slack, IdlePolicy, Idler};
@@ -877,12 +877,12 @@ impl EngineBuilder {
                         metrics: exec_metrics,
                         idle: loops.idle,
                     };
-                    match open_transport(loops.transport, reactor, tls)? {
-                        Opened::IoUring(t) => run.run(t, TransportKind::IoUring),
-                        Opened::Epoll(t) => run.run(t, TransportKind::Epoll),
-                        Opened::TlsIoUring(t) => run.run(t, TransportKind::IoUring),
-                        Opened::TlsEpoll(t) => run.run(t, TransportKind::Epoll),
-                    }
+                    let mut body = LoopBody {
+                        run: Some(run),
+                        config: reactor,
+                        tls,
+                    };
+                    crate::net::on_transport(loops.transport, "keel", &mut body)?
                 })]
             }
             Topology::Split => {
@@ -905,12 +905,12 @@ impl EngineBuilder {
                         metrics: exec_metrics,
                         idle: loops.executor_idle,
                     };
-                    match open_transport(loops.transport, reactor, tls)? {
-                        Opened::IoUring(t) => run.run(t, TransportKind::IoUring),
-                        Opened::Epoll(t) => run.run(t, TransportKind::Epoll),
-                        Opened::TlsIoUring(t) => run.run(t, TransportKind::IoUring),
-                        Opened::TlsEpoll(t) => run.run(t, TransportKind::Epoll),
-                    }
+                    let mut body = LoopBody {
+                        run: Some(run),
+                        config: reactor,
+                        tls,
+                    };
+                    crate::net::on_transport(loops.transport, "keel", &mut body)?
                 });
                 let front_shared = Arc::clone(&shared);
                 let dispatcher = spawn("keel-dispatcher", move || {
@@ -1016,19 +1016,6 @@ impl Halves {
     }
 }
 
-/// A transport the executor loop opened on its own thread (an io_uring ring must be used by
-/// the thread that created it). Built once per loop thread and moved into its loop at once, so
-/// the difference in size between the variants costs nothing. With a TLS feed configured the
-/// socket transport is wrapped in [`Tls`](crate::net::Tls) (the venue links' plaintext
-/// connections pass through it).
-#[allow(clippy::large_enum_variant)]
-enum Opened {
-    IoUring(Reactor),
-    Epoll(EpollReactor),
-    TlsIoUring(crate::net::Tls<Reactor>),
-    TlsEpoll(crate::net::Tls<EpollReactor>),
-}
-
 /// TLS for the executor's transport: the client settings the TLS feeds share and the
 /// addresses (market data, REST) that use them.
 #[derive(Debug, Clone)]
@@ -1085,53 +1072,67 @@ pub(crate) fn exec_tls(
     }))
 }
 
-/// Opens the configured transport; io_uring that cannot be set up falls back to epoll (the
-/// rule of [`TransportKind::fallback`]) with a warning naming the cause. With `tls`, wrapped.
-fn open_transport(
-    kind: TransportKind,
+/// A loop thread's body for [`crate::net::on_transport`]: opens the transport with the
+/// engine's settings (wrapped in TLS when a feed asks for it) and runs the loop on it, once.
+struct LoopBody<R> {
+    run: Option<R>,
     config: ReactorConfig,
     tls: Option<ExecTls>,
-) -> Result<Opened, EngineError> {
-    let opened = match kind {
-        TransportKind::IoUring => match Reactor::new(config) {
-            Ok(r) => Opened::IoUring(r),
-            Err(e) => match kind.fallback(&e) {
-                Some(TransportKind::Epoll) => {
-                    crate::warn_line!(
-                        "keel: warning: {e}; running the executor loop on epoll instead"
-                    );
-                    Opened::Epoll(EpollReactor::new(config)?)
-                }
-                _ => return Err(e.into()),
-            },
-        },
-        TransportKind::Epoll => Opened::Epoll(EpollReactor::new(config)?),
-    };
-    let Some(tls) = tls else {
-        return Ok(opened);
-    };
-    fn wrap<T: Transport>(inner: T, tls: ExecTls) -> Result<crate::net::Tls<T>, EngineError> {
-        let mut t = crate::net::Tls::new(
-            inner,
-            crate::net::TlsConfig {
-                client: Some(tls.client),
-                ..crate::net::TlsConfig::default()
-            },
-        );
-        for (addr, name) in tls.destinations {
-            t.add_destination(addr, name)
-                .map_err(|e| EngineError::Feed {
-                    feed: 0,
-                    why: e.to_string(),
-                })?;
-        }
-        Ok(t)
+}
+
+/// A loop that runs on any transport (the inline thread, the split topology's executor).
+trait RunOn {
+    fn run_on<T: Transport>(self, transport: T, kind: TransportKind) -> LoopResult;
+}
+
+impl RunOn for Inline {
+    fn run_on<T: Transport>(self, transport: T, kind: TransportKind) -> LoopResult {
+        self.run(transport, kind)
     }
-    Ok(match opened {
-        Opened::IoUring(r) => Opened::TlsIoUring(wrap(r, tls)?),
-        Opened::Epoll(r) => Opened::TlsEpoll(wrap(r, tls)?),
-        wrapped => wrapped,
-    })
+}
+
+impl RunOn for ExecutorOnly {
+    fn run_on<T: Transport>(self, transport: T, kind: TransportKind) -> LoopResult {
+        self.run(transport, kind)
+    }
+}
+
+impl<R: RunOn> crate::net::OnTransport for LoopBody<R> {
+    type Output = LoopResult;
+    fn run<T: SocketTransport>(&mut self) -> Result<LoopResult, crate::net::NetError> {
+        let transport = T::open(self.config)?;
+        let run = self
+            .run
+            .take()
+            .expect("a loop body runs once it opened its transport");
+        Ok(match self.tls.take() {
+            None => run.run_on(transport, T::KIND),
+            Some(tls) => match wrap_tls(transport, tls) {
+                Ok(t) => run.run_on(t, T::KIND),
+                Err(e) => Err(e),
+            },
+        })
+    }
+}
+
+/// The executor's transport wrapped in TLS for the feeds that ask for it (the venue links'
+/// plaintext connections pass through it).
+fn wrap_tls<T: Transport>(inner: T, tls: ExecTls) -> Result<crate::net::Tls<T>, EngineError> {
+    let mut t = crate::net::Tls::new(
+        inner,
+        crate::net::TlsConfig {
+            client: Some(tls.client),
+            ..crate::net::TlsConfig::default()
+        },
+    );
+    for (addr, name) in tls.destinations {
+        t.add_destination(addr, name)
+            .map_err(|e| EngineError::Feed {
+                feed: 0,
+                why: e.to_string(),
+            })?;
+    }
+    Ok(t)
 }
 
 /// The `inline` topology's thread: one [`EngineLoop`] over the transport it opened.

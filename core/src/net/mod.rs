@@ -360,6 +360,47 @@ impl std::fmt::Display for TransportKind {
     }
 }
 
+/// A body of code that runs on whichever socket transport a process opens: the engine's loop
+/// threads, `keel venue`, `keel gateway`, `keel fetch`, the demo. [`on_transport`] picks the
+/// transport type and runs the body monomorphized for it (no dynamic dispatch on the hot
+/// path), applying the fallback rule once, for all of them.
+pub trait OnTransport {
+    /// What the body returns once its transport is open.
+    type Output;
+    /// Opens transport `T` (the body's own way: `T::open`, a server's `open`) and runs on it.
+    /// `Err` only for a transport that could not be opened (then, per the fallback rule, the
+    /// body may be run again on another transport); everything after the open is `Output`.
+    fn run<T: SocketTransport>(&mut self) -> Result<Self::Output, NetError>;
+}
+
+/// Runs `body` on the transport `kind` names: the one place a transport kind becomes a type.
+/// When io_uring is asked for and cannot be set up at all, `who` says so on stderr with the
+/// cause and the body runs on epoll instead (the fallback rule, see [`TransportKind`]); any
+/// other error is returned as it is. A new transport is one variant of [`TransportKind`] and
+/// one arm here.
+pub fn on_transport<B: OnTransport>(
+    kind: TransportKind,
+    who: &str,
+    body: &mut B,
+) -> Result<B::Output, NetError> {
+    match kind {
+        TransportKind::IoUring => match body.run::<Reactor>() {
+            Err(e) => match kind.fallback(&e) {
+                Some(instead) => {
+                    crate::warn_line!(
+                        "{who}: warning: {e}; running on {instead} instead (docs/operations.md, \
+                         \"Transports\")"
+                    );
+                    body.run::<EpollReactor>()
+                }
+                None => Err(e),
+            },
+            opened => opened,
+        },
+        TransportKind::Epoll => body.run::<EpollReactor>(),
+    }
+}
+
 /// A transport name that is neither `io_uring` nor `epoll`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown transport '{0}': expected io_uring or epoll")]
