@@ -398,6 +398,17 @@ impl Journal {
         if self.offset + RECORD_LEN > self.map.len() {
             self.roll()?;
         }
+        // Records sit back to back after the file's header record: a reader finds record n at
+        // n × RECORD_LEN, and a torn tail is at most one record.
+        debug_assert!(
+            self.offset % RECORD_LEN == 0 && self.offset >= RECORD_LEN,
+            "journal offset {} is not a record boundary past the header",
+            self.offset
+        );
+        debug_assert!(
+            self.offset + RECORD_LEN <= self.map.len(),
+            "a roll makes room"
+        );
         let index = self.next_index;
         let slot = &mut self.map[self.offset..self.offset + RECORD_LEN];
         encode(record, index, slot);

@@ -394,6 +394,10 @@ impl Reactor {
         if conn.generation & 0x00FF_FFFF != generation || conn.state == State::Free {
             return; // a completion for a previous occupant of the slot
         }
+        debug_assert!(
+            conn.ops > 0,
+            "a completion on slot {slot} with no operation in flight"
+        );
         conn.ops -= 1;
         match op {
             OP_CONNECT => self.on_connect(slot, res, events),
@@ -657,6 +661,16 @@ impl Reactor {
 
     /// Closes the fd and frees the slot under a new generation.
     fn release(&mut self, slot: u32) {
+        // What `push`'s SAFETY comment relies on: the kernel holds no pointer into this slot's
+        // buffers once it is released (and the next occupant may reuse them).
+        debug_assert_eq!(
+            self.conns[slot as usize].ops, 0,
+            "slot {slot} released with operations in flight"
+        );
+        debug_assert!(
+            self.conns[slot as usize].state == State::Closing,
+            "slot {slot} released without closing first"
+        );
         if self.fixed_files {
             let _ = self.ring.submitter().register_files_update(slot, &[-1]);
         }

@@ -378,7 +378,16 @@ impl<P: VenueProtocol> VenueLink<P> {
 
     fn act(&mut self, now_ns: u64, reactor: &mut impl Transport, action: Action) {
         match action {
-            Action::Connect => match reactor.connect(self.addr) {
+            Action::Connect => match {
+                // One connection per link: the machine asks for a connection only from
+                // DISCONNECTED, after the last one was closed and forgotten.
+                debug_assert!(
+                    self.conn.is_none(),
+                    "connecting while holding {:?}",
+                    self.conn
+                );
+                reactor.connect(self.addr)
+            } {
                 Ok(conn) => self.conn = Some(conn),
                 // No slot or no socket: treat like a refused connect (backoff, retry).
                 Err(e) => {

@@ -1088,6 +1088,15 @@ impl OuchClient {
                     o.executed += qty;
                 });
                 let order = self.by_user_ref[&user_ref];
+                // `check_report` refused anything past the order's quantity: a fill is never
+                // booked beyond it.
+                debug_assert!(
+                    order.executed <= order.qty,
+                    "{:?}: executed {} of {}",
+                    order.id,
+                    order.executed,
+                    order.qty
+                );
                 self.book_fill(order.symbol, order.buy, qty);
                 if order.executed >= order.qty {
                     self.close(user_ref);
