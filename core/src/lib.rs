@@ -9,7 +9,7 @@
 
 #![deny(unsafe_code)]
 
-#[cfg(feature = "simulator")]
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod clock;
 pub mod config;

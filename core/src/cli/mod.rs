@@ -4,9 +4,11 @@ mod ctl;
 mod drill;
 mod dump;
 mod fetch;
+#[cfg(feature = "simulator")]
 mod gateway;
 mod run;
 mod stat;
+#[cfg(feature = "simulator")]
 mod venue;
 
 use std::process::ExitCode;
@@ -70,12 +72,14 @@ enum Command {
     ///
     /// docs/operations.md ("The simulated venue at its edges") has every range.
     #[command(verbatim_doc_comment)]
+    #[cfg(feature = "simulator")]
     Venue(Box<venue::VenueArgs>),
     /// The main job: the simulated venue on loopback, the engine and a synthetic strategy in
     /// one loop, through calm trading, a cancel storm (100× the calm rate, 97% cancels), a
     /// venue disconnect, reconnection and reconciliation, and calm again. Prints live
     /// progress, then latency per phase, what was held back, breaker and session figures, and
     /// `invariants: N checked, M violated` (exit 1 if any was violated).
+    #[cfg(feature = "simulator")]
     Demo(crate::demo::DemoArgs),
     /// Run the engine against the configured venues, serving strategies over shared memory.
     ///
@@ -106,6 +110,7 @@ enum Command {
     /// venue --nats`) and serves the WebSocket protocol of the venue's market-data server to
     /// its own clients; books from snapshots asked on the bus, resynced after any gap
     /// (docs/market-data.md, "Scaling out"). Adding a gateway is adding a subscriber.
+    #[cfg(feature = "simulator")]
     Gateway(gateway::GatewayArgs),
     /// A running engine's counters, from another process: a live view of its counters file
     /// (docs/observability.md), `--once`, or `--json` for scripts.
@@ -145,35 +150,43 @@ where
             };
         }
     };
-    if matches!(
-        cli.command,
-        Command::Defaults
-            | Command::ConfigCheck { .. }
-            | Command::Demo(_)
-            | Command::Ctl(_)
-            | Command::Stat(_)
-            | Command::Drill(_)
-            | Command::Fetch(_)
-            | Command::Journal(_)
-            | Command::Log(_)
-    ) {
+    #[cfg(feature = "simulator")]
+    let demo = matches!(cli.command, Command::Demo(_));
+    #[cfg(not(feature = "simulator"))]
+    let demo = false;
+    if demo
+        || matches!(
+            cli.command,
+            Command::Defaults
+                | Command::ConfigCheck { .. }
+                | Command::Ctl(_)
+                | Command::Stat(_)
+                | Command::Drill(_)
+                | Command::Fetch(_)
+                | Command::Journal(_)
+                | Command::Log(_)
+        )
+    {
         // A report to a reader that went away (`keel defaults | head`): end quietly, as
         // Unix filters do, instead of panicking on the write. (`run` and `venue` keep the
         // signal ignored and never fail on a closed output: see `say_line!`.)
         restore_sigpipe();
     }
     match cli.command {
+        #[cfg(feature = "simulator")]
         Command::Venue(args) => venue::run(*args),
         Command::Run(args) => run::run(args),
         Command::Ctl(args) => ctl::run(args),
         Command::Stat(args) => stat::run(args),
         Command::Drill(args) => drill::run(args),
         Command::Fetch(args) => fetch::run(args),
+        #[cfg(feature = "simulator")]
         Command::Gateway(args) => gateway::run(args),
         Command::Journal(args) => dump::journal(args),
         Command::Log(args) => dump::log(args),
         Command::Defaults => defaults(),
         Command::ConfigCheck { file } => config_check(&file),
+        #[cfg(feature = "simulator")]
         Command::Demo(args) => match crate::demo::run(&args) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {

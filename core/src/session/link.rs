@@ -378,7 +378,7 @@ impl<P: VenueProtocol> VenueLink<P> {
 
     fn act(&mut self, now_ns: u64, reactor: &mut impl Transport, action: Action) {
         match action {
-            Action::Connect => match {
+            Action::Connect => {
                 // One connection per link: the machine asks for a connection only from
                 // DISCONNECTED, after the last one was closed and forgotten.
                 debug_assert!(
@@ -386,21 +386,8 @@ impl<P: VenueProtocol> VenueLink<P> {
                     "connecting while holding {:?}",
                     self.conn
                 );
-                reactor.connect(self.addr)
-            } {
-                Ok(conn) => self.conn = Some(conn),
-                // No slot or no socket: treat like a refused connect (backoff, retry).
-                Err(e) => {
-                    self.stats.connect_failures += 1;
-                    self.stats.last_os_error = match e {
-                        crate::net::NetError::Io { source, .. } => {
-                            source.raw_os_error().unwrap_or(0)
-                        }
-                        _ => 0,
-                    };
-                    self.event(now_ns, reactor, SessionEvent::TcpFailed)
-                }
-            },
+                self.connect(now_ns, reactor);
+            }
             Action::SendLogin => match self.client.encode_login(&mut self.scratch) {
                 Ok(n) => self.send(now_ns, reactor, n),
                 Err(_) => {
@@ -437,6 +424,22 @@ impl<P: VenueProtocol> VenueLink<P> {
             Action::Report { mode } => self.report_mode(now_ns, mode),
         }
         self.flush_backlog();
+    }
+
+    /// Opens the link's connection; a failure (no slot, no socket) is treated like a refused
+    /// connect (backoff, retry).
+    fn connect(&mut self, now_ns: u64, reactor: &mut impl Transport) {
+        match reactor.connect(self.addr) {
+            Ok(conn) => self.conn = Some(conn),
+            Err(e) => {
+                self.stats.connect_failures += 1;
+                self.stats.last_os_error = match e {
+                    crate::net::NetError::Io { source, .. } => source.raw_os_error().unwrap_or(0),
+                    _ => 0,
+                };
+                self.event(now_ns, reactor, SessionEvent::TcpFailed)
+            }
+        }
     }
 
     fn report_mode(&mut self, now_ns: u64, mode: LinkMode) {
