@@ -613,17 +613,19 @@ impl Sim {
             let last = self.link().client().stats().last_reconciliation;
             let exchange = self.venue.exchange();
             let gaps_seen = exchange.login_gaps_made > exchange.login_gaps_covered;
-            let only_lost = (0..usize::from(SYMBOL_COUNT)).all(|s| {
-                let keel = self
-                    .link()
-                    .client()
-                    .as_ouch()
-                    .unwrap()
-                    .position(SymbolId(s as u16));
-                let (bought, sold) = exchange.account(0).position(s);
-                keel.bought <= bought && keel.sold <= sold
-            });
-            let lost = gaps_seen && only_lost && last.position_mismatches > 0;
+            let only_lost = || {
+                (0..usize::from(SYMBOL_COUNT)).all(|s| {
+                    let keel = self
+                        .link()
+                        .client()
+                        .as_ouch()
+                        .unwrap()
+                        .position(SymbolId(s as u16));
+                    let (bought, sold) = exchange.account(0).position(s);
+                    keel.bought <= bought && keel.sold <= sold
+                })
+            };
+            let lost = gaps_seen && last.position_mismatches > 0 && only_lost();
             let sticky = last.contradictions > 0 || lost;
             if sticky && self.link().state() == LinkState::ReadOnly {
                 let now = self.now;
