@@ -92,14 +92,14 @@ pub fn venue_thread(
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> (std::thread::JoinHandle<()>, std::net::SocketAddr) {
     use keel::clock::{Clock, TscClock};
-    use keel::venue::server::{VenueConfig, VenueServer};
+    use keel_venue::server::{VenueConfig, VenueServer};
     let (tx, rx) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
         let mut venue = VenueServer::new(VenueConfig {
             wait: keel::net::WaitMode::Blocking,
-            flow: keel::venue::flow::FlowConfig {
+            flow: keel_venue::flow::FlowConfig {
                 events_per_sec: 0,
-                ..keel::venue::flow::FlowConfig::default()
+                ..keel_venue::flow::FlowConfig::default()
             },
             ..VenueConfig::default()
         })

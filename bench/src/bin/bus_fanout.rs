@@ -18,7 +18,7 @@
 //!    should stay flat. nats-server's CPU per event is shown beside it.
 //!
 //! Needs the keel binary next to this one and nats-server on the PATH (or `NATS_SERVER`):
-//! `cargo build --release -p keel --features simulator -p keel-bench` first.
+//! `cargo build --release -p keel-cli --features simulator -p keel-bench` first.
 //!
 //! `bus_fanout [--smoke] [--epoll] [--clients=20] [--rate=20000] [--latency-rate=5000] [--seconds=4]`
 
@@ -496,7 +496,7 @@ fn main() {
     let keel = std::env::current_exe().expect("exe").with_file_name("keel");
     assert!(
         keel.exists(),
-        "{} missing: cargo build -p keel --features simulator (same profile) first",
+        "{} missing: cargo build -p keel-cli --features simulator (same profile) first",
         keel.display()
     );
     let nats_bin = std::env::var("NATS_SERVER").unwrap_or_else(|_| "nats-server".into());

@@ -61,7 +61,7 @@ fn trade_json(seq: u64, ts: u64) -> String {
 // ----- servers (child processes) ------------------------------------------------------------
 
 fn serve_keel(subscribers: u32, rate: u64, per_connection: bool) {
-    use keel::venue::md_server::{MdConfig, MdServer};
+    use keel_venue::md_server::{MdConfig, MdServer};
     let mut md = MdServer::new(MdConfig {
         conns_max: subscribers + 16,
         queue_max: 1_024,

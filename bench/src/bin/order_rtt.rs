@@ -37,9 +37,9 @@ use keel::proto::ouch::Dialect;
 use keel::proto::soupbin::{alpha, frame};
 use keel::session::ouch::{ClientConfig, OuchClient};
 use keel::session::protocol::SessionNews;
-use keel::venue::flow::FlowConfig;
-use keel::venue::server::{VenueConfig, VenueServer};
 use keel_bench::{arg_u64, flag, histogram, pin_or_warn, print_header, print_row, summary};
+use keel_venue::flow::FlowConfig;
+use keel_venue::server::{VenueConfig, VenueServer};
 
 const STOP: u8 = 0;
 const VENUE: u8 = 1;

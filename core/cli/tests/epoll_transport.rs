@@ -1,0 +1,351 @@
+//! The epoll transport under keel's real drivers: the OUCH venue link, the market-data feed
+//! handler and the simulated venue (order entry and WebSocket market data) talk over it, alone
+//! and mixed with io_uring on the other side; and `keel venue --transport`, including the
+//! automatic fallback to epoll when io_uring is forbidden (a seccomp filter in the child, as a
+//! container profile would have it).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+mod common;
+
+use keel::clock::{Clock, TscClock};
+use keel::dispatch::StrategyHandle;
+use keel::engine::{EngineBuilder, EngineLoop};
+use keel::feed::handler::FeedConfig;
+use keel::net::{EpollReactor, Reactor, ReactorConfig, SocketTransport, TransportKind, WaitMode};
+use keel::order::{
+    ClientOrderId, Command as Cmd, EventKind, NewOrder, Price, Side, StrategyId, SymbolId,
+    TimeInForce, VenueId,
+};
+use keel_venue::flow::FlowConfig;
+use keel_venue::md_server::MdConfig;
+use keel_venue::server::{VenueConfig, VenueServer};
+
+/// The engine's own loop (`EngineBuilder::build`: dispatcher, one OUCH link and one feed
+/// handler) on transport `T`, stepped with the venue on the test's thread.
+struct Engine<T: SocketTransport> {
+    clock: TscClock,
+    core: EngineLoop<T>,
+    strategy: StrategyHandle,
+    book: keel::feed::fanout::Subscriber,
+}
+
+impl<T: SocketTransport> Engine<T> {
+    fn new<V: SocketTransport>(venue: &VenueServer<V>) -> Self {
+        let clock = TscClock::new();
+        // As an engine on an isolated core runs: busy-poll with spin reads.
+        let net = T::open(ReactorConfig {
+            conns_max: 4,
+            wait: WaitMode::BusyPoll,
+            spin_reads: true,
+            ..ReactorConfig::default()
+        })
+        .unwrap();
+        let mut config = common::one_venue_config(venue.local_addr(), "epoll");
+        config.feeds = vec![FeedConfig {
+            addr: venue.market_data_addr().expect("market data on"),
+            symbols: vec!["AAPL".into()],
+            ..FeedConfig::default()
+        }];
+        let mut builder = EngineBuilder::new(config);
+        let book = builder.market_data(0, 1_024).unwrap();
+        let mut core = builder.build(net, clock.now_ns()).unwrap();
+        let strategy = core.take_strategy(StrategyId(0)).unwrap();
+        Self {
+            clock,
+            core,
+            strategy,
+            book,
+        }
+    }
+
+    /// One pass of the venue and the engine.
+    fn step<V: SocketTransport>(&mut self, venue: &mut VenueServer<V>) {
+        let now = self.clock.now_ns();
+        venue.step(now, 0).unwrap();
+        self.core.pass(now);
+        assert_eq!(self.core.poll_errors(), 0);
+    }
+
+    fn until<V: SocketTransport>(
+        &mut self,
+        venue: &mut VenueServer<V>,
+        what: &str,
+        mut done: impl FnMut(&mut Self) -> bool,
+    ) {
+        for _ in 0..2_000_000 {
+            self.step(venue);
+            if done(self) {
+                return;
+            }
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    fn next_event<V: SocketTransport>(&mut self, venue: &mut VenueServer<V>) -> EventKind {
+        let mut seen = None;
+        self.until(venue, "a strategy event", |e| {
+            seen = e.strategy.events.pop().ok();
+            seen.is_some()
+        });
+        seen.unwrap().kind
+    }
+}
+
+fn order(seq: u64, side: Side, qty: u32, price: Price) -> NewOrder {
+    NewOrder {
+        id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
+        venue: VenueId(0),
+        symbol: SymbolId(0),
+        side,
+        price,
+        qty,
+        tif: TimeInForce::Day,
+        reduce_only: false,
+    }
+}
+
+/// Engine on `T`, venue on `V`: login, an order accepted and shown in the market-data book the
+/// feed handler keeps, filled, a second order canceled.
+fn order_path_and_market_data<T: SocketTransport, V: SocketTransport>() {
+    let mut venue = VenueServer::<V>::open(VenueConfig {
+        flow: FlowConfig {
+            events_per_sec: 0,
+            ..FlowConfig::default()
+        },
+        market_data: Some(MdConfig {
+            conns_max: 8,
+            ..MdConfig::default()
+        }),
+        ..VenueConfig::default()
+    })
+    .expect("venue starts on loopback");
+    let mut engine = Engine::<T>::new(&venue);
+    engine.until(&mut venue, "login and market-data sync", |e| {
+        e.core.dispatcher().is_synced(VenueId(0)) && e.core.feeds()[0].synced()
+    });
+    let buy = order(1, Side::Buy, 100, Price::from_units(10, 0));
+    engine.strategy.commands.push(Cmd::New(buy)).unwrap();
+    assert_eq!(engine.next_event(&mut venue), EventKind::Accepted);
+    // The resting bid reaches the feed handler's book over the market-data connection.
+    let mut top = None;
+    engine.until(&mut venue, "the bid in the feed's book", |e| {
+        while let Some((_, t)) = e.book.next_book() {
+            top = Some(t);
+        }
+        top.is_some_and(|t| t.bids[0] == (Price::from_units(10, 0).0, 100))
+    });
+    let now = engine.clock.now_ns();
+    venue
+        .exchange_mut()
+        .synthetic(now, 0, Side::Sell, Price::from_units(9, 9000).0, 100, true);
+    assert_eq!(
+        engine.next_event(&mut venue),
+        EventKind::Filled {
+            qty: 100,
+            price: Price::from_units(10, 0)
+        }
+    );
+    let rest = order(2, Side::Sell, 50, Price::from_units(11, 0));
+    engine.strategy.commands.push(Cmd::New(rest)).unwrap();
+    assert_eq!(engine.next_event(&mut venue), EventKind::Accepted);
+    engine
+        .strategy
+        .commands
+        .push(Cmd::Cancel { id: rest.id })
+        .unwrap();
+    assert_eq!(engine.next_event(&mut venue), EventKind::Canceled);
+    assert!(venue.exchange().book(0).is_empty());
+    assert_eq!(engine.core.links()[0].stats().decode_errors, 0);
+    assert_eq!(
+        engine.core.dispatcher().guards().risk.position(SymbolId(0)),
+        100
+    );
+    let feed = engine.core.feeds()[0].stats();
+    assert!(feed.deltas > 0, "{feed:?}");
+}
+
+// Goal: keel's drivers behave on epoll as on io_uring: the whole order path and the market
+// data, with epoll on both sides.
+#[test]
+fn order_path_and_market_data_on_epoll() {
+    order_path_and_market_data::<EpollReactor, EpollReactor>();
+}
+
+// Goal: the two transports interoperate (they are only different ways to drive TCP): engine
+// on epoll against a venue on io_uring, and the other way round.
+#[test]
+fn order_path_and_market_data_mixed() {
+    order_path_and_market_data::<EpollReactor, Reactor>();
+    order_path_and_market_data::<Reactor, EpollReactor>();
+}
+
+// ----- keel venue --transport ----------------------------------------------------------------
+
+const KEEL: &str = env!("CARGO_BIN_EXE_keel");
+
+/// A `keel venue` child on free ports, its first stdout line, and its stderr.
+struct VenueProc {
+    child: Child,
+    line: String,
+}
+
+impl VenueProc {
+    fn spawn(extra: &[&str], forbid_io_uring: bool) -> Self {
+        let mut command = Command::new(KEEL);
+        command
+            .args([
+                "venue",
+                "--listen",
+                "127.0.0.1:0",
+                "--control",
+                "127.0.0.1:0",
+            ])
+            .args(["--md-listen", "127.0.0.1:0", "--duration-s", "60"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if forbid_io_uring {
+            common::peers::without_io_uring(&mut command);
+        }
+        let mut child = command.spawn().expect("keel venue");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the venue's first line");
+        Self { child, line }
+    }
+
+    /// The address after `label` in the first line ("... control on ADDR, ...").
+    fn addr(&self, label: &str) -> String {
+        let rest = &self.line[self.line.find(label).expect(label) + label.len()..];
+        rest.split([',', ' ', '\n']).next().unwrap().to_string()
+    }
+
+    /// Stops the venue and returns what it wrote to stderr.
+    fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut err = String::new();
+        self.child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut err)
+            .unwrap();
+        err
+    }
+}
+
+/// Asks the venue's control port for its status; the answer line.
+fn status(control: &str) -> String {
+    let mut s = TcpStream::connect(control).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"status\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    line.trim_end().to_string()
+}
+
+/// A WebSocket upgrade to the market-data server; the status line of its answer.
+fn md_upgrade(md: &str) -> String {
+    let host = md.trim_start_matches("ws://").trim_end_matches("/md");
+    let (request, _) = keel::proto::ws::request(host, "/md", [7; 16]);
+    let mut s = TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    line.trim_end().to_string()
+}
+
+// Goal: `keel venue --transport epoll` serves order entry (control answers), market data (a
+// WebSocket upgrade) and says which transport it runs on; no warning.
+#[test]
+fn keel_venue_runs_on_epoll_when_asked() {
+    let v = VenueProc::spawn(&["--transport", "epoll"], false);
+    assert!(v.line.contains("transport epoll,"), "{}", v.line);
+    assert!(status(&v.addr("control on ")).starts_with("ok"));
+    assert_eq!(
+        md_upgrade(&v.addr("market data on ")),
+        "HTTP/1.1 101 Switching Protocols"
+    );
+    let err = v.stop();
+    assert!(!err.contains("warning"), "{err}");
+}
+
+// Goal: the default (io_uring) where io_uring is forbidden: the venue warns on stderr naming
+// the cause and the sysctl, falls back to epoll, and serves; epoll asked for under the same
+// filter runs without a warning; io_uring where it works needs no fallback.
+#[test]
+fn keel_venue_falls_back_to_epoll_when_io_uring_is_forbidden() {
+    let v = VenueProc::spawn(&[], true);
+    assert!(v.line.contains("transport epoll,"), "{}", v.line);
+    assert!(status(&v.addr("control on ")).starts_with("ok"));
+    assert_eq!(
+        md_upgrade(&v.addr("market data on ")),
+        "HTTP/1.1 101 Switching Protocols"
+    );
+    let err = v.stop();
+    assert!(err.contains("warning: io_uring unavailable"), "{err}");
+    assert!(err.contains("kernel.io_uring_disabled"), "{err}");
+    assert!(err.contains("Operation not permitted"), "{err}");
+    assert!(err.contains("running on epoll instead"), "{err}");
+
+    let v = VenueProc::spawn(&["--transport", "epoll"], true);
+    assert!(v.line.contains("transport epoll,"), "{}", v.line);
+    assert!(status(&v.addr("control on ")).starts_with("ok"));
+    assert!(!v.stop().contains("warning"));
+
+    let v = VenueProc::spawn(&["--transport", "io_uring"], false);
+    assert!(v.line.contains("transport io_uring,"), "{}", v.line);
+    assert!(status(&v.addr("control on ")).starts_with("ok"));
+    assert!(!v.stop().contains("warning"));
+}
+
+// Goal: a transport name that is neither is refused at start (usage error, 64) with the value
+// and the choices.
+#[test]
+fn keel_venue_refuses_an_unknown_transport() {
+    for bad in ["uring", "EPOLL", ""] {
+        let out = Command::new(KEEL)
+            .args(["venue", "--transport", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{bad:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("unknown transport '{bad}'"))
+                && err.contains("io_uring or epoll"),
+            "{err}"
+        );
+    }
+    assert_eq!(TransportKind::default().to_string(), "io_uring");
+}
+
+// Goal: the main job runs where io_uring is blocked: `keel demo` under a seccomp filter that
+// refuses the io_uring calls says why, runs engine and venue on epoll, and keeps every
+// invariant.
+#[test]
+fn keel_demo_falls_back_to_epoll_where_io_uring_is_blocked() {
+    let mut command = Command::new(KEEL);
+    command
+        .args(["demo", "--quick", "--idle", "backoff", "--scenario", "calm"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let output = common::peers::without_io_uring(&mut command)
+        .output()
+        .expect("keel demo");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("io_uring unavailable"), "{stderr}");
+    assert!(stdout.contains("transport epoll"), "{stdout}");
+    assert!(
+        stdout.contains("invariants: ") && stdout.contains(" 0 violated"),
+        "{stdout}"
+    );
+}

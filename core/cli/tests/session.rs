@@ -1,0 +1,487 @@
+//! Venue sessions that survive, on real sockets (loopback): a venue restart while an
+//! order rests (the missed fill arrives by replay, then reconciliation, then SYNCED); an order
+//! lost in a dropped connection (Unknown, then resolved as never received — never resent); the
+//! incident (a late remainder); the gateway restarting mid-reconciliation; a reconciliation
+//! timeout; the breaker drill. Each scenario also runs on the simulator (`simulation.rs`), and
+//! each runs on both of the engine's transports (io_uring and epoll).
+
+mod common;
+
+use keel::clock::{Clock, TscClock};
+use keel::dispatch::{Dispatcher, DispatcherConfig, StrategyHandle};
+use keel::engine::{EngineBuilder, EngineLoop};
+use keel::guard::backoff::BackoffConfig;
+use keel::net::{EpollReactor, Reactor, ReactorConfig, SocketTransport};
+use keel::order::{
+    ClientOrderId, Command, Event, EventKind, NewOrder, OrderState, Price, RefusalReason,
+    RejectReason, Side, StrategyId, SymbolId, TimeInForce, VenueId,
+};
+use keel::session::link::{LinkConfig, VenueLink};
+use keel::session::machine::{LinkState, SessionConfig};
+use keel::session::VenueProtocol;
+use keel_venue::flow::FlowConfig;
+use keel_venue::server::{VenueConfig, VenueServer};
+
+const MS: u64 = 1_000_000;
+
+struct Rig<T: SocketTransport> {
+    clock: TscClock,
+    venue: VenueServer,
+    /// The engine's own loop (`EngineBuilder::build`), stepped on the test's thread.
+    core: EngineLoop<T>,
+    strategy: StrategyHandle,
+    events: Vec<Event>,
+}
+
+impl<T: SocketTransport> Rig<T> {
+    fn new() -> Self {
+        Self::with_ack_timeout(2_000 * MS)
+    }
+
+    fn with_ack_timeout(ack_timeout_ns: u64) -> Self {
+        Self::with(ack_timeout_ns, |_, _| {})
+    }
+
+    /// A rig whose dispatcher and link settings `tweak` may change.
+    fn with(
+        ack_timeout_ns: u64,
+        tweak: impl FnOnce(&mut DispatcherConfig, &mut LinkConfig),
+    ) -> Self {
+        let clock = TscClock::new();
+        let venue = VenueServer::new(VenueConfig {
+            flow: FlowConfig {
+                events_per_sec: 0,
+                ..FlowConfig::default()
+            },
+            ..VenueConfig::default()
+        })
+        .unwrap();
+        let reactor = T::open(ReactorConfig {
+            conns_max: 4,
+            ..ReactorConfig::default()
+        })
+        .unwrap();
+        let mut config = DispatcherConfig {
+            strategies: 1,
+            venues: 1,
+            symbols: 4,
+            ..DispatcherConfig::default()
+        };
+        let mut link_config = LinkConfig {
+            session: SessionConfig {
+                backoff: BackoffConfig {
+                    base_ns: 20 * MS,
+                    cap_ns: 200 * MS,
+                    attempts_max: u32::MAX,
+                    policy: Default::default(),
+                },
+                ..SessionConfig::default()
+            },
+            ..LinkConfig::default()
+        };
+        tweak(&mut config, &mut link_config);
+        let link = common::ouch_venue(
+            venue.local_addr(),
+            "sess",
+            1024,
+            ack_timeout_ns,
+            link_config,
+        );
+        let engine =
+            common::engine_config(&["AAPL", "MSFT", "AMZN", "NVDA"], config, vec![link], 256);
+        let mut core = EngineBuilder::new(engine)
+            .build(reactor, clock.now_ns())
+            .unwrap();
+        let strategy = core.take_strategy(StrategyId(0)).unwrap();
+        Self {
+            clock,
+            venue,
+            core,
+            strategy,
+            events: Vec::new(),
+        }
+    }
+
+    fn dispatcher(&self) -> &Dispatcher {
+        self.core.dispatcher()
+    }
+
+    fn link(&self) -> &VenueLink {
+        &self.core.links()[0]
+    }
+
+    fn step(&mut self) {
+        let now = self.clock.now_ns();
+        self.venue.step(now, 0).unwrap();
+        self.core.pass(now);
+        assert_eq!(self.core.poll_errors(), 0);
+        self.events
+            .extend(std::iter::from_fn(|| self.strategy.events.pop().ok()));
+    }
+
+    fn until(&mut self, what: &str, mut done: impl FnMut(&Self) -> bool) {
+        let deadline = self.clock.now_ns() + 10_000 * MS;
+        while self.clock.now_ns() < deadline {
+            self.step();
+            if done(self) {
+                return;
+            }
+        }
+        panic!(
+            "timed out waiting for {what}; link {:?} {:?}, events {:?}",
+            self.link().state(),
+            self.link().stats(),
+            self.events
+        );
+    }
+
+    fn order(&self, seq: u64, qty: u32) -> NewOrder {
+        NewOrder {
+            id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
+            venue: VenueId(0),
+            symbol: SymbolId(1),
+            side: Side::Buy,
+            price: Price::from_units(50, 0),
+            qty,
+            tif: TimeInForce::Day,
+            reduce_only: false,
+        }
+    }
+
+    fn kinds(&self, id: ClientOrderId) -> Vec<EventKind> {
+        self.events
+            .iter()
+            .filter(|e| e.id == id)
+            .map(|e| e.kind)
+            .collect()
+    }
+}
+
+/// Every scenario runs on both of the engine's transports: `io_uring::<name>` and
+/// `epoll::<name>`.
+macro_rules! on_both_transports {
+    ($($name:ident),+ $(,)?) => {
+        mod io_uring {
+            $(#[test]
+            fn $name() {
+                super::$name::<super::Reactor>()
+            })+
+        }
+        mod epoll {
+            $(#[test]
+            fn $name() {
+                super::$name::<super::EpollReactor>()
+            })+
+        }
+    };
+}
+
+on_both_transports!(
+    restart_replay_reconcile_then_synced,
+    order_lost_in_a_drop_is_unknown_then_resolved_never_resent,
+    the_incident_late_remainder_is_unknown_never_resent,
+    gateway_restart_mid_reconciliation_on_sockets,
+    reconciliation_timeout_then_synced_on_sockets,
+    breaker_drill_on_sockets,
+);
+
+// Goal: the gateway restarts while an order rests; it fills while keel is away; keel
+// reconnects with backoff, the replay brings the fill, reconciliation finds nothing
+// unresolved, and only then are new orders allowed again. Nothing is resent.
+fn restart_replay_reconcile_then_synced<T: SocketTransport>() {
+    let mut rig = Rig::<T>::new();
+    rig.until("first SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
+    let resting = rig.order(1, 100);
+    rig.strategy.commands.push(Command::New(resting)).unwrap();
+    rig.until("accept", |r| {
+        r.kinds(resting.id).contains(&EventKind::Accepted)
+    });
+
+    rig.venue.apply_control(0, "restart").unwrap();
+    rig.until("link down", |r| !r.dispatcher().is_synced(VenueId(0)));
+    let now = rig.clock.now_ns();
+    rig.venue
+        .exchange_mut()
+        .synthetic(now, 1, Side::Sell, Price::from_units(50, 0).0, 100, true);
+    // While not synced a new order is refused with the precise reason.
+    let refused = rig.order(2, 1);
+    rig.strategy.commands.push(Command::New(refused)).unwrap();
+    rig.until("refusal", |r| !r.kinds(refused.id).is_empty());
+    assert_eq!(
+        rig.kinds(refused.id),
+        vec![EventKind::Refused {
+            reason: RefusalReason::NotSynced
+        }]
+    );
+
+    rig.until("SYNCED again", |r| r.dispatcher().is_synced(VenueId(0)));
+    assert_eq!(rig.link().state(), LinkState::Synced);
+    assert_eq!(
+        rig.kinds(resting.id),
+        vec![
+            EventKind::Accepted,
+            EventKind::Filled {
+                qty: 100,
+                price: Price::from_units(50, 0)
+            }
+        ]
+    );
+    assert_eq!(
+        rig.dispatcher().table().get(resting.id).unwrap().state,
+        OrderState::Filled
+    );
+    assert_eq!(rig.dispatcher().guards().risk.position(SymbolId(1)), 100);
+    assert_eq!(
+        rig.venue.exchange().stats().accepted,
+        1,
+        "nothing was resent"
+    );
+    let session = rig.link().session_stats();
+    assert_eq!((session.synced, session.disconnects), (2, 1));
+    // What the journal will persist: every message of the venue's stream was applied.
+    assert_eq!(
+        rig.link().client().applied_through(),
+        rig.venue.exchange().account(0).stream_len()
+    );
+    assert_eq!(
+        rig.link().client().stats().last_reconciliation.unresolved(),
+        0
+    );
+}
+
+// Goal: an order written while the venue had stopped reading is lost when the connection
+// drops. keel reports it Unknown (never failed, never resent); after reconnecting, the
+// venue's reconciliation answer shows no such order, so keel resolves it as never received.
+fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent<T: SocketTransport>() {
+    let mut rig = Rig::<T>::new();
+    rig.until("SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
+    rig.venue.apply_control(0, "stall 300").unwrap();
+    let lost = rig.order(1, 10);
+    rig.strategy.commands.push(Command::New(lost)).unwrap();
+    rig.until("order written", |r| {
+        r.dispatcher().stats().sent_new == 1 && r.link().stats().requests_sent == 1
+    });
+    rig.venue.apply_control(0, "drop").unwrap();
+    rig.until("Unknown", |r| {
+        r.kinds(lost.id).contains(&EventKind::Unknown)
+    });
+    rig.until("SYNCED again", |r| r.dispatcher().is_synced(VenueId(0)));
+    rig.until("resolution", |r| r.kinds(lost.id).len() == 2);
+    assert_eq!(
+        rig.kinds(lost.id),
+        vec![
+            EventKind::Unknown,
+            EventKind::Rejected {
+                reason: RejectReason::NotReceived
+            }
+        ]
+    );
+    assert_eq!(
+        rig.dispatcher().table().get(lost.id).unwrap().state,
+        OrderState::Rejected
+    );
+    assert_eq!(
+        rig.dispatcher().guards().risk.unknown_orders(SymbolId(1)),
+        0,
+        "the gate lifted"
+    );
+    assert_eq!(
+        rig.venue.exchange().stats().accepted,
+        0,
+        "the venue never saw it and keel never resent it"
+    );
+    assert_eq!(
+        rig.link().client().stats().last_reconciliation.not_received,
+        1
+    );
+}
+
+// Goal: the incident. An immediate-or-cancel buy of 100 gets 50 at once; the venue's final
+// report for the remainder is late (past keel's ack timeout). keel marks the order Unknown,
+// asks the venue (a status query, never a resend), and the late report resolves it: the
+// strategy saw Unknown and then the resolution, the position is exactly the 50 bought, and
+// the venue received exactly one order.
+fn the_incident_late_remainder_is_unknown_never_resent<T: SocketTransport>() {
+    let mut rig = Rig::<T>::with_ack_timeout(200 * MS);
+    rig.until("SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
+    let now = rig.clock.now_ns();
+    rig.venue
+        .exchange_mut()
+        .synthetic(now, 1, Side::Sell, Price::from_units(50, 0).0, 50, true);
+    rig.venue.apply_control(0, "delay-final 500").unwrap();
+    let ioc = NewOrder {
+        tif: TimeInForce::ImmediateOrCancel,
+        ..rig.order(1, 100)
+    };
+    rig.strategy.commands.push(Command::New(ioc)).unwrap();
+    rig.until("resolution", |r| {
+        r.kinds(ioc.id).contains(&EventKind::Canceled)
+    });
+    let px = Price::from_units(50, 0);
+    assert_eq!(
+        rig.kinds(ioc.id),
+        vec![
+            EventKind::Accepted,
+            EventKind::PartiallyFilled {
+                qty: 50,
+                price: px,
+                leaves: 50
+            },
+            EventKind::Unknown,
+            EventKind::Canceled,
+        ]
+    );
+    assert_eq!(
+        rig.dispatcher().table().get(ioc.id).unwrap().state,
+        OrderState::Canceled
+    );
+    assert_eq!(
+        rig.dispatcher().guards().risk.position(SymbolId(1)),
+        50,
+        "exactly the intended fill"
+    );
+    assert_eq!(
+        rig.dispatcher().guards().risk.unknown_orders(SymbolId(1)),
+        0
+    );
+    assert_eq!(
+        rig.venue.exchange().stats().accepted,
+        1,
+        "never a second order for the remainder"
+    );
+    assert_eq!(rig.dispatcher().stats().sent_new, 1);
+    // The status query's own answer waits behind the held report, so it times out too and is
+    // asked again: queries, never a resend.
+    assert!(rig.dispatcher().stats().sent_query >= 1);
+    assert!(rig.link().client().stats().timeouts >= 1);
+}
+
+// Goal: the gateway restarts in the middle of reconciliation, on real sockets: the link is
+// caught RECONCILING (its query sent, the answer not yet read) and the venue drops it. keel
+// reconnects and ends SYNCED with the resting order intact and nothing resent.
+fn gateway_restart_mid_reconciliation_on_sockets<T: SocketTransport>() {
+    let mut rig = Rig::<T>::new();
+    rig.until("first SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
+    let resting = rig.order(1, 10);
+    rig.strategy.commands.push(Command::New(resting)).unwrap();
+    rig.until("accept", |r| {
+        r.kinds(resting.id).contains(&EventKind::Accepted)
+    });
+    rig.venue.apply_control(0, "drop").unwrap();
+    // Each step ends after the link has acted, before the venue reads again: a link seen
+    // RECONCILING has its query in flight.
+    rig.until("reconciling", |r| {
+        r.link().state() == LinkState::Reconciling
+    });
+    rig.venue.apply_control(0, "restart").unwrap();
+    rig.until("SYNCED after the second drop", |r| {
+        r.dispatcher().is_synced(VenueId(0))
+            && r.link().client().stats().last_reconciliation.unresolved() == 0
+    });
+    let session = rig.link().session_stats();
+    assert!(session.disconnects >= 2, "{session:?}");
+    assert_eq!(
+        rig.dispatcher().table().get(resting.id).unwrap().state,
+        OrderState::Live
+    );
+    assert_eq!(rig.kinds(resting.id), vec![EventKind::Accepted]);
+    assert_eq!(rig.venue.exchange().stats().accepted, 1, "nothing resent");
+}
+
+// Goal: a venue that stops answering during reconciliation, on real sockets: the
+// reconciliation times out (300 ms here), keel drops the connection and reconnects, and is
+// SYNCED once the venue answers again.
+fn reconciliation_timeout_then_synced_on_sockets<T: SocketTransport>() {
+    let mut rig = Rig::<T>::with(2_000 * MS, |_, link| {
+        link.session.reconcile_timeout_ns = 300 * MS;
+    });
+    rig.until("first SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
+    rig.venue.apply_control(0, "drop").unwrap();
+    rig.until("reconciling", |r| {
+        r.link().state() == LinkState::Reconciling
+    });
+    let now = rig.clock.now_ns();
+    rig.venue.apply_control(now, "stall 500").unwrap();
+    rig.until("SYNCED after the timeout", |r| {
+        r.dispatcher().is_synced(VenueId(0))
+    });
+    assert_eq!(rig.link().session_stats().reconcile_timeouts, 1);
+    assert_eq!(
+        rig.link().client().stats().last_reconciliation.unresolved(),
+        0
+    );
+}
+
+// Goal: the breaker drill on real sockets: the venue starts rejecting (system problem); the
+// breaker opens within its window; a strategy following `retry_advice` stops at BreakerOpen;
+// while open a cancel still reaches the venue and no new order does; once the venue recovers,
+// half-open probes close it.
+fn breaker_drill_on_sockets<T: SocketTransport>() {
+    use keel::guard::breaker::BreakerState;
+    use keel::strategy::{retry_advice, Retry};
+    let mut rig = Rig::<T>::with(2_000 * MS, |config, _| {
+        config.breaker = common::drill_breaker();
+    });
+    rig.until("SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
+    let resting = rig.order(1, 10);
+    rig.strategy.commands.push(Command::New(resting)).unwrap();
+    rig.until("accept", |r| {
+        r.kinds(resting.id).contains(&EventKind::Accepted)
+    });
+    rig.venue.apply_control(0, "reject-burst 1000").unwrap();
+    let mut seq = 1;
+    let mut retries = 0;
+    let last = loop {
+        seq += 1;
+        let order = rig.order(seq, 1);
+        rig.strategy.commands.push(Command::New(order)).unwrap();
+        rig.until("an answer", |r| !r.kinds(order.id).is_empty());
+        let kind = rig.kinds(order.id)[0];
+        match retry_advice(&kind) {
+            Retry::After(_) => retries += 1,
+            Retry::Never => break kind,
+            Retry::NotApplicable => panic!("the failing venue answered {kind:?}"),
+        }
+        assert!(retries < 50, "the strategy kept retrying");
+    };
+    assert!(matches!(last, EventKind::BreakerOpen { .. }), "{last:?}");
+    // The resting order's ack and four system rejects are the five calls that open it.
+    assert_eq!(retries, 4);
+    let rejected = rig.venue.exchange().stats().rejected;
+    rig.strategy
+        .commands
+        .push(Command::Cancel { id: resting.id })
+        .unwrap();
+    rig.until("the cancel", |r| {
+        r.kinds(resting.id).contains(&EventKind::Canceled)
+    });
+    assert_eq!(
+        rig.venue.exchange().stats().rejected,
+        rejected,
+        "no new order reached the venue while open"
+    );
+    rig.venue.apply_control(0, "reject-burst 0").unwrap();
+    rig.until("half-open", |r| {
+        let now = r.clock.now_ns();
+        matches!(
+            r.dispatcher().guards().venues[0].breaker.clone().state(now),
+            BreakerState::HalfOpen { .. }
+        )
+    });
+    let probes = [rig.order(seq + 1, 1), rig.order(seq + 2, 1)];
+    for probe in probes {
+        rig.strategy.commands.push(Command::New(probe)).unwrap();
+    }
+    rig.until("probes accepted, breaker closed", |r| {
+        let now = r.clock.now_ns();
+        matches!(
+            r.dispatcher().guards().venues[0].breaker.clone().state(now),
+            BreakerState::Closed
+        )
+    });
+    for probe in probes {
+        assert!(rig.kinds(probe.id).contains(&EventKind::Accepted));
+    }
+    let stats = rig.dispatcher().guards().venues[0].breaker.stats();
+    assert_eq!((stats.opened, stats.half_opened, stats.closed), (1, 1, 1));
+}
