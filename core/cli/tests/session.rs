@@ -16,8 +16,9 @@ use keel::order::{
     ClientOrderId, Command, Event, EventKind, NewOrder, OrderState, Price, RefusalReason,
     RejectReason, Side, StrategyId, SymbolId, TimeInForce, VenueId,
 };
-use keel::session::link::{LinkConfig, VenueLink};
+use keel::session::link::LinkConfig;
 use keel::session::machine::{LinkState, SessionConfig};
+use keel::session::EngineLink;
 use keel::session::VenueProtocol;
 use keel_venue::flow::FlowConfig;
 use keel_venue::server::{VenueConfig, VenueServer};
@@ -106,7 +107,7 @@ impl<T: SocketTransport> Rig<T> {
         self.core.dispatcher()
     }
 
-    fn link(&self) -> &VenueLink {
+    fn link(&self) -> &EngineLink {
         &self.core.links()[0]
     }
 

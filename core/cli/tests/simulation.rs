@@ -36,9 +36,10 @@ use keel::order::{
 use keel::proto::ouch::Dialect;
 use keel::proto::soupbin::alpha;
 use keel::rng::{Rng64, SplitMix64};
-use keel::session::link::{LinkConfig, VenueLink};
+use keel::session::link::LinkConfig;
 use keel::session::machine::{LinkState, SessionConfig};
 use keel::session::ouch::ReconcileMode;
+use keel::session::EngineLink;
 use keel::session::{ProtocolConfig, VenueLinkConfig, VenueProtocol};
 use keel_venue::flow::FlowConfig;
 use keel_venue::server::{VenueConfig, VenueServer};
@@ -247,11 +248,11 @@ impl Sim {
         }
     }
 
-    fn link(&self) -> &VenueLink {
+    fn link(&self) -> &EngineLink {
         &self.engine.links()[0]
     }
 
-    fn link_mut(&mut self) -> &mut VenueLink {
+    fn link_mut(&mut self) -> &mut EngineLink {
         self.engine.link_mut(VenueId(0)).expect("one venue")
     }
 

@@ -436,7 +436,7 @@ impl EngineConfig {
         for v in &self.venues {
             need.add(
                 "venue.orders_max",
-                crate::session::protocol::protocol_memory_bytes(v),
+                crate::session::registry::protocol_memory_bytes(v),
             );
         }
         let ring = |capacity: u32, record: usize| u64::from(capacity) * record as u64;

@@ -20,9 +20,9 @@ use crate::metrics::engine::{ExecMetrics, FrontMetrics, StrategyCounters};
 use crate::net::{NetEvent, Transport};
 use crate::order::{Order, StrategyId, VenueId};
 use crate::runtime::watchdog::LoopHeartbeat;
-use crate::session::link::VenueLink;
 use crate::session::machine::LinkState;
 use crate::session::protocol::VenueProtocol;
+use crate::session::EngineLink;
 
 /// Network events one executor pass takes from the transport at most is not bounded here:
 /// the transport bounds them (one per connection and completion); the buffer is sized once.
@@ -303,7 +303,7 @@ pub struct Executor<T: Transport> {
     transport: T,
     /// Transport polls that failed (counted; the loop carries on).
     poll_errors: u64,
-    links: Vec<VenueLink>,
+    links: Vec<EngineLink>,
     feeds: Vec<FeedHandler>,
     net: Vec<NetEvent>,
     heartbeat: Option<LoopHeartbeat>,
@@ -339,7 +339,7 @@ impl<T: Transport> Executor<T> {
     /// Starts every link and feed (their first connection attempts) on `transport`.
     pub(super) fn new(
         mut transport: T,
-        mut links: Vec<VenueLink>,
+        mut links: Vec<EngineLink>,
         mut feeds: Vec<FeedHandler>,
         heartbeat: Option<LoopHeartbeat>,
         shared: Arc<Shared>,
@@ -569,7 +569,7 @@ impl<T: Transport> Executor<T> {
     }
 }
 
-fn link_report(l: &VenueLink) -> LinkReport {
+fn link_report(l: &EngineLink) -> LinkReport {
     LinkReport {
         state: l.state(),
         link: l.stats(),
@@ -683,12 +683,12 @@ impl<T: Transport> EngineLoop<T> {
     }
 
     /// Every venue link, in `VenueId` order.
-    pub fn links(&self) -> &[VenueLink] {
+    pub fn links(&self) -> &[EngineLink] {
         &self.exec.links
     }
 
     /// One venue link, to act on as an operator would (clear contradictions).
-    pub fn link_mut(&mut self, venue: VenueId) -> Option<&mut VenueLink> {
+    pub fn link_mut(&mut self, venue: VenueId) -> Option<&mut EngineLink> {
         self.exec.links.get_mut(usize::from(venue.0))
     }
 
@@ -754,7 +754,7 @@ fn watch_positions(
     shared: &Shared,
     log: &mut LogTx,
     venue: VenueId,
-    link: &VenueLink,
+    link: &EngineLink,
     seen: &mut LinkSeen,
 ) {
     use crate::session::protocol::VenueProtocol;

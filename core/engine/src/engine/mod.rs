@@ -46,9 +46,11 @@ use crate::net::{ReactorConfig, SocketTransport, Transport, TransportKind};
 use crate::order::{Order, StrategyId, VenueId};
 use crate::runtime::watchdog::LoopHeartbeat;
 use crate::runtime::{pin_or_warn, tighten_timer_slack, IdlePolicy, Idler};
-use crate::session::link::{LinkStats, VenueLink};
+use crate::session::link::LinkStats;
 use crate::session::machine::{LinkState, SessionStats};
-use crate::session::protocol::{build_link, ClientStats, VenueProtocol};
+use crate::session::protocol::{ClientStats, VenueProtocol};
+use crate::session::registry::build_link;
+use crate::session::EngineLink;
 
 /// How the loops are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -959,7 +961,7 @@ impl EngineBuilder {
 /// (an io_uring ring must be created by the thread that uses it).
 struct Parts {
     front: Front,
-    links: Vec<VenueLink>,
+    links: Vec<EngineLink>,
     feeds: Vec<FeedHandler>,
     strategies: Vec<Option<StrategyHandle>>,
     restored: Restored,
@@ -1138,7 +1140,7 @@ fn wrap_tls<T: Transport>(inner: T, tls: ExecTls) -> Result<crate::net::Tls<T>, 
 /// The `inline` topology's thread: one [`EngineLoop`] over the transport it opened.
 struct Inline {
     front: Front,
-    links: Vec<VenueLink>,
+    links: Vec<EngineLink>,
     feeds: Vec<FeedHandler>,
     shared: Arc<Shared>,
     log: crate::log::LogTx,
@@ -1175,7 +1177,7 @@ impl Inline {
 
 /// The `split` topology's executor thread.
 struct ExecutorOnly {
-    links: Vec<VenueLink>,
+    links: Vec<EngineLink>,
     feeds: Vec<FeedHandler>,
     heartbeat: LoopHeartbeat,
     shared: Arc<Shared>,

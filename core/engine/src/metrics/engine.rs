@@ -593,7 +593,7 @@ impl ExecMetrics {
         force: bool,
         passes: u64,
         poll_errors: u64,
-        links: &[crate::session::link::VenueLink],
+        links: &[crate::session::EngineLink],
         feeds: &mut [crate::feed::handler::FeedHandler],
     ) {
         if !force && now_ns < self.next_ns {

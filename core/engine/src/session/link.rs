@@ -13,7 +13,7 @@
 use std::net::SocketAddr;
 
 use super::machine::{Action, LinkState, SessionConfig, SessionEvent, SessionMachine};
-use super::protocol::{AnyProtocol, RequestError, SessionNews, VenueProtocol};
+use super::protocol::{RequestError, SessionNews, VenueProtocol};
 use crate::net::{ConnId, NetEvent, Transport};
 use crate::order::{
     CancelRejectReason, LinkMode, Outcome, OutcomeKind, RefusalReason, RequestKind, UnsentRequest,
@@ -87,7 +87,7 @@ pub struct LinkStats {
 
 /// A venue link speaking protocol `P`. See the module docs.
 #[derive(Debug)]
-pub struct VenueLink<P = AnyProtocol> {
+pub struct VenueLink<P> {
     addr: SocketAddr,
     venue: VenueId,
     client: P,

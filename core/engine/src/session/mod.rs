@@ -8,5 +8,7 @@ pub mod link;
 pub mod machine;
 pub mod ouch;
 pub mod protocol;
+pub mod registry;
 
-pub use protocol::{build_link, AnyProtocol, ProtocolConfig, VenueLinkConfig, VenueProtocol};
+pub use protocol::VenueProtocol;
+pub use registry::{build_link, AnyProtocol, EngineLink, ProtocolConfig, VenueLinkConfig};

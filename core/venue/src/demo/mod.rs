@@ -25,8 +25,8 @@ use keel::order::{
 use keel::proto::soupbin::alpha;
 use keel::rng::{Rng64, SplitMix64};
 use keel::runtime::{pin_or_warn, IdlePolicy, Idler};
-use keel::session::link::VenueLink;
 use keel::session::machine::LinkState;
+use keel::session::EngineLink;
 use keel::session::{ProtocolConfig, VenueLinkConfig, VenueProtocol};
 
 const MS: u64 = 1_000_000;
@@ -246,7 +246,7 @@ impl<T: SocketTransport> Engine<T> {
         self.core.dispatcher()
     }
 
-    fn link(&self) -> &VenueLink {
+    fn link(&self) -> &EngineLink {
         &self.core.links()[0]
     }
 
