@@ -139,10 +139,12 @@ impl Names {
                 "wire-ref-floor venue={} next_wire_ref={next_wire_ref}",
                 self.venue(venue.0)
             ),
-            JournalRecord::VenueSession { venue, session } => format!(
-                "venue-session venue={} session={:?}",
+            JournalRecord::ProtocolState { venue, state } => format!(
+                "protocol-state venue={} protocol={} version={} {}",
                 self.venue(venue.0),
-                String::from_utf8_lossy(session).trim_end()
+                state.protocol,
+                state.version,
+                keel::session::registry::describe_state(state)
             ),
             JournalRecord::Position {
                 venue,

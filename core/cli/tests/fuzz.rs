@@ -1955,7 +1955,7 @@ impl Sent {
             // A report for an order this session never sent: nothing to check against.
             OutcomeKind::Contradiction { id: None, .. }
             | OutcomeKind::WireRefFloor { .. }
-            | OutcomeKind::VenueSession { .. }
+            | OutcomeKind::ProtocolState { .. }
             // The venue's figure taken as keel's (no figure of its own yet): any figure is
             // legal; it names no order.
             | OutcomeKind::PositionBaseline { .. } => return Ok(()),

@@ -90,10 +90,8 @@ pub enum LogRecord {
     NewVenueSession {
         /// The venue.
         venue: VenueId,
-        /// The session the venue began.
-        venue_session: [u8; 10],
-        /// The session the journal's records belong to.
-        journal_session: [u8; 10],
+        /// The session the venue began, and the one the journal's records belong to.
+        sessions: crate::session::protocol::ResumeRefused,
     },
     /// An operator's `keel ctl reconcile` reached the link: `cleared` contradictions were
     /// cleared and the query sent (`Some`), or the link was no longer READ-ONLY (`None`).
@@ -443,17 +441,12 @@ impl Logger {
                      raise [[venue]] reconcile_timeout_ns"
                 )
             }
-            LogRecord::NewVenueSession {
-                venue,
-                venue_session,
-                journal_session,
-            } => {
-                let name = |s: &[u8; 10]| String::from_utf8_lossy(s).trim_end().to_string();
+            LogRecord::NewVenueSession { venue, sessions } => {
                 let resolve = match &self.names.journal_dir {
                     Some(dir) => format!(
                         "mv {d} {d}.{old} && keel run --config <this file>",
                         d = dir.display(),
-                        old = name(&journal_session)
+                        old = sessions.journal
                     ),
                     None => "move the journal directory aside and start again".into(),
                 };
@@ -465,8 +458,8 @@ impl Logger {
                      and open orders are the old session's). Stop keel, start a new journal: \
                      {resolve}",
                     venue.0,
-                    name(&venue_session),
-                    name(&journal_session)
+                    sessions.venue,
+                    sessions.journal
                 )
             }
             LogRecord::PositionMismatch {

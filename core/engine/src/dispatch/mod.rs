@@ -1348,9 +1348,9 @@ impl Dispatcher {
                 }
             }
             OutcomeKind::NotSent { id, request } => self.on_not_sent(v, at_ns, id, request),
-            OutcomeKind::VenueSession { session } => {
+            OutcomeKind::ProtocolState { state } => {
                 let venue = VenueId(v as u16);
-                self.journal(crate::journal::JournalRecord::VenueSession { venue, session });
+                self.journal(crate::journal::JournalRecord::ProtocolState { venue, state });
             }
             OutcomeKind::PositionBaseline { symbol, position } => {
                 // Counted by the session (`ClientStats::positions_adopted`).

@@ -446,14 +446,11 @@ impl<T: Transport> Executor<T> {
                 .reconnect_at_ns()
                 .map_or(0, |at| at.saturating_sub(now));
             let stats = link.stats();
-            if let Some((venue_session, journal_session)) = link.client().refused_session() {
+            if let Some(sessions) = link.client().refused_resume() {
                 if !seen.new_session_said {
                     seen.new_session_said = true;
-                    self.log.send(LogRecord::NewVenueSession {
-                        venue,
-                        venue_session,
-                        journal_session,
-                    });
+                    self.log
+                        .send(LogRecord::NewVenueSession { venue, sessions });
                 }
             }
             if failures > seen.connect_failures {

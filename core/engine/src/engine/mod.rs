@@ -266,6 +266,14 @@ pub enum EngineError {
     /// The journal does not fit this configuration.
     #[error("journal restore: {0}")]
     Restore(#[from] crate::dispatch::RestoreError),
+    /// The journal holds a protocol state the venue's protocol refuses.
+    #[error("journal restore: venue {venue}: {why}")]
+    ProtocolState {
+        /// The venue.
+        venue: u16,
+        /// Why the protocol refused it.
+        why: crate::session::protocol::StateError,
+    },
     /// The dispatcher configuration is inconsistent.
     #[error("dispatcher: {0}")]
     Dispatcher(#[from] crate::dispatch::ConfigError),
@@ -602,9 +610,14 @@ impl EngineBuilder {
                     restored.applied_through[usize::from(venue.0)] = seq;
                 }
             }
-            for (venue, &session) in &recovery.venue_session {
+            for (venue, state) in &recovery.protocol_state {
                 if let Some(link) = links.get_mut(usize::from(venue.0)) {
-                    link.client_mut().resume_session(session);
+                    link.client_mut().restore_state(state).map_err(|why| {
+                        EngineError::ProtocolState {
+                            venue: venue.0,
+                            why,
+                        }
+                    })?;
                 }
             }
             for (&(venue, symbol), &position) in &recovery.positions {

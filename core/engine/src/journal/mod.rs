@@ -27,7 +27,8 @@ use std::path::{Path, PathBuf};
 use memmap2::MmapMut;
 
 use crate::order::{
-    ClientOrderId, NewOrder, Position, Price, Qty, Side, StrategyId, SymbolId, TimeInForce, VenueId,
+    ClientOrderId, NewOrder, Position, Price, ProtocolState, Qty, Side, StrategyId, SymbolId,
+    TimeInForce, VenueId,
 };
 
 mod files;
@@ -112,15 +113,16 @@ pub enum JournalRecord {
         /// Next unused wire reference.
         next_wire_ref: u32,
     },
-    /// The venue session (trading day) this journal's records for `venue` belong to, as the
-    /// venue named it at login (SoupBinTCP's 10-character Session). Written at the first
-    /// login; a later login into another session is refused (the journal's sequence numbers
-    /// and orders belong to the old one).
-    VenueSession {
+    /// A venue protocol's own state for `venue` from here on (for OUCH: the venue session,
+    /// the trading day, its first login entered), opaque to the journal and checksummed with
+    /// the record. Restored through the seam (`VenueProtocol::restore_state`), which refuses a
+    /// state of another protocol or of a layout it does not read. Journals written before the
+    /// seam held OUCH's session name in a kind of its own (9), read as OUCH's state version 1.
+    ProtocolState {
         /// The venue.
         venue: VenueId,
-        /// The session's name.
-        session: [u8; 10],
+        /// The protocol's state.
+        state: ProtocolState,
     },
     /// keel's position in `symbol` on `venue`'s account is exactly `position` from here on
     /// (fills after it add to it). Written when the session adopts the venue's figure (see
@@ -602,8 +604,13 @@ const KIND_SESSION_SEQ: u8 = 5;
 const KIND_ID_HIGH_WATER: u8 = 6;
 const KIND_OPEN_ORDER: u8 = 7;
 const KIND_WIRE_REF_FLOOR: u8 = 8;
-const KIND_VENUE_SESSION: u8 = 9;
+/// Before the venue-protocol seam: OUCH's venue session name (read, never written).
+const KIND_LEGACY_OUCH_SESSION: u8 = 9;
 const KIND_POSITION: u8 = 10;
+const KIND_PROTOCOL_STATE: u8 = 11;
+/// The tag OUCH's state carries (`session::ouch::OuchClient::STATE_TAG`, which a test pins to
+/// this): what a legacy kind-9 record is read as.
+pub const LEGACY_OUCH_STATE_TAG: u8 = 1;
 
 fn encode_order(o: &NewOrder, wire_ref: u32, p: &mut [u8]) {
     p[20..24].copy_from_slice(&wire_ref.to_le_bytes());
@@ -689,10 +696,13 @@ fn encode(record: &JournalRecord, index: u64, slot: &mut [u8]) {
             p[8..12].copy_from_slice(&next_wire_ref.to_le_bytes());
             KIND_WIRE_REF_FLOOR
         }
-        JournalRecord::VenueSession { venue, session } => {
+        JournalRecord::ProtocolState { venue, state } => {
             p[0..2].copy_from_slice(&venue.0.to_le_bytes());
-            p[8..18].copy_from_slice(&session);
-            KIND_VENUE_SESSION
+            p[2] = state.protocol;
+            p[3] = state.version;
+            p[4] = state.bytes().len() as u8;
+            p[8..8 + state.bytes().len()].copy_from_slice(state.bytes());
+            KIND_PROTOCOL_STATE
         }
         JournalRecord::Position {
             venue,
@@ -761,9 +771,19 @@ fn decode(slot: &[u8]) -> Result<JournalRecord, &'static str> {
             venue: VenueId(u16_at(0)),
             next_wire_ref: u32_at(8),
         },
-        KIND_VENUE_SESSION => JournalRecord::VenueSession {
+        KIND_PROTOCOL_STATE => JournalRecord::ProtocolState {
             venue: VenueId(u16_at(0)),
-            session: p[8..18].try_into().expect("10"),
+            state: ProtocolState::new(
+                p[2],
+                p[3],
+                p.get(8..8 + usize::from(p[4]))
+                    .ok_or("bad protocol state length")?,
+            )
+            .ok_or("bad protocol state length")?,
+        },
+        KIND_LEGACY_OUCH_SESSION => JournalRecord::ProtocolState {
+            venue: VenueId(u16_at(0)),
+            state: ProtocolState::new(LEGACY_OUCH_STATE_TAG, 1, &p[8..18]).expect("10 bytes fit"),
         },
         KIND_POSITION => JournalRecord::Position {
             venue: VenueId(u16_at(0)),
@@ -802,6 +822,7 @@ fn decode(slot: &[u8]) -> Result<JournalRecord, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::order::PROTOCOL_STATE_MAX;
     use proptest::prelude::*;
 
     // Goal: a journal written by one version of keel is read by the next: every record kind
@@ -863,12 +884,12 @@ mod tests {
                 "open order",
             ),
             (
-                JournalRecord::VenueSession {
+                JournalRecord::ProtocolState {
                     venue: VenueId(0),
-                    session: *b"DAY0000001",
+                    state: ProtocolState::new(1, 1, b"DAY0000001").unwrap(),
                 },
-                9,
-                "venue session",
+                11,
+                "protocol state",
             ),
             (
                 JournalRecord::WireRefFloor {
@@ -897,6 +918,38 @@ mod tests {
                 "`{kind} {name}` in {line}"
             );
         }
+    }
+
+    // Goal: a journal written before the venue-protocol seam still reads: its venue-session
+    // record (kind 9) comes back as OUCH's protocol state, version 1, with the same name; and a
+    // protocol-state record that claims more bytes than a record holds is refused, never read
+    // past its end.
+    #[test]
+    fn a_journal_from_before_the_seam_reads_its_venue_session_as_ouch_state() {
+        let mut slot = [0u8; RECORD_LEN];
+        slot[4] = KIND_LEGACY_OUCH_SESSION;
+        slot[16..18].copy_from_slice(&3u16.to_le_bytes());
+        slot[24..34].copy_from_slice(b"DAY0000007");
+        assert_eq!(
+            decode(&slot),
+            Ok(JournalRecord::ProtocolState {
+                venue: VenueId(3),
+                state: ProtocolState::new(LEGACY_OUCH_STATE_TAG, 1, b"DAY0000007").unwrap(),
+            })
+        );
+        let mut slot = [0u8; RECORD_LEN];
+        encode(
+            &JournalRecord::ProtocolState {
+                venue: VenueId(0),
+                state: ProtocolState::new(1, 1, &[7; PROTOCOL_STATE_MAX]).unwrap(),
+            },
+            1,
+            &mut slot,
+        );
+        slot[16 + 4] = PROTOCOL_STATE_MAX as u8 + 1;
+        assert_eq!(decode(&slot), Err("bad protocol state length"));
+        slot[16 + 4] = u8::MAX;
+        assert_eq!(decode(&slot), Err("bad protocol state length"));
     }
 
     // Goal: a restart rebuilds keel's position per venue and symbol from the journal — the
@@ -1031,12 +1084,18 @@ mod tests {
                     filled,
                 }
             ),
-            (0u16..3, any::<[u8; 10]>()).prop_map(|(v, session)| {
-                JournalRecord::VenueSession {
-                    venue: VenueId(v),
-                    session,
-                }
-            }),
+            (
+                0u16..3,
+                any::<u8>(),
+                any::<u8>(),
+                proptest::collection::vec(any::<u8>(), 0..=PROTOCOL_STATE_MAX)
+            )
+                .prop_map(|(v, tag, version, bytes)| {
+                    JournalRecord::ProtocolState {
+                        venue: VenueId(v),
+                        state: ProtocolState::new(tag, version, &bytes).unwrap(),
+                    }
+                }),
             (0u16..3, any::<u32>()).prop_map(|(v, w)| JournalRecord::WireRefFloor {
                 venue: VenueId(v),
                 next_wire_ref: w,

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use super::JournalRecord;
 use crate::order::{
-    ClientOrderId, IdAllocator, NewOrder, Position, Qty, StrategyId, SymbolId, VenueId,
+    ClientOrderId, IdAllocator, NewOrder, Position, ProtocolState, Qty, StrategyId, SymbolId,
+    VenueId,
 };
 
 /// One order the journal does not show closed.
@@ -46,8 +47,9 @@ pub struct Recovery {
     pub applied_through: BTreeMap<VenueId, u64>,
     /// Next unused wire reference per venue: above every one journaled.
     pub next_wire_ref: BTreeMap<VenueId, u32>,
-    /// The venue session (trading day) each venue's records belong to (the last recorded).
-    pub venue_session: BTreeMap<VenueId, [u8; 10]>,
+    /// Each venue protocol's own state (the last recorded; for OUCH the venue session, the
+    /// trading day, its records belong to), handed back to the protocol at restore.
+    pub protocol_state: BTreeMap<VenueId, ProtocolState>,
     /// keel's position per venue account and symbol: what reconciliation compares with the
     /// venue's answer.
     pub positions: BTreeMap<(VenueId, SymbolId), Position>,
@@ -120,8 +122,8 @@ impl Recovery {
                 let next = self.next_sequence.entry(strategy).or_default();
                 *next = (*next).max(high_water_mark.saturating_add(1));
             }
-            JournalRecord::VenueSession { venue, session } => {
-                self.venue_session.insert(venue, session);
+            JournalRecord::ProtocolState { venue, state } => {
+                self.protocol_state.insert(venue, state);
             }
             JournalRecord::Position {
                 venue,
@@ -158,12 +160,12 @@ impl Recovery {
             self.next_wire_ref.len()
                 + self.next_sequence.len()
                 + self.applied_through.len()
-                + self.venue_session.len()
+                + self.protocol_state.len()
                 + self.positions.len()
                 + self.open.len(),
         );
-        for (&venue, &session) in &self.venue_session {
-            records.push(JournalRecord::VenueSession { venue, session });
+        for (&venue, &state) in &self.protocol_state {
+            records.push(JournalRecord::ProtocolState { venue, state });
         }
         for (&venue, &next_wire_ref) in &self.next_wire_ref {
             records.push(JournalRecord::WireRefFloor {

@@ -17,8 +17,8 @@ pub use id::{ClientOrderId, IdAllocator, IdError, StrategyId, VenueId, CLIENT_OR
 pub use lifecycle::{LifecycleError, OrderEvent, OrderState};
 pub use msg::{
     CancelRejectReason, Command, Contradiction, Event, EventKind, LinkMode, MassCancelScope,
-    NewOrder, Outcome, OutcomeKind, RejectReason, Replace, RequestKind, TaggedCommand,
-    UnsentRequest, VenueRequest,
+    NewOrder, Outcome, OutcomeKind, ProtocolState, RejectReason, Replace, RequestKind,
+    TaggedCommand, UnsentRequest, VenueRequest, PROTOCOL_STATE_MAX,
 };
 pub use position::{Position, PositionMismatch};
 pub use refusal::{RefusalAdvice, RefusalReason};

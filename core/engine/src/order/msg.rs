@@ -248,12 +248,12 @@ pub enum OutcomeKind {
         /// Why.
         reason: CancelRejectReason,
     },
-    /// The venue session (trading day) the link logged into, the first time this journal
-    /// sees one: the dispatcher journals it, so a restart knows which session its sequence
-    /// numbers and orders belong to.
-    VenueSession {
-        /// The session's name (SoupBinTCP: 10 characters).
-        session: [u8; 10],
+    /// The protocol's own state changed (for OUCH: the venue session, the trading day, it
+    /// first logged into): the dispatcher journals it as it is, opaque, so a restart hands it
+    /// back to the protocol (`VenueProtocol::restore_state`).
+    ProtocolState {
+        /// The protocol's bytes, tagged with the protocol and its layout version.
+        state: ProtocolState,
     },
     /// The venue expects this account's wire references (OUCH UserRefNums) from `next` on: it
     /// saw references this journal never issued (an account that traded before the journal
@@ -316,6 +316,61 @@ pub enum OutcomeKind {
         /// The figure taken.
         position: super::Position,
     },
+}
+
+/// Bytes a venue protocol may persist in one [`ProtocolState`].
+pub const PROTOCOL_STATE_MAX: usize = 24;
+
+/// A venue protocol's own persisted state, opaque to the dispatcher and the journal: what the
+/// protocol needs after a restart beyond what every protocol shares (orders and their wire
+/// references, the venue sequence applied, positions). Written through the seam as one
+/// checksummed journal record per change, tagged with the protocol that wrote it (its registry
+/// tag) and its layout version, so a protocol refuses another's state or a layout it does not
+/// know by name instead of misreading it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ProtocolState {
+    /// The registry tag of the protocol that wrote it.
+    pub protocol: u8,
+    /// That protocol's layout version.
+    pub version: u8,
+    len: u8,
+    bytes: [u8; PROTOCOL_STATE_MAX],
+}
+
+impl ProtocolState {
+    /// `bytes` tagged; `None` when they are longer than [`PROTOCOL_STATE_MAX`].
+    pub fn new(protocol: u8, version: u8, bytes: &[u8]) -> Option<Self> {
+        if bytes.len() > PROTOCOL_STATE_MAX {
+            return None;
+        }
+        let mut out = [0; PROTOCOL_STATE_MAX];
+        out[..bytes.len()].copy_from_slice(bytes);
+        Some(Self {
+            protocol,
+            version,
+            len: bytes.len() as u8,
+            bytes: out,
+        })
+    }
+
+    /// The protocol's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl std::fmt::Debug for ProtocolState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ProtocolState {{ protocol: {}, version: {}, bytes: ",
+            self.protocol, self.version
+        )?;
+        for b in self.bytes() {
+            write!(f, "{b:02x}")?;
+        }
+        f.write_str(" }")
+    }
 }
 
 /// What a venue session lets leave, as the dispatcher is told.

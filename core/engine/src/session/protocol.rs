@@ -14,6 +14,7 @@
 //! protocol depends on it, never the other way round (docs/architecture.md, "How to add a venue
 //! protocol").
 
+pub use crate::order::{ProtocolState, PROTOCOL_STATE_MAX};
 use crate::order::{ClientOrderId, Contradiction, NewOrder, Outcome, VenueRequest};
 use crate::proto::{DecodeError, EncodeError};
 
@@ -64,13 +65,14 @@ pub trait VenueProtocol {
     fn clear_contradictions(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> u32;
     /// Journal restore, before the first login: resume the venue's stream after `seq`.
     fn resume_after(&mut self, seq: u64);
-    /// Journal restore, before the first login: the venue session (trading day) the
-    /// journal's records belong to. A login into another session is refused (see
-    /// [`VenueProtocol::refused_session`]).
-    fn resume_session(&mut self, session: [u8; 10]);
-    /// A login into another session than the journal's was refused: (the venue's, the
-    /// journal's). The engine's log says it once, with the command that resolves it.
-    fn refused_session(&self) -> Option<([u8; 10], [u8; 10])>;
+    /// Journal restore, before the first login: the protocol's own state, as it last emitted
+    /// it (`OutcomeKind::ProtocolState`). A state of another protocol, or of a layout version
+    /// this one does not read, is refused by name: the engine does not start on it.
+    fn restore_state(&mut self, state: &ProtocolState) -> Result<(), StateError>;
+    /// The venue began another session than the journal's (a new trading day, or a venue
+    /// that lost its state) and the login was refused: both sessions' names. The engine's log
+    /// says it once, with the command that resolves it.
+    fn refused_resume(&self) -> Option<ResumeRefused>;
     /// Journal restore, before the first login: one open order and its wire reference.
     fn restore_order(
         &mut self,
@@ -230,4 +232,101 @@ pub enum SessionNews {
     Contradicted(Contradiction),
     /// Nothing for the session state (data, heartbeat, debug).
     Nothing,
+}
+
+/// Why a protocol refuses the state a journal holds for its venue (the engine does not start:
+/// the journal belongs to another protocol's link, or to a keel that wrote a newer layout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// The state was written by another protocol (its registry tag).
+    #[error("the journal's state for this venue was written by protocol tag {found}, not {protocol} (tag {expected}): the venue's protocol changed; start on a new journal")]
+    OtherProtocol {
+        /// This link's protocol.
+        protocol: &'static str,
+        /// Its tag.
+        expected: u8,
+        /// The tag in the journal.
+        found: u8,
+    },
+    /// A layout version this keel does not read.
+    #[error(
+        "the journal's {protocol} state has layout version {found}; this keel reads {supported}"
+    )]
+    Version {
+        /// The protocol.
+        protocol: &'static str,
+        /// The version in the journal.
+        found: u8,
+        /// The version this keel reads.
+        supported: u8,
+    },
+    /// The bytes do not hold what the layout says.
+    #[error("the journal's {protocol} state is malformed: {what}")]
+    Malformed {
+        /// The protocol.
+        protocol: &'static str,
+        /// What is wrong.
+        what: &'static str,
+    },
+}
+
+/// Characters a [`SessionLabel`] keeps.
+pub const SESSION_LABEL_MAX: usize = 16;
+
+/// A venue session's name as the venue gave it (OUCH: SoupBinTCP's 10-character Session), for
+/// the operator: printable ASCII, at most [`SESSION_LABEL_MAX`] bytes, fixed size.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SessionLabel {
+    len: u8,
+    bytes: [u8; SESSION_LABEL_MAX],
+}
+
+impl SessionLabel {
+    /// `name` without trailing spaces, cut at [`SESSION_LABEL_MAX`] bytes; a byte that is not
+    /// printable ASCII becomes `?` (a label goes into logs).
+    pub fn new(name: &[u8]) -> Self {
+        let mut end = name.len().min(SESSION_LABEL_MAX);
+        while end > 0 && name[end - 1] == b' ' {
+            end -= 1;
+        }
+        let mut bytes = [0; SESSION_LABEL_MAX];
+        for (out, &b) in bytes.iter_mut().zip(&name[..end]) {
+            *out = if b.is_ascii_graphic() || b == b' ' {
+                b
+            } else {
+                b'?'
+            };
+        }
+        Self {
+            len: end as u8,
+            bytes,
+        }
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        // Only printable ASCII is stored.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("?")
+    }
+}
+
+impl std::fmt::Debug for SessionLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl std::fmt::Display for SessionLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A login refused because the venue began another session than the journal's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumeRefused {
+    /// The session the venue began.
+    pub venue: SessionLabel,
+    /// The session the journal's records belong to.
+    pub journal: SessionLabel,
 }

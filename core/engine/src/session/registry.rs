@@ -7,7 +7,9 @@ use std::net::SocketAddr;
 
 use super::link::{LinkConfig, VenueLink};
 use super::ouch::{ClientConfig, OuchClient, ReconcileMode, RejectTable};
-use super::protocol::{ClientStats, Message, RequestError, VenueProtocol};
+use super::protocol::{
+    ClientStats, Message, ProtocolState, RequestError, ResumeRefused, StateError, VenueProtocol,
+};
 use crate::order::{NewOrder, Outcome, SymbolName, VenueId, VenueRequest};
 use crate::proto::{DecodeError, EncodeError};
 use crate::ring::VenueHandle;
@@ -73,6 +75,21 @@ pub struct VenueLinkConfig {
 /// `Variant(Client)`: adding a protocol adds one line here.
 macro_rules! protocols {
     ($($variant:ident($client:ty)),+ $(,)?) => {
+        /// Every registered protocol's name and the tag its persisted state carries
+        /// (`ProtocolState::protocol`; each client declares its `STATE_TAG`, never reused).
+        pub const STATE_TAGS: &[(&str, u8)] = &[$((stringify!($variant), <$client>::STATE_TAG)),+];
+
+        /// A journaled protocol state as text (`keel journal dump`): the protocol that wrote it
+        /// reads it, or the tag is named as unknown.
+        pub fn describe_state(state: &ProtocolState) -> String {
+            $(
+                if state.protocol == <$client>::STATE_TAG {
+                    return <$client>::describe_state(state);
+                }
+            )+
+            format!("unknown protocol tag {} (version {}, {} bytes)", state.protocol, state.version, state.bytes().len())
+        }
+
         /// Every protocol keel speaks: what the engine's links are generic over.
         #[derive(Debug)]
         pub enum AnyProtocol {
@@ -124,11 +141,11 @@ macro_rules! protocols {
             fn resume_after(&mut self, seq: u64) {
                 match self { $(Self::$variant(p) => p.resume_after(seq),)+ }
             }
-            fn resume_session(&mut self, session: [u8; 10]) {
-                match self { $(Self::$variant(p) => p.resume_session(session),)+ }
+            fn restore_state(&mut self, state: &ProtocolState) -> Result<(), StateError> {
+                match self { $(Self::$variant(p) => p.restore_state(state),)+ }
             }
-            fn refused_session(&self) -> Option<([u8; 10], [u8; 10])> {
-                match self { $(Self::$variant(p) => p.refused_session(),)+ }
+            fn refused_resume(&self) -> Option<ResumeRefused> {
+                match self { $(Self::$variant(p) => p.refused_resume(),)+ }
             }
             fn restore_order(
                 &mut self,
@@ -206,5 +223,22 @@ pub fn build_link(
 pub fn protocol_memory_bytes(config: &VenueLinkConfig) -> u64 {
     match config.protocol {
         ProtocolConfig::Ouch { .. } => OuchClient::memory_bytes(config.orders_max),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: a journal's protocol state is never read by the wrong protocol: every registered
+    // protocol has its own tag, and 0 is never one (a zeroed record names no protocol).
+    #[test]
+    fn protocol_state_tags_are_distinct_and_not_zero() {
+        for (i, (name, tag)) in STATE_TAGS.iter().enumerate() {
+            assert_ne!(*tag, 0, "{name}");
+            for (other, t) in &STATE_TAGS[i + 1..] {
+                assert_ne!(tag, t, "{name} and {other} share a state tag");
+            }
+        }
     }
 }

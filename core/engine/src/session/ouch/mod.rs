@@ -19,7 +19,8 @@ use crate::proto::soupbin::{self, decode_server, ClientPacket, LoginRequest, Ser
 use crate::proto::{DecodeError, EncodeError};
 
 use super::protocol::{
-    ClientStats, Message, Reconciliation, RequestError, SessionNews, VenueProtocol,
+    ClientStats, Message, ProtocolState, Reconciliation, RequestError, ResumeRefused, SessionLabel,
+    SessionNews, StateError, VenueProtocol,
 };
 
 /// Login and layout settings.
@@ -270,10 +271,58 @@ impl OuchClient {
             .unwrap_or_default()
     }
 
+    /// The tag OUCH's persisted state carries (`ProtocolState::protocol`; the registry checks
+    /// no other protocol uses it). Journals written before the seam held the same bytes in
+    /// their own record kind, which the journal reads as this tag's version 1.
+    pub const STATE_TAG: u8 = 1;
+    /// The layout of OUCH's persisted state: version 1 is the venue session's name, the
+    /// 10-character SoupBinTCP Session the first login entered.
+    pub const STATE_VERSION: u8 = 1;
+
+    /// The state this session persists: the venue session (trading day) it logged into.
+    fn state(session: [u8; soupbin::SESSION_LEN]) -> ProtocolState {
+        ProtocolState::new(Self::STATE_TAG, Self::STATE_VERSION, &session)
+            .expect("a session name fits a protocol state")
+    }
+
     /// Restores the venue session the journal's records belong to, before the first login.
-    pub fn resume_session(&mut self, session: [u8; 10]) {
+    pub fn restore_state(&mut self, state: &ProtocolState) -> Result<(), StateError> {
+        if state.protocol != Self::STATE_TAG {
+            return Err(StateError::OtherProtocol {
+                protocol: "ouch",
+                expected: Self::STATE_TAG,
+                found: state.protocol,
+            });
+        }
+        if state.version != Self::STATE_VERSION {
+            return Err(StateError::Version {
+                protocol: "ouch",
+                found: state.version,
+                supported: Self::STATE_VERSION,
+            });
+        }
+        let session: [u8; soupbin::SESSION_LEN] =
+            state
+                .bytes()
+                .try_into()
+                .map_err(|_| StateError::Malformed {
+                    protocol: "ouch",
+                    what: "the session name is not 10 bytes",
+                })?;
         self.journal_session = Some(session);
         self.positions_known = true;
+        Ok(())
+    }
+
+    /// A journaled state as `keel journal dump` prints it.
+    pub fn describe_state(state: &ProtocolState) -> String {
+        match state.version {
+            Self::STATE_VERSION => format!(
+                "ouch session {:?}",
+                String::from_utf8_lossy(state.bytes()).trim_end()
+            ),
+            v => format!("ouch state of unknown version {v}"),
+        }
     }
 
     /// Rebuilds one order from the journal in a fresh client (before its first login), so
@@ -496,7 +545,9 @@ impl OuchClient {
                     venue: self.venue,
                     received_ns: 0,
                     seq: 0,
-                    kind: OutcomeKind::VenueSession { session },
+                    kind: OutcomeKind::ProtocolState {
+                        state: Self::state(session),
+                    },
                 });
                 Ok(())
             }
@@ -989,11 +1040,14 @@ impl VenueProtocol for OuchClient {
     ) -> Result<(), RequestError> {
         OuchClient::restore_position(self, symbol, position)
     }
-    fn resume_session(&mut self, session: [u8; 10]) {
-        OuchClient::resume_session(self, session);
+    fn restore_state(&mut self, state: &ProtocolState) -> Result<(), StateError> {
+        OuchClient::restore_state(self, state)
     }
-    fn refused_session(&self) -> Option<([u8; 10], [u8; 10])> {
-        self.refused_session
+    fn refused_resume(&self) -> Option<ResumeRefused> {
+        self.refused_session.map(|(venue, journal)| ResumeRefused {
+            venue: SessionLabel::new(&venue),
+            journal: SessionLabel::new(&journal),
+        })
     }
     fn restore_order(
         &mut self,

@@ -555,7 +555,7 @@ fn an_acknowledged_order_the_venue_does_not_list_is_in_doubt_not_rejected() {
 #[test]
 fn positions_are_compared_item_by_item() {
     let mut c = client(8);
-    c.resume_session([b' '; 10]); // a journal: keel has a figure of its own
+    c.restore_state(&OuchClient::state([b' '; 10])).unwrap(); // a journal: keel has a figure of its own
     login(&mut c, 1).unwrap();
     enter(&mut c, 1).unwrap();
     sequenced(&mut c, &executed(1, 4));
@@ -666,7 +666,7 @@ fn a_session_without_a_journal_takes_the_venue_figures_once() {
 #[test]
 fn a_fill_seen_twice_is_booked_once() {
     let mut c = client(8);
-    c.resume_session([b' '; 10]);
+    c.restore_state(&OuchClient::state([b' '; 10])).unwrap();
     login(&mut c, 1).unwrap();
     enter(&mut c, 1).unwrap();
     let fill = executed(1, 4);
@@ -779,4 +779,39 @@ fn resumed_client_logs_in_after_the_restored_sequence() {
         ClientPacket::LoginRequest(login) => assert_eq!(login.sequence, 42),
         other => panic!("not a login: {other:?}"),
     }
+}
+
+// Goal: OUCH reads back only its own persisted state: another protocol's tag, a layout
+// version it does not know and bytes that are not a session name are refused by name (the
+// engine then does not start on that journal); its tag is the one legacy journals are read as.
+#[test]
+fn persisted_state_of_another_protocol_or_layout_is_refused() {
+    assert_eq!(OuchClient::STATE_TAG, crate::journal::LEGACY_OUCH_STATE_TAG);
+    let mut c = client(4);
+    let other = ProtocolState::new(OuchClient::STATE_TAG + 1, 1, b"DAY0000001").unwrap();
+    assert_eq!(
+        c.restore_state(&other),
+        Err(StateError::OtherProtocol {
+            protocol: "ouch",
+            expected: OuchClient::STATE_TAG,
+            found: OuchClient::STATE_TAG + 1
+        })
+    );
+    let newer = ProtocolState::new(OuchClient::STATE_TAG, 2, b"DAY0000001").unwrap();
+    assert!(matches!(
+        c.restore_state(&newer),
+        Err(StateError::Version { found: 2, supported: 1, .. })
+    ));
+    let short = ProtocolState::new(OuchClient::STATE_TAG, 1, b"DAY").unwrap();
+    assert!(matches!(
+        c.restore_state(&short),
+        Err(StateError::Malformed { .. })
+    ));
+    assert!(c.refused_resume().is_none());
+    // Its own state is taken, and a login into another session is then refused and named.
+    c.restore_state(&OuchClient::state(*b"DAY0000001")).unwrap();
+    assert_eq!(
+        OuchClient::describe_state(&OuchClient::state(*b"DAY0000001")),
+        "ouch session \"DAY0000001\""
+    );
 }
