@@ -14,6 +14,7 @@ use clap::Args;
 use keel::clock::{Clock, TscClock};
 use keel::config::EngineConfig;
 use keel::engine::{EngineBuilder, EngineReport, Topology};
+use keel::session::protocol::ProtocolStats;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -371,6 +372,11 @@ fn print_report(report: &EngineReport, venues: &[String], symbols: &[String]) {
             ),
             l.client.positions_adopted
         );
+        let mut own = String::new();
+        l.protocol.each(&mut |counter, value| {
+            own.push_str(&format!(" {counter}={value}"));
+        });
+        let _ = writeln!(out, "venue {name}: {}:{own}", l.protocol.protocol());
     }
     for (strategy, b) in &report.bridges {
         let _ = writeln!(

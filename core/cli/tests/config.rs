@@ -64,8 +64,8 @@ fn reject_codes_are_configured_per_venue() {
     use keel::session::ProtocolConfig;
     let rejects = |extra: &str| {
         let c = EngineConfig::from_toml(&format!("{MINIMAL}{extra}")).unwrap();
-        let ProtocolConfig::Ouch { rejects, .. } = c.venues[0].protocol;
-        rejects
+        let ProtocolConfig::Ouch(ouch) = c.venues[0].protocol;
+        ouch.rejects
     };
     let keel = rejects("");
     assert_eq!(keel.reason(5), RejectReason::VenueThrottle);

@@ -400,7 +400,7 @@ fn a_fill_for_an_order_never_sent_makes_the_link_read_only() {
         "ok lie unknown-fill 0:4294967295"
     );
     let (report, _) = assert_read_only_after(d, a, Contradiction::UnknownOrder);
-    assert!(report.links[0].client.unknown_user_ref >= 1);
+    assert!(report.links[0].client.unknown_order_ref >= 1);
     // The dispatcher's counter, the one to alarm on, names it too.
     assert!(report.dispatch.contradictions >= 1, "{:?}", report.dispatch);
     assert_eq!(

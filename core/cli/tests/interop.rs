@@ -305,12 +305,12 @@ fn run_against_ouch_connect<T: SocketTransport>(
     };
     let mut venue = common::ouch_venue(addr, "keel", 64, ack_timeout_ns, Default::default());
     venue.password = "pw".into();
-    venue.protocol = ProtocolConfig::Ouch {
+    venue.protocol = ProtocolConfig::Ouch(keel::session::ouch::OuchSettings {
         dialect: Dialect::OUCH_CONNECT,
         // The ouch-connect server has no keel extension: an Account Query is the barrier.
         reconcile: keel::session::ouch::ReconcileMode::AccountQueryBarrier,
         rejects: Default::default(),
-    };
+    });
     // The engine's own loop (`EngineBuilder::build`), stepped here.
     let mut engine = EngineBuilder::new(common::engine_config(&["AAPL"], config, vec![venue], 64))
         .build(reactor, clock.now_ns())

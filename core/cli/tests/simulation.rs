@@ -176,11 +176,11 @@ impl Sim {
                 address: addr,
                 username: "sim".into(),
                 password: "keel".into(),
-                protocol: ProtocolConfig::Ouch {
+                protocol: ProtocolConfig::Ouch(keel::session::ouch::OuchSettings {
                     dialect: Dialect::SPEC,
                     reconcile: ReconcileMode::KeelExtension,
                     rejects: Default::default(),
-                },
+                }),
                 ack_timeout_ns: 200 * MS,
                 orders_max: 64, // small: the session forgets closed orders often
                 link: link_config,

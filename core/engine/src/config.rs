@@ -8,275 +8,28 @@ use std::path::PathBuf;
 use toml::{Table, Value};
 
 pub mod print;
+pub mod section;
 pub use print::to_toml;
+pub use section::{
+    parse_duration, DurationError, FileConfigError, DURATION_NS_MAX, DURATION_UNITS,
+};
+use section::{Result, Section};
 
-use crate::dispatch::{ConfigError, DispatcherConfig};
+use crate::dispatch::DispatcherConfig;
 use crate::engine::{IpcConfig, LoopConfig, Topology};
 use crate::guard::limiter::WindowLimit;
 use crate::journal::{JournalConfig, RECORD_LEN};
 use crate::order::SymbolName;
-use crate::proto::ouch::Dialect;
 use crate::runtime::IdlePolicy;
 use crate::session::link::LinkConfig;
-use crate::session::ouch::{ReconcileMode, RejectTable, RejectTableError};
 
 pub use crate::engine::EngineConfig;
 pub use crate::session::{ProtocolConfig, VenueLinkConfig};
-
-/// Why a configuration file was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FileConfigError {
-    /// Not valid TOML.
-    #[error("not valid TOML: {0}")]
-    Syntax(String),
-    /// A key keel does not know (a misspelling must not be ignored).
-    #[error("unknown key `{0}`")]
-    UnknownKey(String),
-    /// A value of the wrong type or form.
-    #[error("`{key}` = {value}: expected {expected}")]
-    WrongType {
-        /// The key.
-        key: String,
-        /// The value given.
-        value: String,
-        /// What was expected.
-        expected: &'static str,
-    },
-    /// A value out of its range.
-    #[error("`{key}` = {value}: allowed {allowed}")]
-    OutOfRange {
-        /// The key.
-        key: String,
-        /// The value given.
-        value: String,
-        /// The allowed range.
-        allowed: &'static str,
-    },
-    /// A required key is missing.
-    #[error("`{0}` is required")]
-    Missing(String),
-    /// The configuration would allocate more memory at start than allowed.
-    #[error(
-        "needs {need_bytes} bytes of memory at start, above the limit of {limit_bytes} \
-         (engine.memory_max_bytes, or the machine's memory); the largest part is `{largest_key}` \
-         at {largest_bytes} bytes"
-    )]
-    MemoryNeed {
-        /// What the configuration needs.
-        need_bytes: u64,
-        /// The ceiling.
-        limit_bytes: u64,
-        /// The key behind the largest part.
-        largest_key: &'static str,
-        /// Its bytes.
-        largest_bytes: u64,
-    },
-    /// The dispatcher's bounds do not hold together.
-    #[error("dispatcher: {0}")]
-    Dispatcher(#[from] ConfigError),
-}
-
-type Result<T> = std::result::Result<T, FileConfigError>;
 
 /// The engine reactor's per-connection receive buffer (`net::ReactorConfig` default).
 const LINK_RECV_BUFFER_BYTES: usize = 64 * 1024;
 /// Smallest `max_packet_len`: room for every message the session itself receives.
 const PACKET_LEN_MIN: usize = 256;
-
-/// What a duration key accepts (the text of `WrongType::expected`).
-const DURATION_FORM: &str = "a duration: an integer of nanoseconds, or a whole number and a unit \
-                             in a string: \"250ns\", \"50us\", \"50ms\", \"2s\", \"1m\"";
-/// The range of a duration (the text of `OutOfRange::allowed`).
-const DURATION_RANGE: &str =
-    "0 to 9223372036854775807 ns (about 292 years, a TOML integer's range)";
-
-/// The units a duration string may carry, with their nanoseconds, largest first (the printer
-/// picks the largest that divides a value exactly).
-pub const DURATION_UNITS: [(&str, u64); 5] = [
-    ("m", 60_000_000_000),
-    ("s", 1_000_000_000),
-    ("ms", 1_000_000),
-    ("us", 1_000),
-    ("ns", 1),
-];
-
-/// Why a duration string was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DurationError {
-    /// Not a whole number followed by a known unit.
-    Form,
-    /// More than [`DURATION_NS_MAX`] nanoseconds.
-    Range,
-}
-
-/// Parses `"<digits><unit>"` (unit `ns`, `us` or `µs`, `ms`, `s`, `m`; no sign, no fraction, no
-/// space, `_` allowed between digits as in TOML integers) into nanoseconds, at most
-/// [`DURATION_NS_MAX`]. A bare number is
-/// refused: in a string the unit is what makes it readable (write nanoseconds as an integer).
-pub fn parse_duration(text: &str) -> std::result::Result<u64, DurationError> {
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '_'))
-        .ok_or(DurationError::Form)?;
-    let (number, unit) = text.split_at(split);
-    let unit = if unit == "µs" { "us" } else { unit };
-    let per_unit = DURATION_UNITS
-        .iter()
-        .find(|(name, _)| *name == unit)
-        .map(|(_, ns)| *ns)
-        .ok_or(DurationError::Form)?;
-    let well_formed = number.starts_with(|c: char| c.is_ascii_digit())
-        && !number.ends_with('_')
-        && !number.contains("__");
-    if !well_formed {
-        return Err(DurationError::Form);
-    }
-    let mut value: u64 = 0;
-    for digit in number.bytes().filter(|b| *b != b'_') {
-        value = value
-            .checked_mul(10)
-            .and_then(|v| v.checked_add(u64::from(digit - b'0')))
-            .ok_or(DurationError::Range)?;
-    }
-    // The integers' ceiling for strings too: no duration reaches the engine that a TOML
-    // integer could not (deadlines are `now_ns + duration`, checked up to this bound).
-    value
-        .checked_mul(per_unit)
-        .filter(|ns| *ns <= DURATION_NS_MAX)
-        .ok_or(DurationError::Range)
-}
-
-/// The longest duration a file may give, ns (`i64::MAX`, what a TOML integer holds).
-pub const DURATION_NS_MAX: u64 = i64::MAX as u64;
-
-/// Reads one table's keys, each at most once; whatever is left at `finish` is unknown.
-struct Section<'a> {
-    prefix: String,
-    table: &'a Table,
-    used: Vec<&'a str>,
-}
-
-impl<'a> Section<'a> {
-    fn new(prefix: &str, table: &'a Table) -> Self {
-        Self {
-            prefix: prefix.to_string(),
-            table,
-            used: Vec::new(),
-        }
-    }
-
-    fn key(&self, name: &str) -> String {
-        if self.prefix.is_empty() {
-            name.to_string()
-        } else {
-            format!("{}.{name}", self.prefix)
-        }
-    }
-
-    fn get(&mut self, name: &'a str) -> Option<&'a Value> {
-        self.used.push(name);
-        self.table.get(name)
-    }
-
-    fn wrong(&self, name: &str, value: &Value, expected: &'static str) -> FileConfigError {
-        FileConfigError::WrongType {
-            key: self.key(name),
-            value: value.to_string(),
-            expected,
-        }
-    }
-
-    /// A duration (every key named `*_ns`): an integer of nanoseconds, or a string of a whole
-    /// number and a unit (`"250ns"`, `"50us"`, `"50ms"`, `"2s"`, `"1m"`; see [`parse_duration`]).
-    fn duration(&mut self, name: &'a str, field: &mut u64) -> Result<()> {
-        let Some(value) = self.get(name) else {
-            return Ok(());
-        };
-        *field = match value {
-            Value::Integer(i) => u64::try_from(*i).map_err(|_| FileConfigError::OutOfRange {
-                key: self.key(name),
-                value: i.to_string(),
-                allowed: DURATION_RANGE,
-            })?,
-            Value::String(text) => parse_duration(text).map_err(|e| match e {
-                DurationError::Form => self.wrong(name, value, DURATION_FORM),
-                DurationError::Range => FileConfigError::OutOfRange {
-                    key: self.key(name),
-                    value: value.to_string(),
-                    allowed: DURATION_RANGE,
-                },
-            })?,
-            other => return Err(self.wrong(name, other, DURATION_FORM)),
-        };
-        Ok(())
-    }
-
-    /// An integer that must fit `T` (and be non-negative unless `T` is signed).
-    fn int<T: TryFrom<i64>>(&mut self, name: &'a str, field: &mut T) -> Result<()> {
-        debug_assert!(
-            !name.ends_with("_ns"),
-            "`{name}` is a duration: read it with `duration`"
-        );
-        let Some(value) = self.get(name) else {
-            return Ok(());
-        };
-        let Value::Integer(i) = value else {
-            return Err(self.wrong(name, value, "an integer"));
-        };
-        *field = T::try_from(*i).map_err(|_| FileConfigError::OutOfRange {
-            key: self.key(name),
-            value: i.to_string(),
-            allowed: "the field's integer range (non-negative for counts and durations)",
-        })?;
-        Ok(())
-    }
-
-    fn bool(&mut self, name: &'a str, field: &mut bool) -> Result<()> {
-        match self.get(name) {
-            None => Ok(()),
-            Some(Value::Boolean(b)) => {
-                *field = *b;
-                Ok(())
-            }
-            Some(v) => Err(self.wrong(name, v, "true or false")),
-        }
-    }
-
-    fn string(&mut self, name: &'a str) -> Result<Option<&'a str>> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(v) => Err(self.wrong(name, v, "a string")),
-        }
-    }
-
-    fn required_string(&mut self, name: &'a str) -> Result<&'a str> {
-        self.string(name)?
-            .ok_or_else(|| FileConfigError::Missing(self.key(name)))
-    }
-
-    fn subtable(&mut self, name: &'a str) -> Result<Option<&'a Table>> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(Value::Table(t)) => Ok(Some(t)),
-            Some(v) => Err(self.wrong(name, v, "a table")),
-        }
-    }
-
-    fn array(&mut self, name: &'a str) -> Result<&'a [Value]> {
-        match self.get(name) {
-            None => Ok(&[]),
-            Some(Value::Array(a)) => Ok(a),
-            Some(v) => Err(self.wrong(name, v, "an array")),
-        }
-    }
-
-    fn finish(self) -> Result<()> {
-        match self.table.keys().find(|k| !self.used.contains(&k.as_str())) {
-            Some(k) => Err(FileConfigError::UnknownKey(self.key(k))),
-            None => Ok(()),
-        }
-    }
-}
 
 impl EngineConfig {
     /// Parses and checks a configuration file's text.
@@ -1489,93 +1242,8 @@ fn read_journal(mut s: Section<'_>) -> Result<JournalConfig> {
     Ok(JournalConfig { dir, file_bytes })
 }
 
-/// The settings of a `[[venue]]` with `protocol = "ouch"`.
-fn read_ouch(s: &mut Section<'_>) -> Result<ProtocolConfig> {
-    let dialect = match s.string("dialect")? {
-        None | Some("spec") => Dialect::SPEC,
-        Some("ouch-connect") => Dialect::OUCH_CONNECT,
-        Some(other) => {
-            return Err(FileConfigError::OutOfRange {
-                key: s.key("dialect"),
-                value: format!("\"{other}\""),
-                allowed: "\"spec\" or \"ouch-connect\"",
-            })
-        }
-    };
-    let reconcile = match s.string("reconcile")? {
-        None | Some("keel-extension") => ReconcileMode::KeelExtension,
-        Some("account-query") => ReconcileMode::AccountQueryBarrier,
-        Some(other) => {
-            return Err(FileConfigError::OutOfRange {
-                key: s.key("reconcile"),
-                value: format!("\"{other}\""),
-                allowed: "\"keel-extension\" or \"account-query\"",
-            })
-        }
-    };
-    let rejects = read_reject_codes(s)?;
-    Ok(ProtocolConfig::Ouch {
-        dialect,
-        reconcile,
-        rejects,
-    })
-}
-
-/// The venue's reject codes by meaning (`reject_codes_throttled = [..]`, ...). Absent: keel's
-/// own table. Any present: exactly the codes listed (the venue's table replaces keel's).
-fn read_reject_codes(s: &mut Section<'_>) -> Result<RejectTable> {
-    use crate::order::RejectReason;
-    let classes = [
-        ("reject_codes_throttled", RejectReason::VenueThrottle),
-        ("reject_codes_system", RejectReason::VenueSystem),
-        ("reject_codes_duplicate_id", RejectReason::DuplicateId),
-        ("reject_codes_invalid", RejectReason::Invalid),
-        ("reject_codes_market_closed", RejectReason::MarketClosed),
-    ];
-    let mut table = RejectTable::EMPTY;
-    let mut any = false;
-    for (key, reason) in classes {
-        let present = s.table.contains_key(key);
-        for value in s.array(key)? {
-            let code = match value {
-                Value::Integer(i) => {
-                    u16::try_from(*i).map_err(|_| FileConfigError::OutOfRange {
-                        key: s.key(key),
-                        value: i.to_string(),
-                        allowed: "codes 0..=65535",
-                    })?
-                }
-                other => return Err(s.wrong(key, other, "an array of reject codes (integers)")),
-            };
-            table
-                .insert(code, reason)
-                .map_err(|e| FileConfigError::OutOfRange {
-                    key: s.key(key),
-                    value: code.to_string(),
-                    allowed: match e {
-                        RejectTableError::Full => "at most 64 reject codes in all",
-                        RejectTableError::Duplicate { .. } => "each code in one class only",
-                    },
-                })?;
-        }
-        any |= present;
-    }
-    Ok(if any { table } else { RejectTable::keel() })
-}
-
 fn read_venue(mut s: Section<'_>) -> Result<VenueLinkConfig> {
     let name = s.required_string("name")?.to_string();
-    // The protocol first: the keys below are read for it (one arm per protocol keel speaks).
-    let protocol = match s.string("protocol")? {
-        None | Some("ouch") => read_ouch(&mut s)?,
-        Some(other) => {
-            return Err(FileConfigError::OutOfRange {
-                key: s.key("protocol"),
-                value: format!("\"{other}\""),
-                allowed: "\"ouch\"",
-            })
-        }
-    };
     let address_text = s.required_string("address")?;
     let address = address_text
         .parse()
@@ -1586,33 +1254,11 @@ fn read_venue(mut s: Section<'_>) -> Result<VenueLinkConfig> {
         })?;
     let username = s.required_string("username")?.to_string();
     let password = s.required_string("password")?.to_string();
-    // SoupBinTCP's login fields are fixed width: a longer value would be cut on the wire and
-    // two venues configured as "trader01" and "trader02" would log in as the same account.
-    use crate::proto::soupbin::{PASSWORD_LEN, USERNAME_LEN};
-    let fields = [
-        (
-            "username",
-            &username,
-            USERNAME_LEN,
-            "1 to 6 printable ASCII characters (SoupBinTCP)",
-        ),
-        (
-            "password",
-            &password,
-            PASSWORD_LEN,
-            "1 to 10 printable ASCII characters (SoupBinTCP)",
-        ),
-    ];
-    for (key, value, width, allowed) in fields {
-        let printable = value.bytes().all(|b| b.is_ascii_graphic());
-        if value.is_empty() || value.len() > width || !printable {
-            return Err(FileConfigError::OutOfRange {
-                key: s.key(key),
-                value: format!("\"{value}\""),
-                allowed,
-            });
-        }
-    }
+    // The protocol's own keys, and what its wire allows of the login keys (the registry
+    // dispatches to the protocol's `config.rs`).
+    let protocol_name = s.string("protocol")?;
+    let protocol =
+        crate::session::registry::read_protocol(protocol_name, &mut s, &username, &password)?;
     let mut ack_timeout_ns: u64 = 2_000_000_000;
     let mut orders_max: u32 = 65_536;
     let mut link = LinkConfig::default();

@@ -225,11 +225,11 @@ pub fn ouch_venue(
         address,
         username: username.into(),
         password: "keel".into(),
-        protocol: keel::session::ProtocolConfig::Ouch {
+        protocol: keel::session::ProtocolConfig::Ouch(keel::session::ouch::OuchSettings {
             dialect: keel::proto::ouch::Dialect::SPEC,
             reconcile: keel::session::ouch::ReconcileMode::KeelExtension,
             rejects: Default::default(),
-        },
+        }),
         ack_timeout_ns,
         orders_max,
         link,

@@ -7,20 +7,16 @@
 //! is one function, called from [`to_toml`] (the round-trip tests in core/cli/tests/config.rs catch
 //! a key read but not written).
 
-use std::fmt::Write as _;
-
 use toml::Value;
 
-use super::{EngineConfig, ProtocolConfig, VenueLinkConfig, DURATION_UNITS};
+pub use super::section::duration_text;
+use super::section::Out;
+use super::{EngineConfig, ProtocolConfig, VenueLinkConfig};
 use crate::dispatch::DispatcherConfig;
 use crate::engine::{IpcConfig, LoopConfig, Topology};
 use crate::feed::handler::{FeedConfig, SnapshotSource};
 use crate::journal::JournalConfig;
 use crate::net::WaitMode;
-use crate::order::RejectReason;
-use crate::proto::ouch::Dialect;
-use crate::runtime::IdlePolicy;
-use crate::session::ouch::{ReconcileMode, RejectTable};
 
 /// The venue address `keel defaults` prints: TEST-NET-1 (RFC 5737), reserved for examples, so
 /// a configuration nobody edited connects nowhere.
@@ -397,13 +393,7 @@ fn venue(out: &mut Out, v: &VenueLinkConfig) {
     out.string("username", &v.username);
     out.string("password", &v.password);
     out.string("protocol", v.protocol.name());
-    match v.protocol {
-        ProtocolConfig::Ouch {
-            dialect,
-            reconcile,
-            rejects,
-        } => ouch(out, dialect, reconcile, &rejects),
-    }
+    crate::session::registry::write_protocol(out, &v.protocol);
     out.duration("ack_timeout_ns", v.ack_timeout_ns);
     out.int("orders_max", v.orders_max);
     let l = &v.link;
@@ -415,124 +405,4 @@ fn venue(out: &mut Out, v: &VenueLinkConfig) {
     out.duration("backoff_base_ns", l.session.backoff.base_ns);
     out.duration("backoff_cap_ns", l.session.backoff.cap_ns);
     out.int("backoff_attempts_max", l.session.backoff.attempts_max);
-}
-
-/// The keys of `protocol = "ouch"`.
-fn ouch(out: &mut Out, dialect: Dialect, reconcile: ReconcileMode, rejects: &RejectTable) {
-    match dialect.name() {
-        Some(name) => out.string("dialect", name),
-        None => out.comment("dialect: built in code, not one the file can name"),
-    }
-    out.string("reconcile", reconcile.name());
-    if *rejects == RejectTable::keel() {
-        out.comment(
-            "reject codes: keel's own table (docs/protocol.md); set reject_codes_* from your \
-             venue's specification",
-        );
-        return;
-    }
-    let classes = [
-        ("reject_codes_throttled", RejectReason::VenueThrottle),
-        ("reject_codes_system", RejectReason::VenueSystem),
-        ("reject_codes_duplicate_id", RejectReason::DuplicateId),
-        ("reject_codes_invalid", RejectReason::Invalid),
-        ("reject_codes_market_closed", RejectReason::MarketClosed),
-    ];
-    // Every class, empty ones too: any key present replaces keel's table, so an empty table
-    // must still be written as one.
-    for (key, reason) in classes {
-        let codes: Vec<Value> = rejects
-            .entries()
-            .iter()
-            .filter(|(_, r)| *r == reason)
-            .map(|(code, _)| Value::Integer(i64::from(*code)))
-            .collect();
-        out.line(format_args!("{key} = {}", Value::Array(codes)));
-    }
-}
-
-/// The text being written, a line at a time.
-#[derive(Default)]
-struct Out {
-    text: String,
-}
-
-impl Out {
-    fn line(&mut self, args: std::fmt::Arguments<'_>) {
-        let _ = self.text.write_fmt(args);
-        self.text.push('\n');
-    }
-
-    fn section(&mut self, header: &str) {
-        self.line(format_args!("\n{header}"));
-    }
-
-    fn comment(&mut self, text: &str) {
-        self.line(format_args!("# {text}"));
-    }
-
-    /// An integer; one a TOML integer cannot hold (above `i64::MAX`, only from code) is left
-    /// out with a comment rather than written as something else.
-    fn int<T: TryInto<i64> + Copy + std::fmt::Display>(&mut self, key: &str, value: T) {
-        match value.try_into() {
-            Ok(v) => self.line(format_args!("{key} = {v}")),
-            Err(_) => self.line(format_args!("# {key} = {value}: beyond a TOML integer")),
-        }
-    }
-
-    fn bool(&mut self, key: &str, value: bool) {
-        self.line(format_args!("{key} = {value}"));
-    }
-
-    /// A string, quoted and escaped as TOML wants it.
-    fn string(&mut self, key: &str, value: &str) {
-        self.line(format_args!("{key} = {}", Value::String(value.into())));
-    }
-
-    fn path(&mut self, key: &str, value: &std::path::Path) {
-        self.string(key, &value.to_string_lossy());
-    }
-
-    /// A duration in the largest unit that holds it exactly (`"50ms"`, `"2s"`, `"1m"`).
-    fn duration(&mut self, key: &str, ns: u64) {
-        self.string(key, &duration_text(ns));
-    }
-
-    fn core(&mut self, key: &str, core: Option<usize>) {
-        match core {
-            Some(core) => self.int(key, core),
-            None => self.line(format_args!("{key} = -1")),
-        }
-    }
-
-    fn idle(&mut self, key: &str, idle: IdlePolicy) {
-        let name = match idle {
-            IdlePolicy::BusySpin => "spin",
-            IdlePolicy::SpinThenYield { spins: 1_000 } => "spin-then-yield",
-            p if p == IdlePolicy::TEST => "backoff",
-            _ => {
-                self.comment(&format!(
-                    "{key}: a policy built in code; the nearest the file names:"
-                ));
-                match idle {
-                    IdlePolicy::SpinThenYield { .. } => "spin-then-yield",
-                    _ => "backoff",
-                }
-            }
-        };
-        self.string(key, name);
-    }
-}
-
-/// `ns` in the largest unit of [`DURATION_UNITS`] that divides it (`0` is `"0s"`).
-pub fn duration_text(ns: u64) -> String {
-    if ns == 0 {
-        return "0s".into();
-    }
-    let (unit, per) = DURATION_UNITS
-        .iter()
-        .find(|(_, per)| ns % per == 0)
-        .copied()
-        .unwrap_or(("ns", 1));
-    format!("{}{unit}", ns / per)
 }

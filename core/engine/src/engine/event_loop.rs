@@ -572,6 +572,7 @@ fn link_report(l: &EngineLink) -> LinkReport {
         link: l.stats(),
         session: l.session_stats(),
         client: l.client().stats(),
+        protocol: l.client().protocol_stats(),
     }
 }
 

@@ -336,8 +336,10 @@ pub struct LinkReport {
     pub link: LinkStats,
     /// Session counters (connects, syncs, reconciliations).
     pub session: SessionStats,
-    /// OUCH client counters.
+    /// Protocol client counters every protocol keeps.
     pub client: ClientStats,
+    /// The link's protocol's own counters.
+    pub protocol: crate::session::registry::AnyStats,
 }
 
 /// Everything the engine measured, at stop.

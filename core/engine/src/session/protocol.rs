@@ -14,8 +14,11 @@
 //! protocol depends on it, never the other way round (docs/architecture.md, "How to add a venue
 //! protocol").
 
+use crate::config::section::{FileConfigError, Out, Section};
+use crate::order::{
+    ClientOrderId, Contradiction, NewOrder, Outcome, SymbolName, VenueId, VenueRequest,
+};
 pub use crate::order::{ProtocolState, PROTOCOL_STATE_MAX};
-use crate::order::{ClientOrderId, Contradiction, NewOrder, Outcome, VenueRequest};
 use crate::proto::{DecodeError, EncodeError};
 
 /// One message cut from the bytes a venue sent, and what it meant for the session.
@@ -31,6 +34,9 @@ pub struct Message {
 /// write into the link's scratch buffer and return the length; answers for the dispatcher are
 /// handed to `emit`; nothing allocates after construction.
 pub trait VenueProtocol {
+    /// The protocol's own counters, beyond the [`ClientStats`] every protocol keeps (OUCH:
+    /// stale Account Query answers). Reported at stop by name.
+    type Stats: ProtocolStats;
     /// The login request, asking to resume after [`VenueProtocol::applied_through`].
     fn encode_login(&self, out: &mut [u8]) -> Result<usize, EncodeError>;
     /// A heartbeat.
@@ -90,8 +96,18 @@ pub trait VenueProtocol {
     ) -> Result<(), RequestError>;
     /// The highest venue sequence number applied (what the journal persists).
     fn applied_through(&self) -> u64;
-    /// Counters.
+    /// Counters every protocol keeps.
     fn stats(&self) -> ClientStats;
+    /// The protocol's own counters.
+    fn protocol_stats(&self) -> Self::Stats;
+}
+
+/// A protocol's own counters, read by name (the stop report prints each `name=value`).
+pub trait ProtocolStats: Copy + std::fmt::Debug {
+    /// The protocol's name (`protocol = "..."`).
+    fn protocol(&self) -> &'static str;
+    /// Hands every counter to `f`, with the name reports use.
+    fn each(&self, f: &mut dyn FnMut(&'static str, u64));
 }
 
 /// The outcome of comparing keel's view with the venue's reconciliation answer.
@@ -127,8 +143,8 @@ impl Reconciliation {
 pub struct ClientStats {
     /// Venue messages mapped to outcomes.
     pub mapped: u64,
-    /// Venue messages for a UserRefNum this session never sent.
-    pub unknown_user_ref: u64,
+    /// Venue messages naming an order reference (OUCH: UserRefNum) this session never sent.
+    pub unknown_order_ref: u64,
     /// Broken trades reported (need an operator).
     pub broken_trades: u64,
     /// Venue messages with no outcome (system events, priority updates...).
@@ -147,9 +163,6 @@ pub struct ClientStats {
     /// Logins refused because the venue began another session than the journal's (a new
     /// trading day, or a venue that lost its state): the link never trades on that journal.
     pub new_session_refused: u64,
-    /// Account Query responses skipped: answers to queries of a dropped connection, or
-    /// responses to no query at all (they settle nothing).
-    pub stale_barriers: u64,
     /// Reconciliations completed.
     pub reconciliations: u64,
     /// The last reconciliation's result.
@@ -329,4 +342,46 @@ pub struct ResumeRefused {
     pub venue: SessionLabel,
     /// The session the journal's records belong to.
     pub journal: SessionLabel,
+}
+
+/// What the registry asks of a protocol to offer it by name (`protocol = "<name>"`): its own
+/// settings, read from and written back to its `[[venue]]` table, how to build its client, the
+/// memory that client takes, and its persisted state as text. The shared keys (address,
+/// credentials, timeouts, session timing) are read once for every protocol.
+pub trait RegisteredProtocol: VenueProtocol + Sized {
+    /// The tag its persisted state carries (`ProtocolState::protocol`): unique in the
+    /// registry (a test checks), never 0, never reused.
+    const STATE_TAG: u8;
+    /// Its own settings.
+    type Settings: Clone + std::fmt::Debug + PartialEq + Eq;
+    /// Reads its keys from the venue's table; a value out of range is refused with the key,
+    /// the value and what is allowed.
+    fn read_settings(s: &mut Section<'_>) -> Result<Self::Settings, FileConfigError>;
+    /// Checks the shared login keys against what its wire can carry.
+    fn check_login(s: &Section<'_>, username: &str, password: &str) -> Result<(), FileConfigError>;
+    /// Writes its keys (what `read_settings` reads back to the same settings).
+    fn write_settings(out: &mut Out, settings: &Self::Settings);
+    /// Its client for one link.
+    fn build(settings: &Self::Settings, link: &LinkSetup<'_>) -> Self;
+    /// Bytes its client needs for `orders_max` orders (counted in the engine's memory need).
+    fn memory_bytes(settings: &Self::Settings, orders_max: u32) -> u64;
+    /// A journaled state as `keel journal dump` prints it.
+    fn describe_state(state: &ProtocolState) -> String;
+}
+
+/// The shared settings of one link, as a protocol's client is built from them.
+#[derive(Debug, Clone, Copy)]
+pub struct LinkSetup<'a> {
+    /// The venue.
+    pub venue: VenueId,
+    /// Login username.
+    pub username: &'a str,
+    /// Login password.
+    pub password: &'a str,
+    /// Orders whose wire reference the session keeps.
+    pub orders_max: u32,
+    /// A request unanswered this long makes its order Unknown.
+    pub ack_timeout_ns: u64,
+    /// The engine's symbols, in `SymbolId` order.
+    pub symbols: &'a [SymbolName],
 }

@@ -6,49 +6,18 @@
 use std::net::SocketAddr;
 
 use super::link::{LinkConfig, VenueLink};
-use super::ouch::{ClientConfig, OuchClient, ReconcileMode, RejectTable};
+use super::ouch::OuchClient;
 use super::protocol::{
-    ClientStats, Message, ProtocolState, RequestError, ResumeRefused, StateError, VenueProtocol,
+    ClientStats, LinkSetup, Message, ProtocolState, ProtocolStats, RegisteredProtocol,
+    RequestError, ResumeRefused, StateError, VenueProtocol,
 };
+use crate::config::section::{FileConfigError, Out, Section};
 use crate::order::{NewOrder, Outcome, SymbolName, VenueId, VenueRequest};
 use crate::proto::{DecodeError, EncodeError};
 use crate::ring::VenueHandle;
 
 /// A venue link as the engine builds it: over any registered protocol.
 pub type EngineLink = VenueLink<AnyProtocol>;
-
-/// The settings of the protocol a `[[venue]]` speaks (`protocol = "..."`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProtocolConfig {
-    /// OUCH 5.0 over SoupBinTCP 4.0 (`protocol = "ouch"`, the default).
-    Ouch {
-        /// Wire layout.
-        dialect: crate::proto::ouch::Dialect,
-        /// How reconciliation is done.
-        reconcile: ReconcileMode,
-        /// What the venue's reject codes mean.
-        rejects: RejectTable,
-    },
-}
-
-impl ProtocolConfig {
-    /// The `protocol` key's value.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Ouch { .. } => "ouch",
-        }
-    }
-}
-
-impl Default for ProtocolConfig {
-    fn default() -> Self {
-        Self::Ouch {
-            dialect: crate::proto::ouch::Dialect::SPEC,
-            reconcile: ReconcileMode::default(),
-            rejects: RejectTable::keel(),
-        }
-    }
-}
 
 /// One venue link as configured (a `[[venue]]` table).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,20 +43,110 @@ pub struct VenueLinkConfig {
 /// Declares [`AnyProtocol`] and its [`VenueProtocol`] implementation from one list of
 /// `Variant(Client)`: adding a protocol adds one line here.
 macro_rules! protocols {
-    ($($variant:ident($client:ty)),+ $(,)?) => {
-        /// Every registered protocol's name and the tag its persisted state carries
-        /// (`ProtocolState::protocol`; each client declares its `STATE_TAG`, never reused).
-        pub const STATE_TAGS: &[(&str, u8)] = &[$((stringify!($variant), <$client>::STATE_TAG)),+];
+    ($($name:literal => $variant:ident($client:ty)),+ $(,)?) => {
+        /// The settings of the protocol a `[[venue]]` speaks (`protocol = "..."`): the
+        /// protocol's own, one variant per registered protocol.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum ProtocolConfig {
+            $(
+                #[doc = concat!("`protocol = \"", $name, "\"`.")]
+                $variant(<$client as RegisteredProtocol>::Settings),
+            )+
+        }
+
+        impl ProtocolConfig {
+            /// The `protocol` key's value.
+            pub fn name(&self) -> &'static str {
+                match self { $(Self::$variant(_) => $name,)+ }
+            }
+        }
+
+        /// Every registered protocol's `protocol` name.
+        pub const PROTOCOL_NAMES: &[&str] = &[$($name),+];
+
+        /// Reads the protocol's own keys of a `[[venue]]` table (`name`: the `protocol` key;
+        /// absent, the default protocol) and checks the shared login keys against its wire.
+        pub fn read_protocol(
+            name: Option<&str>,
+            s: &mut Section<'_>,
+            username: &str,
+            password: &str,
+        ) -> Result<ProtocolConfig, FileConfigError> {
+            let config = match name.unwrap_or(ProtocolConfig::default().name()) {
+                $($name => ProtocolConfig::$variant(<$client as RegisteredProtocol>::read_settings(s)?),)+
+                other => {
+                    return Err(FileConfigError::OutOfRange {
+                        key: s.key("protocol"),
+                        value: format!("\"{other}\""),
+                        allowed: concat!("one of:", $(" \"", $name, "\""),+),
+                    })
+                }
+            };
+            match &config {
+                $(ProtocolConfig::$variant(_) => <$client as RegisteredProtocol>::check_login(s, username, password)?,)+
+            }
+            Ok(config)
+        }
+
+        /// Writes the protocol's own keys (what `read_protocol` reads back).
+        pub fn write_protocol(out: &mut Out, config: &ProtocolConfig) {
+            match config {
+                $(ProtocolConfig::$variant(settings) => <$client as RegisteredProtocol>::write_settings(out, settings),)+
+            }
+        }
+
+        /// The one place a venue link is built from its configuration: every caller (the
+        /// engine, the demo, the tests, the benchmarks) uses it. `symbols` are the engine's,
+        /// in `SymbolId` order.
+        pub fn build_link(
+            config: &VenueLinkConfig,
+            venue: VenueId,
+            symbols: &[SymbolName],
+            handle: VenueHandle,
+        ) -> EngineLink {
+            let setup = LinkSetup {
+                venue,
+                username: &config.username,
+                password: &config.password,
+                orders_max: config.orders_max,
+                ack_timeout_ns: config.ack_timeout_ns,
+                symbols,
+            };
+            let protocol = match &config.protocol {
+                $(ProtocolConfig::$variant(settings) => {
+                    AnyProtocol::$variant(<$client as RegisteredProtocol>::build(settings, &setup))
+                })+
+            };
+            VenueLink::with_config(config.address, venue, protocol, handle, config.link)
+        }
+
+        /// Bytes the link's protocol state needs for `config` (counted in the engine's memory
+        /// need).
+        pub fn protocol_memory_bytes(config: &VenueLinkConfig) -> u64 {
+            match &config.protocol {
+                $(ProtocolConfig::$variant(settings) => {
+                    <$client as RegisteredProtocol>::memory_bytes(settings, config.orders_max)
+                })+
+            }
+        }
+
+        /// Every registered protocol's name and the tag its persisted state carries.
+        pub const STATE_TAGS: &[(&str, u8)] = &[$(($name, <$client as RegisteredProtocol>::STATE_TAG)),+];
 
         /// A journaled protocol state as text (`keel journal dump`): the protocol that wrote it
         /// reads it, or the tag is named as unknown.
         pub fn describe_state(state: &ProtocolState) -> String {
             $(
-                if state.protocol == <$client>::STATE_TAG {
-                    return <$client>::describe_state(state);
+                if state.protocol == <$client as RegisteredProtocol>::STATE_TAG {
+                    return <$client as RegisteredProtocol>::describe_state(state);
                 }
             )+
-            format!("unknown protocol tag {} (version {}, {} bytes)", state.protocol, state.version, state.bytes().len())
+            format!(
+                "unknown protocol tag {} (version {}, {} bytes)",
+                state.protocol,
+                state.version,
+                state.bytes().len()
+            )
         }
 
         /// Every protocol keel speaks: what the engine's links are generic over.
@@ -99,7 +158,29 @@ macro_rules! protocols {
             )+
         }
 
+        /// The counters of whichever protocol a link speaks.
+        #[derive(Debug, Clone, Copy)]
+        pub enum AnyStats {
+            $(
+                #[doc = concat!("Those of a [`", stringify!($client), "`].")]
+                $variant(<$client as VenueProtocol>::Stats),
+            )+
+        }
+
+        impl ProtocolStats for AnyStats {
+            fn protocol(&self) -> &'static str {
+                match self { $(Self::$variant(s) => s.protocol(),)+ }
+            }
+            fn each(&self, f: &mut dyn FnMut(&'static str, u64)) {
+                match self { $(Self::$variant(s) => s.each(f),)+ }
+            }
+        }
+
         impl VenueProtocol for AnyProtocol {
+            type Stats = AnyStats;
+            fn protocol_stats(&self) -> AnyStats {
+                match self { $(Self::$variant(p) => AnyStats::$variant(p.protocol_stats()),)+ }
+            }
             fn encode_login(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
                 match self { $(Self::$variant(p) => p.encode_login(out),)+ }
             }
@@ -176,53 +257,26 @@ macro_rules! protocols {
 }
 
 protocols! {
-    Ouch(OuchClient),
+    "ouch" => Ouch(OuchClient),
+}
+
+/// The protocol a `[[venue]]` without a `protocol` key speaks.
+impl Default for ProtocolConfig {
+    fn default() -> Self {
+        Self::Ouch(Default::default())
+    }
 }
 
 impl AnyProtocol {
     /// The OUCH client, if this link speaks OUCH (its UserRefNum mapping, for tests and the
     /// demo's checks against the simulated venue).
     pub fn as_ouch(&self) -> Option<&OuchClient> {
+        // The other arms come with the other protocols.
+        #[allow(unreachable_patterns)]
         match self {
             Self::Ouch(c) => Some(c),
+            _ => None,
         }
-    }
-}
-
-/// The one place a venue link is built from its configuration: every caller (the engine, the
-/// demo, the tests, the benchmarks) uses it. `symbols` are the engine's, in `SymbolId` order.
-pub fn build_link(
-    config: &VenueLinkConfig,
-    venue: VenueId,
-    symbols: &[SymbolName],
-    handle: VenueHandle,
-) -> VenueLink<AnyProtocol> {
-    let protocol = match config.protocol {
-        ProtocolConfig::Ouch {
-            dialect,
-            reconcile,
-            rejects,
-        } => AnyProtocol::Ouch(OuchClient::new(
-            ClientConfig {
-                username: config.username.clone(),
-                password: config.password.clone(),
-                dialect,
-                orders_max: config.orders_max,
-                symbols: symbols.to_vec(),
-                reconcile,
-                rejects,
-                ack_timeout_ns: config.ack_timeout_ns,
-            },
-            venue,
-        )),
-    };
-    VenueLink::with_config(config.address, venue, protocol, handle, config.link)
-}
-
-/// Bytes the link's protocol state needs for `config` (counted in the engine's memory need).
-pub fn protocol_memory_bytes(config: &VenueLinkConfig) -> u64 {
-    match config.protocol {
-        ProtocolConfig::Ouch { .. } => OuchClient::memory_bytes(config.orders_max),
     }
 }
 

@@ -19,8 +19,9 @@ use crate::proto::soupbin::{self, decode_server, ClientPacket, LoginRequest, Ser
 use crate::proto::{DecodeError, EncodeError};
 
 use super::protocol::{
-    ClientStats, Message, ProtocolState, Reconciliation, RequestError, ResumeRefused, SessionLabel,
-    SessionNews, StateError, VenueProtocol,
+    ClientStats, LinkSetup, Message, ProtocolState, ProtocolStats, Reconciliation,
+    RegisteredProtocol, RequestError, ResumeRefused, SessionLabel, SessionNews, StateError,
+    VenueProtocol,
 };
 
 /// Login and layout settings.
@@ -170,6 +171,24 @@ pub struct OuchClient {
     /// fills seen, so its first reconciliation takes the venue's figures (`PositionBaseline`).
     positions_known: bool,
     stats: ClientStats,
+    ouch_stats: OuchStats,
+}
+
+/// OUCH's own counters (beyond the [`ClientStats`] every protocol keeps).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OuchStats {
+    /// Account Query responses skipped: answers to queries of a dropped connection, or
+    /// responses to no query at all (they settle nothing).
+    pub stale_barriers: u64,
+}
+
+impl ProtocolStats for OuchStats {
+    fn protocol(&self) -> &'static str {
+        "ouch"
+    }
+    fn each(&self, f: &mut dyn FnMut(&'static str, u64)) {
+        f("stale_account_query_answers", self.stale_barriers);
+    }
 }
 
 /// Largest forward jump a login answer may make past the sequence keel asked for; anything
@@ -206,6 +225,7 @@ impl OuchClient {
             applied_through: 0,
             deadlines: std::collections::VecDeque::with_capacity(cap),
             stats: ClientStats::default(),
+            ouch_stats: OuchStats::default(),
             venue,
             config,
         }
@@ -271,10 +291,6 @@ impl OuchClient {
             .unwrap_or_default()
     }
 
-    /// The tag OUCH's persisted state carries (`ProtocolState::protocol`; the registry checks
-    /// no other protocol uses it). Journals written before the seam held the same bytes in
-    /// their own record kind, which the journal reads as this tag's version 1.
-    pub const STATE_TAG: u8 = 1;
     /// The layout of OUCH's persisted state: version 1 is the venue session's name, the
     /// 10-character SoupBinTCP Session the first login entered.
     pub const STATE_VERSION: u8 = 1;
@@ -312,17 +328,6 @@ impl OuchClient {
         self.journal_session = Some(session);
         self.positions_known = true;
         Ok(())
-    }
-
-    /// A journaled state as `keel journal dump` prints it.
-    pub fn describe_state(state: &ProtocolState) -> String {
-        match state.version {
-            Self::STATE_VERSION => format!(
-                "ouch session {:?}",
-                String::from_utf8_lossy(state.bytes()).trim_end()
-            ),
-            v => format!("ouch state of unknown version {v}"),
-        }
     }
 
     /// Rebuilds one order from the journal in a fresh client (before its first login), so
@@ -617,13 +622,13 @@ impl OuchClient {
             if self.barriers_stale > 0 {
                 // An answer to a query of a dropped connection, replayed: not this one's.
                 self.barriers_stale -= 1;
-                self.stats.stale_barriers += 1;
+                self.ouch_stats.stale_barriers += 1;
                 return SessionNews::Nothing;
             }
             if self.barriers_answered >= self.barriers_sent {
                 // A response to no query of this connection (a venue that sends them
                 // unasked): it settles nothing.
-                self.stats.stale_barriers += 1;
+                self.ouch_stats.stale_barriers += 1;
                 return SessionNews::Nothing;
             }
             self.barriers_answered += 1;
@@ -989,7 +994,54 @@ impl OuchClient {
     }
 }
 
+impl RegisteredProtocol for OuchClient {
+    /// Journals written before the seam held the same bytes in their own record kind, which
+    /// the journal reads as this tag's version 1 (`journal::LEGACY_OUCH_STATE_TAG`).
+    const STATE_TAG: u8 = 1;
+    type Settings = OuchSettings;
+    fn read_settings(s: &mut Section<'_>) -> Result<OuchSettings, FileConfigError> {
+        config::read(s)
+    }
+    fn check_login(s: &Section<'_>, username: &str, password: &str) -> Result<(), FileConfigError> {
+        config::check_login(s, username, password)
+    }
+    fn write_settings(out: &mut Out, settings: &OuchSettings) {
+        config::write(out, settings);
+    }
+    fn build(settings: &OuchSettings, link: &LinkSetup<'_>) -> Self {
+        Self::new(
+            ClientConfig {
+                username: link.username.to_string(),
+                password: link.password.to_string(),
+                dialect: settings.dialect,
+                orders_max: link.orders_max,
+                symbols: link.symbols.to_vec(),
+                reconcile: settings.reconcile,
+                rejects: settings.rejects,
+                ack_timeout_ns: link.ack_timeout_ns,
+            },
+            link.venue,
+        )
+    }
+    fn memory_bytes(_: &OuchSettings, orders_max: u32) -> u64 {
+        Self::memory_bytes(orders_max)
+    }
+    fn describe_state(state: &ProtocolState) -> String {
+        match state.version {
+            Self::STATE_VERSION => format!(
+                "ouch session {:?}",
+                String::from_utf8_lossy(state.bytes()).trim_end()
+            ),
+            v => format!("ouch state of unknown version {v}"),
+        }
+    }
+}
+
 impl VenueProtocol for OuchClient {
+    type Stats = OuchStats;
+    fn protocol_stats(&self) -> OuchStats {
+        self.ouch_stats
+    }
     fn encode_login(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
         OuchClient::encode_login(self, out)
     }
@@ -1066,9 +1118,12 @@ impl VenueProtocol for OuchClient {
     }
 }
 
+mod config;
 mod orders;
 mod rejects;
 
+use crate::config::section::{FileConfigError, Out, Section};
+pub use config::OuchSettings;
 pub use orders::cl_ord_id;
 use orders::Mapped;
 pub use rejects::{RejectTable, RejectTableError, REJECT_CODES_MAX};

@@ -213,7 +213,7 @@ impl OuchClient {
     /// beyond its quantity cannot be true. The order is flagged (never guessed at).
     pub(super) fn check_report(&mut self, user_ref: u32, executed: u32) -> Result<(), Mapped> {
         let Some(order) = self.by_user_ref.get_mut(&user_ref) else {
-            self.stats.unknown_user_ref += 1;
+            self.stats.unknown_order_ref += 1;
             self.orphan_contradictions = self.orphan_contradictions.saturating_add(1);
             self.note_contradiction(Contradiction::UnknownOrder);
             return Err(Mapped::Contradiction(None, Contradiction::UnknownOrder));
@@ -522,7 +522,7 @@ impl OuchClient {
     pub(super) fn id(&mut self, user_ref: u32) -> Option<ClientOrderId> {
         let id = self.by_user_ref.get(&user_ref).map(|o| o.id);
         if id.is_none() {
-            self.stats.unknown_user_ref += 1;
+            self.stats.unknown_order_ref += 1;
         }
         id
     }

@@ -194,7 +194,7 @@ fn standard_ouch_settles_orders_in_doubt_with_account_queries_only() {
     login(&mut c, 3).unwrap();
     let (_, got) = sequenced(&mut c, &response);
     assert_eq!(got, vec![], "the old connection's answer, replayed");
-    assert_eq!(c.stats().stale_barriers, 1);
+    assert_eq!(c.protocol_stats().stale_barriers, 1);
     assert_eq!(written_type(&mut c, RequestKind::Query { id: id(3) }), b'Q');
     let (_, got) = sequenced(&mut c, &response);
     assert_eq!(
@@ -800,7 +800,11 @@ fn persisted_state_of_another_protocol_or_layout_is_refused() {
     let newer = ProtocolState::new(OuchClient::STATE_TAG, 2, b"DAY0000001").unwrap();
     assert!(matches!(
         c.restore_state(&newer),
-        Err(StateError::Version { found: 2, supported: 1, .. })
+        Err(StateError::Version {
+            found: 2,
+            supported: 1,
+            ..
+        })
     ));
     let short = ProtocolState::new(OuchClient::STATE_TAG, 1, b"DAY").unwrap();
     assert!(matches!(
