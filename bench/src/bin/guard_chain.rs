@@ -47,6 +47,7 @@ fn chain() -> GuardChain {
         shed: Shedder::new(ShedConfig::from_pct(4096, 80, 50)),
         breaker: Breaker::new(BreakerConfig::default()).expect("default breaker config"),
         limiter: RateLimiter::new(limiter, 0).expect("bench limiter config"),
+        link: keel::order::LinkMode::Trading,
     };
     let risk = RiskLimits {
         position_max: i64::MAX / 4,

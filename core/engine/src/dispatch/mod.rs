@@ -23,9 +23,9 @@ pub use config::{ConfigError, DispatcherConfig};
 pub use operator::{OperatorCancel, OperatorError, OperatorScope};
 pub use stats::{DispatchStats, REFUSAL_REASONS};
 
-use crate::guard::breaker::{Breaker, CallOutcome};
+use crate::guard::breaker::Breaker;
 use crate::guard::bulkhead::Bulkhead;
-use crate::guard::chain::{GuardChain, Release, SendBlock, VenueGuards};
+use crate::guard::chain::{GuardChain, Release, SendBlock, VenueGuards, VenueNews};
 use crate::guard::limiter::RateLimiter;
 use crate::guard::risk::Risk;
 use crate::guard::shed::{ShedConfig, Shedder};
@@ -225,6 +225,7 @@ impl Dispatcher {
                 shed: Shedder::new(shed),
                 breaker: Breaker::new(config.breaker)?,
                 limiter: RateLimiter::new(config.limiter, now_ns)?,
+                link: LinkMode::Down,
             });
         }
         let venues = venues
@@ -444,14 +445,12 @@ impl Dispatcher {
                 return Err(RestoreError::TableFull(o.id));
             }
             self.guards
-                .bulkhead
-                .try_acquire(o.venue, o.symbol)
+                .hold_restored(&o)
                 .map_err(|_| RestoreError::Bulkhead(o.id))?;
             self.quotas.hold_restored(strategy);
             self.table
                 .insert(strategy, &o, None)
                 .map_err(|_| RestoreError::Duplicate(o.id))?;
-            self.guards.risk.reserve(o.symbol, o.side, o.qty);
             self.table.mark_sent(o.id, 1);
             let v = usize::from(o.venue.0);
             if r.accepted {
@@ -1376,9 +1375,8 @@ impl Dispatcher {
                     self.stats.report_errors += 1;
                 }
                 if let Ok(applied) = applied {
-                    self.guards.venues[v]
-                        .breaker
-                        .record(at_ns, CallOutcome::Failure);
+                    self.guards
+                        .on_venue(at_ns, VenueId(v as u16), VenueNews::Failed);
                     // Tell the strategy once; ask the venue (again, if a query timed out).
                     if applied.from != OrderState::Unknown {
                         self.emit_for(id, EventKind::Unknown, at_ns);
@@ -1410,6 +1408,8 @@ impl Dispatcher {
                 mode
             }
         };
+        let mode = link.mode;
+        self.guards.on_link_state(VenueId(v as u16), mode);
     }
 
     /// A report that cannot be true: the link is read-only until reconciliation settles it,
@@ -1473,6 +1473,8 @@ impl Dispatcher {
     fn distrust(&mut self, v: usize) {
         if self.venues[v].mode == LinkMode::Trading {
             self.venues[v].mode = LinkMode::ReadOnly;
+            self.guards
+                .on_link_state(VenueId(v as u16), LinkMode::ReadOnly);
         }
     }
 
@@ -1569,7 +1571,8 @@ impl Dispatcher {
     }
 
     fn on_fill(&mut self, v: usize, at_ns: u64, id: ClientOrderId, qty: Qty, price: Price) {
-        let Some(applied) = self.report(id, OrderEvent::Fill { completes: false }, qty) else {
+        let fill = OrderEvent::Fill { completes: false };
+        let Some(applied) = self.report_priced(id, fill, qty, Some(price)) else {
             return;
         };
         self.journal(crate::journal::JournalRecord::Fill {
@@ -1581,8 +1584,6 @@ impl Dispatcher {
         if applied.first_answer {
             self.record_success(v, at_ns, &applied.order);
         }
-        // The last fill is the collar's reference (a venue's own print, checked on the way in).
-        self.guards.risk.set_reference(applied.order.symbol, price);
         let leaves = applied.order.leaves_qty();
         let kind = if leaves == 0 {
             EventKind::Filled { qty, price }
@@ -1624,12 +1625,12 @@ impl Dispatcher {
         if reason == RejectReason::DuplicateId {
             self.stats.duplicate_id_rejects += 1;
         }
-        let guards = &mut self.guards.venues[v];
+        let venue = VenueId(v as u16);
         if reason == RejectReason::VenueThrottle {
-            guards.limiter.on_venue_throttle(at_ns);
+            self.guards.on_venue(at_ns, venue, VenueNews::Throttled);
         }
         if reason.is_venue_fault() {
-            guards.breaker.record(at_ns, CallOutcome::Failure);
+            self.guards.on_venue(at_ns, venue, VenueNews::Failed);
         }
         self.emit(
             applied.order.strategy,
@@ -1662,13 +1663,13 @@ impl Dispatcher {
         };
         if !applied.order.state.is_terminal() {
             // Refused while the order stays open: the venue's rate limit, or a lost cancel.
-            self.guards.venues[v].limiter.on_cancel_refused();
+            self.guards
+                .on_venue(at_ns, VenueId(v as u16), VenueNews::CancelRefused);
         }
         // "Too late" is a business outcome of the user's own cancel, never a link failure.
         if reason == CancelRejectReason::VenueSystem {
-            self.guards.venues[v]
-                .breaker
-                .record(at_ns, CallOutcome::Failure);
+            self.guards
+                .on_venue(at_ns, VenueId(v as u16), VenueNews::Failed);
         }
         self.emit(
             applied.order.strategy,
@@ -1685,21 +1686,31 @@ impl Dispatcher {
         if let Some(admitted_ns) = order.admitted_ns {
             self.latency.new_e2e[v].record(at_ns.saturating_sub(admitted_ns));
         }
-        self.guards.venues[v]
-            .breaker
-            .record(at_ns, CallOutcome::Success { latency_ns });
+        self.guards
+            .on_venue(at_ns, VenueId(v as u16), VenueNews::Answered { latency_ns });
     }
 
     /// Applies a venue report; a report the table refuses is counted (and the order flagged
     /// for reconciliation by the table) and goes no further.
     fn report(&mut self, id: ClientOrderId, event: OrderEvent, qty: Qty) -> Option<Applied> {
+        self.report_priced(id, event, qty, None)
+    }
+
+    /// [`Self::report`] for a report that carries a price (a fill).
+    fn report_priced(
+        &mut self,
+        id: ClientOrderId,
+        event: OrderEvent,
+        qty: Qty,
+        price: Option<Price>,
+    ) -> Option<Applied> {
         // A venue cannot report on an order that never left keel (still in its lane): that
         // report is refused like any other the table cannot take.
         let unsent = self.table.get(id).is_some_and(|o| o.sent_ns == 0);
         let applied = if unsent {
             Err(TableError::UnknownId(id))
         } else {
-            self.apply(id, event, qty)
+            self.apply_priced(id, event, qty, price)
         };
         match applied {
             Ok(applied) => Some(applied),
@@ -1749,29 +1760,25 @@ impl Dispatcher {
         event: OrderEvent,
         qty: Qty,
     ) -> Result<Applied, TableError> {
+        self.apply_priced(id, event, qty, None)
+    }
+
+    /// [`Self::apply`] for a change that carries a price (a fill's, which the guards see).
+    fn apply_priced(
+        &mut self,
+        id: ClientOrderId,
+        event: OrderEvent,
+        qty: Qty,
+        price: Option<Price>,
+    ) -> Result<Applied, TableError> {
         let applied = self.table.apply(id, event, qty)?;
         if self.journal.is_some() {
             self.journal_applied(id, event, &applied);
         }
-        let o = &applied.order;
         if applied.first_answer {
-            self.guards.bulkhead.release(o.venue, o.symbol);
-            self.quotas.release(o.strategy);
+            self.quotas.release(applied.order.strategy);
         }
-        if let OrderEvent::Fill { .. } = event {
-            self.guards.risk.fill(o.symbol, o.side, qty);
-        }
-        match (
-            applied.from == OrderState::Unknown,
-            applied.to == OrderState::Unknown,
-        ) {
-            (false, true) => self.guards.risk.unknown_changed(o.symbol, true),
-            (true, false) => self.guards.risk.unknown_changed(o.symbol, false),
-            _ => {}
-        }
-        if applied.to.is_terminal() && !applied.from.is_terminal() && o.leaves_qty() > 0 {
-            self.guards.risk.release(o.symbol, o.side, o.leaves_qty());
-        }
+        self.guards.on_applied(&applied, event, qty, price);
         Ok(applied)
     }
 

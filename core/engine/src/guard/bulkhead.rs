@@ -42,17 +42,34 @@ impl Bulkhead {
     /// Takes one in-flight slot on both, or refuses naming the full one.
     #[inline]
     pub fn try_acquire(&mut self, venue: VenueId, symbol: SymbolId) -> Result<(), RefusalReason> {
-        let s = &self.per_symbol[usize::from(symbol.0)];
-        if *s >= self.config.in_flight_per_symbol_max {
+        self.check(venue, symbol)?;
+        self.acquire(venue, symbol);
+        Ok(())
+    }
+
+    /// Whether a slot is free on both, naming the full one; takes nothing.
+    #[inline]
+    pub fn check(&self, venue: VenueId, symbol: SymbolId) -> Result<(), RefusalReason> {
+        if self.per_symbol[usize::from(symbol.0)] >= self.config.in_flight_per_symbol_max {
             return Err(RefusalReason::BulkheadSymbol);
         }
-        let v = &self.per_venue[usize::from(venue.0)];
-        if *v >= self.config.in_flight_per_venue_max {
+        if self.per_venue[usize::from(venue.0)] >= self.config.in_flight_per_venue_max {
             return Err(RefusalReason::BulkheadVenue);
         }
-        self.per_symbol[usize::from(symbol.0)] += 1;
-        self.per_venue[usize::from(venue.0)] += 1;
         Ok(())
+    }
+
+    /// Takes the slot [`Bulkhead::check`] found free.
+    #[inline]
+    pub fn acquire(&mut self, venue: VenueId, symbol: SymbolId) {
+        let s = &mut self.per_symbol[usize::from(symbol.0)];
+        let v = &mut self.per_venue[usize::from(venue.0)];
+        debug_assert!(
+            *s < self.config.in_flight_per_symbol_max && *v < self.config.in_flight_per_venue_max,
+            "bulkhead acquired past its caps"
+        );
+        *s += 1;
+        *v += 1;
     }
 
     /// Gives a slot back when the venue answers (or the order never left).
