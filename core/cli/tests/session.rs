@@ -7,177 +7,22 @@
 
 mod common;
 
-use keel::clock::{Clock, TscClock};
-use keel::dispatch::{Dispatcher, DispatcherConfig, StrategyHandle};
-use keel::engine::{EngineBuilder, EngineLoop};
-use keel::guard::backoff::BackoffConfig;
-use keel::net::{EpollReactor, Reactor, ReactorConfig, SocketTransport};
+use common::world::{World, WorldBuilder};
+use keel::clock::Clock;
+use keel::net::SocketTransport;
 use keel::order::{
-    ClientOrderId, Command, Event, EventKind, NewOrder, OrderState, Price, RefusalReason,
-    RejectReason, Side, StrategyId, SymbolId, TimeInForce, VenueId,
+    Command, EventKind, NewOrder, OrderState, Price, RefusalReason, RejectReason, Side, SymbolId,
+    TimeInForce, VenueId,
 };
-use keel::session::link::LinkConfig;
-use keel::session::machine::{LinkState, SessionConfig};
-use keel::session::EngineLink;
+use keel::session::machine::LinkState;
 use keel::session::VenueProtocol;
-use keel_venue::flow::FlowConfig;
-use keel_venue::server::{VenueConfig, VenueServer};
 
-const MS: u64 = 1_000_000;
+use common::MS;
 
-struct Rig<T: SocketTransport> {
-    clock: TscClock,
-    venue: VenueServer,
-    /// The engine's own loop (`EngineBuilder::build`), stepped on the test's thread.
-    core: EngineLoop<T>,
-    strategy: StrategyHandle,
-    events: Vec<Event>,
-}
-
-impl<T: SocketTransport> Rig<T> {
-    fn new() -> Self {
-        Self::with_ack_timeout(2_000 * MS)
-    }
-
-    fn with_ack_timeout(ack_timeout_ns: u64) -> Self {
-        Self::with(ack_timeout_ns, |_, _| {})
-    }
-
-    /// A rig whose dispatcher and link settings `tweak` may change.
-    fn with(
-        ack_timeout_ns: u64,
-        tweak: impl FnOnce(&mut DispatcherConfig, &mut LinkConfig),
-    ) -> Self {
-        let clock = TscClock::new();
-        let venue = VenueServer::new(VenueConfig {
-            flow: FlowConfig {
-                events_per_sec: 0,
-                ..FlowConfig::default()
-            },
-            ..VenueConfig::default()
-        })
-        .unwrap();
-        let reactor = T::open(ReactorConfig {
-            conns_max: 4,
-            ..ReactorConfig::default()
-        })
-        .unwrap();
-        let mut config = DispatcherConfig {
-            strategies: 1,
-            venues: 1,
-            symbols: 4,
-            ..DispatcherConfig::default()
-        };
-        let mut link_config = LinkConfig {
-            session: SessionConfig {
-                backoff: BackoffConfig {
-                    base_ns: 20 * MS,
-                    cap_ns: 200 * MS,
-                    attempts_max: u32::MAX,
-                    policy: Default::default(),
-                },
-                ..SessionConfig::default()
-            },
-            ..LinkConfig::default()
-        };
-        tweak(&mut config, &mut link_config);
-        let link = common::ouch_venue(
-            venue.local_addr(),
-            "sess",
-            1024,
-            ack_timeout_ns,
-            link_config,
-        );
-        let engine =
-            common::engine_config(&["AAPL", "MSFT", "AMZN", "NVDA"], config, vec![link], 256);
-        let mut core = EngineBuilder::new(engine)
-            .build(reactor, clock.now_ns())
-            .unwrap();
-        let strategy = core.take_strategy(StrategyId(0)).unwrap();
-        Self {
-            clock,
-            venue,
-            core,
-            strategy,
-            events: Vec::new(),
-        }
-    }
-
-    fn dispatcher(&self) -> &Dispatcher {
-        self.core.dispatcher()
-    }
-
-    fn link(&self) -> &EngineLink {
-        &self.core.links()[0]
-    }
-
-    fn step(&mut self) {
-        let now = self.clock.now_ns();
-        self.venue.step(now, 0).unwrap();
-        self.core.pass(now);
-        assert_eq!(self.core.poll_errors(), 0);
-        self.events
-            .extend(std::iter::from_fn(|| self.strategy.events.pop().ok()));
-    }
-
-    fn until(&mut self, what: &str, mut done: impl FnMut(&Self) -> bool) {
-        let deadline = self.clock.now_ns() + 10_000 * MS;
-        while self.clock.now_ns() < deadline {
-            self.step();
-            if done(self) {
-                return;
-            }
-        }
-        panic!(
-            "timed out waiting for {what}; link {:?} {:?}, events {:?}",
-            self.link().state(),
-            self.link().stats(),
-            self.events
-        );
-    }
-
-    fn order(&self, seq: u64, qty: u32) -> NewOrder {
-        NewOrder {
-            id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
-            venue: VenueId(0),
-            symbol: SymbolId(1),
-            side: Side::Buy,
-            price: Price::from_units(50, 0),
-            qty,
-            tif: TimeInForce::Day,
-            reduce_only: false,
-        }
-    }
-
-    fn kinds(&self, id: ClientOrderId) -> Vec<EventKind> {
-        self.events
-            .iter()
-            .filter(|e| e.id == id)
-            .map(|e| e.kind)
-            .collect()
-    }
-}
-
-/// Every scenario runs on both of the engine's transports: `io_uring::<name>` and
-/// `epoll::<name>`.
-macro_rules! on_both_transports {
-    ($($name:ident),+ $(,)?) => {
-        mod io_uring {
-            $(#[test]
-            fn $name() {
-                super::$name::<super::Reactor>()
-            })+
-        }
-        mod epoll {
-            $(#[test]
-            fn $name() {
-                super::$name::<super::EpollReactor>()
-            })+
-        }
-    };
-}
-
-on_both_transports!(
+// Every scenario runs on both of the engine's transports: `io_uring::<name>` and
+// `epoll::<name>`.
+on_every_transport!(
+    accepted_then_canceled,
     restart_replay_reconcile_then_synced,
     order_lost_in_a_drop_is_unknown_then_resolved_never_resent,
     the_incident_late_remainder_is_unknown_never_resent,
@@ -186,11 +31,32 @@ on_both_transports!(
     breaker_drill_on_sockets,
 );
 
+// Goal: the shortest session scenario, as the test world's docs show it: an order accepted,
+// then canceled at the strategy's request, each answered once, on every transport.
+fn accepted_then_canceled<T: SocketTransport>() {
+    let mut w = World::<T>::new();
+    w.until("SYNCED", |w| w.dispatcher().is_synced(VenueId(0)));
+    let order = w.order(1, 100);
+    w.send(Command::New(order));
+    w.until("accept", |w| {
+        w.kinds(order.id).contains(&EventKind::Accepted)
+    });
+    w.send(Command::Cancel { id: order.id });
+    w.until("cancel", |w| {
+        w.kinds(order.id).contains(&EventKind::Canceled)
+    });
+    assert_eq!(
+        w.kinds(order.id),
+        [EventKind::Accepted, EventKind::Canceled]
+    );
+    assert_eq!(w.venue.exchange().stats().canceled, 1);
+}
+
 // Goal: the gateway restarts while an order rests; it fills while keel is away; keel
 // reconnects with backoff, the replay brings the fill, reconciliation finds nothing
 // unresolved, and only then are new orders allowed again. Nothing is resent.
 fn restart_replay_reconcile_then_synced<T: SocketTransport>() {
-    let mut rig = Rig::<T>::new();
+    let mut rig = World::<T>::new();
     rig.until("first SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     let resting = rig.order(1, 100);
     rig.strategy.commands.push(Command::New(resting)).unwrap();
@@ -254,7 +120,7 @@ fn restart_replay_reconcile_then_synced<T: SocketTransport>() {
 // drops. keel reports it Unknown (never failed, never resent); after reconnecting, the
 // venue's reconciliation answer shows no such order, so keel resolves it as never received.
 fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent<T: SocketTransport>() {
-    let mut rig = Rig::<T>::new();
+    let mut rig = World::<T>::new();
     rig.until("SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     rig.venue.apply_control(0, "stall 300").unwrap();
     let lost = rig.order(1, 10);
@@ -303,7 +169,7 @@ fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent<T: SocketTransport
 // strategy saw Unknown and then the resolution, the position is exactly the 50 bought, and
 // the venue received exactly one order.
 fn the_incident_late_remainder_is_unknown_never_resent<T: SocketTransport>() {
-    let mut rig = Rig::<T>::with_ack_timeout(200 * MS);
+    let mut rig = WorldBuilder::new().ack_timeout(200 * MS).build::<T>();
     rig.until("SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     let now = rig.clock.now_ns();
     rig.venue
@@ -361,7 +227,7 @@ fn the_incident_late_remainder_is_unknown_never_resent<T: SocketTransport>() {
 // caught RECONCILING (its query sent, the answer not yet read) and the venue drops it. keel
 // reconnects and ends SYNCED with the resting order intact and nothing resent.
 fn gateway_restart_mid_reconciliation_on_sockets<T: SocketTransport>() {
-    let mut rig = Rig::<T>::new();
+    let mut rig = World::<T>::new();
     rig.until("first SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     let resting = rig.order(1, 10);
     rig.strategy.commands.push(Command::New(resting)).unwrap();
@@ -393,9 +259,12 @@ fn gateway_restart_mid_reconciliation_on_sockets<T: SocketTransport>() {
 // reconciliation times out (300 ms here), keel drops the connection and reconnects, and is
 // SYNCED once the venue answers again.
 fn reconciliation_timeout_then_synced_on_sockets<T: SocketTransport>() {
-    let mut rig = Rig::<T>::with(2_000 * MS, |_, link| {
-        link.session.reconcile_timeout_ns = 300 * MS;
-    });
+    let mut rig = WorldBuilder::new()
+        .ack_timeout(2_000 * MS)
+        .tweak(|_, link| {
+            link.session.reconcile_timeout_ns = 300 * MS;
+        })
+        .build::<T>();
     rig.until("first SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     rig.venue.apply_control(0, "drop").unwrap();
     rig.until("reconciling", |r| {
@@ -420,9 +289,12 @@ fn reconciliation_timeout_then_synced_on_sockets<T: SocketTransport>() {
 fn breaker_drill_on_sockets<T: SocketTransport>() {
     use keel::guard::breaker::BreakerState;
     use keel::strategy::{retry_advice, Retry};
-    let mut rig = Rig::<T>::with(2_000 * MS, |config, _| {
-        config.breaker = common::drill_breaker();
-    });
+    let mut rig = WorldBuilder::new()
+        .ack_timeout(2_000 * MS)
+        .tweak(|config, _| {
+            config.breaker = common::drill_breaker();
+        })
+        .build::<T>();
     rig.until("SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     let resting = rig.order(1, 10);
     rig.strategy.commands.push(Command::New(resting)).unwrap();

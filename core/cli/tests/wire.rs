@@ -7,14 +7,10 @@ use std::net::TcpStream;
 
 mod common;
 
+use common::world::World;
 use keel::clock::{Clock, TscClock};
-use keel::dispatch::StrategyHandle;
-use keel::engine::{EngineBuilder, EngineLoop};
-use keel::net::{Reactor, ReactorConfig};
-use keel::order::{
-    ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
-    VenueId,
-};
+use keel::net::Reactor;
+use keel::order::{Command, EventKind, NewOrder, Price, Side, SymbolId, VenueId};
 use keel::proto::ouch::{
     decode_outbound, encode_inbound, Dialect, EnterOrder, Inbound, OrderFields, Outbound,
 };
@@ -36,129 +32,51 @@ fn venue() -> VenueServer {
     VenueServer::new(config).expect("venue starts on loopback")
 }
 
-/// The engine's own loop (`EngineBuilder::build`) over io_uring, stepped on the test's thread
-/// with the venue.
-struct Engine {
-    clock: TscClock,
-    core: EngineLoop<Reactor>,
-    strategy: StrategyHandle,
-}
-
-impl Engine {
-    fn new(venue: &VenueServer) -> Self {
-        let clock = TscClock::new();
-        let reactor = Reactor::new(ReactorConfig {
-            conns_max: 4,
-            ..ReactorConfig::default()
-        })
-        .unwrap();
-        let config = common::one_venue_config(venue.local_addr(), "engine");
-        let mut core = EngineBuilder::new(config)
-            .build(reactor, clock.now_ns())
-            .unwrap();
-        let strategy = core.take_strategy(StrategyId(0)).unwrap();
-        Self {
-            clock,
-            core,
-            strategy,
-        }
-    }
-
-    /// One pass of the engine and the venue.
-    fn step(&mut self, venue: &mut VenueServer) {
-        let now = self.clock.now_ns();
-        venue.step(now, 0).unwrap();
-        self.core.pass(now);
-        assert_eq!(self.core.poll_errors(), 0);
-    }
-
-    fn until(
-        &mut self,
-        venue: &mut VenueServer,
-        what: &str,
-        mut done: impl FnMut(&mut Self, &VenueServer) -> bool,
-    ) {
-        for _ in 0..200_000 {
-            self.step(venue);
-            if done(self, venue) {
-                return;
-            }
-        }
-        panic!("timed out waiting for {what}");
-    }
-
-    fn order(&self, seq: u64, side: Side, qty: u32, price: Price) -> NewOrder {
-        NewOrder {
-            id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
-            venue: VenueId(0),
-            symbol: SymbolId(0),
-            side,
-            price,
-            qty,
-            tif: TimeInForce::Day,
-            reduce_only: false,
-        }
-    }
-}
-
 // Goal: the whole order path on real sockets: accepted, filled by the venue's market, a
 // second order canceled; the strategy sees exactly those events.
 #[test]
 fn order_round_trip_through_the_venue() {
-    let mut venue = venue();
-    let mut engine = Engine::new(&venue);
-    engine.until(&mut venue, "login", |e, _| {
-        e.core.dispatcher().is_synced(VenueId(0))
-    });
-    assert_eq!(engine.core.links()[0].state(), LinkState::Synced);
-    let buy = engine.order(1, Side::Buy, 100, Price::from_units(10, 0));
-    engine.strategy.commands.push(Command::New(buy)).unwrap();
-    let mut seen = Vec::new();
-    engine.until(&mut venue, "accept", |e, _| {
-        seen.extend(std::iter::from_fn(|| e.strategy.events.pop().ok()));
-        !seen.is_empty()
-    });
-    assert_eq!(seen[0].kind, EventKind::Accepted);
-    let now = engine.clock.now_ns();
-    venue
+    let mut w = World::<Reactor>::new();
+    w.until("login", |w| w.dispatcher().is_synced(VenueId(0)));
+    assert_eq!(w.link().state(), LinkState::Synced);
+    let buy = NewOrder {
+        symbol: SymbolId(0),
+        price: Price::from_units(10, 0),
+        ..w.order(1, 100)
+    };
+    w.send(Command::New(buy));
+    w.until("accept", |w| !w.kinds(buy.id).is_empty());
+    let now = w.clock.now_ns();
+    w.venue
         .exchange_mut()
         .synthetic(now, 0, Side::Sell, Price::from_units(9, 9000).0, 100, true);
-    seen.clear();
-    engine.until(&mut venue, "fill", |e, _| {
-        seen.extend(std::iter::from_fn(|| e.strategy.events.pop().ok()));
-        !seen.is_empty()
-    });
+    w.until("fill", |w| w.kinds(buy.id).len() == 2);
     assert_eq!(
-        seen[0].kind,
-        EventKind::Filled {
-            qty: 100,
-            price: Price::from_units(10, 0)
-        }
+        w.kinds(buy.id),
+        [
+            EventKind::Accepted,
+            EventKind::Filled {
+                qty: 100,
+                price: Price::from_units(10, 0)
+            }
+        ]
     );
-    let rest = engine.order(2, Side::Sell, 50, Price::from_units(11, 0));
-    engine.strategy.commands.push(Command::New(rest)).unwrap();
-    seen.clear();
-    engine.until(&mut venue, "second accept", |e, _| {
-        seen.extend(std::iter::from_fn(|| e.strategy.events.pop().ok()));
-        !seen.is_empty()
-    });
-    engine
-        .strategy
-        .commands
-        .push(Command::Cancel { id: rest.id })
-        .unwrap();
-    seen.clear();
-    engine.until(&mut venue, "cancel", |e, _| {
-        seen.extend(std::iter::from_fn(|| e.strategy.events.pop().ok()));
-        !seen.is_empty()
-    });
-    assert_eq!(seen[0].kind, EventKind::Canceled);
-    assert!(venue.exchange().book(0).is_empty());
-    assert_eq!(engine.core.links()[0].stats().decode_errors, 0);
-    assert_eq!(
-        engine.core.dispatcher().guards().risk.position(SymbolId(0)),
-        100
-    );
+    let rest = NewOrder {
+        symbol: SymbolId(0),
+        side: Side::Sell,
+        price: Price::from_units(11, 0),
+        ..w.order(2, 50)
+    };
+    w.send(Command::New(rest));
+    w.until("second accept", |w| !w.kinds(rest.id).is_empty());
+    w.send(Command::Cancel { id: rest.id });
+    w.until("cancel", |w| w.kinds(rest.id).len() == 2);
+    assert_eq!(w.kinds(rest.id), [EventKind::Accepted, EventKind::Canceled]);
+    // Exactly those events, nothing else.
+    assert_eq!(w.events.len(), 4, "{:?}", w.events);
+    assert!(w.venue.exchange().book(0).is_empty());
+    assert_eq!(w.link().stats().decode_errors, 0);
+    assert_eq!(w.dispatcher().guards().risk.position(SymbolId(0)), 100);
 }
 
 /// A hand-driven SoupBinTCP client on a plain socket, for the venue's session tests.

@@ -1,11 +1,17 @@
-//! A test rig around one dispatcher: strategies and venues are driven by hand on the test's
-//! thread, with time passed explicitly, so every test is deterministic.
+//! The integration tests' shared harness. [`world`] is the one test world (the simulated
+//! venue, the engine's own loop and a strategy, stepped together, with bounded waits, and its
+//! configuration builder); [`Rig`] drives one dispatcher alone, strategies and venues by hand
+//! with time passed explicitly; `engine_config`, `ouch_venue` and `one_venue_config` build the
+//! configurations the tests start from; [`peers`] and [`observe`] start and read the real
+//! processes (the `keel` binary, Python peers, Prometheus, Chromium); [`alloc`] counts
+//! allocations.
 
 #![allow(dead_code)]
 
 pub mod alloc;
 pub mod observe;
 pub mod peers;
+pub mod world;
 
 use keel::dispatch::{
     strategy_channel, venue_channel, Dispatcher, DispatcherConfig, StrategyHandle, VenueHandle,
