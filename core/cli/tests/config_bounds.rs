@@ -74,19 +74,27 @@ fn with(mut c: Case, extra: &'static str) -> Case {
 }
 
 fn cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    v.extend(dispatcher_cases());
+    v.extend(risk_cases());
+    v.extend(breaker_and_limiter_cases());
+    v.extend(runtime_cases());
+    v.extend(venue_cases());
+    // Symbols: at least one, at most 65,535.
+    let names = |n: usize| -> String {
+        let list: Vec<String> = (0..n).map(|i| format!("\"S{i}\"")).collect();
+        format!("[{}]", list.join(", "))
+    };
+    v.push(case("", "symbols", "[]", Refused));
+    v.push(case("", "symbols", &names(65_535), Either));
+    v.push(case("", "symbols", &names(65_536), Refused));
+    v
+}
+
+/// The dispatcher's own keys.
+fn dispatcher_cases() -> Vec<Case> {
     let d = "dispatcher";
-    let risk = "dispatcher.risk";
-    let bulk = "dispatcher.bulkhead";
-    let quota = "dispatcher.quota";
-    let own = "dispatcher.quota.strategy";
-    let brk = "dispatcher.breaker";
-    let lim = "dispatcher.limiter";
-    let win = "dispatcher.limiter.window";
-    let eng = "engine";
-    let ipc = "ipc";
-    let jrn = "journal";
-    let ven = "venue";
-    let mut v = vec![
+    vec![
         // Dispatcher.
         case(d, "strategies", "0", Refused),
         case(d, "strategies", "1", Trade),
@@ -135,6 +143,16 @@ fn cases() -> Vec<Case> {
         case(d, "sends_per_poll_max", "0", Refused),
         case(d, "sends_per_poll_max", "1", Trade),
         case(d, "sends_per_poll_max", U32_MAX, Trade),
+    ]
+}
+
+/// Risk, bulkheads and per-strategy quotas.
+fn risk_cases() -> Vec<Case> {
+    let risk = "dispatcher.risk";
+    let bulk = "dispatcher.bulkhead";
+    let quota = "dispatcher.quota";
+    let own = "dispatcher.quota.strategy";
+    vec![
         // Risk: orders below are 3 at 50.0000 (notional 1,500,000 in price units).
         case(risk, "order_qty_max", "0", Start),
         case(risk, "order_qty_max", U32_MAX, Trade),
@@ -182,6 +200,15 @@ fn cases() -> Vec<Case> {
         case(own, "id", "2", Refused),
         case(own, "id", "-1", Refused),
         case(own, "id", "65535", Refused),
+    ]
+}
+
+/// The breaker and the rate limiter.
+fn breaker_and_limiter_cases() -> Vec<Case> {
+    let brk = "dispatcher.breaker";
+    let lim = "dispatcher.limiter";
+    let win = "dispatcher.limiter.window";
+    vec![
         // Breaker.
         case(brk, "window_buckets", "0", Refused),
         case(brk, "window_buckets", "1", Trade),
@@ -272,6 +299,15 @@ fn cases() -> Vec<Case> {
             case(win, "burst_weight", U32_MAX, Trade),
             "window_ns = 1_000_000\nlimit_weight = 10",
         ),
+    ]
+}
+
+/// The engine's loops, the shared-memory channels and the journal.
+fn runtime_cases() -> Vec<Case> {
+    let eng = "engine";
+    let ipc = "ipc";
+    let jrn = "journal";
+    vec![
         // Engine loops.
         case(eng, "strategy_ring", "15", Refused),
         case(eng, "strategy_ring", "16", Trade),
@@ -334,6 +370,13 @@ fn cases() -> Vec<Case> {
         case(jrn, "file_bytes", "200", Refused),
         // Two such files (the current and the next, populated) exceed any machine.
         case(jrn, "file_bytes", "4611686018427387904", Memory),
+    ]
+}
+
+/// The venue link, durations with units.
+fn venue_cases() -> Vec<Case> {
+    let ven = "venue";
+    vec![
         // Venue link.
         case(ven, "max_packet_len", "255", Refused),
         case(ven, "max_packet_len", "256", Trade),
@@ -379,16 +422,7 @@ fn cases() -> Vec<Case> {
         case(ven, "username", "\"abcdefg\"", Refused),
         case(ven, "password", "\"abcdefghij\"", Start),
         case(ven, "password", "\"abcdefghijk\"", Refused),
-    ];
-    // Symbols: at least one, at most 65,535.
-    let names = |n: usize| -> String {
-        let list: Vec<String> = (0..n).map(|i| format!("\"S{i}\"")).collect();
-        format!("[{}]", list.join(", "))
-    };
-    v.push(case("", "symbols", "[]", Refused));
-    v.push(case("", "symbols", &names(65_535), Either));
-    v.push(case("", "symbols", &names(65_536), Refused));
-    v
+    ]
 }
 
 /// The configuration of one case: two symbols, two strategies, a journal, one venue link (and

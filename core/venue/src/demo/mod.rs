@@ -549,65 +549,7 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
         told: [Told::default(); 3],
         retry: std::collections::VecDeque::new(),
     };
-    // The script: (phase, duration, messages per second, cancels per thousand).
-    let script: Vec<(Phase, u64, u64, u64)> = match args.scenario {
-        // Each storm offers 15,000 messages/s, 60% cancels, against a limit of 10,000/s: the
-        // cancels alone fit, the new orders queue behind (or, FIFO, in front of) them. The storms
-        // keep their length with --quick: a shorter one would stay within the burst.
-        Scenario::Storm => vec![
-            (Phase::Warmup, phase_ns(2_000), 4_000, 0),
-            (Phase::Calm, phase_ns(3_000), 50, 500),
-            (Phase::Storm, 1_500 * MS, 15_000, 600),
-            (Phase::Rewarm, phase_ns(2_000), 4_000, 0),
-            (Phase::StormFifo, 1_500 * MS, 15_000, 600),
-            (Phase::Rewarm, phase_ns(1_000), 50, 500),
-            (Phase::Disconnect, 0, 0, 0),
-            (Phase::Recovery, phase_ns(3_000), 50, 500),
-            (Phase::Drain, phase_ns(500), 0, 0),
-        ],
-        Scenario::Incident => vec![
-            (Phase::Warmup, phase_ns(1_000), 2_000, 0),
-            (Phase::Calm, phase_ns(2_000), 50, 500),
-            (Phase::Incident, phase_ns(2_000), 400, 500),
-            // Long enough, even with --quick, for the open breaker to half-open and close.
-            (Phase::Recovery, phase_ns(3_000).max(1_500 * MS), 50, 500),
-            (Phase::Drain, phase_ns(500), 0, 0),
-        ],
-        Scenario::ReconnectStorm => vec![
-            (Phase::Warmup, phase_ns(1_000), 2_000, 0),
-            (Phase::Calm, phase_ns(2_000), 50, 500),
-            (Phase::Outage, phase_ns(2_500), 50, 500),
-            (Phase::Recovery, phase_ns(3_000), 50, 500),
-            (Phase::Drain, phase_ns(500), 0, 0),
-        ],
-        // The venue takes 2,500 messages/s during each drop (keel's limiter allows 10,000/s);
-        // the strategy offers 4,000/s, half cancels. The drops keep their length with --quick:
-        // the controller needs ticks to act.
-        Scenario::CapacityDrop => vec![
-            (Phase::Warmup, phase_ns(1_000), 2_000, 0),
-            (Phase::Calm, phase_ns(2_000), 100, 500),
-            (
-                Phase::DropStatic,
-                phase_ns(3_000).max(2_000 * MS),
-                4_000,
-                500,
-            ),
-            (Phase::Recovery, phase_ns(3_000).max(2_000 * MS), 100, 500),
-            (
-                Phase::DropControlled,
-                phase_ns(3_000).max(2_000 * MS),
-                4_000,
-                500,
-            ),
-            (Phase::Recovery, phase_ns(2_000), 100, 500),
-            (Phase::Drain, phase_ns(500), 0, 0),
-        ],
-        Scenario::Calm => vec![
-            (Phase::Warmup, phase_ns(1_000), 1_000, 0),
-            (Phase::Calm, phase_ns(5_000), 50, 500),
-            (Phase::Drain, phase_ns(500), 0, 0),
-        ],
-    };
+    let script = script(args.scenario, &phase_ns);
     let mut idler = Idler::new(match args.idle {
         Idle::Spin => IdlePolicy::BusySpin,
         Idle::Backoff => IdlePolicy::TEST,
@@ -721,6 +663,107 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
         }
     }
     progress.finish();
+    check_end_state(&engine, &trader, &mut inv);
+    check_story(
+        args.scenario,
+        &engine,
+        &trader,
+        controller.as_ref().map(|(c, _)| &**c),
+        outage_attempts,
+        &mut inv,
+    );
+    let peak = Peak {
+        open_orders: peak_open,
+        reconnect_ns,
+        outage_attempts,
+        controller: controller.as_ref().map(|(c, _)| {
+            use std::sync::atomic::Ordering::Relaxed;
+            (
+                c.decreases.load(Relaxed),
+                c.increases.load(Relaxed),
+                c.sheds.load(Relaxed),
+                c.unsheds.load(Relaxed),
+            )
+        }),
+    };
+    report(args, &engine, &trader, &inv, &peak)?;
+    // The engine stops as `keel run`'s does: the journal synced, the wire log written out.
+    drop(engine.core.finish());
+    monitor_stop.store(true, std::sync::atomic::Ordering::Release);
+    if let Some(m) = monitor {
+        let _ = m.join();
+    }
+    if let Some(dir) = counters.as_deref().and_then(std::path::Path::parent) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(u8::from(inv.violated > 0))
+}
+
+/// A scenario's script: (phase, duration, messages per second, cancels per thousand).
+/// `phase_ns` scales a phase's length (`--quick`).
+fn script(scenario: Scenario, phase_ns: &dyn Fn(u64) -> u64) -> Vec<(Phase, u64, u64, u64)> {
+    match scenario {
+        // Each storm offers 15,000 messages/s, 60% cancels, against a limit of 10,000/s: the
+        // cancels alone fit, the new orders queue behind (or, FIFO, in front of) them. The storms
+        // keep their length with --quick: a shorter one would stay within the burst.
+        Scenario::Storm => vec![
+            (Phase::Warmup, phase_ns(2_000), 4_000, 0),
+            (Phase::Calm, phase_ns(3_000), 50, 500),
+            (Phase::Storm, 1_500 * MS, 15_000, 600),
+            (Phase::Rewarm, phase_ns(2_000), 4_000, 0),
+            (Phase::StormFifo, 1_500 * MS, 15_000, 600),
+            (Phase::Rewarm, phase_ns(1_000), 50, 500),
+            (Phase::Disconnect, 0, 0, 0),
+            (Phase::Recovery, phase_ns(3_000), 50, 500),
+            (Phase::Drain, phase_ns(500), 0, 0),
+        ],
+        Scenario::Incident => vec![
+            (Phase::Warmup, phase_ns(1_000), 2_000, 0),
+            (Phase::Calm, phase_ns(2_000), 50, 500),
+            (Phase::Incident, phase_ns(2_000), 400, 500),
+            // Long enough, even with --quick, for the open breaker to half-open and close.
+            (Phase::Recovery, phase_ns(3_000).max(1_500 * MS), 50, 500),
+            (Phase::Drain, phase_ns(500), 0, 0),
+        ],
+        Scenario::ReconnectStorm => vec![
+            (Phase::Warmup, phase_ns(1_000), 2_000, 0),
+            (Phase::Calm, phase_ns(2_000), 50, 500),
+            (Phase::Outage, phase_ns(2_500), 50, 500),
+            (Phase::Recovery, phase_ns(3_000), 50, 500),
+            (Phase::Drain, phase_ns(500), 0, 0),
+        ],
+        // The venue takes 2,500 messages/s during each drop (keel's limiter allows 10,000/s);
+        // the strategy offers 4,000/s, half cancels. The drops keep their length with --quick:
+        // the controller needs ticks to act.
+        Scenario::CapacityDrop => vec![
+            (Phase::Warmup, phase_ns(1_000), 2_000, 0),
+            (Phase::Calm, phase_ns(2_000), 100, 500),
+            (
+                Phase::DropStatic,
+                phase_ns(3_000).max(2_000 * MS),
+                4_000,
+                500,
+            ),
+            (Phase::Recovery, phase_ns(3_000).max(2_000 * MS), 100, 500),
+            (
+                Phase::DropControlled,
+                phase_ns(3_000).max(2_000 * MS),
+                4_000,
+                500,
+            ),
+            (Phase::Recovery, phase_ns(2_000), 100, 500),
+            (Phase::Drain, phase_ns(500), 0, 0),
+        ],
+        Scenario::Calm => vec![
+            (Phase::Warmup, phase_ns(1_000), 1_000, 0),
+            (Phase::Calm, phase_ns(5_000), 50, 500),
+            (Phase::Drain, phase_ns(500), 0, 0),
+        ],
+    }
+}
+
+/// At the end keel's open orders must be exactly the venue's, and its books the venue's.
+fn check_end_state<T: SocketTransport>(engine: &Engine<T>, trader: &Trader, inv: &mut Invariants) {
     // At the end keel's open orders must be exactly the venue's.
     let keel_open: Vec<ClientOrderId> = trader
         .orders
@@ -762,9 +805,20 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
         f.gaps + f.crossed + f.malformed + f.protocol_errors == 0,
         || format!("the feed handler saw a faulty feed: {f:?}"),
     );
+}
+
+/// Each scenario's story must actually have happened.
+fn check_story<T: SocketTransport>(
+    scenario: Scenario,
+    engine: &Engine<T>,
+    trader: &Trader,
+    controller: Option<&keel::monitor::control::ControllerCounters>,
+    outage_attempts: Option<u64>,
+    inv: &mut Invariants,
+) {
     // Each scenario's story must actually have happened.
     let b = engine.dispatcher().guards().venues[0].breaker.stats();
-    match args.scenario {
+    match scenario {
         Scenario::Incident => {
             inv.check(b.opened >= 1 && b.closed >= 1, || {
                 format!("the incident should open and then close the breaker: {b:?}")
@@ -814,7 +868,7 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
                     )
                 },
             );
-            let decreases = controller.as_ref().map_or(0, |(c, _)| {
+            let decreases = controller.map_or(0, |c| {
                 c.decreases.load(std::sync::atomic::Ordering::Relaxed)
             });
             inv.check(decreases > 0, || {
@@ -823,31 +877,6 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
         }
         Scenario::Calm => {}
     }
-    let peak = Peak {
-        open_orders: peak_open,
-        reconnect_ns,
-        outage_attempts,
-        controller: controller.as_ref().map(|(c, _)| {
-            use std::sync::atomic::Ordering::Relaxed;
-            (
-                c.decreases.load(Relaxed),
-                c.increases.load(Relaxed),
-                c.sheds.load(Relaxed),
-                c.unsheds.load(Relaxed),
-            )
-        }),
-    };
-    report(args, &engine, &trader, &inv, &peak)?;
-    // The engine stops as `keel run`'s does: the journal synced, the wire log written out.
-    drop(engine.core.finish());
-    monitor_stop.store(true, std::sync::atomic::Ordering::Release);
-    if let Some(m) = monitor {
-        let _ = m.join();
-    }
-    if let Some(dir) = counters.as_deref().and_then(std::path::Path::parent) {
-        let _ = std::fs::remove_dir_all(dir);
-    }
-    Ok(u8::from(inv.violated > 0))
 }
 
 /// The live progress line on stderr. On a terminal it is rewritten in place (`\r`) every
