@@ -115,40 +115,7 @@ const INFO: u64 = u64::MAX;
 fn fetch<T: SocketTransport>(mut t: T, args: &FetchArgs) -> Result<ExitCode, String> {
     let clock = TscClock::new();
     let start = clock.now_ns();
-    let mut gate = if args.no_limiter {
-        // One bucket of a million weight a second: nothing a loopback burst reaches.
-        let mut g = RestGateConfig::for_venue_limits(1_000_000, 1_000_000, 10);
-        g.limiter.windows[1] = None;
-        g.feedback = false;
-        g
-    } else {
-        RestGateConfig::for_venue_limits(args.second_weight, args.minute_weight, 10)
-    };
-    gate.endpoints = vec![
-        ("/api/v3/ticker".into(), 1),
-        ("/api/v3/depth".into(), 2),
-        ("/api/v3/klines".into(), 5),
-        ("/api/v3/exchangeInfo".into(), 10),
-    ];
-    gate.acquire_timeout_ns = args.acquire_timeout_s * 1_000_000_000;
-    if args.no_limiter {
-        // Without the gate a refused request is sent again at once.
-        gate.retry.base_ns = 1_000_000;
-        gate.retry.cap_ns = 1_000_000;
-    }
-    let mut config = RestSessionConfig::new(args.rest, gate);
-    config.connections = args.connections as usize;
-    // Requests are submitted as slots free up: any number of symbols, bounded memory.
-    config.requests_max = 1_024;
-    config.api_key = args.api_key.clone();
-    config.used_weight_headers = if args.no_limiter {
-        Vec::new()
-    } else {
-        vec![
-            (0, "X-Used-Weight-1s".into()),
-            (1, "X-Used-Weight-1m".into()),
-        ]
-    };
+    let config = session_config(args);
     let mut session = RestSession::new(config, start).map_err(|e| e.to_string())?;
     let mut symbols = args.symbols.clone();
     let mut tally = Tally::default();
@@ -347,6 +314,47 @@ fn fetch<T: SocketTransport>(mut t: T, args: &FetchArgs) -> Result<ExitCode, Str
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The REST session `keel fetch` runs: the venue's weight limits in the gate (or, with
+/// `--no-limiter`, a gate that never holds a request back and retries at once), the venue's
+/// endpoint weights, and its used-weight headers as feedback.
+fn session_config(args: &FetchArgs) -> RestSessionConfig {
+    let mut gate = if args.no_limiter {
+        // One bucket of a million weight a second: nothing a loopback burst reaches.
+        let mut g = RestGateConfig::for_venue_limits(1_000_000, 1_000_000, 10);
+        g.limiter.windows[1] = None;
+        g.feedback = false;
+        g
+    } else {
+        RestGateConfig::for_venue_limits(args.second_weight, args.minute_weight, 10)
+    };
+    gate.endpoints = vec![
+        ("/api/v3/ticker".into(), 1),
+        ("/api/v3/depth".into(), 2),
+        ("/api/v3/klines".into(), 5),
+        ("/api/v3/exchangeInfo".into(), 10),
+    ];
+    gate.acquire_timeout_ns = args.acquire_timeout_s * 1_000_000_000;
+    if args.no_limiter {
+        // Without the gate a refused request is sent again at once.
+        gate.retry.base_ns = 1_000_000;
+        gate.retry.cap_ns = 1_000_000;
+    }
+    let mut config = RestSessionConfig::new(args.rest, gate);
+    config.connections = args.connections as usize;
+    // Requests are submitted as slots free up: any number of symbols, bounded memory.
+    config.requests_max = 1_024;
+    config.api_key = args.api_key.clone();
+    config.used_weight_headers = if args.no_limiter {
+        Vec::new()
+    } else {
+        vec![
+            (0, "X-Used-Weight-1s".into()),
+            (1, "X-Used-Weight-1m".into()),
+        ]
+    };
+    config
 }
 
 /// Runs the loop until nothing is left (`Ok(true)`) or the deadline passes (`Ok(false)`);

@@ -32,30 +32,9 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> ExitCode {
-    let text = match std::fs::read_to_string(&args.config) {
-        Ok(text) => text,
-        Err(e) => {
-            keel::warn_line!("keel run: cannot read {}: {e}", args.config.display());
-            return ExitCode::from(66);
-        }
-    };
-    let config = match EngineConfig::from_toml(&text) {
-        Ok(c) => c,
-        Err(e) => {
-            keel::warn_line!("keel run: {}: {e}", args.config.display());
-            return ExitCode::from(65);
-        }
-    };
-    for w in config.warnings() {
-        keel::warn_line!("keel: warning: {w}");
-    }
-    let (Some(journal), Some(ipc)) = (config.journal.clone(), config.ipc.clone()) else {
-        keel::warn_line!(
-            "keel run: {}: needs a [journal] table (orders must survive a crash) and an [ipc] \
-             table (where strategies connect)",
-            args.config.display()
-        );
-        return ExitCode::from(65);
+    let (config, journal, ipc) = match load(&args) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
     };
     keel::log::install();
     // Signals are counted: the first stops (cancel-on-stop first, if configured), the second
@@ -249,6 +228,47 @@ pub fn run(args: RunArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Reads and checks `keel run`'s configuration file: it must name a journal (orders survive a
+/// crash) and an IPC directory (where strategies connect). A refusal is said on stderr and
+/// answered with the exit code (66: unreadable, 65: refused).
+fn load(
+    args: &RunArgs,
+) -> Result<
+    (
+        EngineConfig,
+        keel::journal::JournalConfig,
+        keel::engine::IpcConfig,
+    ),
+    ExitCode,
+> {
+    let text = match std::fs::read_to_string(&args.config) {
+        Ok(text) => text,
+        Err(e) => {
+            keel::warn_line!("keel run: cannot read {}: {e}", args.config.display());
+            return Err(ExitCode::from(66));
+        }
+    };
+    let config = match EngineConfig::from_toml(&text) {
+        Ok(c) => c,
+        Err(e) => {
+            keel::warn_line!("keel run: {}: {e}", args.config.display());
+            return Err(ExitCode::from(65));
+        }
+    };
+    for w in config.warnings() {
+        keel::warn_line!("keel: warning: {w}");
+    }
+    let (Some(journal), Some(ipc)) = (config.journal.clone(), config.ipc.clone()) else {
+        keel::warn_line!(
+            "keel run: {}: needs a [journal] table (orders must survive a crash) and an [ipc] \
+             table (where strategies connect)",
+            args.config.display()
+        );
+        return Err(ExitCode::from(65));
+    };
+    Ok((config, journal, ipc))
 }
 
 /// Cancel-on-stop: kill switch on, every open order canceled, answers awaited until none is

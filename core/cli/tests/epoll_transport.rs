@@ -319,7 +319,7 @@ fn keel_venue_refuses_an_unknown_transport() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             err.contains(&format!("unknown transport '{bad}'"))
-                && err.contains("io_uring or epoll"),
+                && err.contains("expected one of: io_uring epoll"),
             "{err}"
         );
     }

@@ -602,50 +602,7 @@ impl EngineBuilder {
         let mut channels = channels.into_iter();
         let mut first_journal_index = 0;
         if let Some(jc) = &config.journal {
-            let mut recovery = Recovery::default();
-            let (journal, report) = Journal::open(jc.clone(), |r| recovery.apply(r))?;
-            restored.journal = report;
-            restored.orders = dispatcher.restore(&recovery)?;
-            for (venue, &seq) in &recovery.applied_through {
-                if let Some(link) = links.get_mut(usize::from(venue.0)) {
-                    link.client_mut().resume_after(seq);
-                    restored.applied_through[usize::from(venue.0)] = seq;
-                }
-            }
-            for (venue, state) in &recovery.protocol_state {
-                if let Some(link) = links.get_mut(usize::from(venue.0)) {
-                    link.client_mut().restore_state(state).map_err(|why| {
-                        EngineError::ProtocolState {
-                            venue: venue.0,
-                            why,
-                        }
-                    })?;
-                }
-            }
-            for (&(venue, symbol), &position) in &recovery.positions {
-                // A position on a venue or symbol this configuration lacks: another desk's
-                // journal, refused like an order routed nowhere.
-                let link = links.get_mut(usize::from(venue.0)).ok_or(
-                    crate::dispatch::RestoreError::UnknownPosition(venue, symbol),
-                )?;
-                link.client_mut()
-                    .restore_position(symbol, position)
-                    .map_err(|_| crate::dispatch::RestoreError::UnknownPosition(venue, symbol))?;
-            }
-            for r in recovery.open.values() {
-                // Routes were checked by `restore`.
-                links[usize::from(r.order.venue.0)]
-                    .client_mut()
-                    .restore_order(&r.order, r.wire_ref, r.filled, r.accepted)
-                    .map_err(|_| crate::dispatch::RestoreError::SessionFull(r.order.id))?;
-            }
-            for (strategy, &next) in &recovery.next_sequence {
-                if let Some(floor) = restored.id_floor.get_mut(usize::from(strategy.0)) {
-                    *floor = next.saturating_sub(1);
-                }
-            }
-            first_journal_index = journal.next_index();
-            dispatcher.attach_journal(journal);
+            first_journal_index = restore(jc, &mut dispatcher, &mut links, &mut restored)?;
         }
         // Strategies beyond the in-process ones talk over shared memory.
         let mut bridges = Vec::new();
@@ -1407,4 +1364,61 @@ impl RunningEngine {
             None => Ok(report),
         }
     }
+}
+
+/// The journal restore, before the first pass: the journal is replayed into the dispatcher
+/// (orders live and in doubt) and into each venue link's protocol (where its stream resumes,
+/// its own state, positions, the open orders' wire references), and attached. Returns the
+/// journal's next record index.
+fn restore(
+    jc: &crate::journal::JournalConfig,
+    dispatcher: &mut Dispatcher,
+    links: &mut [EngineLink],
+    restored: &mut Restored,
+) -> Result<u64, EngineError> {
+    let mut recovery = Recovery::default();
+    let (journal, report) = Journal::open(jc.clone(), |r| recovery.apply(r))?;
+    restored.journal = report;
+    restored.orders = dispatcher.restore(&recovery)?;
+    for (venue, &seq) in &recovery.applied_through {
+        if let Some(link) = links.get_mut(usize::from(venue.0)) {
+            link.client_mut().resume_after(seq);
+            restored.applied_through[usize::from(venue.0)] = seq;
+        }
+    }
+    for (venue, state) in &recovery.protocol_state {
+        if let Some(link) = links.get_mut(usize::from(venue.0)) {
+            link.client_mut()
+                .restore_state(state)
+                .map_err(|why| EngineError::ProtocolState {
+                    venue: venue.0,
+                    why,
+                })?;
+        }
+    }
+    for (&(venue, symbol), &position) in &recovery.positions {
+        // A position on a venue or symbol this configuration lacks: another desk's
+        // journal, refused like an order routed nowhere.
+        let link = links.get_mut(usize::from(venue.0)).ok_or(
+            crate::dispatch::RestoreError::UnknownPosition(venue, symbol),
+        )?;
+        link.client_mut()
+            .restore_position(symbol, position)
+            .map_err(|_| crate::dispatch::RestoreError::UnknownPosition(venue, symbol))?;
+    }
+    for r in recovery.open.values() {
+        // Routes were checked by `restore`.
+        links[usize::from(r.order.venue.0)]
+            .client_mut()
+            .restore_order(&r.order, r.wire_ref, r.filled, r.accepted)
+            .map_err(|_| crate::dispatch::RestoreError::SessionFull(r.order.id))?;
+    }
+    for (strategy, &next) in &recovery.next_sequence {
+        if let Some(floor) = restored.id_floor.get_mut(usize::from(strategy.0)) {
+            *floor = next.saturating_sub(1);
+        }
+    }
+    let first_journal_index = journal.next_index();
+    dispatcher.attach_journal(journal);
+    Ok(first_journal_index)
 }

@@ -310,39 +310,101 @@ impl SocketTransport for EpollReactor {
     }
 }
 
-/// Which socket transport a process runs on, by the names operators write: `io_uring` (the
-/// default) or `epoll` (`keel venue --transport`, the engine's `[engine] transport` key).
-///
-/// The fallback rule ([`TransportKind::fallback`]): when io_uring is asked for and cannot be set
-/// up at all ([`NetError::Unavailable`]: disabled by `kernel.io_uring_disabled`, refused by a
-/// seccomp profile, missing from the kernel), the process warns on stderr, naming the cause, and
-/// runs on epoll, which needs nothing but sockets. Nothing else falls back: any other error (an
-/// address in use, too many connections, a failed registration) is reported as it is, and
-/// epoll asked for is epoll.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum TransportKind {
-    /// io_uring ([`Reactor`]).
-    #[default]
-    IoUring,
-    /// Non-blocking sockets and epoll ([`EpollReactor`]).
-    Epoll,
+/// Declares [`TransportKind`] and [`on_transport`] from one list of `"name" => Variant(Type)`:
+/// adding a socket transport adds one line to the `transports!` list below.
+macro_rules! transports {
+    ($($name:literal => $variant:ident($transport:ty)),+ $(,)?) => {
+        /// Which socket transport a process runs on, by the names operators write: `io_uring` (the
+        /// default) or `epoll` (`keel venue --transport`, the engine's `[engine] transport` key).
+        ///
+        /// The fallback rule ([`TransportKind::fallback`]): when io_uring is asked for and cannot be set
+        /// up at all ([`NetError::Unavailable`]: disabled by `kernel.io_uring_disabled`, refused by a
+        /// seccomp profile, missing from the kernel), the process warns on stderr, naming the cause, and
+        /// runs on epoll, which needs nothing but sockets. Nothing else falls back: any other error (an
+        /// address in use, too many connections, a failed registration) is reported as it is, and
+        /// epoll asked for is epoll.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum TransportKind {
+            $(
+                #[doc = concat!("`", $name, "` ([`", stringify!($transport), "`]).")]
+                $variant,
+            )+
+        }
+
+        impl TransportKind {
+            /// Every kind, in the order of their names in messages.
+            pub const ALL: &'static [TransportKind] = &[$(TransportKind::$variant),+];
+
+            /// The name operators write.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(TransportKind::$variant => $name,)+
+                }
+            }
+        }
+
+        /// Runs `body` on the transport `kind` names: the one place a transport kind becomes a
+        /// type. When the transport asked for cannot be set up and the fallback rule names
+        /// another (io_uring unavailable: epoll, see [`TransportKind`]), `who` says so on
+        /// stderr with the cause and the body runs there instead; any other error is returned
+        /// as it is.
+        pub fn on_transport<B: OnTransport>(
+            kind: TransportKind,
+            who: &str,
+            body: &mut B,
+        ) -> Result<B::Output, NetError> {
+            let opened = match kind {
+                $(TransportKind::$variant => body.run::<$transport>(),)+
+            };
+            match opened {
+                Err(e) => match kind.fallback(&e) {
+                    Some(instead) => {
+                        crate::warn_line!(
+                            "{who}: warning: {e}; running on {instead} instead \
+                             (docs/operations.md, \"Transports\")"
+                        );
+                        on_transport(instead, who, body)
+                    }
+                    None => Err(e),
+                },
+                opened => opened,
+            }
+        }
+    };
+}
+
+transports! {
+    "io_uring" => IoUring(Reactor),
+    "epoll" => Epoll(EpollReactor),
+}
+
+/// A transport name that names no transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownTransport(pub String);
+
+impl std::fmt::Display for UnknownTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "unknown transport '{}': expected one of:", self.0)?;
+        for kind in TransportKind::ALL {
+            write!(f, " {}", kind.name())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for UnknownTransport {}
+
+/// The default transport: io_uring.
+impl Default for TransportKind {
+    fn default() -> Self {
+        TransportKind::IoUring
+    }
 }
 
 impl TransportKind {
-    /// Every kind, in the order of their names in messages.
-    pub const ALL: [TransportKind; 2] = [TransportKind::IoUring, TransportKind::Epoll];
-
-    /// The name operators write: `io_uring` or `epoll`.
-    pub fn name(self) -> &'static str {
-        match self {
-            TransportKind::IoUring => "io_uring",
-            TransportKind::Epoll => "epoll",
-        }
-    }
-
     /// The transport to run on instead when setting up `self` failed with `error`, per the
     /// fallback rule (see the type's docs): `Some(Epoll)` for io_uring that is unavailable,
-    /// `None` otherwise (report the error).
+    /// `None` otherwise (report the error). A fallback never falls back again.
     pub fn fallback(self, error: &NetError) -> Option<TransportKind> {
         match (self, error) {
             (TransportKind::IoUring, NetError::Unavailable { .. }) => Some(TransportKind::Epoll),
@@ -370,45 +432,13 @@ pub trait OnTransport {
     fn run<T: SocketTransport>(&mut self) -> Result<Self::Output, NetError>;
 }
 
-/// Runs `body` on the transport `kind` names: the one place a transport kind becomes a type.
-/// When io_uring is asked for and cannot be set up at all, `who` says so on stderr with the
-/// cause and the body runs on epoll instead (the fallback rule, see [`TransportKind`]); any
-/// other error is returned as it is. A new transport is one variant of [`TransportKind`] and
-/// one arm here.
-pub fn on_transport<B: OnTransport>(
-    kind: TransportKind,
-    who: &str,
-    body: &mut B,
-) -> Result<B::Output, NetError> {
-    match kind {
-        TransportKind::IoUring => match body.run::<Reactor>() {
-            Err(e) => match kind.fallback(&e) {
-                Some(instead) => {
-                    crate::warn_line!(
-                        "{who}: warning: {e}; running on {instead} instead (docs/operations.md, \
-                         \"Transports\")"
-                    );
-                    body.run::<EpollReactor>()
-                }
-                None => Err(e),
-            },
-            opened => opened,
-        },
-        TransportKind::Epoll => body.run::<EpollReactor>(),
-    }
-}
-
-/// A transport name that is neither `io_uring` nor `epoll`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown transport '{0}': expected io_uring or epoll")]
-pub struct UnknownTransport(pub String);
-
 impl FromStr for TransportKind {
     type Err = UnknownTransport;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         TransportKind::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|k| k.name() == s)
             .ok_or_else(|| UnknownTransport(s.to_string()))
     }

@@ -1121,95 +1121,7 @@ fn report<T: SocketTransport>(
         if args.quick { " (quick)" } else { "" },
         T::KIND
     );
-    let _ = writeln!(
-        out,
-        "\nlatency, command to venue answer (µs)   p50     p99   p99.9     max   samples"
-    );
-    let baseline = baseline_label(args.scenario);
-    for (kind, k) in [("new order → accepted ", 0), ("cancel → canceled    ", 1)] {
-        for (phase, p) in [("calm ", 0), (stress, 1), (baseline, 2)] {
-            let h = &lat.hist[k][p];
-            if h.is_empty() {
-                continue;
-            }
-            let _ = writeln!(
-                out,
-                "  {kind} {phase:<11}  {:>7} {:>7} {:>7} {:>7} {:>9}",
-                h.value_at_quantile(0.5),
-                h.value_at_quantile(0.99),
-                h.value_at_quantile(0.999),
-                h.max(),
-                h.len()
-            );
-        }
-    }
-    let calm = &lat.hist[1][0];
-    let storm = &lat.hist[1][1];
-    if !calm.is_empty() && !storm.is_empty() {
-        let _ = writeln!(
-            out,
-            "  cancel p99, {stress} / calm: {:.2}×",
-            storm.value_at_quantile(0.99) as f64 / calm.value_at_quantile(0.99).max(1) as f64
-        );
-    }
-    let fifo = &lat.hist[1][2];
-    if args.scenario == Scenario::Storm && !storm.is_empty() && !fifo.is_empty() {
-        let (k, f) = (storm.value_at_quantile(0.99), fifo.value_at_quantile(0.99));
-        let _ = writeln!(
-            out,
-            "  cancels overtake queued new orders: storm cancel p99 keel {k} µs, FIFO baseline \
-             {f} µs ({:.0}× lower with keel's lanes; same dispatcher, venue, limiter and load)",
-            f as f64 / k.max(1) as f64
-        );
-    }
-    if args.scenario == Scenario::CapacityDrop {
-        let (st, ct) = (trader.told[2], trader.told[1]);
-        let (sc, cc) = (&lat.hist[1][2], &lat.hist[1][1]);
-        let _ = writeln!(
-            out,
-            "\nvenue capacity ÷4 (2,500 messages/s; keel's limiter 10,000/s)   static  controller"
-        );
-        for (what, a, b) in [
-            (
-                "new orders rejected by the venue's throttle",
-                st.venue_throttled,
-                ct.venue_throttled,
-            ),
-            (
-                "cancels refused by the venue (sent again)",
-                st.cancel_refused,
-                ct.cancel_refused,
-            ),
-            ("new orders accepted", st.accepted, ct.accepted),
-            ("new orders held back by keel", st.held, ct.held),
-            (
-                "cancel → canceled p50 (µs, from 1st try)",
-                sc.value_at_quantile(0.5),
-                cc.value_at_quantile(0.5),
-            ),
-            (
-                "cancel → canceled p99 (µs, from 1st try)",
-                sc.value_at_quantile(0.99),
-                cc.value_at_quantile(0.99),
-            ),
-            (
-                "cancel → canceled max (µs, from 1st try)",
-                sc.max(),
-                cc.max(),
-            ),
-        ] {
-            let _ = writeln!(out, "  {what:<45}  {a:>9} {b:>10}");
-        }
-        if let Some((down, up, shed, unshed)) = peak.controller {
-            let _ = writeln!(
-                out,
-                "  controller: {down} cuts, {up} raises, non-core symbols shed {shed}× and \
-                 restored {unshed}×; venue refusals {:.2}× of static",
-                (ct.venue_throttled + ct.cancel_refused) as f64
-                    / (st.venue_throttled + st.cancel_refused).max(1) as f64
-            );
-        }
-    }
+    report_latency(&mut out, args, trader, peak, stress);
     let _ = writeln!(
         out,
         "\ncommands: {} new, {} cancel; sent to the venue: {} new, {} cancel, {} queries",
@@ -1338,11 +1250,113 @@ fn report<T: SocketTransport>(
             "keel demo, scenario {}: command to venue answer, µs",
             args.scenario
         );
+        let baseline = baseline_label(args.scenario);
         std::fs::write(path, svg_plot(lat, &title, stress, baseline))
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let _ = writeln!(out, "latency plot written to {}", path.display());
     }
     Ok(())
+}
+
+/// The report's latency part: per phase and kind, the storm against its baseline, and the
+/// capacity drop with and without the controller.
+fn report_latency(
+    out: &mut impl Write,
+    args: &DemoArgs,
+    trader: &Trader,
+    peak: &Peak,
+    stress: &str,
+) {
+    let lat = &trader.lat;
+    let _ = writeln!(
+        out,
+        "\nlatency, command to venue answer (µs)   p50     p99   p99.9     max   samples"
+    );
+    let baseline = baseline_label(args.scenario);
+    for (kind, k) in [("new order → accepted ", 0), ("cancel → canceled    ", 1)] {
+        for (phase, p) in [("calm ", 0), (stress, 1), (baseline, 2)] {
+            let h = &lat.hist[k][p];
+            if h.is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "  {kind} {phase:<11}  {:>7} {:>7} {:>7} {:>7} {:>9}",
+                h.value_at_quantile(0.5),
+                h.value_at_quantile(0.99),
+                h.value_at_quantile(0.999),
+                h.max(),
+                h.len()
+            );
+        }
+    }
+    let calm = &lat.hist[1][0];
+    let storm = &lat.hist[1][1];
+    if !calm.is_empty() && !storm.is_empty() {
+        let _ = writeln!(
+            out,
+            "  cancel p99, {stress} / calm: {:.2}×",
+            storm.value_at_quantile(0.99) as f64 / calm.value_at_quantile(0.99).max(1) as f64
+        );
+    }
+    let fifo = &lat.hist[1][2];
+    if args.scenario == Scenario::Storm && !storm.is_empty() && !fifo.is_empty() {
+        let (k, f) = (storm.value_at_quantile(0.99), fifo.value_at_quantile(0.99));
+        let _ = writeln!(
+            out,
+            "  cancels overtake queued new orders: storm cancel p99 keel {k} µs, FIFO baseline \
+             {f} µs ({:.0}× lower with keel's lanes; same dispatcher, venue, limiter and load)",
+            f as f64 / k.max(1) as f64
+        );
+    }
+    if args.scenario == Scenario::CapacityDrop {
+        let (st, ct) = (trader.told[2], trader.told[1]);
+        let (sc, cc) = (&lat.hist[1][2], &lat.hist[1][1]);
+        let _ = writeln!(
+            out,
+            "\nvenue capacity ÷4 (2,500 messages/s; keel's limiter 10,000/s)   static  controller"
+        );
+        for (what, a, b) in [
+            (
+                "new orders rejected by the venue's throttle",
+                st.venue_throttled,
+                ct.venue_throttled,
+            ),
+            (
+                "cancels refused by the venue (sent again)",
+                st.cancel_refused,
+                ct.cancel_refused,
+            ),
+            ("new orders accepted", st.accepted, ct.accepted),
+            ("new orders held back by keel", st.held, ct.held),
+            (
+                "cancel → canceled p50 (µs, from 1st try)",
+                sc.value_at_quantile(0.5),
+                cc.value_at_quantile(0.5),
+            ),
+            (
+                "cancel → canceled p99 (µs, from 1st try)",
+                sc.value_at_quantile(0.99),
+                cc.value_at_quantile(0.99),
+            ),
+            (
+                "cancel → canceled max (µs, from 1st try)",
+                sc.max(),
+                cc.max(),
+            ),
+        ] {
+            let _ = writeln!(out, "  {what:<45}  {a:>9} {b:>10}");
+        }
+        if let Some((down, up, shed, unshed)) = peak.controller {
+            let _ = writeln!(
+                out,
+                "  controller: {down} cuts, {up} raises, non-core symbols shed {shed}× and \
+                 restored {unshed}×; venue refusals {:.2}× of static",
+                (ct.venue_throttled + ct.cancel_refused) as f64
+                    / (st.venue_throttled + st.cancel_refused).max(1) as f64
+            );
+        }
+    }
 }
 
 /// The latency percentile curves as an SVG image: x is the percentile on a "nines" scale
