@@ -346,6 +346,15 @@ impl<T: Transport> Executor<T> {
         log: LogTx,
         now_ns: u64,
     ) -> Self {
+        // The dispatcher routes outcomes and requests by position: link `i` is venue `i`
+        // (the shared SYNCED bits, the reconnect bits and the counters file rely on it too).
+        debug_assert!(
+            links
+                .iter()
+                .enumerate()
+                .all(|(i, l)| usize::from(l.venue().0) == i),
+            "venue links out of VenueId order"
+        );
         let seen = links
             .iter()
             .map(|_| LinkSeen {
@@ -543,6 +552,8 @@ impl<T: Transport> Executor<T> {
             link.step(now, &mut self.transport);
             sent += link.stats().requests_sent;
         }
+        // "Moved" is read from counters that only grow: a pass cannot unsend a request.
+        debug_assert!(sent >= sent_before, "a link's requests_sent went down");
         self.take_reconnects(now);
         self.watch(now);
         self.passes += 1;
@@ -652,6 +663,13 @@ impl<T: Transport> EngineLoop<T> {
     /// One pass at `now_ns`: the executor side, then the dispatcher side. Returns whether
     /// anything moved (an idle policy parks on `false`).
     pub fn pass(&mut self, now_ns: u64) -> bool {
+        // Every deadline (acks, heartbeats, backoff, the limiter's windows) assumes the
+        // loop's clock never goes back.
+        debug_assert!(
+            now_ns >= self.last_now_ns,
+            "the loop's clock went back: {now_ns} after {}",
+            self.last_now_ns
+        );
         self.last_now_ns = now_ns;
         self.exec.pass(now_ns) | self.front.pass(now_ns)
     }
@@ -661,6 +679,11 @@ impl<T: Transport> EngineLoop<T> {
     /// times are measured rather than rounded to the pass (`keel run` drives it with the TSC).
     pub fn pass_clocked<C: crate::clock::Clock>(&mut self, clock: &C) -> bool {
         let now_ns = clock.now_ns();
+        debug_assert!(
+            now_ns >= self.last_now_ns,
+            "the loop's clock went back: {now_ns} after {}",
+            self.last_now_ns
+        );
         self.last_now_ns = now_ns;
         self.exec.pass(now_ns) | self.front.pass_clocked(clock.now_ns(), clock)
     }
