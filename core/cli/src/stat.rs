@@ -209,49 +209,7 @@ pub fn view(s: &Snapshot, budget: Option<&keel::monitor::alerts::BudgetConfig>) 
         "cap‰",
         "refusals"
     );
-    let venues: Vec<&str> = s
-        .metrics
-        .iter()
-        .filter(|(d, _)| d.name == "keel_link_state")
-        .filter_map(|(d, _)| label_value(&d.labels, "venue"))
-        .collect();
-    let mut worst = (None::<u64>, None::<u64>);
-    let mut worst_e2e = None::<u64>;
-    for v in venues {
-        let l = format!("venue=\"{v}\"");
-        let max = |a: Option<u64>, b: Option<u64>| a.max(b);
-        worst.0 = max(worst.0, p(s, "keel_new_order_ack_seconds", &l, 0.99));
-        worst.1 = max(worst.1, p(s, "keel_cancel_ack_seconds", &l, 0.99));
-        worst_e2e = max(worst_e2e, p(s, "keel_order_e2e_seconds", &l, 0.99));
-        let lane = |k: &str| s.scalar("keel_lane_depth", &format!("{l},lane=\"{k}\""));
-        let _ = writeln!(
-            o,
-            "{:<12} {:<13} {:<9} {:>6} {:>8} {:>8} {:>6} {:>9} {:>14} {:>12} {:>12} {:>6} {:>9}",
-            v,
-            link_state_text(s.scalar("keel_link_state", &l)),
-            breaker_text(s.scalar("keel_breaker_state", &l)),
-            s.scalar("keel_breaker_failure_permille", &l),
-            s.scalar("keel_link_connects_total", &l),
-            s.scalar("keel_link_connect_failures_total", &l),
-            s.scalar("keel_link_unreconciled", &l),
-            s.scalar("keel_venue_in_flight", &l),
-            format!(
-                "{}/{}/{}/{}",
-                lane("cancel"),
-                lane("reduce"),
-                lane("replace"),
-                lane("new")
-            ),
-            p(s, "keel_new_order_ack_seconds", &l, 0.99).map_or("-".into(), micros),
-            p(s, "keel_cancel_ack_seconds", &l, 0.99).map_or("-".into(), micros),
-            match s.scalar("keel_control_new_rate_permille", &l) {
-                1000.. => "full".to_string(),
-                cap => cap.to_string(),
-            },
-            s.scalar("keel_venue_throttle_rejects_total", &l)
-                + s.scalar("keel_venue_cancel_refused_total", &l),
-        );
-    }
+    let (worst, worst_e2e) = venue_rows(&mut o, s);
     for (d, _) in s
         .metrics
         .iter()
@@ -351,6 +309,57 @@ pub fn view(s: &Snapshot, budget: Option<&keel::monitor::alerts::BudgetConfig>) 
         let _ = writeln!(o);
     }
     o
+}
+
+/// One row per venue link (state, breaker, connects, lanes, ack p99s, the controller's cap,
+/// the venue's refusals); returns the worst venue's new-order and cancel ack p99s and its
+/// end-to-end p99.
+fn venue_rows(o: &mut String, s: &Snapshot) -> ((Option<u64>, Option<u64>), Option<u64>) {
+    use std::fmt::Write as _;
+    let venues: Vec<&str> = s
+        .metrics
+        .iter()
+        .filter(|(d, _)| d.name == "keel_link_state")
+        .filter_map(|(d, _)| label_value(&d.labels, "venue"))
+        .collect();
+    let mut worst = (None::<u64>, None::<u64>);
+    let mut worst_e2e = None::<u64>;
+    for v in venues {
+        let l = format!("venue=\"{v}\"");
+        let max = |a: Option<u64>, b: Option<u64>| a.max(b);
+        worst.0 = max(worst.0, p(s, "keel_new_order_ack_seconds", &l, 0.99));
+        worst.1 = max(worst.1, p(s, "keel_cancel_ack_seconds", &l, 0.99));
+        worst_e2e = max(worst_e2e, p(s, "keel_order_e2e_seconds", &l, 0.99));
+        let lane = |k: &str| s.scalar("keel_lane_depth", &format!("{l},lane=\"{k}\""));
+        let _ = writeln!(
+            o,
+            "{:<12} {:<13} {:<9} {:>6} {:>8} {:>8} {:>6} {:>9} {:>14} {:>12} {:>12} {:>6} {:>9}",
+            v,
+            link_state_text(s.scalar("keel_link_state", &l)),
+            breaker_text(s.scalar("keel_breaker_state", &l)),
+            s.scalar("keel_breaker_failure_permille", &l),
+            s.scalar("keel_link_connects_total", &l),
+            s.scalar("keel_link_connect_failures_total", &l),
+            s.scalar("keel_link_unreconciled", &l),
+            s.scalar("keel_venue_in_flight", &l),
+            format!(
+                "{}/{}/{}/{}",
+                lane("cancel"),
+                lane("reduce"),
+                lane("replace"),
+                lane("new")
+            ),
+            p(s, "keel_new_order_ack_seconds", &l, 0.99).map_or("-".into(), micros),
+            p(s, "keel_cancel_ack_seconds", &l, 0.99).map_or("-".into(), micros),
+            match s.scalar("keel_control_new_rate_permille", &l) {
+                1000.. => "full".to_string(),
+                cap => cap.to_string(),
+            },
+            s.scalar("keel_venue_throttle_rejects_total", &l)
+                + s.scalar("keel_venue_cancel_refused_total", &l),
+        );
+    }
+    (worst, worst_e2e)
 }
 
 /// Every metric of one snapshot as JSON.
