@@ -394,7 +394,7 @@ fn print_report(report: &EngineReport, venues: &[String], symbols: &[String]) {
         );
         let mut own = String::new();
         l.protocol.each(&mut |counter, value| {
-            own.push_str(&format!(" {counter}={value}"));
+            let _ = std::fmt::Write::write_fmt(&mut own, format_args!(" {counter}={value}"));
         });
         let _ = writeln!(out, "venue {name}: {}:{own}", l.protocol.protocol());
     }

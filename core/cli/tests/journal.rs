@@ -7,6 +7,8 @@ use std::fs::OpenOptions;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
+mod common;
+
 use keel::journal::{Journal, JournalConfig, JournalError, JournalRecord, Recovery, RECORD_LEN};
 use keel::order::{
     ClientOrderId, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce, VenueId,
@@ -288,4 +290,59 @@ fn gaps_foreign_files_and_bad_sizes_are_refused() {
         reopen(&bad).unwrap_err(),
         JournalError::BadFileSize(100)
     ));
+}
+
+// Goal: a journal whose protocol state the venue's protocol cannot read stops the engine at
+// start, by name, before anything trades: a state of another protocol's tag (the venue's
+// protocol changed), a layout version this keel does not read, bytes that are not OUCH's
+// session name. OUCH's own state is taken.
+#[test]
+fn an_engine_does_not_start_on_a_protocol_state_it_cannot_read() {
+    use keel::engine::{EngineBuilder, EngineError};
+    use keel::order::ProtocolState;
+    use keel::session::protocol::StateError;
+    let start = |state: ProtocolState| {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config(dir.path(), 64);
+        {
+            let (mut journal, _) = Journal::open(cfg.clone(), |_| {}).unwrap();
+            journal
+                .append(&JournalRecord::ProtocolState {
+                    venue: VenueId(0),
+                    state,
+                })
+                .unwrap();
+        }
+        let mut engine = common::one_venue_config("127.0.0.1:9".parse().unwrap(), "j");
+        engine.journal = Some(cfg);
+        let transport = keel::net::EpollReactor::new(keel::net::ReactorConfig::default()).unwrap();
+        EngineBuilder::new(engine).build(transport, 1).map(|_| ())
+    };
+    let refused = |state| match start(state) {
+        Err(EngineError::ProtocolState { venue: 0, why }) => why,
+        other => panic!("expected a refused protocol state, got {other:?}"),
+    };
+    assert!(matches!(
+        refused(ProtocolState::new(2, 1, b"DAY0000001").unwrap()),
+        StateError::OtherProtocol {
+            found: 2,
+            expected: 1,
+            ..
+        }
+    ));
+    assert!(matches!(
+        refused(ProtocolState::new(1, u8::MAX, b"DAY0000001").unwrap()),
+        StateError::Version {
+            found: 255,
+            supported: 1,
+            ..
+        }
+    ));
+    assert!(matches!(
+        refused(ProtocolState::new(1, 1, &[]).unwrap()),
+        StateError::Malformed { .. }
+    ));
+    let e = refused(ProtocolState::new(0, 0, &[0; keel::order::PROTOCOL_STATE_MAX]).unwrap());
+    assert!(e.to_string().contains("protocol tag 0"), "{e}");
+    start(ProtocolState::new(1, 1, b"DAY0000001").unwrap()).expect("OUCH's own state is taken");
 }

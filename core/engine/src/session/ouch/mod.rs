@@ -231,16 +231,6 @@ impl OuchClient {
         }
     }
 
-    /// Bytes [`OuchClient::new`] allocates for `orders_max` (both maps at twice the bound,
-    /// their control bytes, the deadline and close queues, the reconciliation list).
-    pub fn memory_bytes(orders_max: u32) -> u64 {
-        let cap = u64::from(orders_max) * 2;
-        let buckets = (cap * 8 / 7).next_power_of_two();
-        let by_ref = std::mem::size_of::<(u32, SessionOrder)>() as u64 + 1;
-        let by_id = std::mem::size_of::<(ClientOrderId, u32)>() as u64 + 1;
-        buckets * (by_ref + by_id) + cap * 16 + u64::from(orders_max) * (4 + 4)
-    }
-
     /// Counters.
     pub fn stats(&self) -> ClientStats {
         self.stats
@@ -1023,8 +1013,14 @@ impl RegisteredProtocol for OuchClient {
             link.venue,
         )
     }
+    /// Bytes [`OuchClient::new`] allocates for `orders_max` (both maps at twice the bound,
+    /// their control bytes, the deadline and close queues, the reconciliation list).
     fn memory_bytes(_: &OuchSettings, orders_max: u32) -> u64 {
-        Self::memory_bytes(orders_max)
+        let cap = u64::from(orders_max) * 2;
+        let buckets = (cap * 8 / 7).next_power_of_two();
+        let by_ref = std::mem::size_of::<(u32, SessionOrder)>() as u64 + 1;
+        let by_id = std::mem::size_of::<(ClientOrderId, u32)>() as u64 + 1;
+        buckets * (by_ref + by_id) + cap * 16 + u64::from(orders_max) * (4 + 4)
     }
     fn describe_state(state: &ProtocolState) -> String {
         match state.version {
