@@ -483,25 +483,10 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn main() {
-    let smoke = flag("smoke");
-    let clients = arg_u64("clients", if smoke { 5 } else { 20 });
-    let rate = arg_u64("rate", if smoke { 5_000 } else { 20_000 });
-    let latency_rate = arg_u64("latency-rate", if smoke { 2_000 } else { 5_000 });
-    let seconds = arg_u64("seconds", if smoke { 1 } else { 4 });
-    // The processes' socket transport: io_uring (their default; a gateway's idle wait is then
-    // 50 µs) or, with --epoll, epoll (whose waits are whole milliseconds).
-    let transport = if flag("epoll") { "epoll" } else { "io_uring" };
-
-    let keel = std::env::current_exe().expect("exe").with_file_name("keel");
-    assert!(
-        keel.exists(),
-        "{} missing: cargo build -p keel-cli --features simulator (same profile) first",
-        keel.display()
-    );
+/// nats-server (`$NATS_SERVER`, else from `PATH`) on loopback `port`, once it accepts.
+fn start_nats(port: u16) -> Proc {
     let nats_bin = std::env::var("NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
-    let port = free_port();
-    let _nats = Proc::spawn(
+    let nats = Proc::spawn(
         std::path::Path::new(&nats_bin),
         &[
             "-a".into(),
@@ -519,6 +504,27 @@ fn main() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    nats
+}
+
+fn main() {
+    let smoke = flag("smoke");
+    let clients = arg_u64("clients", if smoke { 5 } else { 20 });
+    let rate = arg_u64("rate", if smoke { 5_000 } else { 20_000 });
+    let latency_rate = arg_u64("latency-rate", if smoke { 2_000 } else { 5_000 });
+    let seconds = arg_u64("seconds", if smoke { 1 } else { 4 });
+    // The processes' socket transport: io_uring (their default; a gateway's idle wait is then
+    // 50 µs) or, with --epoll, epoll (whose waits are whole milliseconds).
+    let transport = if flag("epoll") { "epoll" } else { "io_uring" };
+
+    let keel = std::env::current_exe().expect("exe").with_file_name("keel");
+    assert!(
+        keel.exists(),
+        "{} missing: cargo build -p keel-cli --features simulator (same profile) first",
+        keel.display()
+    );
+    let port = free_port();
+    let _nats = start_nats(port);
     let nats_url = format!("nats://127.0.0.1:{port}");
     let s = |v: &str| v.to_string();
     let venue = Proc::spawn(

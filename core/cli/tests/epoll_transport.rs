@@ -11,160 +11,70 @@ use std::time::Duration;
 
 mod common;
 
-use keel::clock::{Clock, TscClock};
-use keel::dispatch::StrategyHandle;
-use keel::engine::{EngineBuilder, EngineLoop};
-use keel::feed::handler::FeedConfig;
-use keel::net::{EpollReactor, Reactor, ReactorConfig, SocketTransport, TransportKind, WaitMode};
-use keel::order::{
-    ClientOrderId, Command as Cmd, EventKind, NewOrder, Price, Side, StrategyId, SymbolId,
-    TimeInForce, VenueId,
-};
-use keel_venue::flow::FlowConfig;
-use keel_venue::md_server::MdConfig;
-use keel_venue::server::{VenueConfig, VenueServer};
+use common::world::WorldBuilder;
+use keel::clock::Clock;
+use keel::net::{EpollReactor, Reactor, SocketTransport, TransportKind, WaitMode};
+use keel::order::{Command as Cmd, EventKind, Price, Side, SymbolId, VenueId};
 
-/// The engine's own loop (`EngineBuilder::build`: dispatcher, one OUCH link and one feed
-/// handler) on transport `T`, stepped with the venue on the test's thread.
-struct Engine<T: SocketTransport> {
-    clock: TscClock,
-    core: EngineLoop<T>,
-    strategy: StrategyHandle,
-    book: keel::feed::fanout::Subscriber,
-}
-
-impl<T: SocketTransport> Engine<T> {
-    fn new<V: SocketTransport>(venue: &VenueServer<V>) -> Self {
-        let clock = TscClock::new();
-        // As an engine on an isolated core runs: busy-poll with spin reads.
-        let net = T::open(ReactorConfig {
-            conns_max: 4,
-            wait: WaitMode::BusyPoll,
-            spin_reads: true,
-            ..ReactorConfig::default()
-        })
-        .unwrap();
-        let mut config = common::one_venue_config(venue.local_addr(), "epoll");
-        config.feeds = vec![FeedConfig {
-            addr: venue.market_data_addr().expect("market data on"),
-            symbols: vec!["AAPL".into()],
-            ..FeedConfig::default()
-        }];
-        let mut builder = EngineBuilder::new(config);
-        let book = builder.market_data(0, 1_024).unwrap();
-        let mut core = builder.build(net, clock.now_ns()).unwrap();
-        let strategy = core.take_strategy(StrategyId(0)).unwrap();
-        Self {
-            clock,
-            core,
-            strategy,
-            book,
-        }
-    }
-
-    /// One pass of the venue and the engine.
-    fn step<V: SocketTransport>(&mut self, venue: &mut VenueServer<V>) {
-        let now = self.clock.now_ns();
-        venue.step(now, 0).unwrap();
-        self.core.pass(now);
-        assert_eq!(self.core.poll_errors(), 0);
-    }
-
-    fn until<V: SocketTransport>(
-        &mut self,
-        venue: &mut VenueServer<V>,
-        what: &str,
-        mut done: impl FnMut(&mut Self) -> bool,
-    ) {
-        for _ in 0..2_000_000 {
-            self.step(venue);
-            if done(self) {
-                return;
-            }
-        }
-        panic!("timed out waiting for {what}");
-    }
-
-    fn next_event<V: SocketTransport>(&mut self, venue: &mut VenueServer<V>) -> EventKind {
-        let mut seen = None;
-        self.until(venue, "a strategy event", |e| {
-            seen = e.strategy.events.pop().ok();
-            seen.is_some()
-        });
-        seen.unwrap().kind
-    }
-}
-
-fn order(seq: u64, side: Side, qty: u32, price: Price) -> NewOrder {
-    NewOrder {
-        id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
-        venue: VenueId(0),
-        symbol: SymbolId(0),
-        side,
-        price,
-        qty,
-        tif: TimeInForce::Day,
-        reduce_only: false,
-    }
-}
-
-/// Engine on `T`, venue on `V`: login, an order accepted and shown in the market-data book the
-/// feed handler keeps, filled, a second order canceled.
+/// Engine on `T`, venue on `V` (the one test world: the engine's own loop with one OUCH link
+/// and one feed handler, busy-polling with spin reads as on an isolated core): login, an order
+/// accepted and shown in the market-data book the feed handler keeps, filled, a second order
+/// canceled.
 fn order_path_and_market_data<T: SocketTransport, V: SocketTransport>() {
-    let mut venue = VenueServer::<V>::open(VenueConfig {
-        flow: FlowConfig {
-            events_per_sec: 0,
-            ..FlowConfig::default()
-        },
-        market_data: Some(MdConfig {
-            conns_max: 8,
-            ..MdConfig::default()
-        }),
-        ..VenueConfig::default()
-    })
-    .expect("venue starts on loopback");
-    let mut engine = Engine::<T>::new(&venue);
-    engine.until(&mut venue, "login and market-data sync", |e| {
-        e.core.dispatcher().is_synced(VenueId(0)) && e.core.feeds()[0].synced()
+    let mut w = WorldBuilder::new()
+        .market_data(&["MSFT"])
+        .reactor(|r| {
+            r.wait = WaitMode::BusyPoll;
+            r.spin_reads = true;
+        })
+        .build_on::<T, V>();
+    w.until("login and market-data sync", |w| {
+        w.dispatcher().is_synced(VenueId(0)) && w.engine.feeds()[0].synced()
     });
-    let buy = order(1, Side::Buy, 100, Price::from_units(10, 0));
-    engine.strategy.commands.push(Cmd::New(buy)).unwrap();
-    assert_eq!(engine.next_event(&mut venue), EventKind::Accepted);
+    let buy = w.order(1, 100);
+    w.send(Cmd::New(buy));
+    w.until("the buy accepted", |w| {
+        w.kinds(buy.id) == [EventKind::Accepted]
+    });
     // The resting bid reaches the feed handler's book over the market-data connection.
     let mut top = None;
-    engine.until(&mut venue, "the bid in the feed's book", |e| {
-        while let Some((_, t)) = e.book.next_book() {
+    w.until("the bid in the feed's book", |w| {
+        let book = w.book.as_mut().expect("the world has a feed");
+        while let Some((_, t)) = book.next_book() {
             top = Some(t);
         }
-        top.is_some_and(|t| t.bids[0] == (Price::from_units(10, 0).0, 100))
+        top.is_some_and(|t| t.bids[0] == (buy.price.0, 100))
     });
-    let now = engine.clock.now_ns();
-    venue
+    let now = w.clock.now_ns();
+    w.venue
         .exchange_mut()
-        .synthetic(now, 0, Side::Sell, Price::from_units(9, 9000).0, 100, true);
-    assert_eq!(
-        engine.next_event(&mut venue),
-        EventKind::Filled {
-            qty: 100,
-            price: Price::from_units(10, 0)
-        }
-    );
-    let rest = order(2, Side::Sell, 50, Price::from_units(11, 0));
-    engine.strategy.commands.push(Cmd::New(rest)).unwrap();
-    assert_eq!(engine.next_event(&mut venue), EventKind::Accepted);
-    engine
-        .strategy
-        .commands
-        .push(Cmd::Cancel { id: rest.id })
-        .unwrap();
-    assert_eq!(engine.next_event(&mut venue), EventKind::Canceled);
-    assert!(venue.exchange().book(0).is_empty());
-    assert_eq!(engine.core.links()[0].stats().decode_errors, 0);
-    assert_eq!(
-        engine.core.dispatcher().guards().risk.position(SymbolId(0)),
-        100
-    );
-    let feed = engine.core.feeds()[0].stats();
+        .synthetic(now, 1, Side::Sell, Price::from_units(49, 9000).0, 100, true);
+    let filled = EventKind::Filled {
+        qty: 100,
+        price: buy.price,
+    };
+    w.until("the buy filled", |w| {
+        w.kinds(buy.id).last() == Some(&filled)
+    });
+    let rest = keel::order::NewOrder {
+        side: Side::Sell,
+        qty: 50,
+        price: Price::from_units(51, 0),
+        ..w.order(2, 50)
+    };
+    w.send(Cmd::New(rest));
+    w.until("the sell accepted", |w| {
+        w.kinds(rest.id) == [EventKind::Accepted]
+    });
+    w.send(Cmd::Cancel { id: rest.id });
+    w.until("the sell canceled", |w| {
+        w.kinds(rest.id).last() == Some(&EventKind::Canceled)
+    });
+    assert_eq!(w.kinds(buy.id), [EventKind::Accepted, filled]);
+    assert!(w.venue.exchange().book(1).is_empty());
+    assert_eq!(w.link().stats().decode_errors, 0);
+    assert_eq!(w.dispatcher().guards().risk.position(SymbolId(1)), 100);
+    let feed = w.engine.feeds()[0].stats();
     assert!(feed.deltas > 0, "{feed:?}");
 }
 

@@ -702,6 +702,109 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
+/// One kill -9 with orders in flight (the venue's answers slowed), the strategy going on
+/// while no engine runs, a restart logging to `log`, and the strategy's recovery. Returns the
+/// new engine, the killed one's memory and how many commands the kill left in doubt.
+fn kill_nine(
+    s: &mut Strategy,
+    engine: common::peers::Proc,
+    venue_control: &str,
+    config: &Path,
+    log: &Path,
+    path: &Path,
+) -> (common::peers::Proc, (u64, u64, u64), u64) {
+    // Slow the venue's answers so that orders are in flight at the moment of the kill.
+    control(venue_control, "latency 40");
+    for _ in 0..50 {
+        s.step(3);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let rss = memory(engine.0.id());
+    let epoch = s.channel.engine_epoch();
+    drop(engine); // SIGKILL, then reaped
+                  // The strategy goes on while no engine runs: its commands wait in the ring.
+    for _ in 0..50 {
+        s.step(3);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let engine = common::peers::keel_run(config, log);
+    s.channel = open_channel(path, epoch, Some(&s.channel));
+    control(venue_control, "latency 0");
+    let before = s.book.in_doubt_new + s.book.in_doubt_cancel;
+    s.recover();
+    (
+        engine,
+        rss,
+        s.book.in_doubt_new + s.book.in_doubt_cancel - before,
+    )
+}
+
+/// After the faults: waits (60 s at most) for the link to be SYNCED again, failing with the
+/// engine's report, the venue's counters and the engine's warnings if it is not; then lets
+/// every answer arrive (60 s at most, 3 s at least). Returns the engine still running.
+fn settle(
+    s: &mut Strategy,
+    engine: common::peers::Proc,
+    log: &Path,
+    venue_control: &str,
+) -> common::peers::Proc {
+    let synced_by = Instant::now() + Duration::from_secs(60);
+    while !s.channel.venue_synced(VenueId(0)) {
+        s.channel.beat_strategy();
+        s.drain();
+        if Instant::now() > synced_by {
+            // Say why before failing: the engine's report (link state, contradictions, the last
+            // reconciliation), the venue's counters and the engine's warnings.
+            let report = common::peers::stop_keel_run(engine, log);
+            let errors = std::fs::read_to_string(log.with_extension("err")).unwrap_or_default();
+            let tail: Vec<&str> = errors.lines().rev().take(40).collect();
+            panic!(
+                "not SYNCED 60 s after the faults stopped\nengine report:\n{report}\nvenue: {}\n\
+                 engine stderr (last lines, newest first):\n{}",
+                control(venue_control, "stats"),
+                tail.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let quiet = Instant::now();
+    while quiet.elapsed() < Duration::from_secs(60)
+        && (s.book.pending() > 0 || s.book.unresolved() > 0 || quiet.elapsed().as_secs() < 3)
+    {
+        s.channel.beat_strategy();
+        s.drain();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    engine
+}
+
+/// The engine's memory (VmRSS, VmHWM, RssAnon) per epoch at its kill, at the last epoch's
+/// warm-up and end, and its RssAnon series sampled `every`.
+fn print_memory(
+    rss_epochs: &[(u64, u64, u64)],
+    rss_warm: (u64, u64, u64),
+    rss_end: (u64, u64, u64),
+    every: Duration,
+    rss_series: &[f64],
+) {
+    eprintln!(
+        "soak: engine memory per epoch at its kill (VmRSS, VmHWM, RssAnon) MiB: {:?}; last \
+         epoch warm {:.1}/{:.1}/{:.1}, end {:.1}/{:.1}/{:.1}; RssAnon every {} s from warm-up {:?}",
+        rss_epochs
+            .iter()
+            .map(|(r, h, a)| (mib(*r).round(), mib(*h).round(), mib(*a).round()))
+            .collect::<Vec<_>>(),
+        mib(rss_warm.0),
+        mib(rss_warm.1),
+        mib(rss_warm.2),
+        mib(rss_end.0),
+        mib(rss_end.1),
+        mib(rss_end.2),
+        every.as_secs(),
+        rss_series
+    );
+}
+
 // Goal: storm + venue faults + kill -9 restarts together, then every command answered exactly
 // once (or, in doubt at a kill, resolved by the documented recovery), no duplicate id at the
 // venue, keel's open orders equal to the venue's, and a flat heap. Method: `keel venue` and
@@ -773,28 +876,13 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
         }
         if next_kill < kill_at.len() && started.elapsed() >= kill_at[next_kill] {
             next_kill += 1;
-            // Slow the venue's answers so that orders are in flight at the moment of the kill.
-            control(&venue.control, "latency 40");
-            for _ in 0..50 {
-                s.step(3);
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            rss_epochs.push(memory(engine.0.id()));
-            let epoch = s.channel.engine_epoch();
-            drop(engine); // SIGKILL, then reaped
-                          // The strategy goes on while no engine runs: its commands wait in the ring.
-            for _ in 0..50 {
-                s.step(3);
-                std::thread::sleep(Duration::from_millis(1));
-            }
             let log = dir.path().join(format!("run{next_kill}.log"));
-            engine = common::peers::keel_run(&config, &log);
+            let (restarted, rss, in_doubt) =
+                kill_nine(&mut s, engine, &venue.control, &config, &log, &path);
+            engine = restarted;
             epoch_logs.push(log);
-            s.channel = open_channel(&path, epoch, Some(&s.channel));
-            control(&venue.control, "latency 0");
-            let before = s.book.in_doubt_new + s.book.in_doubt_cancel;
-            s.recover();
-            in_doubt_per_kill.push(s.book.in_doubt_new + s.book.in_doubt_cancel - before);
+            rss_epochs.push(rss);
+            in_doubt_per_kill.push(in_doubt);
         }
     }
     stop.store(true, Ordering::Relaxed);
@@ -812,34 +900,7 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
         control(&venue.control, undo);
     }
     s.cancel_pct = 0;
-    let synced_by = Instant::now() + Duration::from_secs(60);
-    while !s.channel.venue_synced(VenueId(0)) {
-        s.channel.beat_strategy();
-        s.drain();
-        if Instant::now() > synced_by {
-            // Say why before failing: the engine's report (link state, contradictions, the last
-            // reconciliation), the venue's counters and the engine's warnings.
-            let log = epoch_logs.last().unwrap().clone();
-            let report = common::peers::stop_keel_run(engine, &log);
-            let errors = std::fs::read_to_string(log.with_extension("err")).unwrap_or_default();
-            let tail: Vec<&str> = errors.lines().rev().take(40).collect();
-            panic!(
-                "not SYNCED 60 s after the faults stopped\nengine report:\n{report}\nvenue: {}\n\
-                 engine stderr (last lines, newest first):\n{}",
-                control(&venue.control, "stats"),
-                tail.join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let quiet = Instant::now();
-    while quiet.elapsed() < Duration::from_secs(60)
-        && (s.book.pending() > 0 || s.book.unresolved() > 0 || quiet.elapsed().as_secs() < 3)
-    {
-        s.channel.beat_strategy();
-        s.drain();
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let engine = settle(&mut s, engine, epoch_logs.last().unwrap(), &venue.control);
     let rss_end = memory(engine.0.id());
     let log = epoch_logs.last().unwrap().clone();
     let report = common::peers::stop_keel_run(engine, &log);
@@ -881,22 +942,7 @@ fn storm_faults_and_kill_nine_restarts_answer_every_command_once() {
         b.unresolved(),
         b.extra.len()
     );
-    eprintln!(
-        "soak: engine memory per epoch at its kill (VmRSS, VmHWM, RssAnon) MiB: {:?}; last \
-         epoch warm {:.1}/{:.1}/{:.1}, end {:.1}/{:.1}/{:.1}; RssAnon every {} s from warm-up {:?}",
-        rss_epochs
-            .iter()
-            .map(|(r, h, a)| (mib(*r).round(), mib(*h).round(), mib(*a).round()))
-            .collect::<Vec<_>>(),
-        mib(rss_warm.0),
-        mib(rss_warm.1),
-        mib(rss_warm.2),
-        mib(rss_end.0),
-        mib(rss_end.1),
-        mib(rss_end.2),
-        (total / 20).as_secs(),
-        rss_series
-    );
+    print_memory(&rss_epochs, rss_warm, rss_end, total / 20, &rss_series);
     eprintln!(
         "soak: venue {stats}; open: keel {} venue {}",
         keel_open.len(),

@@ -5,7 +5,10 @@
 //! awaited and the link's state) and waits for a fact, never for a time.
 //!
 //! [`WorldBuilder`] holds the configuration: a quiet venue (no synthetic flow), four symbols,
-//! one strategy, one OUCH venue link with fast backoff; each test changes what it needs. A
+//! one strategy, one OUCH venue link with fast backoff, no market data; each test changes what
+//! it needs ([`WorldBuilder::market_data`] adds the venue's WebSocket feed and the engine's feed
+//! handler with a book subscriber). The venue may run on another transport than the engine
+//! ([`WorldBuilder::build_on`]). A
 //! scenario on every transport is a generic `fn name<T: SocketTransport>()` listed in
 //! [`crate::on_every_transport!`]:
 //!
@@ -25,6 +28,8 @@
 use keel::clock::{Clock, TscClock};
 use keel::dispatch::{Dispatcher, DispatcherConfig, StrategyHandle};
 use keel::engine::{EngineBuilder, EngineConfig, EngineLoop};
+use keel::feed::fanout::Subscriber;
+use keel::feed::handler::FeedConfig;
 use keel::guard::backoff::BackoffConfig;
 use keel::net::{ReactorConfig, SocketTransport};
 use keel::order::{
@@ -35,6 +40,7 @@ use keel::session::link::LinkConfig;
 use keel::session::machine::SessionConfig;
 use keel::session::EngineLink;
 use keel_venue::flow::FlowConfig;
+use keel_venue::md_server::MdConfig;
 use keel_venue::server::{VenueConfig, VenueServer};
 
 use super::MS;
@@ -61,6 +67,10 @@ pub struct WorldBuilder {
     pub username: &'static str,
     /// Slots in each strategy and venue ring.
     pub ring: u32,
+    /// The engine's transport settings.
+    pub reactor: ReactorConfig,
+    /// The symbols of the engine's market-data feed (empty: no feed).
+    pub feed_symbols: Vec<&'static str>,
 }
 
 impl Default for WorldBuilder {
@@ -94,6 +104,11 @@ impl Default for WorldBuilder {
             },
             username: "sess",
             ring: 256,
+            reactor: ReactorConfig {
+                conns_max: 4,
+                ..ReactorConfig::default()
+            },
+            feed_symbols: Vec::new(),
         }
     }
 }
@@ -122,8 +137,30 @@ impl WorldBuilder {
         self
     }
 
-    /// The engine's configuration for a venue listening at `venue`.
-    pub fn engine_config(&self, venue: std::net::SocketAddr) -> EngineConfig {
+    /// Changes the engine's transport settings.
+    pub fn reactor(mut self, f: impl FnOnce(&mut ReactorConfig)) -> Self {
+        f(&mut self.reactor);
+        self
+    }
+
+    /// The venue serves WebSocket market data and the engine's feed handler subscribes to
+    /// `symbols`; the world's [`World::book`] receives the handler's books.
+    pub fn market_data(mut self, symbols: &[&'static str]) -> Self {
+        self.venue.market_data = Some(MdConfig {
+            conns_max: 8,
+            ..MdConfig::default()
+        });
+        self.feed_symbols = symbols.to_vec();
+        self
+    }
+
+    /// The engine's configuration for a venue whose order entry listens at `venue` (and
+    /// market data at `market_data`, when the world has a feed).
+    pub fn engine_config(
+        &self,
+        venue: std::net::SocketAddr,
+        market_data: Option<std::net::SocketAddr>,
+    ) -> EngineConfig {
         let link = super::ouch_venue(
             venue,
             self.username,
@@ -131,19 +168,35 @@ impl WorldBuilder {
             self.ack_timeout_ns,
             self.link,
         );
-        super::engine_config(&self.symbols, self.dispatcher, vec![link], self.ring)
+        let mut config =
+            super::engine_config(&self.symbols, self.dispatcher, vec![link], self.ring);
+        if let Some(addr) = market_data.filter(|_| !self.feed_symbols.is_empty()) {
+            config.feeds = vec![FeedConfig {
+                addr,
+                symbols: self.feed_symbols.iter().map(|s| (*s).into()).collect(),
+                ..FeedConfig::default()
+            }];
+        }
+        config
     }
 
-    /// The venue started on loopback and the engine's loop built over transport `T`.
+    /// The venue started on loopback and the engine's loop built, both over transport `T`.
     pub fn build<T: SocketTransport>(self) -> World<T> {
+        self.build_on::<T, T>()
+    }
+
+    /// The venue started on loopback over transport `V` and the engine's loop built over
+    /// transport `T`.
+    pub fn build_on<T: SocketTransport, V: SocketTransport>(self) -> World<T, V> {
         let clock = TscClock::new();
-        let venue = VenueServer::new(self.venue.clone()).expect("the venue starts on loopback");
-        let transport = T::open(ReactorConfig {
-            conns_max: 4,
-            ..ReactorConfig::default()
-        })
-        .expect("the transport opens");
-        let mut engine = EngineBuilder::new(self.engine_config(venue.local_addr()))
+        let venue =
+            VenueServer::<V>::open(self.venue.clone()).expect("the venue starts on loopback");
+        let transport = T::open(self.reactor).expect("the transport opens");
+        let config = self.engine_config(venue.local_addr(), venue.market_data_addr());
+        let mut builder = EngineBuilder::new(config);
+        let book = (!self.feed_symbols.is_empty())
+            .then(|| builder.market_data(0, 1_024).expect("a book subscriber"));
+        let mut engine = builder
             .build(transport, clock.now_ns())
             .expect("the engine builds");
         let strategy = engine.take_strategy(StrategyId(0)).expect("strategy 0");
@@ -152,21 +205,24 @@ impl WorldBuilder {
             venue,
             engine,
             strategy,
+            book,
             events: Vec::new(),
         }
     }
 }
 
 /// The venue, the engine's loop and strategy 0, stepped together.
-pub struct World<T: SocketTransport> {
+pub struct World<T: SocketTransport, V: SocketTransport = T> {
     /// The clock both are stepped with.
     pub clock: TscClock,
     /// The simulated venue.
-    pub venue: VenueServer,
+    pub venue: VenueServer<V>,
     /// The engine's own loop.
     pub engine: EngineLoop<T>,
     /// Strategy 0's rings.
     pub strategy: StrategyHandle,
+    /// The feed handler's books (with [`WorldBuilder::market_data`]).
+    pub book: Option<Subscriber>,
     /// Every event strategy 0 received, in order.
     pub events: Vec<Event>,
 }
@@ -176,7 +232,9 @@ impl<T: SocketTransport> World<T> {
     pub fn new() -> Self {
         WorldBuilder::new().build()
     }
+}
 
+impl<T: SocketTransport, V: SocketTransport> World<T, V> {
     /// The engine's dispatcher.
     pub fn dispatcher(&self) -> &Dispatcher {
         self.engine.dispatcher()
@@ -198,7 +256,7 @@ impl<T: SocketTransport> World<T> {
     }
 
     /// Steps until `done` holds; fails the test after [`WAIT_NS`] naming `what`.
-    pub fn until(&mut self, what: &str, mut done: impl FnMut(&Self) -> bool) {
+    pub fn until(&mut self, what: &str, mut done: impl FnMut(&mut Self) -> bool) {
         let deadline = self.clock.now_ns() + WAIT_NS;
         while self.clock.now_ns() < deadline {
             self.step();

@@ -484,6 +484,41 @@ pub fn run(args: &DemoArgs) -> Result<u8, String> {
         .unwrap_or_else(|e| Err(format!("engine transport: {e}")))
 }
 
+/// The demo's controller handles: its counters and its off switch.
+type Controller = (
+    std::sync::Arc<keel::monitor::control::ControllerCounters>,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+);
+
+/// Starts the side thread reading the engine's `counters` file: the live page (with
+/// `--dashboard`) and the adaptive controller (with `control`), which starts switched off.
+fn start_monitor(
+    args: &DemoArgs,
+    counters: &std::path::Path,
+    control: Option<(
+        keel::monitor::control::ControlConfig,
+        keel::engine::control::ControlSender,
+    )>,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<(std::thread::JoinHandle<()>, Option<Controller>), String> {
+    let side = keel::monitor::SideThread {
+        counters: counters.to_path_buf(),
+        alerts: keel::monitor::alerts::AlertsConfig::default(),
+        budget: keel::monitor::alerts::BudgetConfig::default(),
+        control,
+        avoid: vec![args.core],
+    };
+    let spawned = keel::monitor::spawn(args.dashboard, side, std::sync::Arc::clone(stop))
+        .map_err(|e| e.to_string())?;
+    if let Some(bound) = spawned.addr {
+        keel::warn_line!("keel demo: live page at http://{bound}/ (also /metrics, /health)");
+    }
+    let controller = spawned.control.inspect(|(_, off)| {
+        off.store(true, std::sync::atomic::Ordering::Release);
+    });
+    Ok((spawned.thread, controller))
+}
+
 fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
     pin_or_warn(args.core);
     let scale = if args.quick { 5 } else { 1 };
@@ -510,31 +545,12 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
         (true, Some(ring)) => Some((demo_control(), ring)),
         _ => None,
     };
-    let mut controller = None;
-    let monitor = match &counters {
+    let (monitor, controller) = match &counters {
         Some(file) => {
-            let side = keel::monitor::SideThread {
-                counters: file.clone(),
-                alerts: keel::monitor::alerts::AlertsConfig::default(),
-                budget: keel::monitor::alerts::BudgetConfig::default(),
-                control,
-                avoid: vec![args.core],
-            };
-            let spawned =
-                keel::monitor::spawn(args.dashboard, side, std::sync::Arc::clone(&monitor_stop))
-                    .map_err(|e| e.to_string())?;
-            if let Some(bound) = spawned.addr {
-                keel::warn_line!(
-                    "keel demo: live page at http://{bound}/ (also /metrics, /health)"
-                );
-            }
-            if let Some((counters, off)) = spawned.control {
-                off.store(true, std::sync::atomic::Ordering::Release);
-                controller = Some((counters, off));
-            }
-            Some(spawned.thread)
+            let (thread, controller) = start_monitor(args, file, control, &monitor_stop)?;
+            (Some(thread), controller)
         }
-        None => None,
+        None => (None, None),
     };
     let mut trader = Trader {
         strategy,
