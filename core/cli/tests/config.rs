@@ -64,7 +64,9 @@ fn reject_codes_are_configured_per_venue() {
     use keel::session::ProtocolConfig;
     let rejects = |extra: &str| {
         let c = EngineConfig::from_toml(&format!("{MINIMAL}{extra}")).unwrap();
-        let ProtocolConfig::Ouch(ouch) = c.venues[0].protocol;
+        let ProtocolConfig::Ouch(ouch) = c.venues[0].protocol.clone() else {
+            panic!("an OUCH venue");
+        };
         ouch.rejects
     };
     let keel = rejects("");

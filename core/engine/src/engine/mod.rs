@@ -544,13 +544,7 @@ impl EngineBuilder {
             handles.push(handle);
             ports.push(port);
         }
-        let mut venue_ports = Vec::new();
-        let mut links = Vec::new();
-        for (i, v) in config.venues.iter().enumerate() {
-            let (vhandle, vport) = venue_channel(loops.venue_ring, loops.venue_ring);
-            venue_ports.push(vport);
-            links.push(build_link(v, VenueId(i as u16), &config.symbols, vhandle));
-        }
+        let (mut links, venue_ports) = venue_links(&config, now_ns);
         let wire_log = match &config.wire_log {
             Some(w) => {
                 let names: Vec<String> = config.venues.iter().map(|v| v.name.clone()).collect();
@@ -1421,4 +1415,34 @@ fn restore(
     let first_journal_index = journal.next_index();
     dispatcher.attach_journal(journal);
     Ok(first_journal_index)
+}
+
+/// The wall clock (Unix ns) at the loop clock's 0, when the loop clock reads `now_ns` now: for
+/// what protocols stamp on the wire (FIX's SendingTime), read once at build. Never drives a
+/// timeout.
+fn unix_ns_at_loop_origin(now_ns: u64) -> u64 {
+    use crate::clock::Clock;
+    let tsc = crate::clock::TscClock::new();
+    let unix_now = tsc.unix_ns_at_origin().saturating_add(tsc.now_ns());
+    unix_now.saturating_sub(now_ns)
+}
+
+/// One link per configured venue, each with its channel to the dispatcher.
+fn venue_links(
+    config: &EngineConfig,
+    now_ns: u64,
+) -> (Vec<EngineLink>, Vec<crate::ring::VenuePort>) {
+    let unix_ns_at_origin = unix_ns_at_loop_origin(now_ns);
+    let ring = config.loops.venue_ring;
+    config
+        .venues
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let (handle, port) = venue_channel(ring, ring);
+            let venue = VenueId(i as u16);
+            let link = build_link(v, venue, &config.symbols, handle, unix_ns_at_origin);
+            (link, port)
+        })
+        .unzip()
 }

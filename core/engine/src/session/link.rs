@@ -349,11 +349,12 @@ impl<P: VenueProtocol> VenueLink<P> {
                     backlog.push(o);
                 }
             });
+            self.send_owed(now_ns, reactor);
         }
         if now_ns.saturating_sub(self.last_tx_ns) >= self.config.heartbeat_interval_ns {
             let n = self
                 .client
-                .encode_heartbeat(&mut self.scratch)
+                .encode_heartbeat(now_ns, &mut self.scratch)
                 .expect("fits");
             if reactor.send(conn, &self.scratch[..n]).is_ok() {
                 self.last_tx_ns = now_ns;
@@ -388,7 +389,7 @@ impl<P: VenueProtocol> VenueLink<P> {
                 );
                 self.connect(now_ns, reactor);
             }
-            Action::SendLogin => match self.client.encode_login(&mut self.scratch) {
+            Action::SendLogin => match self.client.encode_login(now_ns, &mut self.scratch) {
                 Ok(n) => self.send(now_ns, reactor, n),
                 Err(_) => {
                     // A credential wider than its field (config-check refuses it): never cut,
@@ -400,7 +401,7 @@ impl<P: VenueProtocol> VenueLink<P> {
             Action::SendReconcileQuery => {
                 let n = self
                     .client
-                    .encode_reconcile_query(&mut self.scratch)
+                    .encode_reconcile_query(now_ns, &mut self.scratch)
                     .expect("fits");
                 self.stats.reconcile_queries += 1;
                 self.send(now_ns, reactor, n);
@@ -473,6 +474,13 @@ impl<P: VenueProtocol> VenueLink<P> {
         }
     }
 
+    /// Sends every message the protocol's session layer owes the venue.
+    fn send_owed(&mut self, now_ns: u64, reactor: &mut impl Transport) {
+        while let Some(n) = self.client.encode_session(now_ns, &mut self.scratch) {
+            self.send(now_ns, reactor, n);
+        }
+    }
+
     fn flush_backlog(&mut self) {
         let mut sent = 0;
         for outcome in &self.backlog {
@@ -508,6 +516,10 @@ impl<P: VenueProtocol> VenueLink<P> {
                         tap.record(now_ns, crate::wirelog::Direction::In, whole);
                     }
                     reactor.consume(conn, message.len);
+                    // What the message asked of the session layer (a Heartbeat for a
+                    // TestRequest, a GapFill for a ResendRequest) goes out before any event
+                    // the message causes (a Logout before the connection closes).
+                    self.send_owed(now_ns, reactor);
                     message.news
                 }
                 Ok(None) => return,

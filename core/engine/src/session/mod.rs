@@ -4,11 +4,13 @@
 //! resend". [`protocol`] is the seam to the protocol a venue speaks ([`protocol::VenueProtocol`],
 //! [`protocol::build_link`]); [`ouch`] is the sans-IO OUCH 5.0 / SoupBinTCP client behind it.
 
+pub mod fix;
 pub mod link;
 pub mod machine;
 pub mod ouch;
 pub mod protocol;
 pub mod registry;
+pub mod rejects;
 
 pub use protocol::VenueProtocol;
 pub use registry::{build_link, AnyProtocol, EngineLink, ProtocolConfig, VenueLinkConfig};

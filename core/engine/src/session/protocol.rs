@@ -37,13 +37,22 @@ pub trait VenueProtocol {
     /// The protocol's own counters, beyond the [`ClientStats`] every protocol keeps (OUCH:
     /// stale Account Query answers). Reported at stop by name.
     type Stats: ProtocolStats;
-    /// The login request, asking to resume after [`VenueProtocol::applied_through`].
-    fn encode_login(&self, out: &mut [u8]) -> Result<usize, EncodeError>;
+    /// The login request, asking to resume after [`VenueProtocol::applied_through`]. (A
+    /// protocol whose every message is numbered, FIX, takes a number here: `&mut`.)
+    fn encode_login(&mut self, now_ns: u64, out: &mut [u8]) -> Result<usize, EncodeError>;
     /// A heartbeat.
-    fn encode_heartbeat(&self, out: &mut [u8]) -> Result<usize, EncodeError>;
+    fn encode_heartbeat(&mut self, now_ns: u64, out: &mut [u8]) -> Result<usize, EncodeError>;
     /// The reconciliation query sent after login (and paced while read-only); the answer comes
     /// back as [`SessionNews::Reconciled`].
-    fn encode_reconcile_query(&mut self, out: &mut [u8]) -> Result<usize, EncodeError>;
+    fn encode_reconcile_query(&mut self, now_ns: u64, out: &mut [u8])
+        -> Result<usize, EncodeError>;
+    /// A message the protocol's session layer owes the venue now, written into `out` (FIX:
+    /// a Heartbeat answering a TestRequest, a ResendRequest, a SequenceReset-GapFill, a
+    /// session-level Reject, a Logout). The link asks after every message it decodes and
+    /// every timer pass, and sends each until `None`. OUCH owes nothing.
+    fn encode_session(&mut self, _now_ns: u64, _out: &mut [u8]) -> Option<usize> {
+        None
+    }
     /// One dispatcher request on the wire (a request the wire cannot carry is an error the
     /// link answers to the dispatcher, never a silent drop).
     fn encode_request(
@@ -384,4 +393,9 @@ pub struct LinkSetup<'a> {
     pub ack_timeout_ns: u64,
     /// The engine's symbols, in `SymbolId` order.
     pub symbols: &'a [SymbolName],
+    /// The link's heartbeat interval (FIX announces it in its Logon).
+    pub heartbeat_interval_ns: u64,
+    /// The wall clock (Unix ns) at the loop clock's 0: for timestamps a protocol writes on
+    /// the wire (FIX's SendingTime). Never drives a timeout.
+    pub unix_ns_at_origin: u64,
 }

@@ -103,6 +103,7 @@ macro_rules! protocols {
             venue: VenueId,
             symbols: &[SymbolName],
             handle: VenueHandle,
+            unix_ns_at_origin: u64,
         ) -> EngineLink {
             let setup = LinkSetup {
                 venue,
@@ -111,6 +112,8 @@ macro_rules! protocols {
                 orders_max: config.orders_max,
                 ack_timeout_ns: config.ack_timeout_ns,
                 symbols,
+                heartbeat_interval_ns: config.link.heartbeat_interval_ns,
+                unix_ns_at_origin,
             };
             let protocol = match &config.protocol {
                 $(ProtocolConfig::$variant(settings) => {
@@ -149,8 +152,11 @@ macro_rules! protocols {
             )
         }
 
-        /// Every protocol keel speaks: what the engine's links are generic over.
+        /// Every protocol keel speaks: what the engine's links are generic over. Each link
+        /// holds one, built once and never moved on the hot path: a variant's size costs
+        /// nothing a box would save, and a box would cost an indirection on every message.
         #[derive(Debug)]
+        #[allow(clippy::large_enum_variant)]
         pub enum AnyProtocol {
             $(
                 #[doc = concat!("A [`", stringify!($client), "`].")]
@@ -181,14 +187,25 @@ macro_rules! protocols {
             fn protocol_stats(&self) -> AnyStats {
                 match self { $(Self::$variant(p) => AnyStats::$variant(p.protocol_stats()),)+ }
             }
-            fn encode_login(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
-                match self { $(Self::$variant(p) => p.encode_login(out),)+ }
+            fn encode_login(&mut self, now_ns: u64, out: &mut [u8]) -> Result<usize, EncodeError> {
+                match self { $(Self::$variant(p) => VenueProtocol::encode_login(p, now_ns, out),)+ }
             }
-            fn encode_heartbeat(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
-                match self { $(Self::$variant(p) => p.encode_heartbeat(out),)+ }
+            fn encode_heartbeat(
+                &mut self,
+                now_ns: u64,
+                out: &mut [u8],
+            ) -> Result<usize, EncodeError> {
+                match self { $(Self::$variant(p) => VenueProtocol::encode_heartbeat(p, now_ns, out),)+ }
             }
-            fn encode_reconcile_query(&mut self, out: &mut [u8]) -> Result<usize, EncodeError> {
-                match self { $(Self::$variant(p) => p.encode_reconcile_query(out),)+ }
+            fn encode_reconcile_query(
+                &mut self,
+                now_ns: u64,
+                out: &mut [u8],
+            ) -> Result<usize, EncodeError> {
+                match self { $(Self::$variant(p) => VenueProtocol::encode_reconcile_query(p, now_ns, out),)+ }
+            }
+            fn encode_session(&mut self, now_ns: u64, out: &mut [u8]) -> Option<usize> {
+                match self { $(Self::$variant(p) => VenueProtocol::encode_session(p, now_ns, out),)+ }
             }
             fn encode_request(
                 &mut self,
@@ -258,6 +275,7 @@ macro_rules! protocols {
 
 protocols! {
     "ouch" => Ouch(OuchClient),
+    "fix44" => Fix44(super::fix::FixClient),
 }
 
 /// The protocol a `[[venue]]` without a `protocol` key speaks.

@@ -1038,13 +1038,17 @@ impl VenueProtocol for OuchClient {
     fn protocol_stats(&self) -> OuchStats {
         self.ouch_stats
     }
-    fn encode_login(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+    fn encode_login(&mut self, _now_ns: u64, out: &mut [u8]) -> Result<usize, EncodeError> {
         OuchClient::encode_login(self, out)
     }
-    fn encode_heartbeat(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+    fn encode_heartbeat(&mut self, _now_ns: u64, out: &mut [u8]) -> Result<usize, EncodeError> {
         OuchClient::encode_heartbeat(out)
     }
-    fn encode_reconcile_query(&mut self, out: &mut [u8]) -> Result<usize, EncodeError> {
+    fn encode_reconcile_query(
+        &mut self,
+        _now_ns: u64,
+        out: &mut [u8],
+    ) -> Result<usize, EncodeError> {
         OuchClient::encode_reconcile_query(self, out)
     }
     fn encode_request(

@@ -1,0 +1,811 @@
+//! FIX order mapping: keel's requests to NewOrderSingle, OrderCancelRequest,
+//! OrderCancelReplaceRequest and OrderStatusRequest (ClOrdID: the dispatcher's wire reference
+//! in decimal, a cancel's `<reference>-<n>`), and every ExecutionReport, OrderCancelReject and
+//! BusinessMessageReject back to one outcome, checked against the session's view of the order
+//! (an execution that cannot be true is a contradiction, never booked).
+
+use super::codec::{parse_decimal, Encoder, Msg};
+use super::*;
+use crate::order::{
+    CancelRejectReason, Contradiction, Price, RejectReason, RequestKind, Side, TimeInForce,
+};
+use crate::session::protocol::Reconciliation;
+
+/// OrdStatus values of an order still working at the venue.
+const OPEN_STATUSES: [&[u8]; 6] = [b"0", b"1", b"6", b"A", b"E", b"5"];
+/// OrdRejReason "Unknown order".
+const UNKNOWN_ORDER: u16 = 5;
+
+/// A ClOrdID's text: the reference, then `-<n>` for a cancel request.
+fn cl_ord_id(wire_ref: u32, cancel: u16) -> ([u8; 20], usize) {
+    let mut text = [0u8; 20];
+    let mut n = codec::write_uint(&mut text, u64::from(wire_ref));
+    if cancel > 0 {
+        text[n] = b'-';
+        n += 1;
+        n += codec::write_uint(&mut text[n..], u64::from(cancel));
+    }
+    (text, n)
+}
+
+/// The wire reference a ClOrdID names (its digits before an optional `-<n>`).
+fn wire_ref_of(cl_ord_id: &[u8]) -> Option<u32> {
+    let digits = cl_ord_id.split(|&b| b == b'-').next()?;
+    if digits.is_empty() || digits.len() > 10 || digits[0] == b'0' {
+        return None;
+    }
+    codec::parse_uint(11, digits)
+        .ok()
+        .and_then(|v| u32::try_from(v).ok())
+}
+
+/// A symbol's name without its padding.
+fn symbol_text(name: &SymbolName) -> &[u8] {
+    let end = name
+        .iter()
+        .rposition(|&b| b != b' ' && b != 0)
+        .map_or(0, |i| i + 1);
+    &name[..end]
+}
+
+impl FixClient {
+    /// Encodes a dispatcher request as one FIX message.
+    pub fn encode_request(
+        &mut self,
+        request: &VenueRequest,
+        out: &mut [u8],
+    ) -> Result<usize, RequestError> {
+        let now = request.sent_ns;
+        match request.kind {
+            RequestKind::New(order) => {
+                let symbol = *self
+                    .symbols
+                    .get(usize::from(order.symbol.0))
+                    .ok_or(RequestError::UnknownSymbol(order.symbol.0))?;
+                let wire_ref = self.assign(request.wire_ref, &order)?;
+                self.await_answer(wire_ref, now);
+                let (id, n) = cl_ord_id(wire_ref, 0);
+                let mut e = self.begin(out, now, b"D");
+                e.bytes(11, &id[..n]);
+                if !self.settings.account.is_empty() {
+                    e.bytes(1, self.settings.account.as_bytes());
+                }
+                e.bytes(55, symbol_text(&symbol))
+                    .bytes(54, side(order.side))
+                    .bytes(60, &self.stamp(now))
+                    .uint(38, u64::from(order.qty))
+                    .bytes(40, b"2")
+                    .decimal(44, order.price.0, Price::SCALE)
+                    .bytes(59, tif(order.tif));
+                Ok(e.finish()?)
+            }
+            RequestKind::Cancel { id } => {
+                let wire_ref = self.wire_ref(id).ok_or(RequestError::UnknownOrder(id))?;
+                let o = self.by_ref[&wire_ref];
+                let cancels = o.cancels.saturating_add(1);
+                self.update(wire_ref, |o| o.cancels = cancels);
+                self.await_answer(wire_ref, now);
+                self.encode_cancel(out, now, wire_ref, &o, cancels)
+            }
+            RequestKind::Replace(r) => {
+                let orig = self
+                    .wire_ref(r.id)
+                    .ok_or(RequestError::UnknownOrder(r.id))?;
+                let old = self.by_ref[&orig];
+                let replacement = NewOrder {
+                    id: r.new_id,
+                    venue: self.venue,
+                    symbol: old.symbol,
+                    side: if old.buy { Side::Buy } else { Side::Sell },
+                    price: r.price,
+                    qty: r.qty,
+                    tif: TimeInForce::Day,
+                    reduce_only: false,
+                };
+                let symbol = self.symbols[usize::from(old.symbol.0)];
+                let wire_ref = self.assign(request.wire_ref, &replacement)?;
+                self.await_answer(wire_ref, now);
+                let (orig_id, on) = cl_ord_id(orig, 0);
+                let (id, n) = cl_ord_id(wire_ref, 0);
+                // FIX's OrderQty is the order's total; keel's is the new open quantity.
+                let total = u64::from(old.executed) + u64::from(r.qty);
+                let mut e = self.begin(out, now, b"G");
+                e.bytes(41, &orig_id[..on]).bytes(11, &id[..n]);
+                if !self.settings.account.is_empty() {
+                    e.bytes(1, self.settings.account.as_bytes());
+                }
+                e.bytes(55, symbol_text(&symbol))
+                    .bytes(54, side(replacement.side))
+                    .bytes(60, &self.stamp(now))
+                    .uint(38, total)
+                    .bytes(40, b"2")
+                    .decimal(44, r.price.0, Price::SCALE);
+                Ok(e.finish()?)
+            }
+            RequestKind::Query { id } => {
+                let wire_ref = self.wire_ref(id).ok_or(RequestError::UnknownOrder(id))?;
+                let o = self.by_ref[&wire_ref];
+                self.await_answer(wire_ref, now);
+                self.status_requests += 1;
+                let symbol = self.symbols[usize::from(o.symbol.0)];
+                let (id, n) = cl_ord_id(wire_ref, 0);
+                let req = self.status_requests;
+                let mut e = self.begin(out, now, b"H");
+                e.uint(790, req)
+                    .bytes(11, &id[..n])
+                    .bytes(55, symbol_text(&symbol))
+                    .bytes(54, if o.buy { b"1" } else { b"2" });
+                Ok(e.finish()?)
+            }
+            RequestKind::Reconcile { .. } => Err(RequestError::NotWire),
+        }
+    }
+
+    fn encode_cancel(
+        &mut self,
+        out: &mut [u8],
+        now: u64,
+        wire_ref: u32,
+        o: &FixOrder,
+        cancel: u16,
+    ) -> Result<usize, RequestError> {
+        let symbol = self.symbols[usize::from(o.symbol.0)];
+        let (orig, on) = cl_ord_id(wire_ref, 0);
+        let (id, n) = cl_ord_id(wire_ref, cancel);
+        let mut e = self.begin(out, now, b"F");
+        e.bytes(41, &orig[..on]).bytes(11, &id[..n]);
+        if !self.settings.account.is_empty() {
+            e.bytes(1, self.settings.account.as_bytes());
+        }
+        e.bytes(55, symbol_text(&symbol))
+            .bytes(54, if o.buy { b"1" } else { b"2" })
+            .bytes(60, &self.stamp(now))
+            .uint(38, u64::from(o.qty));
+        Ok(e.finish()?)
+    }
+
+    fn stamp(&self, now_ns: u64) -> [u8; time::UTC_TIMESTAMP_LEN] {
+        time::utc_timestamp(self.unix_ns_at_origin.saturating_add(now_ns))
+    }
+
+    /// Takes `wire_ref` (the dispatcher's, journaled with the intent) for the order, or the
+    /// session's next one when the request carries none (0).
+    fn assign(&mut self, wire_ref: u32, order: &NewOrder) -> Result<u32, RequestError> {
+        let wire_ref = match wire_ref {
+            0 => self.next_ref,
+            r if r < self.next_ref => {
+                return Err(RequestError::StaleWireRef {
+                    got: r,
+                    last: self.next_ref - 1,
+                })
+            }
+            r => r,
+        };
+        if wire_ref == u32::MAX {
+            return Err(RequestError::WireRefsExhausted { next: wire_ref });
+        }
+        self.make_room()?;
+        self.next_ref = wire_ref + 1;
+        self.by_ref.insert(
+            wire_ref,
+            FixOrder {
+                id: order.id,
+                qty: order.qty,
+                executed: 0,
+                price: order.price.0,
+                buy: order.side == Side::Buy,
+                symbol: order.symbol,
+                accepted: false,
+                closed: false,
+                cancels: 0,
+                awaiting_since_ns: None,
+                contradicted: false,
+                inferred: 0,
+            },
+        );
+        self.by_id.insert(order.id, wire_ref);
+        Ok(wire_ref)
+    }
+
+    /// Forgets the oldest closed orders while the map is full; refuses when all are open.
+    fn make_room(&mut self) -> Result<(), RequestError> {
+        let orders_max = self.closed_refs.capacity().max(1);
+        while self.by_ref.len() >= orders_max {
+            let Some(wire_ref) = self.closed_refs.pop_front() else {
+                self.stats.session_full += 1;
+                return Err(RequestError::SessionFull {
+                    orders_max: orders_max as u32,
+                });
+            };
+            if let Some(order) = self.by_ref.remove(&wire_ref) {
+                self.by_id.remove(&order.id);
+                self.stats.forgotten += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, wire_ref: u32) {
+        if let Some(order) = self.by_ref.get_mut(&wire_ref) {
+            if !order.closed {
+                order.closed = true;
+                order.awaiting_since_ns = None;
+                if self.closed_refs.len() < self.closed_refs.capacity() {
+                    self.closed_refs.push_back(wire_ref);
+                }
+            }
+        }
+    }
+
+    fn await_answer(&mut self, wire_ref: u32, sent_ns: u64) {
+        self.update(wire_ref, |o| o.awaiting_since_ns = Some(sent_ns));
+        if self.deadlines.len() < self.deadlines.capacity() {
+            self.deadlines
+                .push_back((sent_ns.saturating_add(self.ack_timeout_ns), wire_ref));
+        }
+    }
+
+    fn update(&mut self, wire_ref: u32, change: impl FnOnce(&mut FixOrder)) {
+        if let Some(order) = self.by_ref.get_mut(&wire_ref) {
+            change(order);
+        }
+    }
+
+    /// The wire reference of one of this session's orders.
+    pub fn wire_ref(&self, id: ClientOrderId) -> Option<u32> {
+        self.by_id.get(&id).copied()
+    }
+
+    /// Journal restore: one open order and its wire reference.
+    pub fn restore_order(
+        &mut self,
+        order: &NewOrder,
+        wire_ref: u32,
+        executed: u32,
+        accepted: bool,
+    ) -> Result<(), RequestError> {
+        if usize::from(order.symbol.0) >= self.symbols.len() {
+            return Err(RequestError::UnknownSymbol(order.symbol.0));
+        }
+        let wire_ref = self.assign(wire_ref, order)?;
+        self.update(wire_ref, |o| {
+            o.executed = executed.min(o.qty);
+            o.accepted = accepted;
+        });
+        Ok(())
+    }
+
+    /// Requests unanswered past their deadline become `Timeout` (the order is unknown).
+    pub(super) fn expire_orders(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) {
+        while let Some(&(deadline, wire_ref)) = self.deadlines.front() {
+            if deadline > now_ns {
+                return;
+            }
+            self.deadlines.pop_front();
+            let timeout = self.ack_timeout_ns;
+            let Some(order) = self.by_ref.get_mut(&wire_ref) else {
+                continue;
+            };
+            let overdue = order
+                .awaiting_since_ns
+                .is_some_and(|since| since.saturating_add(timeout) <= now_ns);
+            if overdue && !order.closed {
+                order.awaiting_since_ns = None;
+                self.stats.timeouts += 1;
+                emit(Outcome {
+                    venue: self.venue,
+                    received_ns: now_ns,
+                    seq: 0,
+                    kind: OutcomeKind::Timeout { id: order.id },
+                });
+            }
+        }
+    }
+
+    /// The connection dropped: every order sent and not yet acknowledged is in doubt.
+    pub(super) fn mark_in_flight_unknown(
+        &mut self,
+        now_ns: u64,
+        emit: &mut impl FnMut(Outcome),
+    ) -> u64 {
+        self.mass_status = 0;
+        let mut marked = 0;
+        for order in self
+            .by_ref
+            .values_mut()
+            .filter(|o| !o.accepted && !o.closed)
+        {
+            order.awaiting_since_ns = None;
+            marked += 1;
+            emit(Outcome {
+                venue: self.venue,
+                received_ns: now_ns,
+                seq: 0,
+                kind: OutcomeKind::Timeout { id: order.id },
+            });
+        }
+        marked
+    }
+
+    /// An operator settled every contradiction: the orders concerned are in doubt again.
+    pub(super) fn clear_contradictions(
+        &mut self,
+        now_ns: u64,
+        emit: &mut impl FnMut(Outcome),
+    ) -> u32 {
+        let mut cleared = std::mem::take(&mut self.orphan_contradictions);
+        for order in self.by_ref.values_mut().filter(|o| o.contradicted) {
+            order.contradicted = false;
+            cleared += 1;
+            emit(Outcome {
+                venue: self.venue,
+                received_ns: now_ns,
+                seq: 0,
+                kind: OutcomeKind::Timeout { id: order.id },
+            });
+        }
+        cleared
+    }
+
+    /// An application message from the venue (in sequence).
+    pub(super) fn on_application(
+        &mut self,
+        now_ns: u64,
+        msg: &Msg<'_>,
+        seq: u64,
+        emit: &mut impl FnMut(Outcome),
+    ) -> SessionNews {
+        let venue = self.venue;
+        let mut emit_kind = |kind: OutcomeKind| {
+            emit(Outcome {
+                venue,
+                received_ns: now_ns,
+                seq,
+                kind,
+            })
+        };
+        let news = match msg.msg_type() {
+            b"8" => self.on_execution_report(msg, &mut emit_kind),
+            b"9" => self.on_cancel_reject(msg, &mut emit_kind),
+            _ => self.on_business_reject(msg, &mut emit_kind),
+        };
+        match news {
+            Ok(news) => news,
+            Err(e) => {
+                // A required field missing or a value keel cannot read: refused at the
+                // session level, counted, never guessed at.
+                let (tag, reason) = match e {
+                    FixError::Missing { tag, .. } => (tag, 1),
+                    other => (other.tag().unwrap_or(0), 5),
+                };
+                self.reject(msg, seq, tag, reason, "application message not understood");
+                SessionNews::Nothing
+            }
+        }
+    }
+
+    /// The order an answer is about: its ClOrdID, else its OrigClOrdID.
+    fn answered(&mut self, msg: &Msg<'_>) -> Option<u32> {
+        let by = |tag| {
+            msg.get(tag)
+                .and_then(wire_ref_of)
+                .filter(|r| self.by_ref.contains_key(r))
+        };
+        let found = by(11).or_else(|| by(41));
+        if found.is_none() {
+            self.stats.unknown_order_ref += 1;
+        }
+        found
+    }
+
+    fn on_execution_report(
+        &mut self,
+        msg: &Msg<'_>,
+        emit: &mut impl FnMut(OutcomeKind),
+    ) -> Result<SessionNews, FixError> {
+        let exec_type = msg.require(150)?;
+        msg.require(39)?;
+        let status_request = msg.get(790).is_some() || msg.get(584).is_some();
+        if exec_type == b"I" || status_request {
+            return self.on_status(msg, emit);
+        }
+        let Some(wire_ref) = self.answered(msg) else {
+            if exec_type == b"F" {
+                self.orphan_contradictions += 1;
+                self.stats.contradictions += 1;
+                self.stats.last_contradiction = Some(Contradiction::UnknownOrder);
+                emit(OutcomeKind::Contradiction {
+                    id: None,
+                    what: Contradiction::UnknownOrder,
+                });
+                return Ok(SessionNews::Contradicted(Contradiction::UnknownOrder));
+            }
+            self.stats.informational += 1;
+            return Ok(SessionNews::Nothing);
+        };
+        let order = self.by_ref[&wire_ref];
+        let id = order.id;
+        self.stats.mapped += 1;
+        match exec_type {
+            b"0" => {
+                if !order.accepted && !order.closed {
+                    self.update(wire_ref, |o| {
+                        o.accepted = true;
+                        o.awaiting_since_ns = None;
+                    });
+                    emit(OutcomeKind::Accepted { id });
+                }
+            }
+            b"F" => return self.on_trade(msg, wire_ref, emit),
+            b"4" | b"C" | b"3" => {
+                if !order.closed {
+                    self.close(wire_ref);
+                    emit(OutcomeKind::Canceled { id });
+                }
+            }
+            b"5" => {
+                // Replaced: the ClOrdID is the replacement, the OrigClOrdID the original.
+                let orig = msg.get(41).and_then(wire_ref_of);
+                let Some(orig_order) = orig.and_then(|r| self.by_ref.get(&r).copied()) else {
+                    return Ok(self.contradiction(Some(id), Contradiction::UnknownOrder, emit));
+                };
+                self.update(wire_ref, |o| {
+                    o.accepted = true;
+                    o.awaiting_since_ns = None;
+                });
+                if let Some(r) = orig {
+                    self.close(r);
+                }
+                emit(OutcomeKind::Replaced {
+                    id: orig_order.id,
+                    new_id: id,
+                });
+            }
+            b"8" => {
+                if order.accepted || order.closed {
+                    return Ok(self.contradiction(
+                        Some(id),
+                        Contradiction::ImpossibleSequence,
+                        emit,
+                    ));
+                }
+                let code = msg.uint(103)?.unwrap_or(0).min(u64::from(u16::MAX)) as u16;
+                self.close(wire_ref);
+                emit(OutcomeKind::Rejected {
+                    id,
+                    reason: self.settings.rejects.reason(code),
+                });
+            }
+            b"H" => {
+                self.stats.broken_trades += 1;
+            }
+            _ => self.stats.informational += 1,
+        }
+        Ok(SessionNews::Nothing)
+    }
+
+    /// A Trade: LastQty at LastPx, checked against the order's quantity, state and limit.
+    fn on_trade(
+        &mut self,
+        msg: &Msg<'_>,
+        wire_ref: u32,
+        emit: &mut impl FnMut(OutcomeKind),
+    ) -> Result<SessionNews, FixError> {
+        let order = self.by_ref[&wire_ref];
+        let qty = msg.require_uint(32)?;
+        let price = parse_decimal(31, msg.require(31)?, Price::SCALE)?;
+        let qty = u32::try_from(qty).map_err(|_| codec_value(32, "a quantity below 2^32"))?;
+        if qty == 0 {
+            return Err(codec_value(32, "a positive LastQty"));
+        }
+        if order.closed {
+            return Ok(self.contradiction(Some(order.id), Contradiction::AfterClose, emit));
+        }
+        let absorbed = qty.min(order.inferred);
+        if order.executed + qty - absorbed > order.qty {
+            return Ok(self.contradiction(Some(order.id), Contradiction::Overfill, emit));
+        }
+        let through = if order.buy {
+            price > order.price
+        } else {
+            price < order.price
+        };
+        if through {
+            return Ok(self.contradiction(Some(order.id), Contradiction::ExecutionPrice, emit));
+        }
+        if !order.accepted {
+            emit(OutcomeKind::Accepted { id: order.id });
+        }
+        let booked = qty - absorbed;
+        self.update(wire_ref, |o| {
+            o.accepted = true;
+            o.awaiting_since_ns = None;
+            o.inferred -= absorbed;
+            o.executed += booked;
+        });
+        if absorbed > 0 {
+            self.stats.late_reports_absorbed += 1;
+        }
+        if booked > 0 {
+            if let Some(p) = self.positions.get_mut(usize::from(order.symbol.0)) {
+                p.book(if order.buy { Side::Buy } else { Side::Sell }, booked);
+            }
+            emit(OutcomeKind::Fill {
+                id: order.id,
+                qty: booked,
+                price: Price(price),
+            });
+        }
+        if order.executed + booked == order.qty {
+            self.close(wire_ref);
+        }
+        Ok(SessionNews::Nothing)
+    }
+
+    /// An answer to an OrderStatusRequest or an OrderMassStatusRequest (ExecType I): what
+    /// the venue's figures settle becomes outcomes; the mass status's last report reconciles.
+    fn on_status(
+        &mut self,
+        msg: &Msg<'_>,
+        emit: &mut impl FnMut(OutcomeKind),
+    ) -> Result<SessionNews, FixError> {
+        let mass = msg.uint(584)?;
+        let status = msg.require(39)?;
+        let open = OPEN_STATUSES.contains(&status);
+        let last = msg.flag(912)?;
+        let listed = msg.uint(911)?;
+        let wire_ref = msg
+            .get(11)
+            .and_then(wire_ref_of)
+            .filter(|r| self.by_ref.contains_key(r));
+        let in_this_mass = mass.is_some_and(|m| m == self.mass_status && m != 0);
+        if in_this_mass && listed != Some(0) {
+            match wire_ref {
+                Some(r) if open => self.venue_open.push(r),
+                None if open => self.venue_unknown_open += 1,
+                _ => {}
+            }
+        }
+        if let Some(r) = wire_ref {
+            self.settle(msg, r, open, emit)?;
+        } else if mass.is_none() {
+            self.stats.unknown_order_ref += 1;
+        }
+        if in_this_mass && (last || listed == Some(0)) {
+            self.mass_status = 0;
+            return Ok(SessionNews::Reconciled(self.reconcile(emit)));
+        }
+        Ok(SessionNews::Nothing)
+    }
+
+    /// One order's status as the venue reports it: executions keel missed are booked (and
+    /// absorbed when their reports come), a close keel missed is applied, an open order
+    /// answers a query with `StillOpen`.
+    fn settle(
+        &mut self,
+        msg: &Msg<'_>,
+        wire_ref: u32,
+        open: bool,
+        emit: &mut impl FnMut(OutcomeKind),
+    ) -> Result<(), FixError> {
+        let order = self.by_ref[&wire_ref];
+        self.update(wire_ref, |o| o.awaiting_since_ns = None);
+        if order.contradicted {
+            return Ok(());
+        }
+        let status = msg.require(39)?;
+        if status == b"8" {
+            let code = msg.uint(103)?.unwrap_or(0).min(u64::from(u16::MAX)) as u16;
+            if !order.accepted && !order.closed {
+                self.close(wire_ref);
+                self.stats.resolutions += 1;
+                let reason = if code == UNKNOWN_ORDER {
+                    RejectReason::NotReceived
+                } else {
+                    self.settings.rejects.reason(code)
+                };
+                emit(OutcomeKind::Rejected {
+                    id: order.id,
+                    reason,
+                });
+            }
+            return Ok(());
+        }
+        let cum = msg.require_uint(14)?;
+        let cum = u32::try_from(cum).map_err(|_| codec_value(14, "a quantity below 2^32"))?;
+        if cum > order.qty {
+            self.contradiction(Some(order.id), Contradiction::Overfill, emit);
+            return Ok(());
+        }
+        if !order.accepted && !order.closed {
+            self.update(wire_ref, |o| o.accepted = true);
+            emit(OutcomeKind::Accepted { id: order.id });
+        }
+        let known = order.executed + order.inferred;
+        if cum > order.executed && !order.closed {
+            let missed = cum - order.executed;
+            let price = match msg.decimal(6, Price::SCALE)? {
+                Some(p) => p,
+                None => return Err(codec_value(6, "an AvgPx with the executions")),
+            };
+            self.stats.resolutions += 1;
+            self.update(wire_ref, |o| {
+                o.executed = cum;
+                o.inferred += cum.saturating_sub(known.max(o.executed - missed));
+            });
+            if let Some(p) = self.positions.get_mut(usize::from(order.symbol.0)) {
+                p.book(if order.buy { Side::Buy } else { Side::Sell }, missed);
+            }
+            emit(OutcomeKind::Fill {
+                id: order.id,
+                qty: missed,
+                price: Price(price),
+            });
+        }
+        let executed = self.by_ref[&wire_ref].executed;
+        if !open && !order.closed {
+            self.close(wire_ref);
+            if executed < order.qty {
+                self.stats.resolutions += 1;
+                emit(OutcomeKind::Canceled { id: order.id });
+            }
+        } else if open && msg.get(790).is_some() {
+            emit(OutcomeKind::StillOpen { id: order.id });
+        }
+        Ok(())
+    }
+
+    fn on_cancel_reject(
+        &mut self,
+        msg: &Msg<'_>,
+        emit: &mut impl FnMut(OutcomeKind),
+    ) -> Result<SessionNews, FixError> {
+        msg.require(39)?;
+        let response_to = msg.require(434)?;
+        let reason = msg.uint(102)?.unwrap_or(99);
+        let Some(wire_ref) = self.answered(msg) else {
+            self.stats.informational += 1;
+            return Ok(SessionNews::Nothing);
+        };
+        self.stats.mapped += 1;
+        let order = self.by_ref[&wire_ref];
+        self.update(wire_ref, |o| o.awaiting_since_ns = None);
+        if response_to == b"2" {
+            // A replace refused: the replacement (the ClOrdID) never lived.
+            let replacement = msg.get(11).and_then(wire_ref_of).unwrap_or(wire_ref);
+            let id = self.by_ref.get(&replacement).map_or(order.id, |o| o.id);
+            self.close(replacement);
+            emit(OutcomeKind::Rejected {
+                id,
+                reason: RejectReason::Invalid,
+            });
+            return Ok(SessionNews::Nothing);
+        }
+        let reason = match reason {
+            0 => CancelRejectReason::TooLateToCancel,
+            1 => CancelRejectReason::UnknownOrder,
+            _ => CancelRejectReason::NotApplied,
+        };
+        emit(OutcomeKind::CancelRejected {
+            id: order.id,
+            reason,
+        });
+        Ok(SessionNews::Nothing)
+    }
+
+    fn on_business_reject(
+        &mut self,
+        msg: &Msg<'_>,
+        emit: &mut impl FnMut(OutcomeKind),
+    ) -> Result<SessionNews, FixError> {
+        self.fix_stats.business_rejects += 1;
+        let reason = msg.require_uint(380)?;
+        let refused = msg
+            .get(379)
+            .and_then(wire_ref_of)
+            .and_then(|r| self.by_ref.get(&r).map(|o| (r, *o)));
+        let Some((wire_ref, order)) = refused else {
+            self.stats.informational += 1;
+            return Ok(SessionNews::Nothing);
+        };
+        self.stats.mapped += 1;
+        if order.accepted || order.closed {
+            return Ok(SessionNews::Nothing);
+        }
+        self.close(wire_ref);
+        emit(OutcomeKind::Rejected {
+            id: order.id,
+            reason: match reason {
+                // Application not available.
+                4 => RejectReason::VenueSystem,
+                _ => RejectReason::Invalid,
+            },
+        });
+        Ok(SessionNews::Nothing)
+    }
+
+    /// A report that cannot be true: the order's state is in doubt until an operator settles
+    /// it, and the link stops trusting itself.
+    fn contradiction(
+        &mut self,
+        id: Option<ClientOrderId>,
+        what: Contradiction,
+        emit: &mut impl FnMut(OutcomeKind),
+    ) -> SessionNews {
+        if let Some(r) = id.and_then(|id| self.wire_ref(id)) {
+            self.update(r, |o| o.contradicted = true);
+        }
+        self.stats.contradictions += 1;
+        self.stats.last_contradiction = Some(what);
+        emit(OutcomeKind::Contradiction { id, what });
+        SessionNews::Contradicted(what)
+    }
+
+    /// Compares this session's open orders with the venue's list. An order the venue does not
+    /// list is not received only if the venue replayed everything keel missed; otherwise it
+    /// is in doubt and queried.
+    pub(super) fn reconcile(&mut self, emit: &mut impl FnMut(OutcomeKind)) -> Reconciliation {
+        let mut result = Reconciliation::default();
+        let listed = self.settings.reconcile == FixReconcile::MassStatus;
+        self.venue_open.sort_unstable();
+        let mut not_received = Vec::new();
+        for (&wire_ref, order) in self.by_ref.iter() {
+            if order.closed || order.contradicted || !listed {
+                continue;
+            }
+            if self.venue_open.binary_search(&wire_ref).is_ok() {
+                continue;
+            }
+            if self.replay_incomplete || order.accepted {
+                result.in_doubt += 1;
+                emit(OutcomeKind::Timeout { id: order.id });
+            } else {
+                not_received.push(wire_ref);
+            }
+        }
+        for wire_ref in not_received {
+            let id = self.by_ref[&wire_ref].id;
+            self.close(wire_ref);
+            result.not_received += 1;
+            emit(OutcomeKind::Rejected {
+                id,
+                reason: RejectReason::NotReceived,
+            });
+        }
+        result.unknown_at_keel = self.venue_unknown_open;
+        result.contradictions = self.orphan_contradictions
+            + self
+                .by_ref
+                .values()
+                .filter(|o| o.contradicted && !o.closed)
+                .count() as u32;
+        self.stats.reconciliations += 1;
+        self.stats.last_reconciliation = result;
+        result
+    }
+}
+
+fn codec_value(tag: u32, expected: &'static str) -> FixError {
+    FixError::Value {
+        tag,
+        value: codec::ValueText::new(b""),
+        expected,
+    }
+}
+
+fn side(side: Side) -> &'static [u8] {
+    match side {
+        Side::Buy => b"1",
+        Side::Sell => b"2",
+    }
+}
+
+fn tif(tif: TimeInForce) -> &'static [u8] {
+    match tif {
+        TimeInForce::Day => b"0",
+        TimeInForce::ImmediateOrCancel => b"3",
+    }
+}
+
+#[allow(unused_imports)]
+use Encoder as _;
