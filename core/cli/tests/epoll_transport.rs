@@ -46,9 +46,14 @@ fn order_path_and_market_data<T: SocketTransport, V: SocketTransport>() {
         top.is_some_and(|t| t.bids[0] == (buy.price.0, 100))
     });
     let now = w.clock.now_ns();
-    w.venue
-        .exchange_mut()
-        .synthetic(now, 1, Side::Sell, Price::from_units(49, 9000).0, 100, true);
+    w.venue().exchange_mut().synthetic(
+        now,
+        1,
+        Side::Sell,
+        Price::from_units(49, 9000).0,
+        100,
+        true,
+    );
     let filled = EventKind::Filled {
         qty: 100,
         price: buy.price,
@@ -71,7 +76,7 @@ fn order_path_and_market_data<T: SocketTransport, V: SocketTransport>() {
         w.kinds(rest.id).last() == Some(&EventKind::Canceled)
     });
     assert_eq!(w.kinds(buy.id), [EventKind::Accepted, filled]);
-    assert!(w.venue.exchange().book(1).is_empty());
+    assert!(w.venue().exchange().book(1).is_empty());
     assert_eq!(w.link().stats().decode_errors, 0);
     assert_eq!(w.dispatcher().guards().risk.position(SymbolId(1)), 100);
     let feed = w.engine.feeds()[0].stats();

@@ -49,7 +49,7 @@ fn accepted_then_canceled<T: SocketTransport>() {
         w.kinds(order.id),
         [EventKind::Accepted, EventKind::Canceled]
     );
-    assert_eq!(w.venue.exchange().stats().canceled, 1);
+    assert_eq!(w.venue().exchange().stats().canceled, 1);
 }
 
 // Goal: the gateway restarts while an order rests; it fills while keel is away; keel
@@ -64,10 +64,10 @@ fn restart_replay_reconcile_then_synced<T: SocketTransport>() {
         r.kinds(resting.id).contains(&EventKind::Accepted)
     });
 
-    rig.venue.apply_control(0, "restart").unwrap();
+    rig.venue().apply_control(0, "restart").unwrap();
     rig.until("link down", |r| !r.dispatcher().is_synced(VenueId(0)));
     let now = rig.clock.now_ns();
-    rig.venue
+    rig.venue()
         .exchange_mut()
         .synthetic(now, 1, Side::Sell, Price::from_units(50, 0).0, 100, true);
     // While not synced a new order is refused with the precise reason.
@@ -99,7 +99,7 @@ fn restart_replay_reconcile_then_synced<T: SocketTransport>() {
     );
     assert_eq!(rig.dispatcher().guards().risk.position(SymbolId(1)), 100);
     assert_eq!(
-        rig.venue.exchange().stats().accepted,
+        rig.venue().exchange().stats().accepted,
         1,
         "nothing was resent"
     );
@@ -108,7 +108,7 @@ fn restart_replay_reconcile_then_synced<T: SocketTransport>() {
     // What the journal will persist: every message of the venue's stream was applied.
     assert_eq!(
         rig.link().client().applied_through(),
-        rig.venue.exchange().account(0).stream_len()
+        rig.venue().exchange().account(0).stream_len()
     );
     assert_eq!(
         rig.link().client().stats().last_reconciliation.unresolved(),
@@ -122,13 +122,13 @@ fn restart_replay_reconcile_then_synced<T: SocketTransport>() {
 fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent<T: SocketTransport>() {
     let mut rig = World::<T>::new();
     rig.until("SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
-    rig.venue.apply_control(0, "stall 300").unwrap();
+    rig.venue().apply_control(0, "stall 300").unwrap();
     let lost = rig.order(1, 10);
     rig.strategy.commands.push(Command::New(lost)).unwrap();
     rig.until("order written", |r| {
         r.dispatcher().stats().sent_new == 1 && r.link().stats().requests_sent == 1
     });
-    rig.venue.apply_control(0, "drop").unwrap();
+    rig.venue().apply_control(0, "drop").unwrap();
     rig.until("Unknown", |r| {
         r.kinds(lost.id).contains(&EventKind::Unknown)
     });
@@ -153,7 +153,7 @@ fn order_lost_in_a_drop_is_unknown_then_resolved_never_resent<T: SocketTransport
         "the gate lifted"
     );
     assert_eq!(
-        rig.venue.exchange().stats().accepted,
+        rig.venue().exchange().stats().accepted,
         0,
         "the venue never saw it and keel never resent it"
     );
@@ -172,10 +172,10 @@ fn the_incident_late_remainder_is_unknown_never_resent<T: SocketTransport>() {
     let mut rig = WorldBuilder::new().ack_timeout(200 * MS).build::<T>();
     rig.until("SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
     let now = rig.clock.now_ns();
-    rig.venue
+    rig.venue()
         .exchange_mut()
         .synthetic(now, 1, Side::Sell, Price::from_units(50, 0).0, 50, true);
-    rig.venue.apply_control(0, "delay-final 500").unwrap();
+    rig.venue().apply_control(0, "delay-final 500").unwrap();
     let ioc = NewOrder {
         tif: TimeInForce::ImmediateOrCancel,
         ..rig.order(1, 100)
@@ -212,7 +212,7 @@ fn the_incident_late_remainder_is_unknown_never_resent<T: SocketTransport>() {
         0
     );
     assert_eq!(
-        rig.venue.exchange().stats().accepted,
+        rig.venue().exchange().stats().accepted,
         1,
         "never a second order for the remainder"
     );
@@ -234,13 +234,13 @@ fn gateway_restart_mid_reconciliation_on_sockets<T: SocketTransport>() {
     rig.until("accept", |r| {
         r.kinds(resting.id).contains(&EventKind::Accepted)
     });
-    rig.venue.apply_control(0, "drop").unwrap();
+    rig.venue().apply_control(0, "drop").unwrap();
     // Each step ends after the link has acted, before the venue reads again: a link seen
     // RECONCILING has its query in flight.
     rig.until("reconciling", |r| {
         r.link().state() == LinkState::Reconciling
     });
-    rig.venue.apply_control(0, "restart").unwrap();
+    rig.venue().apply_control(0, "restart").unwrap();
     rig.until("SYNCED after the second drop", |r| {
         r.dispatcher().is_synced(VenueId(0))
             && r.link().client().stats().last_reconciliation.unresolved() == 0
@@ -252,7 +252,7 @@ fn gateway_restart_mid_reconciliation_on_sockets<T: SocketTransport>() {
         OrderState::Live
     );
     assert_eq!(rig.kinds(resting.id), vec![EventKind::Accepted]);
-    assert_eq!(rig.venue.exchange().stats().accepted, 1, "nothing resent");
+    assert_eq!(rig.venue().exchange().stats().accepted, 1, "nothing resent");
 }
 
 // Goal: a venue that stops answering during reconciliation, on real sockets: the
@@ -266,12 +266,12 @@ fn reconciliation_timeout_then_synced_on_sockets<T: SocketTransport>() {
         })
         .build::<T>();
     rig.until("first SYNCED", |r| r.dispatcher().is_synced(VenueId(0)));
-    rig.venue.apply_control(0, "drop").unwrap();
+    rig.venue().apply_control(0, "drop").unwrap();
     rig.until("reconciling", |r| {
         r.link().state() == LinkState::Reconciling
     });
     let now = rig.clock.now_ns();
-    rig.venue.apply_control(now, "stall 500").unwrap();
+    rig.venue().apply_control(now, "stall 500").unwrap();
     rig.until("SYNCED after the timeout", |r| {
         r.dispatcher().is_synced(VenueId(0))
     });
@@ -301,7 +301,7 @@ fn breaker_drill_on_sockets<T: SocketTransport>() {
     rig.until("accept", |r| {
         r.kinds(resting.id).contains(&EventKind::Accepted)
     });
-    rig.venue.apply_control(0, "reject-burst 1000").unwrap();
+    rig.venue().apply_control(0, "reject-burst 1000").unwrap();
     let mut seq = 1;
     let mut retries = 0;
     let last = loop {
@@ -320,7 +320,7 @@ fn breaker_drill_on_sockets<T: SocketTransport>() {
     assert!(matches!(last, EventKind::BreakerOpen { .. }), "{last:?}");
     // The resting order's ack and four system rejects are the five calls that open it.
     assert_eq!(retries, 4);
-    let rejected = rig.venue.exchange().stats().rejected;
+    let rejected = rig.venue().exchange().stats().rejected;
     rig.strategy
         .commands
         .push(Command::Cancel { id: resting.id })
@@ -329,11 +329,11 @@ fn breaker_drill_on_sockets<T: SocketTransport>() {
         r.kinds(resting.id).contains(&EventKind::Canceled)
     });
     assert_eq!(
-        rig.venue.exchange().stats().rejected,
+        rig.venue().exchange().stats().rejected,
         rejected,
         "no new order reached the venue while open"
     );
-    rig.venue.apply_control(0, "reject-burst 0").unwrap();
+    rig.venue().apply_control(0, "reject-burst 0").unwrap();
     rig.until("half-open", |r| {
         let now = r.clock.now_ns();
         matches!(

@@ -47,7 +47,7 @@ fn order_round_trip_through_the_venue() {
     w.send(Command::New(buy));
     w.until("accept", |w| !w.kinds(buy.id).is_empty());
     let now = w.clock.now_ns();
-    w.venue
+    w.venue()
         .exchange_mut()
         .synthetic(now, 0, Side::Sell, Price::from_units(9, 9000).0, 100, true);
     w.until("fill", |w| w.kinds(buy.id).len() == 2);
@@ -74,7 +74,7 @@ fn order_round_trip_through_the_venue() {
     assert_eq!(w.kinds(rest.id), [EventKind::Accepted, EventKind::Canceled]);
     // Exactly those events, nothing else.
     assert_eq!(w.events.len(), 4, "{:?}", w.events);
-    assert!(w.venue.exchange().book(0).is_empty());
+    assert!(w.venue().exchange().book(0).is_empty());
     assert_eq!(w.link().stats().decode_errors, 0);
     assert_eq!(w.dispatcher().guards().risk.position(SymbolId(0)), 100);
 }

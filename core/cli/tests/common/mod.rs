@@ -11,6 +11,7 @@
 pub mod alloc;
 pub mod observe;
 pub mod peers;
+pub mod quickfix;
 pub mod world;
 
 use keel::dispatch::{

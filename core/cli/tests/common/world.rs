@@ -71,6 +71,10 @@ pub struct WorldBuilder {
     pub reactor: ReactorConfig,
     /// The symbols of the engine's market-data feed (empty: no feed).
     pub feed_symbols: Vec<&'static str>,
+    /// The link's protocol and its settings (`None`: OUCH, as the simulated venue speaks it).
+    pub protocol: Option<keel::session::ProtocolConfig>,
+    /// The engine's journal (`None`: none).
+    pub journal: Option<keel::journal::JournalConfig>,
 }
 
 impl Default for WorldBuilder {
@@ -109,6 +113,8 @@ impl Default for WorldBuilder {
                 ..ReactorConfig::default()
             },
             feed_symbols: Vec::new(),
+            protocol: None,
+            journal: None,
         }
     }
 }
@@ -143,6 +149,21 @@ impl WorldBuilder {
         self
     }
 
+    /// The engine journals into `dir` (a restart from it resumes).
+    pub fn journal(mut self, dir: &std::path::Path) -> Self {
+        self.journal = Some(keel::journal::JournalConfig {
+            dir: dir.to_path_buf(),
+            file_bytes: keel::journal::RECORD_LEN as u64 * 4096,
+        });
+        self
+    }
+
+    /// The link speaks `protocol` with its settings.
+    pub fn protocol(mut self, protocol: keel::session::ProtocolConfig) -> Self {
+        self.protocol = Some(protocol);
+        self
+    }
+
     /// The venue serves WebSocket market data and the engine's feed handler subscribes to
     /// `symbols`; the world's [`World::book`] receives the handler's books.
     pub fn market_data(mut self, symbols: &[&'static str]) -> Self {
@@ -161,15 +182,19 @@ impl WorldBuilder {
         venue: std::net::SocketAddr,
         market_data: Option<std::net::SocketAddr>,
     ) -> EngineConfig {
-        let link = super::ouch_venue(
+        let mut link = super::ouch_venue(
             venue,
             self.username,
             self.orders_max,
             self.ack_timeout_ns,
             self.link,
         );
+        if let Some(protocol) = &self.protocol {
+            link.protocol = protocol.clone();
+        }
         let mut config =
             super::engine_config(&self.symbols, self.dispatcher, vec![link], self.ring);
+        config.journal = self.journal.clone();
         if let Some(addr) = market_data.filter(|_| !self.feed_symbols.is_empty()) {
             config.feeds = vec![FeedConfig {
                 addr,
@@ -202,10 +227,29 @@ impl WorldBuilder {
         let strategy = engine.take_strategy(StrategyId(0)).expect("strategy 0");
         World {
             clock,
-            venue,
+            venue: Some(venue),
             engine,
             strategy,
             book,
+            events: Vec::new(),
+        }
+    }
+
+    /// The engine's loop built over transport `T` against a venue that is not keel's (a
+    /// QuickFIX acceptor, a Python peer) listening at `venue`: the world steps the engine only.
+    pub fn build_against<T: SocketTransport>(self, venue: std::net::SocketAddr) -> World<T> {
+        let clock = TscClock::new();
+        let transport = T::open(self.reactor).expect("the transport opens");
+        let mut engine = EngineBuilder::new(self.engine_config(venue, None))
+            .build(transport, clock.now_ns())
+            .expect("the engine builds");
+        let strategy = engine.take_strategy(StrategyId(0)).expect("strategy 0");
+        World {
+            clock,
+            venue: None,
+            engine,
+            strategy,
+            book: None,
             events: Vec::new(),
         }
     }
@@ -215,8 +259,8 @@ impl WorldBuilder {
 pub struct World<T: SocketTransport, V: SocketTransport = T> {
     /// The clock both are stepped with.
     pub clock: TscClock,
-    /// The simulated venue.
-    pub venue: VenueServer<V>,
+    /// The simulated venue (`None`: the venue is another process).
+    pub venue: Option<VenueServer<V>>,
     /// The engine's own loop.
     pub engine: EngineLoop<T>,
     /// Strategy 0's rings.
@@ -245,10 +289,19 @@ impl<T: SocketTransport, V: SocketTransport> World<T, V> {
         &self.engine.links()[0]
     }
 
+    /// The simulated venue.
+    pub fn venue(&mut self) -> &mut VenueServer<V> {
+        self.venue
+            .as_mut()
+            .expect("this world's venue is another process")
+    }
+
     /// One pass of the venue and the engine; strategy 0's events are collected.
     pub fn step(&mut self) {
         let now = self.clock.now_ns();
-        self.venue.step(now, 0).expect("the venue steps");
+        if let Some(venue) = &mut self.venue {
+            venue.step(now, 0).expect("the venue steps");
+        }
         self.engine.pass(now);
         assert_eq!(self.engine.poll_errors(), 0);
         self.events

@@ -408,6 +408,9 @@ impl<P: VenueProtocol> VenueLink<P> {
             }
             Action::Close => {
                 if let Some(conn) = self.conn.take() {
+                    // What the protocol owed the venue this pass (a FIX Logout) is handed to
+                    // the network before the socket shuts.
+                    let _ = reactor.flush();
                     reactor.close(conn);
                 }
             }

@@ -1,0 +1,180 @@
+//! The QuickFIX/C++ peers scripts/quickfix-peers builds (`target/quickfix/`, or
+//! `KEEL_QUICKFIX_DIR`): a FIX 4.4 acceptor a test drives through its stdin and reads through
+//! its stdout, one line per command and event.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use super::peers::Proc;
+
+/// How long [`Acceptor::wait`] waits for a line before it fails the test.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// The peers' folder; `None` (the test is skipped, saying so) unless `KEEL_REQUIRE_INTEROP=1`,
+/// which makes missing peers a failure.
+pub fn dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("KEEL_QUICKFIX_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/quickfix"),
+        PathBuf::from,
+    );
+    if dir.join("acceptor").exists() && dir.join("FIX44.xml").exists() {
+        return Some(dir);
+    }
+    if std::env::var("KEEL_REQUIRE_INTEROP").as_deref() == Ok("1") {
+        panic!(
+            "QuickFIX peers missing in {} but KEEL_REQUIRE_INTEROP=1 (scripts/quickfix-peers builds them)",
+            dir.display()
+        );
+    }
+    eprintln!("QuickFIX interop test not run: run scripts/quickfix-peers (scripts/test does)");
+    None
+}
+
+/// A QuickFIX acceptor (SenderCompID VENUE, TargetCompID KEEL) on a loopback port.
+pub struct Acceptor {
+    /// Its order-entry address.
+    pub addr: std::net::SocketAddr,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    /// Every line it printed so far.
+    pub seen: Vec<String>,
+    _proc: Proc,
+    _dir: tempfile::TempDir,
+}
+
+impl Acceptor {
+    /// Starts one; `None` when the peers are not built (see [`dir`]). A port taken between
+    /// choosing it and QuickFIX binding it is chosen again (at most five times).
+    pub fn start() -> Option<Self> {
+        let peers = dir()?;
+        for _ in 0..5 {
+            if let Some(a) = Self::try_start(&peers) {
+                return Some(a);
+            }
+        }
+        panic!("the QuickFIX acceptor did not start on any of five ports");
+    }
+
+    fn try_start(peers: &std::path::Path) -> Option<Self> {
+        let tmp = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let settings = tmp.path().join("acceptor.cfg");
+        std::fs::write(
+            &settings,
+            format!(
+                "[DEFAULT]\nConnectionType=acceptor\nSocketAcceptHost=127.0.0.1\n\
+                 SocketAcceptPort={port}\nSocketReuseAddress=Y\nStartTime=00:00:00\n\
+                 EndTime=00:00:00\nFileStorePath={store}\nFileLogPath={log}\n\
+                 UseDataDictionary=Y\nDataDictionary={dict}\nValidateUserDefinedFields=N\n\
+                 ResetOnLogon=N\n\n[SESSION]\nBeginString=FIX.4.4\nSenderCompID=VENUE\n\
+                 TargetCompID=KEEL\n",
+                store = tmp.path().join("store").display(),
+                log = tmp.path().join("log").display(),
+                dict = peers.join("FIX44.xml").display(),
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(peers.join("acceptor"))
+            .arg(&settings)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the QuickFIX acceptor starts");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut a = Self {
+            addr: ([127, 0, 0, 1], port).into(),
+            stdin,
+            lines,
+            seen: Vec::new(),
+            _proc: Proc(child),
+            _dir: tmp,
+        };
+        match a.next_line(WAIT) {
+            Some(l) if l == "ready" => Some(a),
+            Some(l) if l.starts_with("failed") => None,
+            other => panic!("the QuickFIX acceptor said {other:?} at start"),
+        }
+    }
+
+    fn next_line(&mut self, within: Duration) -> Option<String> {
+        match self.lines.recv_timeout(within) {
+            Ok(line) => {
+                self.seen.push(line.clone());
+                Some(line)
+            }
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
+        }
+    }
+
+    /// Sends one command line.
+    pub fn send(&mut self, command: &str) {
+        writeln!(self.stdin, "{command}").expect("the acceptor reads its stdin");
+        self.stdin.flush().unwrap();
+    }
+
+    /// Lines printed since the last call, without waiting.
+    pub fn drain(&mut self) -> &[String] {
+        let before = self.seen.len();
+        while self.next_line(Duration::ZERO).is_some() {}
+        &self.seen[before..]
+    }
+
+    /// Whether a line starting with `prefix` was printed (so far).
+    pub fn saw(&mut self, prefix: &str) -> bool {
+        self.drain();
+        self.seen.iter().any(|l| l.starts_with(prefix))
+    }
+
+    /// How many lines starting with `prefix` were printed (so far).
+    pub fn count(&mut self, prefix: &str) -> usize {
+        self.drain();
+        self.seen.iter().filter(|l| l.starts_with(prefix)).count()
+    }
+
+    /// Waits (stepping `step` meanwhile) until a line starting with `prefix` is printed
+    /// beyond the first `after` such lines; fails the test after 20 s naming what it saw.
+    pub fn wait_while(&mut self, prefix: &str, after: usize, step: impl FnMut()) -> String {
+        self.wait_for(prefix, |l| l.starts_with(prefix), after, step)
+    }
+
+    /// Waits (stepping `step` meanwhile) until the `after`+1th line that `matches` is
+    /// printed; fails the test after 20 s naming `what` and every line it saw.
+    pub fn wait_for(
+        &mut self,
+        what: &str,
+        matches: impl Fn(&str) -> bool,
+        after: usize,
+        mut step: impl FnMut(),
+    ) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            self.drain();
+            if let Some(l) = self.seen.iter().filter(|l| matches(l)).nth(after) {
+                return l.clone();
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "no {what:?} from the QuickFIX acceptor; it said {:?}",
+                    self.seen
+                );
+            }
+            step();
+        }
+    }
+}
