@@ -6,7 +6,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use keel::clock::{Clock, TscClock};
 
 use super::peers::Proc;
 
@@ -162,13 +164,14 @@ impl Acceptor {
         after: usize,
         mut step: impl FnMut(),
     ) -> String {
-        let deadline = Instant::now() + WAIT;
+        let clock = TscClock::new();
+        let deadline = clock.now_ns() + WAIT.as_nanos() as u64;
         loop {
             self.drain();
             if let Some(l) = self.seen.iter().filter(|l| matches(l)).nth(after) {
                 return l.clone();
             }
-            if Instant::now() > deadline {
+            if clock.now_ns() > deadline {
                 panic!(
                     "no {what:?} from the QuickFIX acceptor; it said {:?}",
                     self.seen
