@@ -1,7 +1,8 @@
 //! Fuzz targets for every decoder keel runs on bytes it did not write: SoupBinTCP, OUCH (both
 //! dialects), WebSocket frames and handshakes (both roles), market-data JSON (requests and the
 //! feed handler's parsing, driven over the simulated network), IPC records, journal files, the
-//! configuration file, the OUCH session's `on_packet` and HTTP/1.1 responses (`http`).
+//! configuration file, the OUCH session's `on_packet`, HTTP/1.1 responses (`http`) and the FIX 4.4
+//! client (framing, fields and its session layer, `fix44`).
 //!
 //! Method: property tests (proptest), not coverage-guided fuzzing: cargo-fuzz needs a nightly
 //! compiler (`-Zsanitizer`), and CI has only stable Rust (docs/architecture.md, "Fuzzing").
@@ -2257,4 +2258,204 @@ fn http_responses() {
         mutate(&mut stream, &edits, HTTP_RESPONSE_TOKENS);
         walk_http(&stream, step)
     });
+}
+
+// ----- FIX 4.4 -----------------------------------------------------------------------------------
+
+/// FIX's tokens: separators, the framing fields, the session and application types and tags.
+const FIX_TOKENS: &[&[u8]] = &[
+    b"\x01",
+    b"=",
+    b"8=FIX.4.4\x01",
+    b"9=",
+    b"10=",
+    b"35=8\x01",
+    b"35=4\x01",
+    b"35=2\x01",
+    b"35=A\x01",
+    b"34=",
+    b"43=Y\x01",
+    b"123=Y\x01",
+    b"36=",
+    b"150=F\x01",
+    b"150=I\x01",
+    b"39=2\x01",
+    b"32=",
+    b"31=",
+    b"14=",
+    b"11=1\x01",
+    b"584=1\x01",
+    b"912=Y\x01",
+    b"-",
+    b".",
+    b"999999999999999999",
+];
+
+/// One venue message a logged-on FIX client may receive, by its fields after MsgSeqNum.
+fn fix_message() -> impl Strategy<Value = (String, Vec<(u32, String)>)> {
+    let value = prop_oneof![
+        "[0-9]{1,6}".prop_map(|s| s),
+        "-?[0-9]{1,4}\\.[0-9]{0,6}".prop_map(|s| s),
+        "[A-Z]{1,2}".prop_map(|s| s),
+        Just("Y".to_string()),
+    ];
+    let tags = prop_oneof![
+        Just(11u32),
+        Just(41),
+        Just(150),
+        Just(39),
+        Just(32),
+        Just(31),
+        Just(14),
+        Just(151),
+        Just(6),
+        Just(103),
+        Just(434),
+        Just(102),
+        Just(584),
+        Just(790),
+        Just(911),
+        Just(912),
+        Just(7),
+        Just(16),
+        Just(36),
+        Just(43),
+        Just(123),
+        Just(112),
+        Just(108),
+        Just(141),
+        Just(380),
+        Just(379),
+        1u32..2000,
+    ];
+    let msg_type = prop_oneof![
+        Just("8"),
+        Just("9"),
+        Just("j"),
+        Just("0"),
+        Just("1"),
+        Just("2"),
+        Just("3"),
+        Just("4"),
+        Just("5"),
+        Just("A"),
+        Just("W"),
+    ];
+    (msg_type.prop_map(str::to_string), vec((tags, value), 0..12))
+}
+
+/// Feeds `stream` to a FIX client logged on with orders 1..=4 sent, as the link does: whole
+/// messages cut from the front, what they ask of the session drained; each step must consume
+/// bytes, wait for more, or fail with a typed error.
+fn walk_fix(stream: &[u8], max_len: u16) -> Result<(), TestCaseError> {
+    use keel::session::fix::{FixClient, FixSettings};
+    use keel::session::protocol::LinkSetup;
+    let symbols = [*b"AAPL    "];
+    let setup = LinkSetup {
+        venue: VenueId(0),
+        username: "u",
+        password: "p",
+        orders_max: 4,
+        ack_timeout_ns: 1_000,
+        symbols: &symbols,
+        heartbeat_interval_ns: 1_000_000_000,
+        unix_ns_at_origin: 0,
+    };
+    let mut c = FixClient::new(
+        FixSettings {
+            sender_comp_id: "KEEL".into(),
+            target_comp_id: "VENUE".into(),
+            ..FixSettings::default()
+        },
+        &setup,
+    );
+    let mut out = [0u8; 1024];
+    c.encode_login(0, &mut out).unwrap();
+    let logon = fix_encode("A", 1, &[(98, "0".into()), (108, "1".into())]);
+    c.decode(1, &logon, 4096, &mut |_| {}).unwrap();
+    for n in 1..=4u64 {
+        let order = NewOrder {
+            id: ClientOrderId::new(StrategyId(0), n).unwrap(),
+            venue: VenueId(0),
+            symbol: SymbolId(0),
+            side: Side::Buy,
+            price: Price::from_units(100, 0),
+            qty: 100,
+            tif: TimeInForce::Day,
+            reduce_only: false,
+        };
+        let request = VenueRequest {
+            venue: VenueId(0),
+            sent_ns: 1,
+            wire_ref: n as u32,
+            kind: RequestKind::New(order),
+        };
+        prop_assert!(c.encode_request(&request, &mut out).is_ok());
+    }
+    let mut rest = stream;
+    for step in 0..10_000u64 {
+        match c.decode(step, rest, max_len, &mut |_| {}) {
+            Ok(Some(m)) => {
+                prop_assert!(
+                    m.len > 0 && m.len <= rest.len(),
+                    "{} of {}",
+                    m.len,
+                    rest.len()
+                );
+                rest = &rest[m.len..];
+                while c.encode_session(step, &mut out).is_some() {}
+            }
+            Ok(None) | Err(_) => return Ok(()),
+        }
+        c.expire(step, &mut |_| {});
+    }
+    prop_assert!(false, "the client never stopped consuming");
+    Ok(())
+}
+
+/// A venue message with its header, numbered `seq`, by keel's encoder.
+fn fix_encode(msg_type: &str, seq: u64, fields: &[(u32, String)]) -> Vec<u8> {
+    let mut out = vec![0u8; 4096];
+    let mut e = keel::session::fix::codec::Encoder::new(&mut out, msg_type.as_bytes());
+    e.bytes(49, b"VENUE")
+        .bytes(56, b"KEEL")
+        .uint(34, seq)
+        .bytes(52, b"20261202-06:30:00.000");
+    for (tag, value) in fields {
+        e.bytes(*tag, value.as_bytes());
+    }
+    let n = e.finish().unwrap();
+    out.truncate(n);
+    out
+}
+
+// Goal: no bytes from a FIX venue make the client panic or stop consuming: streams of well
+// formed session and application messages (numbered on from the Logon) with random fields,
+// mutated with FIX's tokens, and random bytes.
+#[test]
+fn fix_session_and_messages() {
+    let input = (
+        vec(fix_message(), 1..10),
+        mutations(),
+        bytes(300),
+        prop_oneof![Just(64u16), Just(512), Just(4096), Just(u16::MAX)],
+        any::<bool>(),
+    );
+    fuzz(
+        "fix44",
+        2,
+        input,
+        |(messages, edits, random, max, use_random)| {
+            let mut stream = Vec::new();
+            for (i, (msg_type, fields)) in messages.iter().enumerate() {
+                stream.extend(fix_encode(msg_type, i as u64 + 2, fields));
+            }
+            walk_fix(&stream, max)?;
+            if use_random {
+                walk_fix(&random, max)?;
+            }
+            mutate(&mut stream, &edits, FIX_TOKENS);
+            walk_fix(&stream, max)
+        },
+    );
 }
