@@ -160,7 +160,8 @@ pub struct FixClient {
     ack_timeout_ns: u64,
     heartbeat_interval_ns: u64,
     unix_ns_at_origin: u64,
-    table: Box<FieldTable>,
+    /// The parse table, lent out while one message is handled (`None` only then).
+    table: Option<Box<FieldTable>>,
     /// The next MsgSeqNum keel sends.
     out_seq: u64,
     /// The journal's bound: a restart sends from here.
@@ -214,7 +215,7 @@ impl FixClient {
             ack_timeout_ns: link.ack_timeout_ns,
             heartbeat_interval_ns: link.heartbeat_interval_ns,
             unix_ns_at_origin: link.unix_ns_at_origin,
-            table: Box::default(),
+            table: Some(Box::default()),
             out_seq: 1,
             out_reserved: 0,
             in_seq: 1,
@@ -537,7 +538,14 @@ impl FixClient {
             Frame::Whole { len } => len,
         };
         self.last_rx_ns = now_ns;
-        let mut table = std::mem::take(&mut self.table);
+        // Lent out (no allocation) so the message can borrow it while the session changes.
+        let Some(mut table) = self.table.take() else {
+            // Not reached: decode is not re-entered while a message is handled.
+            return Err(DecodeError::BadField {
+                field: "FIX parse table (in use)",
+                value: 0,
+            });
+        };
         let news = match table.parse(&received[..len], &self.settings.limits) {
             Ok(msg) => self.on_message(now_ns, &msg, emit),
             Err(_) => {
@@ -547,7 +555,7 @@ impl FixClient {
                 Ok(SessionNews::Nothing)
             }
         };
-        self.table = table;
+        self.table = Some(table);
         self.reserve(now_ns, emit);
         let news = news?;
         Ok(Some(Message { len, news }))
