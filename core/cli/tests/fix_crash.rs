@@ -1,0 +1,170 @@
+//! kill -9 of `keel run` in the middle of a FIX 4.4 session with a QuickFIX/C++ acceptor, and
+//! a restart that resumes it: keel logs on again from its journaled outbound reservation (the
+//! jump QuickFIX asks for is gap-filled, never resent), asks for what it missed while it was
+//! down (an execution QuickFIX sent into the void), books it once, and still owns its open
+//! orders. The strategy is a Rust strategy on the shared-memory channel in this process.
+
+// A test driver waits on other processes by the wall clock; the core never does.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use keel::ipc::{Channel, EngineState, IpcEvent};
+use keel::order::{
+    ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
+    VenueId,
+};
+
+mod common;
+
+use common::peers::{keel_run, stop_keel_run};
+use common::quickfix::Acceptor;
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The channel of an engine of epoch above `epoch_above`, running with venue 0 SYNCED.
+fn synced_channel(ipc: &Path, epoch_above: u64) -> Channel {
+    let path = ipc.join("strategy-0");
+    let mut channel = None;
+    wait_until("a running engine SYNCED over FIX", || {
+        if channel.is_none() {
+            channel = Channel::open(&path)
+                .ok()
+                .filter(|c| c.engine_epoch() > epoch_above);
+        }
+        channel.as_ref().is_some_and(|c| {
+            c.beat_strategy();
+            c.engine_state() == EngineState::Running && c.venue_synced(VenueId(0))
+        })
+    });
+    channel.unwrap()
+}
+
+fn order(seq: u64) -> NewOrder {
+    NewOrder {
+        id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
+        venue: VenueId(0),
+        symbol: SymbolId(1),
+        side: Side::Buy,
+        price: Price::from_units(50, 0),
+        qty: 10,
+        tif: TimeInForce::Day,
+        reduce_only: false,
+    }
+}
+
+/// Collects events until every id in `ids` has one `want` accepts.
+fn await_events(
+    channel: &Channel,
+    seen: &mut Vec<(u64, EventKind)>,
+    ids: &[u64],
+    want: impl Fn(&EventKind) -> bool,
+) {
+    wait_until("the engine's answers", || {
+        channel.beat_strategy();
+        while let Some(e) = channel.pop_event() {
+            if let Ok(IpcEvent::Event(e)) = e {
+                seen.push((e.id.sequence(), e.kind));
+            }
+        }
+        ids.iter()
+            .all(|id| seen.iter().any(|(s, k)| s == id && want(k)))
+    });
+}
+
+// Goal: a kill -9 mid-session and a restart resume the FIX session with QuickFIX: both
+// numbers resumed (no "MsgSeqNum too low" from QuickFIX, keel's jump gap-filled), the execution
+// sent while keel was down asked for and booked once, the open orders still keel's.
+#[test]
+fn a_kill_nine_and_restart_resume_the_fix_session() {
+    let Some(mut venue) = Acceptor::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, ipc) = (dir.path().join("journal"), dir.path().join("ipc"));
+    let config = dir.path().join("keel.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "symbols = [\"AAPL\", \"MSFT\"]\n\
+             [dispatcher]\nstrategies = 1\n\
+             [engine]\nidle = \"backoff\"\n\
+             [operator]\ncancel_on_stop = false\n\
+             [journal]\ndir = \"{}\"\n\
+             [ipc]\ndir = \"{}\"\nstrategy_timeout_ns = 500_000_000\n\
+             [[venue]]\nname = \"quickfix\"\naddress = \"{}\"\nusername = \"keel\"\n\
+             password = \"keel\"\nprotocol = \"fix44\"\nsender_comp_id = \"KEEL\"\n\
+             target_comp_id = \"VENUE\"\nbackoff_base_ns = 20_000_000\nbackoff_cap_ns = 200_000_000\n",
+            journal.display(),
+            ipc.display(),
+            venue.addr
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("run0.log");
+    let engine = keel_run(&config, &log);
+    let channel = synced_channel(&ipc, 0);
+    let mut seen = Vec::new();
+    for seq in 1..=3 {
+        assert!(channel.push_command(&Command::New(order(seq))));
+    }
+    await_events(&channel, &mut seen, &[1, 2, 3], |k| {
+        *k == EventKind::Accepted
+    });
+    let ids: Vec<String> = (0..3)
+        .map(|n| {
+            let line = venue.wait_while("new ", n, || std::thread::sleep(Duration::from_millis(1)));
+            line.split(' ').nth(1).unwrap().to_string()
+        })
+        .collect();
+    let epoch = channel.engine_epoch();
+    drop(engine); // SIGKILL, then reaped
+    venue.wait_while("logout", 0, || std::thread::sleep(Duration::from_millis(1)));
+    // While keel is down the venue fills order 2: QuickFIX numbers and stores the report.
+    venue.send(&format!("fill {} 10 50", ids[1]));
+    venue.wait_while("filled", 0, || std::thread::sleep(Duration::from_millis(1)));
+
+    let log = dir.path().join("run1.log");
+    let engine = keel_run(&config, &log);
+    let channel = synced_channel(&ipc, epoch);
+    // keel asked for what it missed and booked the fill (once).
+    let mut after = Vec::new();
+    await_events(&channel, &mut after, &[2], |k| {
+        matches!(k, EventKind::Filled { qty: 10, .. })
+    });
+    venue.wait_while("admin 2 ", 0, || {
+        std::thread::sleep(Duration::from_millis(1))
+    });
+    // keel's outbound jump was asked for by QuickFIX and filled with a SequenceReset.
+    venue.wait_while("admin 4 ", 0, || {
+        std::thread::sleep(Duration::from_millis(1))
+    });
+    assert!(!venue.saw("logout-sent"), "{:?}", venue.seen);
+    assert!(!venue.saw("reject-sent"), "{:?}", venue.seen);
+    // The orders left open are still keel's: both cancel.
+    for seq in [1, 3] {
+        assert!(channel.push_command(&Command::Cancel { id: order(seq).id }));
+    }
+    await_events(&channel, &mut after, &[1, 3], |k| *k == EventKind::Canceled);
+    std::thread::sleep(Duration::from_millis(200));
+    channel.beat_strategy();
+    while let Some(e) = channel.pop_event() {
+        if let Ok(IpcEvent::Event(e)) = e {
+            after.push((e.id.sequence(), e.kind));
+        }
+    }
+    let fills = after
+        .iter()
+        .filter(|(s, k)| *s == 2 && matches!(k, EventKind::Filled { .. }))
+        .count();
+    assert_eq!(fills, 1, "{after:?}");
+    let report = stop_keel_run(engine, &log);
+    assert!(report.contains("open orders: 0"), "{report}");
+}
