@@ -132,6 +132,40 @@ fn keel_trades_with_a_quickfix_acceptor() {
     });
     assert!(venue.saw("replace "), "{:?}", venue.seen);
     nothing_refused(&mut venue, &w);
+    // Golden vectors from QuickFIX's own output: every message its log holds (what it wrote
+    // and what it read of keel's) frames whole and parses with keel's codec.
+    let logged = venue.logged_messages();
+    assert!(
+        logged.len() >= 15,
+        "{} messages in QuickFIX's log",
+        logged.len()
+    );
+    let limits = keel::session::fix::codec::Limits::default();
+    let mut table = keel::session::fix::codec::FieldTable::default();
+    for m in &logged {
+        assert_eq!(
+            keel::session::fix::codec::frame(m, &limits),
+            Ok(keel::session::fix::codec::Frame::Whole { len: m.len() }),
+            "{}",
+            String::from_utf8_lossy(m)
+        );
+        assert!(
+            table.parse(m, &limits).is_ok(),
+            "{}",
+            String::from_utf8_lossy(m)
+        );
+    }
+    if let Ok(dir) = std::env::var("KEEL_FIX_GOLDEN_OUT") {
+        let text: Vec<String> = logged
+            .iter()
+            .map(|m| String::from_utf8_lossy(m).replace('\u{1}', "|"))
+            .collect();
+        std::fs::write(
+            std::path::Path::new(&dir).join("quickfix.txt"),
+            text.join("\n"),
+        )
+        .unwrap();
+    }
 }
 
 // Goal: the session layer's exchanges with QuickFIX: its TestRequest answered with its id; a

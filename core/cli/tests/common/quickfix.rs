@@ -124,6 +124,28 @@ impl Acceptor {
         }
     }
 
+    /// Every message QuickFIX's own log holds (what it sent and what it received, in order),
+    /// as the bytes that crossed the wire.
+    pub fn logged_messages(&self) -> Vec<Vec<u8>> {
+        let mut all = Vec::new();
+        let Ok(files) = std::fs::read_dir(self._dir.path().join("log")) else {
+            return all;
+        };
+        for file in files.flatten() {
+            if !file.file_name().to_string_lossy().contains("messages") {
+                continue;
+            }
+            let text = std::fs::read(file.path()).unwrap_or_default();
+            // Each line: a timestamp, " : ", then the message with its SOHs.
+            for line in text.split(|&b| b == b'\n') {
+                if let Some(at) = line.windows(3).position(|w| w == b" : ") {
+                    all.push(line[at + 3..].to_vec());
+                }
+            }
+        }
+        all
+    }
+
     /// Sends one command line.
     pub fn send(&mut self, command: &str) {
         writeln!(self.stdin, "{command}").expect("the acceptor reads its stdin");

@@ -590,6 +590,29 @@ pub fn parse_decimal(tag: u32, v: &[u8], scale: i64) -> Result<i64, FixError> {
     Ok(if negative { -units } else { units })
 }
 
+/// A decimal field rounded to the nearest 1/`scale` (half away from zero): only for averages
+/// (AvgPx), which a venue may carry to any precision; prices that trade are read exactly with
+/// [`parse_decimal`].
+pub fn parse_decimal_rounded(tag: u32, v: &[u8], scale: i64) -> Result<i64, FixError> {
+    let places = scale.max(1).ilog10() as usize;
+    let dot = v.iter().position(|&b| b == b'.');
+    let Some(dot) = dot.filter(|&d| v.len() - d - 1 > places) else {
+        return parse_decimal(tag, v, scale);
+    };
+    let cut = &v[..dot + 1 + places];
+    let units = parse_decimal(tag, cut, scale)?;
+    let rest = &v[dot + 1 + places..];
+    if !rest.iter().all(u8::is_ascii_digit) {
+        return Err(bad(tag, v, "a decimal"));
+    }
+    let up = rest.first().is_some_and(|&d| d >= b'5');
+    Ok(match (up, units < 0 || v.first() == Some(&b'-')) {
+        (false, _) => units,
+        (true, true) => units - 1,
+        (true, false) => units + 1,
+    })
+}
+
 /// Bytes the header can take before the body (BeginString and a six-digit BodyLength).
 const PREFIX_ROOM: usize = BEGIN_STRING.len() + 2 + BODY_LENGTH_DIGITS + 1;
 

@@ -621,7 +621,21 @@ impl FixClient {
             }
             return Ok(SessionNews::Nothing);
         }
-        // In sequence.
+        // In sequence. A header without SendingTime, or a possible duplicate without
+        // OrigSendingTime, is refused (its number taken), never handled.
+        let missing = if msg.get(52).is_none() {
+            Some((52, "SendingTime (52) missing"))
+        } else if poss_dup && msg.get(122).is_none() {
+            Some((122, "OrigSendingTime (122) missing on a possible duplicate"))
+        } else {
+            None
+        };
+        if let Some((tag, text)) = missing {
+            self.in_seq = seq + 1;
+            self.gap_filled_through();
+            self.reject(msg, seq, tag, 1, text);
+            return Ok(SessionNews::Nothing);
+        }
         if msg_type == b"4" {
             return Ok(self.on_sequence_reset(msg, seq, true));
         }

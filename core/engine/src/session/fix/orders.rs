@@ -624,8 +624,9 @@ impl FixClient {
         let known = order.executed + order.inferred;
         if cum > order.executed && !order.closed {
             let missed = cum - order.executed;
-            let price = match msg.decimal(6, Price::SCALE)? {
-                Some(p) => p,
+            // An average may carry any precision: rounded to keel's, never refused.
+            let price = match msg.get(6) {
+                Some(v) => codec::parse_decimal_rounded(6, v, Price::SCALE)?,
                 None => return Err(codec_value(6, "an AvgPx with the executions")),
             };
             self.stats.resolutions += 1;

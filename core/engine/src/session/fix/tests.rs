@@ -882,3 +882,170 @@ fn the_state_resumes_both_numbers_and_refuses_another_session() {
     let zero = ProtocolState::new(FixClient::STATE_TAG, 1, &[0; 20]).unwrap();
     assert!(again.restore_state(&zero).is_err());
 }
+
+// ----- session-level cases, after the FIX community's session test cases ---------------------
+
+#[test]
+fn a_header_without_sending_time_is_rejected_and_its_number_taken() {
+    let mut c = logged_on();
+    let m = by_hand("0", "49=VENUE|56=KEEL|34=2|");
+    assert_eq!(feed(&mut c, &m).0, SessionNews::Nothing);
+    let r = owed(&mut c);
+    assert_eq!(
+        (r[0].0.as_str(), get(&r[0].1, 371), get(&r[0].1, 373)),
+        ("3", Some("52"), Some("1"))
+    );
+    assert_eq!(c.in_seq(), 3);
+}
+
+#[test]
+fn a_resent_message_without_orig_sending_time_is_rejected() {
+    let mut c = logged_on();
+    feed(&mut c, &venue("0", 2, "43=Y|"));
+    let r = owed(&mut c);
+    assert_eq!(
+        (get(&r[0].1, 371), get(&r[0].1, 373)),
+        (Some("122"), Some("1"))
+    );
+    assert_eq!(c.in_seq(), 3);
+    // With it, the possible duplicate in sequence is handled.
+    feed(
+        &mut c,
+        &venue("1", 3, "43=Y|122=20261202-06:29:59.000|112=X|"),
+    );
+    assert_eq!(get(&owed(&mut c)[0].1, 112), Some("X"));
+}
+
+#[test]
+fn a_body_length_too_long_or_too_short_never_takes_a_number() {
+    let mut c = logged_on();
+    let good = venue("0", 2, "");
+    let text = String::from_utf8_lossy(&good).to_string();
+    let digits = text.split('\u{1}').nth(1).unwrap()[2..]
+        .parse::<usize>()
+        .unwrap();
+    // One short: the trailer is not where BodyLength says — garbled, skipped by the length it
+    // announced (what follows is then cut where that ends: the next message's BeginString is
+    // not there, and the connection ends — a stream that lies about lengths is not trusted).
+    let short = text.replacen(&format!("9={digits}"), &format!("9={}", digits - 1), 1);
+    let m = c
+        .decode(5, short.as_bytes(), 4096, &mut |_| {})
+        .unwrap()
+        .unwrap();
+    assert_eq!((m.len, m.news), (short.len() - 1, SessionNews::Nothing));
+    assert_eq!((c.fix_stats().garbled, c.in_seq()), (1, 2));
+    assert!(c
+        .decode(5, &short.as_bytes()[m.len..], 4096, &mut |_| {})
+        .is_err());
+    // Far too long (beyond message_max): the stream cannot be cut, the connection ends.
+    let long = text.replacen(&format!("9={digits}"), "9=999999", 1);
+    let e = c.decode(5, long.as_bytes(), 4096, &mut |_| {}).unwrap_err();
+    assert!(format!("{e}").contains("FIX message length"), "{e}");
+}
+
+#[test]
+fn a_logon_with_a_number_too_high_is_accepted_then_the_gap_asked_for() {
+    let mut c = client();
+    let mut out = [0u8; 512];
+    c.encode_login(0, &mut out).unwrap();
+    let (news, _) = feed(&mut c, &venue("A", 5, "98=0|108=30|"));
+    assert_eq!(news, SessionNews::LoggedIn { next_seq: 1 });
+    let asked = owed(&mut c);
+    assert_eq!((asked[0].0.as_str(), get(&asked[0].1, 7)), ("2", Some("1")));
+    // The venue fills 1..=4 with a SequenceReset-GapFill numbered 1; its Logon (5) is not
+    // resent (an administrative message), so 5 comes as a further fill or the next message.
+    feed(
+        &mut c,
+        &venue("4", 1, "43=Y|122=20261202-06:30:00.000|123=Y|36=6|"),
+    );
+    assert_eq!(c.in_seq(), 6);
+}
+
+#[test]
+fn a_sequence_reset_reset_moves_forward_only() {
+    let mut c = logged_on();
+    feed(&mut c, &venue("4", 99, "36=10|"));
+    assert_eq!(c.in_seq(), 10);
+    // Backwards: refused with a Reject, the expectation kept.
+    feed(&mut c, &venue("4", 10, "36=3|"));
+    assert_eq!(c.in_seq(), 10);
+    assert_eq!(owed(&mut c)[0].0, "3");
+}
+
+#[test]
+fn averages_round_and_trade_prices_do_not() {
+    use codec::parse_decimal_rounded as r;
+    assert_eq!(r(6, b"49.99333333", Price::SCALE), Ok(499_933));
+    assert_eq!(r(6, b"49.99335", Price::SCALE), Ok(499_934));
+    assert_eq!(r(6, b"-0.00005", Price::SCALE), Ok(-1));
+    assert_eq!(r(6, b"50", Price::SCALE), Ok(500_000));
+    assert!(r(6, b"1.2345x", Price::SCALE).is_err());
+    assert!(parse_decimal(31, b"49.99333333", Price::SCALE).is_err());
+}
+
+/// Messages QuickFIX/C++ 1.15 wrote (its log of a `fix_quickfix.rs` run, 2026-12-02; `|` for
+/// SOH): its Logon, an empty mass-status answer, an acknowledgement, a partial and a full fill.
+const QUICKFIX_GOLDEN: [&str; 5] = [
+    "8=FIX.4.4|9=63|35=A|34=1|49=VENUE|52=20261202-08:08:09.320|56=KEEL|98=0|108=1|10=110|",
+    "8=FIX.4.4|9=115|35=8|34=2|49=VENUE|52=20261202-08:08:09.320|56=KEEL|6=0|14=0|17=E1|37=NONE|39=8|54=1|150=I|151=0|584=1|911=0|912=Y|10=064|",
+    "8=FIX.4.4|9=123|35=8|34=3|49=VENUE|52=20261202-08:08:09.320|56=KEEL|6=0|11=1|14=0|17=E2|37=V1|38=100|39=0|44=50|54=1|55=MSFT|150=0|151=100|10=132|",
+    "8=FIX.4.4|9=136|35=8|34=4|49=VENUE|52=20261202-08:08:09.321|56=KEEL|6=50|11=1|14=40|17=E3|31=50|32=40|37=V1|38=100|39=1|44=50|54=1|55=MSFT|150=F|151=60|10=238|",
+    "8=FIX.4.4|9=143|35=8|34=5|49=VENUE|52=20261202-08:08:09.364|56=KEEL|6=49.994|11=1|14=100|17=E4|31=49.99|32=60|37=V1|38=100|39=2|44=50|54=1|55=MSFT|150=F|151=0|10=115|",
+];
+
+#[test]
+fn quickfix_s_own_messages_frame_parse_and_map() {
+    let settings = FixSettings {
+        sender_comp_id: "KEEL".into(),
+        target_comp_id: "VENUE".into(),
+        ..FixSettings::default()
+    };
+    let setup = LinkSetup {
+        heartbeat_interval_ns: 1_000_000_000,
+        ..setup()
+    };
+    let mut c = FixClient::new(settings, &setup);
+    let mut out = [0u8; 512];
+    c.encode_login(0, &mut out).unwrap();
+    let golden: Vec<Vec<u8>> = QUICKFIX_GOLDEN.iter().map(|m| soh(m)).collect();
+    for m in &golden {
+        assert_eq!(codec::frame(m, &LIMITS), Ok(Frame::Whole { len: m.len() }));
+    }
+    assert_eq!(
+        feed(&mut c, &golden[0]).0,
+        SessionNews::LoggedIn { next_seq: 2 }
+    );
+    c.encode_reconcile_query(1, &mut out).unwrap();
+    assert!(matches!(
+        feed(&mut c, &golden[1]).0,
+        SessionNews::Reconciled(_)
+    ));
+    let o = NewOrder {
+        qty: 100,
+        price: Price::from_units(50, 0),
+        ..order(1, 100)
+    };
+    send(&mut c, RequestKind::New(o), 1);
+    assert_eq!(
+        feed(&mut c, &golden[2]).1,
+        [OutcomeKind::Accepted { id: o.id }]
+    );
+    assert_eq!(
+        feed(&mut c, &golden[3]).1,
+        [OutcomeKind::Fill {
+            id: o.id,
+            qty: 40,
+            price: Price::from_units(50, 0)
+        }]
+    );
+    assert_eq!(
+        feed(&mut c, &golden[4]).1,
+        [OutcomeKind::Fill {
+            id: o.id,
+            qty: 60,
+            price: Price::from_units(49, 9900)
+        }]
+    );
+    assert_eq!(c.in_seq(), 6);
+    assert!(owed(&mut c).is_empty());
+}
