@@ -147,7 +147,7 @@ fn main() {
     }
     std::hint::black_box(sink);
     println!(
-        "FIX 4.4 codec per message, keel vs QuickFIX/C++ (Debian libquickfix 1.15, -O2), {rounds} alternating rounds of {batches} batches of {batch}; each sample a batch's mean"
+        "FIX 4.4 codec per message, keel vs QuickFIX/C++ (Debian libquickfix 1.15, g++ -O2 -march=native), {rounds} alternating rounds of {batches} batches of {batch}; each sample a batch's mean"
     );
     for (title, q, k) in [
         ("encode NewOrderSingle", &q_enc, &k_enc),

@@ -61,7 +61,12 @@ struct Order {
 
 class Venue : public FIX::Application, public FIX::MessageCracker {
  public:
-  void onCreate(const FIX::SessionID& id) override { session_ = id; }
+  // Commands (fills, gaps, disconnects) act on keel's session (TargetCompID KEEL); answers go
+  // to the session a request came in on (a benchmark adds a QuickFIX initiator's, QF).
+  void onCreate(const FIX::SessionID& id) override {
+    if (id.getTargetCompID().getValue() == "KEEL" || session_.getTargetCompID().getValue().empty())
+      session_ = id;
+  }
   void onLogon(const FIX::SessionID&) override { say("logon"); }
   void onLogout(const FIX::SessionID&) override { say("logout"); }
   void toAdmin(FIX::Message& m, const FIX::SessionID&) override {
@@ -98,6 +103,7 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
       FIX::FieldNotFound, FIX::IncorrectDataFormat, FIX::IncorrectTagValue,
       FIX::UnsupportedMessageType) override {
     std::lock_guard<std::mutex> guard(lock_);
+    reply_ = id;
     crack(m, id);
   }
 
@@ -115,11 +121,11 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
     Order o{symbol.getValue(), side.getValue(), (long)qty.getValue(), 0,
             price.getValue(),  0.0,             true,
             "V" + std::to_string(++next_order_)};
-    if (orders_.count(id.getValue())) {
+    if (orders_.count(key(id.getValue()))) {
       report(id.getValue(), "", o, FIX::ExecType_REJECTED, FIX::OrdStatus_REJECTED, 0, 0, 6);
       return;
     }
-    orders_[id.getValue()] = o;
+    orders_[key(id.getValue())] = o;
     say("new " + id.getValue() + " " + std::to_string(o.qty) + " " + price.getString());
     report(id.getValue(), "", o, FIX::ExecType_NEW, FIX::OrdStatus_NEW, 0, 0, -1);
   }
@@ -130,7 +136,7 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
     m.get(id);
     m.get(orig);
     say("cancel " + orig.getValue());
-    auto it = orders_.find(orig.getValue());
+    auto it = orders_.find(key(orig.getValue()));
     if (it == orders_.end() || !it->second.open) {
       cancel_reject(id.getValue(), orig.getValue(), it == orders_.end() ? 1 : 0,
                     FIX::CxlRejResponseTo_ORDER_CANCEL_REQUEST);
@@ -152,7 +158,7 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
     m.get(price);
     say("replace " + id.getValue() + " " + orig.getValue() + " " +
         std::to_string((long)qty.getValue()));
-    auto it = orders_.find(orig.getValue());
+    auto it = orders_.find(key(orig.getValue()));
     if (it == orders_.end() || !it->second.open || (long)qty.getValue() <= it->second.cum) {
       cancel_reject(id.getValue(), orig.getValue(), it == orders_.end() ? 1 : 0,
                     FIX::CxlRejResponseTo_ORDER_CANCEL_REPLACE_REQUEST);
@@ -162,7 +168,7 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
     it->second.open = false;
     o.qty = (long)qty.getValue();
     o.price = price.getValue();
-    orders_[id.getValue()] = o;
+    orders_[key(id.getValue())] = o;
     report(id.getValue(), orig.getValue(), o, FIX::ExecType_REPLACED,
            o.cum > 0 ? FIX::OrdStatus_PARTIALLY_FILLED : FIX::OrdStatus_NEW, 0, 0, -1);
   }
@@ -177,15 +183,17 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
       m.get(req);
       r.set(req);
     }
-    FIX::Session::sendToTarget(r, session_);
+    FIX::Session::sendToTarget(r, reply_);
   }
 
   void onMessage(const FIX44::OrderMassStatusRequest& m, const FIX::SessionID&) override {
     FIX::MassStatusReqID req;
     m.get(req);
     std::vector<std::string> open;
+    const std::string mine = key("");
     for (const auto& kv : orders_) {
-      if (kv.second.open) open.push_back(kv.first);
+      if (kv.second.open && kv.first.compare(0, mine.size(), mine) == 0)
+        open.push_back(kv.first.substr(mine.size()));
     }
     say("mass-status " + std::to_string(open.size()));
     if (open.empty()) {
@@ -196,7 +204,7 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
       r.set(req);
       r.setField(FIX::TotNumReports(0));
       r.setField(FIX::LastRptRequested(true));
-      FIX::Session::sendToTarget(r, session_);
+      FIX::Session::sendToTarget(r, reply_);
       return;
     }
     for (size_t i = 0; i < open.size(); ++i) {
@@ -204,7 +212,7 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
       r.set(req);
       r.setField(FIX::TotNumReports((int)open.size()));
       if (i + 1 == open.size()) r.setField(FIX::LastRptRequested(true));
-      FIX::Session::sendToTarget(r, session_);
+      FIX::Session::sendToTarget(r, reply_);
     }
   }
 
@@ -220,7 +228,8 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
       double price;
       in >> id >> qty >> price;
       std::lock_guard<std::mutex> guard(lock_);
-      auto it = orders_.find(id);
+      reply_ = session_;
+      auto it = orders_.find(key(id));
       if (it == orders_.end() || !it->second.open) {
         say("error no open order " + id);
         return;
@@ -281,11 +290,11 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
       r.set(FIX::LastPx(last_px));
     }
     if (reject_reason >= 0) r.set(FIX::OrdRejReason(reject_reason));
-    FIX::Session::sendToTarget(r, session_);
+    FIX::Session::sendToTarget(r, reply_);
   }
 
   FIX44::ExecutionReport status_of(const std::string& id) {
-    auto it = orders_.find(id);
+    auto it = orders_.find(key(id));
     if (it == orders_.end()) {
       FIX44::ExecutionReport r(FIX::OrderID("NONE"), FIX::ExecID(exec_id()),
                                FIX::ExecType(FIX::ExecType_ORDER_STATUS),
@@ -310,7 +319,7 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
 
   void cancel_reject(const std::string& id, const std::string& orig, int reason,
                      char response_to) {
-    auto it = orders_.find(orig);
+    auto it = orders_.find(key(orig));
     char status = FIX::OrdStatus_REJECTED;
     if (it != orders_.end()) {
       const Order& o = it->second;
@@ -321,11 +330,15 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
         FIX::OrderID(it == orders_.end() ? "NONE" : it->second.order_id), FIX::ClOrdID(id),
         FIX::OrigClOrdID(orig), FIX::OrdStatus(status), FIX::CxlRejResponseTo(response_to));
     r.set(FIX::CxlRejReason(reason));
-    FIX::Session::sendToTarget(r, session_);
+    FIX::Session::sendToTarget(r, reply_);
   }
+
+  // Orders are kept per session: two initiators may use the same ClOrdIDs.
+  std::string key(const std::string& id) { return reply_.getTargetCompID().getValue() + "/" + id; }
 
   std::mutex lock_;
   FIX::SessionID session_;
+  FIX::SessionID reply_;
   std::map<std::string, Order> orders_;
   long next_order_ = 0;
   long next_exec_ = 0;

@@ -1,0 +1,238 @@
+//! Order round trip over FIX 4.4 on loopback, keel's initiator against a QuickFIX/C++
+//! initiator, both trading with the same QuickFIX/C++ acceptor (bench/quickfix/initiator.cpp
+//! and core/cli/tests/interop/quickfix/acceptor.cpp, built by scripts/quickfix-peers), rounds
+//! alternating. One order at a time: keel's is timed from the strategy's command to its
+//! Accepted event (the engine's own loop, `EngineBuilder::build`, busy-polling io_uring: the
+//! dispatcher, the guards, the FIX link, both rings); QuickFIX's from `sendToTarget` to the
+//! ExecutionReport in its callback, the next order sent from that callback. keel cancels each
+//! order after its acknowledgement, untimed (its order table stays small).
+//!
+//! usage: fix_rtt [--smoke] [--orders=N] [--rounds=N]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+use keel::clock::{Clock, TscClock};
+use keel::dispatch::DispatcherConfig;
+use keel::engine::{EngineBuilder, EngineLoop};
+use keel::net::{Reactor, ReactorConfig, WaitMode};
+use keel::order::{
+    ClientOrderId, Command as Cmd, EventKind, NewOrder, Price, Side, StrategyId, SymbolId,
+    TimeInForce, VenueId,
+};
+use keel::session::fix::FixSettings;
+use keel::session::{ProtocolConfig, VenueLinkConfig};
+use keel_bench::{arg_u64, flag, histogram, print_header_in, print_row, summary};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn main() {
+    let smoke = flag("smoke");
+    let orders = arg_u64("orders", if smoke { 200 } else { 2_000 });
+    let rounds = arg_u64("rounds", if smoke { 1 } else { 5 });
+    let peers = std::env::var_os("KEEL_QUICKFIX_DIR").map_or_else(
+        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/quickfix"),
+        std::path::PathBuf::from,
+    );
+    assert!(
+        peers.join("acceptor").exists() && peers.join("quickfix-initiator").exists(),
+        "QuickFIX peers missing in {}: run scripts/quickfix-peers first",
+        peers.display()
+    );
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let port = free_port();
+    let common = format!(
+        "StartTime=00:00:00\nEndTime=00:00:00\nFileStorePath={}\nUseDataDictionary=N\n",
+        dir.path().join("store").display()
+    );
+    let acceptor_cfg = dir.path().join("acceptor.cfg");
+    std::fs::write(
+        &acceptor_cfg,
+        format!(
+            "[DEFAULT]\nConnectionType=acceptor\nSocketAcceptHost=127.0.0.1\nSocketAcceptPort={port}\n\
+             SocketReuseAddress=Y\nSocketNodelay=Y\n{common}FileLogPath={}\n\
+             [SESSION]\nBeginString=FIX.4.4\nSenderCompID=VENUE\nTargetCompID=KEEL\n\
+             [SESSION]\nBeginString=FIX.4.4\nSenderCompID=VENUE\nTargetCompID=QF\nResetOnLogon=Y\n",
+            dir.path().join("log").display()
+        ),
+    )
+    .expect("the acceptor's settings");
+    let initiator_cfg = dir.path().join("initiator.cfg");
+    std::fs::write(
+        &initiator_cfg,
+        format!(
+            "[DEFAULT]\nConnectionType=initiator\nSocketConnectHost=127.0.0.1\nSocketConnectPort={port}\n\
+             SocketNodelay=Y\nHeartBtInt=30\nReconnectInterval=1\nResetOnLogon=Y\n{common}\
+             [SESSION]\nBeginString=FIX.4.4\nSenderCompID=QF\nTargetCompID=VENUE\n"
+        ),
+    )
+    .expect("the initiator's settings");
+    let mut acceptor = Command::new(peers.join("acceptor"))
+        .arg(&acceptor_cfg)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the QuickFIX acceptor starts");
+    let mut acceptor_in = acceptor.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(acceptor.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
+    // The acceptor's events are not needed here: drained on a thread so it never blocks.
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+
+    let clock = TscClock::new();
+    let reactor = Reactor::new(ReactorConfig {
+        conns_max: 2,
+        wait: WaitMode::BusyPoll,
+        spin_reads: true,
+        ..ReactorConfig::default()
+    })
+    .expect("io_uring");
+    let mut dispatcher = DispatcherConfig {
+        strategies: 1,
+        venues: 1,
+        symbols: 2,
+        ..DispatcherConfig::default()
+    };
+    for window in dispatcher.limiter.windows.iter_mut().flatten() {
+        window.limit_weight = 1_000_000;
+        window.burst_weight = 100_000;
+    }
+    let link = VenueLinkConfig {
+        name: "quickfix".into(),
+        address: ([127, 0, 0, 1], port).into(),
+        username: "keel".into(),
+        password: "keel".into(),
+        protocol: ProtocolConfig::Fix44(FixSettings {
+            sender_comp_id: "KEEL".into(),
+            target_comp_id: "VENUE".into(),
+            ..FixSettings::default()
+        }),
+        ack_timeout_ns: 2_000_000_000,
+        orders_max: 4_096,
+        link: Default::default(),
+    };
+    let config = keel::engine::EngineConfig {
+        symbols: ["AAPL", "MSFT"]
+            .iter()
+            .map(|s| keel::proto::soupbin::alpha::<8>(s))
+            .collect(),
+        dispatcher,
+        journal: None,
+        venues: vec![link],
+        loops: keel::engine::LoopConfig::default(),
+        ipc: None,
+        feeds: Vec::new(),
+        operator: Default::default(),
+        wire_log: None,
+        strategy_quotas: Vec::new(),
+        metrics: Default::default(),
+    };
+    let mut engine: EngineLoop<Reactor> = EngineBuilder::new(config)
+        .build(reactor, clock.now_ns())
+        .expect("the engine builds");
+    let mut strategy = engine.take_strategy(StrategyId(0)).expect("strategy 0");
+    let mut passes = 0u64;
+    while !engine.dispatcher().is_synced(VenueId(0)) {
+        engine.pass(clock.now_ns());
+        passes += 1;
+        assert!(
+            passes < 500_000_000,
+            "keel never SYNCED with the QuickFIX acceptor"
+        );
+    }
+
+    let (mut keel_h, mut qf_h) = (histogram(), histogram());
+    let mut seq = 0u64;
+    let mut keel_round = |timed: bool, n: u64| {
+        for _ in 0..n {
+            seq += 1;
+            let id = ClientOrderId::new(StrategyId(0), seq).expect("an id");
+            let order = NewOrder {
+                id,
+                venue: VenueId(0),
+                symbol: SymbolId(1),
+                side: Side::Buy,
+                price: Price::from_units(50, 0),
+                qty: 10,
+                tif: TimeInForce::Day,
+                reduce_only: false,
+            };
+            let t0 = clock.now_ns();
+            strategy.commands.push(Cmd::New(order)).expect("ring room");
+            let mut accepted = None;
+            while accepted.is_none() {
+                engine.pass(clock.now_ns());
+                while let Ok(e) = strategy.events.pop() {
+                    match e.kind {
+                        EventKind::Accepted if e.id == id => accepted = Some(clock.now_ns()),
+                        other => panic!("unexpected {other:?}"),
+                    }
+                }
+            }
+            if timed {
+                keel_h.saturating_record((accepted.expect("set") - t0) * 1_000);
+            }
+            strategy
+                .commands
+                .push(Cmd::Cancel { id })
+                .expect("ring room");
+            let mut canceled = false;
+            while !canceled {
+                engine.pass(clock.now_ns());
+                while let Ok(e) = strategy.events.pop() {
+                    canceled |= e.id == id && e.kind == EventKind::Canceled;
+                }
+            }
+        }
+    };
+    keel_round(false, orders / 4);
+    for _ in 0..rounds {
+        keel_round(true, orders);
+        let out = Command::new(peers.join("quickfix-initiator"))
+            .arg(&initiator_cfg)
+            .arg(orders.to_string())
+            .output()
+            .expect("the QuickFIX initiator runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.ends_with("done\n"), "{text}");
+        // Its first quarter warms it up, as keel's warm-up round does.
+        for ns in text
+            .lines()
+            .filter_map(|l| l.strip_prefix("rtt "))
+            .skip((orders / 4) as usize)
+        {
+            qf_h.saturating_record(ns.parse::<u64>().expect("ns") * 1_000);
+        }
+    }
+    let _ = writeln!(acceptor_in, "next");
+    drop(acceptor_in);
+    let _ = acceptor.wait();
+    println!(
+        "order round trip over FIX 4.4 on loopback against one QuickFIX/C++ acceptor (new order to its acknowledgement), {rounds} alternating rounds of {orders} orders"
+    );
+    print_header_in("round trip", "µs", "QuickFIX");
+    let us = |s: keel_bench::Summary| keel_bench::Summary {
+        p50_ns: s.p50_ns / 1_000.0,
+        p99_ns: s.p99_ns / 1_000.0,
+        p999_ns: s.p999_ns / 1_000.0,
+        max_ns: s.max_ns / 1_000.0,
+        count: s.count,
+    };
+    let (q, k) = (us(summary(&qf_h)), us(summary(&keel_h)));
+    print_row("QuickFIX/C++ initiator (baseline)", &q, q.p50_ns);
+    print_row("keel engine, FIX link", &k, q.p50_ns);
+    println!(
+        "keel/QuickFIX at p50: {:.2}x (goal: at most 0.5x)",
+        k.p50_ns / q.p50_ns
+    );
+}
