@@ -17,6 +17,7 @@
 #include <quickfix/fix44/NewOrderSingle.h>
 
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -36,10 +37,14 @@ class Trader : public FIX::Application, public FIX::MessageCracker {
  public:
   explicit Trader(long orders) : orders_(orders) { rtts_.reserve(orders); }
   void onCreate(const FIX::SessionID&) override {}
+  // The first order goes from the main thread once the session is logged on (QuickFIX calls
+  // onLogon before its own state says so: an order sent from it may wait in the store).
   void onLogon(const FIX::SessionID& id) override {
     session_ = id;
-    send();
+    logged_on_ = true;
   }
+  bool logged_on() const { return logged_on_; }
+  void start() { send(); }
   void onLogout(const FIX::SessionID&) override {}
   void toAdmin(FIX::Message&, const FIX::SessionID&) override {}
   void toApp(FIX::Message&, const FIX::SessionID&) throw(FIX::DoNotSend) override {}
@@ -54,6 +59,10 @@ class Trader : public FIX::Application, public FIX::MessageCracker {
   void onMessage(const FIX44::ExecutionReport& r, const FIX::SessionID&) override {
     FIX::ExecType et;
     r.get(et);
+    if (et.getValue() == FIX::ExecType_REJECTED) {
+      std::fprintf(stderr, "initiator: order %ld rejected\n", next_);
+      std::exit(1);
+    }
     if (et.getValue() != FIX::ExecType_NEW) return;
     rtts_.push_back(now_ns() - sent_ns_);
     if ((long)rtts_.size() < orders_) {
@@ -68,7 +77,9 @@ class Trader : public FIX::Application, public FIX::MessageCracker {
  private:
   void send() {
     ++next_;
-    FIX44::NewOrderSingle m(FIX::ClOrdID(std::to_string(next_)), FIX::Side(FIX::Side_BUY),
+    // ClOrdIDs unique across runs against one acceptor: the process id, then a count.
+    FIX44::NewOrderSingle m(FIX::ClOrdID(std::to_string(getpid()) + "-" + std::to_string(next_)),
+                            FIX::Side(FIX::Side_BUY),
                             FIX::TransactTime(), FIX::OrdType(FIX::OrdType_LIMIT));
     m.set(FIX::Symbol("MSFT"));
     m.set(FIX::OrderQty(10));
@@ -82,6 +93,7 @@ class Trader : public FIX::Application, public FIX::MessageCracker {
   long long sent_ns_ = 0;
   std::vector<long long> rtts_;
   std::atomic<bool> done_{false};
+  std::atomic<bool> logged_on_{false};
   FIX::SessionID session_;
 };
 
@@ -97,6 +109,15 @@ int main(int argc, char** argv) {
     FIX::SocketInitiator initiator(trader, store, settings);
     initiator.start();
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!trader.logged_on() || !FIX::Session::lookupSession(
+                                      *initiator.getSessions().begin())->isLoggedOn()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "initiator: no logon\n");
+        return 1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    trader.start();
     while (!trader.done()) {
       if (std::chrono::steady_clock::now() > deadline) {
         std::fprintf(stderr, "initiator: timed out after %zu orders\n", trader.rtts().size());
@@ -104,7 +125,7 @@ int main(int argc, char** argv) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    initiator.stop(true);
+    initiator.stop();
     for (long long ns : trader.rtts()) std::printf("rtt %lld\n", ns);
     std::printf("done\n");
   } catch (std::exception& e) {

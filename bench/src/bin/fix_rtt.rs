@@ -198,11 +198,14 @@ fn main() {
             .arg(orders.to_string())
             .output()
             .expect("the QuickFIX initiator runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if !out.status.success() {
+            let kept = dir.keep();
+            panic!(
+                "{} (the QuickFIX logs are kept in {})",
+                String::from_utf8_lossy(&out.stderr),
+                kept.display()
+            );
+        }
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.ends_with("done\n"), "{text}");
         // Its first quarter warms it up, as keel's warm-up round does.
