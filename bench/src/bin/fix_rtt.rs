@@ -31,19 +31,17 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn main() {
-    let smoke = flag("smoke");
-    let orders = arg_u64("orders", if smoke { 200 } else { 2_000 });
-    let rounds = arg_u64("rounds", if smoke { 1 } else { 5 });
-    let peers = std::env::var_os("KEEL_QUICKFIX_DIR").map_or_else(
-        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/quickfix"),
-        std::path::PathBuf::from,
-    );
-    assert!(
-        peers.join("acceptor").exists() && peers.join("quickfix-initiator").exists(),
-        "QuickFIX peers missing in {}: run scripts/quickfix-peers first",
-        peers.display()
-    );
+/// The QuickFIX acceptor with keel's session (KEEL) and the QuickFIX initiator's (QF) on a
+/// free port; returns its folder, port, the initiator's settings, the process and its stdin.
+fn start_acceptor(
+    peers: &std::path::Path,
+) -> (
+    tempfile::TempDir,
+    u16,
+    std::path::PathBuf,
+    std::process::Child,
+    std::process::ChildStdin,
+) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let port = free_port();
     let common = format!(
@@ -78,12 +76,29 @@ fn main() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("the QuickFIX acceptor starts");
-    let mut acceptor_in = acceptor.stdin.take().expect("stdin");
+    let acceptor_in = acceptor.stdin.take().expect("stdin");
     let mut lines = BufReader::new(acceptor.stdout.take().expect("stdout")).lines();
     assert_eq!(lines.next().and_then(Result::ok).as_deref(), Some("ready"));
     // The acceptor's events are not needed here: drained on a thread so it never blocks.
     std::thread::spawn(move || for _ in lines.by_ref() {});
 
+    (dir, port, initiator_cfg, acceptor, acceptor_in)
+}
+
+fn main() {
+    let smoke = flag("smoke");
+    let orders = arg_u64("orders", if smoke { 200 } else { 2_000 });
+    let rounds = arg_u64("rounds", if smoke { 1 } else { 5 });
+    let peers = std::env::var_os("KEEL_QUICKFIX_DIR").map_or_else(
+        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/quickfix"),
+        std::path::PathBuf::from,
+    );
+    assert!(
+        peers.join("acceptor").exists() && peers.join("quickfix-initiator").exists(),
+        "QuickFIX peers missing in {}: run scripts/quickfix-peers first",
+        peers.display()
+    );
+    let (dir, port, initiator_cfg, mut acceptor, acceptor_in) = start_acceptor(&peers);
     let clock = TscClock::new();
     let reactor = Reactor::new(ReactorConfig {
         conns_max: 2,
@@ -217,6 +232,7 @@ fn main() {
             qf_h.saturating_record(ns.parse::<u64>().expect("ns") * 1_000);
         }
     }
+    let mut acceptor_in = acceptor_in;
     let _ = writeln!(acceptor_in, "next");
     drop(acceptor_in);
     let _ = acceptor.wait();
