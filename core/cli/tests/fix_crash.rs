@@ -7,10 +7,9 @@
 // A test driver waits on other processes by the wall clock; the core never does.
 #![allow(clippy::disallowed_methods)]
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use keel::ipc::{Channel, EngineState, IpcEvent};
+use keel::ipc::{Channel, IpcEvent};
 use keel::order::{
     ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
     VenueId,
@@ -18,7 +17,7 @@ use keel::order::{
 
 mod common;
 
-use common::peers::{keel_run, stop_keel_run};
+use common::peers::{keel_run, stop_keel_run, synced_channel};
 use common::quickfix::Acceptor;
 
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
@@ -27,24 +26,6 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(2));
     }
-}
-
-/// The channel of an engine of epoch above `epoch_above`, running with venue 0 SYNCED.
-fn synced_channel(ipc: &Path, epoch_above: u64) -> Channel {
-    let path = ipc.join("strategy-0");
-    let mut channel = None;
-    wait_until("a running engine SYNCED over FIX", || {
-        if channel.is_none() {
-            channel = Channel::open(&path)
-                .ok()
-                .filter(|c| c.engine_epoch() > epoch_above);
-        }
-        channel.as_ref().is_some_and(|c| {
-            c.beat_strategy();
-            c.engine_state() == EngineState::Running && c.venue_synced(VenueId(0))
-        })
-    });
-    channel.unwrap()
 }
 
 fn order(seq: u64) -> NewOrder {

@@ -23,6 +23,15 @@ fn fix44() -> ProtocolConfig {
     })
 }
 
+/// keel's engine loop with one FIX link to `venue`, SYNCED.
+fn synced_world(venue: &Acceptor) -> World<Reactor> {
+    let mut w = WorldBuilder::new()
+        .protocol(fix44())
+        .build_against::<Reactor>(venue.addr);
+    synced(&mut w);
+    w
+}
+
 fn synced(w: &mut World<Reactor>) {
     w.until("SYNCED over FIX", |w| w.dispatcher().is_synced(VenueId(0)));
 }
@@ -69,10 +78,7 @@ fn keel_trades_with_a_quickfix_acceptor() {
     let Some(mut venue) = Acceptor::start() else {
         return;
     };
-    let mut w = WorldBuilder::new()
-        .protocol(fix44())
-        .build_against::<Reactor>(venue.addr);
-    synced(&mut w);
+    let mut w = synced_world(&venue);
     assert!(
         venue.saw("logon") && venue.saw("mass-status 0"),
         "{:?}",
@@ -176,10 +182,7 @@ fn test_requests_and_a_venue_gap_are_answered() {
     let Some(mut venue) = Acceptor::start() else {
         return;
     };
-    let mut w = WorldBuilder::new()
-        .protocol(fix44())
-        .build_against::<Reactor>(venue.addr);
-    synced(&mut w);
+    let mut w = synced_world(&venue);
     venue.send("testrequest T7");
     // keel's Heartbeat carrying the TestReqID (the interval's own Heartbeats carry none).
     venue.wait_for(
@@ -221,10 +224,7 @@ fn a_disconnect_and_reconnect_resume_the_sequence() {
     let Some(mut venue) = Acceptor::start() else {
         return;
     };
-    let mut w = WorldBuilder::new()
-        .protocol(fix44())
-        .build_against::<Reactor>(venue.addr);
-    synced(&mut w);
+    let mut w = synced_world(&venue);
     let first = w.order(1, 10);
     w.send(Command::New(first));
     w.until("accepted", |w| w.kinds(first.id) == [EventKind::Accepted]);
@@ -280,10 +280,7 @@ fn a_venue_logout_is_answered_and_ends_the_session() {
     let Some(mut venue) = Acceptor::start() else {
         return;
     };
-    let mut w = WorldBuilder::new()
-        .protocol(fix44())
-        .build_against::<Reactor>(venue.addr);
-    synced(&mut w);
+    let mut w = synced_world(&venue);
     venue.send("logout");
     venue.wait_while("admin 5 ", 0, || w.step());
     w.until("the link down", |w| !w.dispatcher().is_synced(VenueId(0)));

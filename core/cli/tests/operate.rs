@@ -16,7 +16,7 @@ use keel::order::{
 
 mod common;
 
-use common::peers::{keel_run, stop_keel_run, venue, venue_at, Proc, KEEL};
+use common::peers::{keel_run, stop_keel_run, synced_channel, venue, venue_at, Proc, KEEL};
 
 fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
@@ -44,25 +44,6 @@ fn write_config(dir: &Path, name: &str, entry: &str, journal: &Path, ipc: &Path)
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// The engine's channel for strategy 0, once an engine of epoch above `epoch_above` made it
-/// and says it runs with venue 0 SYNCED.
-fn synced_channel(ipc: &Path, epoch_above: u64) -> Channel {
-    let path = ipc.join("strategy-0");
-    let mut channel = None;
-    wait_until("a running, SYNCED engine", Duration::from_secs(20), || {
-        if channel.is_none() {
-            channel = Channel::open(&path)
-                .ok()
-                .filter(|c| c.engine_epoch() > epoch_above);
-        }
-        channel.as_ref().is_some_and(|c| {
-            c.beat_strategy();
-            c.engine_state() == EngineState::Running && c.venue_synced(VenueId(0))
-        })
-    });
-    channel.unwrap()
 }
 
 /// `keel run` expected to refuse to start: its exit status and stderr.

@@ -231,3 +231,33 @@ pub fn parse_book(body: &str) -> Book {
         side("asks"),
     )
 }
+
+/// The shared-memory channel of strategy 0 in `ipc`, once an engine of epoch above
+/// `epoch_above` made it and says it runs with venue 0 SYNCED (30 s at most, beating as the
+/// strategy).
+#[allow(clippy::disallowed_methods)] // a test driver waits on another process by the wall clock
+pub fn synced_channel(ipc: &std::path::Path, epoch_above: u64) -> keel::ipc::Channel {
+    use keel::ipc::{Channel, EngineState};
+    let path = ipc.join("strategy-0");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut channel: Option<Channel> = None;
+    loop {
+        if channel.is_none() {
+            channel = Channel::open(&path)
+                .ok()
+                .filter(|c| c.engine_epoch() > epoch_above);
+        }
+        let ready = channel.as_ref().is_some_and(|c| {
+            c.beat_strategy();
+            c.engine_state() == EngineState::Running && c.venue_synced(keel::order::VenueId(0))
+        });
+        if ready {
+            return channel.expect("ready");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for a running, SYNCED engine"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}

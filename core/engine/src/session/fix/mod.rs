@@ -196,6 +196,9 @@ pub struct FixClient {
     /// far in it, and the reports it announced.
     mass_status: u64,
     venue_open: Vec<u32>,
+    /// Reconciliation's list of orders found never received (kept: no allocation on a
+    /// reconnect).
+    not_received: Vec<u32>,
     venue_unknown_open: u32,
     orphan_contradictions: u32,
     positions: Vec<Position>,
@@ -236,6 +239,7 @@ impl FixClient {
             status_requests: 0,
             mass_status: 0,
             venue_open: Vec::with_capacity(link.orders_max as usize),
+            not_received: Vec::with_capacity(link.orders_max as usize),
             venue_unknown_open: 0,
             orphan_contradictions: 0,
             positions: vec![Position::default(); link.symbols.len()],
@@ -265,27 +269,40 @@ impl FixClient {
         &self.settings
     }
 
-    /// The standard header (after MsgType) of a message keel sends now with `seq`.
-    fn header(&self, e: &mut Encoder<'_>, now_ns: u64, seq: u64) {
+    /// `now_ns` as the UTCTimestamp keel writes (SendingTime, TransactTime).
+    fn stamp(&self, now_ns: u64) -> [u8; time::UTC_TIMESTAMP_LEN] {
+        time::utc_timestamp(self.unix_ns_at_origin.saturating_add(now_ns))
+    }
+
+    /// The standard header (after MsgType) of a message numbered `seq`, sent at `stamp`.
+    fn header(&self, e: &mut Encoder<'_>, stamp: &[u8], seq: u64) {
         e.bytes(49, self.settings.sender_comp_id.as_bytes())
             .bytes(56, self.settings.target_comp_id.as_bytes())
             .uint(34, seq)
-            .bytes(
-                52,
-                &time::utc_timestamp(self.unix_ns_at_origin.saturating_add(now_ns)),
-            );
+            .bytes(52, stamp);
     }
 
     /// Starts a message of `msg_type` with the next sequence number (taken).
     fn begin<'a>(&mut self, out: &'a mut [u8], now_ns: u64, msg_type: &[u8]) -> Encoder<'a> {
+        self.begin_stamped(out, now_ns, msg_type).0
+    }
+
+    /// [`Self::begin`], also returning its SendingTime (formatted once per message: an order's
+    /// TransactTime is the same instant).
+    fn begin_stamped<'a>(
+        &mut self,
+        out: &'a mut [u8],
+        now_ns: u64,
+        msg_type: &[u8],
+    ) -> (Encoder<'a>, [u8; time::UTC_TIMESTAMP_LEN]) {
         let mut e = Encoder::new(out, msg_type);
-        let seq = self.out_seq;
-        self.header(&mut e, now_ns, seq);
+        let stamp = self.stamp(now_ns);
+        self.header(&mut e, &stamp, self.out_seq);
         self.out_seq += 1;
         if self.out_seq + OUT_SEQ_BLOCK / 2 > self.out_reserved {
             self.state_due = true;
         }
-        e
+        (e, stamp)
     }
 
     /// HeartBtInt: the link's heartbeat interval in whole seconds (at least 1).
@@ -375,12 +392,10 @@ impl FixClient {
                 // Sent with the first number asked for, as a possible duplicate; it moves the
                 // venue's expectation to keel's next number and takes none itself.
                 let mut e = Encoder::new(out, b"4");
-                self.header(&mut e, now_ns, begin);
+                let stamp = self.stamp(now_ns);
+                self.header(&mut e, &stamp, begin);
                 e.flag(43, true)
-                    .bytes(
-                        122,
-                        &time::utc_timestamp(self.unix_ns_at_origin.saturating_add(now_ns)),
-                    )
+                    .bytes(122, &stamp)
                     .flag(123, true)
                     .uint(36, self.out_seq);
                 e.finish()
@@ -935,8 +950,8 @@ impl RegisteredProtocol for FixClient {
         Self::new(settings.clone(), link)
     }
     /// Bytes [`FixClient::new`] allocates for `orders_max`: both maps at twice the bound with
-    /// their control bytes, the deadline and close queues, the reconciliation list, the field
-    /// table.
+    /// their control bytes, the deadline and close queues, the two reconciliation lists, the
+    /// field table.
     fn memory_bytes(_: &FixSettings, orders_max: u32) -> u64 {
         let cap = u64::from(orders_max) * 2;
         let buckets = (cap * 8 / 7).next_power_of_two();
@@ -944,7 +959,7 @@ impl RegisteredProtocol for FixClient {
         let by_id = std::mem::size_of::<(ClientOrderId, u32)>() as u64 + 1;
         buckets * (by_ref + by_id)
             + cap * 16
-            + u64::from(orders_max) * (4 + 4)
+            + u64::from(orders_max) * (4 + 4 + 4)
             + std::mem::size_of::<FieldTable>() as u64
     }
     fn describe_state(state: &ProtocolState) -> String {

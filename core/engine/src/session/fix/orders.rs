@@ -4,7 +4,7 @@
 //! BusinessMessageReject back to one outcome, checked against the session's view of the order
 //! (an execution that cannot be true is a contradiction, never booked).
 
-use super::codec::{parse_decimal, Encoder, Msg};
+use super::codec::{parse_decimal, Msg};
 use super::*;
 use crate::order::{
     CancelRejectReason, Contradiction, Price, RejectReason, RequestKind, Side, TimeInForce,
@@ -65,14 +65,14 @@ impl FixClient {
                 let wire_ref = self.assign(request.wire_ref, &order)?;
                 self.await_answer(wire_ref, now);
                 let (id, n) = cl_ord_id(wire_ref, 0);
-                let mut e = self.begin(out, now, b"D");
+                let (mut e, stamp) = self.begin_stamped(out, now, b"D");
                 e.bytes(11, &id[..n]);
                 if !self.settings.account.is_empty() {
                     e.bytes(1, self.settings.account.as_bytes());
                 }
                 e.bytes(55, symbol_text(&symbol))
                     .bytes(54, side(order.side))
-                    .bytes(60, &self.stamp(now))
+                    .bytes(60, &stamp)
                     .uint(38, u64::from(order.qty))
                     .bytes(40, b"2")
                     .decimal(44, order.price.0, Price::SCALE)
@@ -109,14 +109,14 @@ impl FixClient {
                 let (id, n) = cl_ord_id(wire_ref, 0);
                 // FIX's OrderQty is the order's total; keel's is the new open quantity.
                 let total = u64::from(old.executed) + u64::from(r.qty);
-                let mut e = self.begin(out, now, b"G");
+                let (mut e, stamp) = self.begin_stamped(out, now, b"G");
                 e.bytes(41, &orig_id[..on]).bytes(11, &id[..n]);
                 if !self.settings.account.is_empty() {
                     e.bytes(1, self.settings.account.as_bytes());
                 }
                 e.bytes(55, symbol_text(&symbol))
                     .bytes(54, side(replacement.side))
-                    .bytes(60, &self.stamp(now))
+                    .bytes(60, &stamp)
                     .uint(38, total)
                     .bytes(40, b"2")
                     .decimal(44, r.price.0, Price::SCALE);
@@ -152,20 +152,16 @@ impl FixClient {
         let symbol = self.symbols[usize::from(o.symbol.0)];
         let (orig, on) = cl_ord_id(wire_ref, 0);
         let (id, n) = cl_ord_id(wire_ref, cancel);
-        let mut e = self.begin(out, now, b"F");
+        let (mut e, stamp) = self.begin_stamped(out, now, b"F");
         e.bytes(41, &orig[..on]).bytes(11, &id[..n]);
         if !self.settings.account.is_empty() {
             e.bytes(1, self.settings.account.as_bytes());
         }
         e.bytes(55, symbol_text(&symbol))
             .bytes(54, if o.buy { b"1" } else { b"2" })
-            .bytes(60, &self.stamp(now))
+            .bytes(60, &stamp)
             .uint(38, u64::from(o.qty));
         Ok(e.finish()?)
-    }
-
-    fn stamp(&self, now_ns: u64) -> [u8; time::UTC_TIMESTAMP_LEN] {
-        time::utc_timestamp(self.unix_ns_at_origin.saturating_add(now_ns))
     }
 
     /// Takes `wire_ref` (the dispatcher's, journaled with the intent) for the order, or the
@@ -621,7 +617,6 @@ impl FixClient {
             self.update(wire_ref, |o| o.accepted = true);
             emit(OutcomeKind::Accepted { id: order.id });
         }
-        let known = order.executed + order.inferred;
         if cum > order.executed && !order.closed {
             let missed = cum - order.executed;
             // An average may carry any precision: rounded to keel's, never refused.
@@ -630,9 +625,10 @@ impl FixClient {
                 None => return Err(codec_value(6, "an AvgPx with the executions")),
             };
             self.stats.resolutions += 1;
+            // Booked now; their execution reports, when they come, are absorbed.
             self.update(wire_ref, |o| {
                 o.executed = cum;
-                o.inferred += cum.saturating_sub(known.max(o.executed - missed));
+                o.inferred += missed;
             });
             if let Some(p) = self.positions.get_mut(usize::from(order.symbol.0)) {
                 p.book(if order.buy { Side::Buy } else { Side::Sell }, missed);
@@ -749,7 +745,8 @@ impl FixClient {
         let mut result = Reconciliation::default();
         let listed = self.settings.reconcile == FixReconcile::MassStatus;
         self.venue_open.sort_unstable();
-        let mut not_received = Vec::new();
+        let mut not_received = std::mem::take(&mut self.not_received);
+        not_received.clear();
         for (&wire_ref, order) in self.by_ref.iter() {
             if order.closed || order.contradicted || !listed {
                 continue;
@@ -764,7 +761,7 @@ impl FixClient {
                 not_received.push(wire_ref);
             }
         }
-        for wire_ref in not_received {
+        for &wire_ref in &not_received {
             let id = self.by_ref[&wire_ref].id;
             self.close(wire_ref);
             result.not_received += 1;
@@ -773,6 +770,7 @@ impl FixClient {
                 reason: RejectReason::NotReceived,
             });
         }
+        self.not_received = not_received;
         result.unknown_at_keel = self.venue_unknown_open;
         result.contradictions = self.orphan_contradictions
             + self
@@ -807,6 +805,3 @@ fn tif(tif: TimeInForce) -> &'static [u8] {
         TimeInForce::ImmediateOrCancel => b"3",
     }
 }
-
-#[allow(unused_imports)]
-use Encoder as _;

@@ -1049,3 +1049,53 @@ fn quickfix_s_own_messages_frame_parse_and_map() {
     assert_eq!(c.in_seq(), 6);
     assert!(owed(&mut c).is_empty());
 }
+
+#[test]
+fn executions_booked_from_two_status_answers_are_absorbed_when_their_reports_come() {
+    let mut c = logged_on();
+    let o = order(1, 100);
+    send(&mut c, RequestKind::New(o), 1);
+    feed(
+        &mut c,
+        &venue("8", 2, "37=X|17=E|11=1|150=0|39=0|151=100|14=0|6=0|"),
+    );
+    let status = |seq, cum| {
+        venue(
+            "8",
+            seq,
+            &format!(
+                "790=9|37=X|17=E|11=1|150=I|39=1|151={}|14={cum}|6=100|",
+                100 - cum
+            ),
+        )
+    };
+    let fill = |qty| OutcomeKind::Fill {
+        id: o.id,
+        qty,
+        price: Price::from_units(100, 0),
+    };
+    assert_eq!(
+        feed(&mut c, &status(3, 30)).1,
+        [fill(30), OutcomeKind::StillOpen { id: o.id }]
+    );
+    assert_eq!(
+        feed(&mut c, &status(4, 50)).1,
+        [fill(20), OutcomeKind::StillOpen { id: o.id }]
+    );
+    // The reports of those 50 shares arrive late: absorbed, never booked twice.
+    let trade = |seq, qty, cum| {
+        venue(
+            "8",
+            seq,
+            &format!(
+                "37=X|17=E{seq}|11=1|150=F|39=1|32={qty}|31=100|151={}|14={cum}|6=100|",
+                100 - cum
+            ),
+        )
+    };
+    assert!(feed(&mut c, &trade(5, 30, 30)).1.is_empty());
+    assert!(feed(&mut c, &trade(6, 20, 50)).1.is_empty());
+    assert_eq!(feed(&mut c, &trade(7, 10, 60)).1, [fill(10)]);
+    assert_eq!(c.position(SymbolId(0)).bought, 60);
+    assert_eq!(c.stats().late_reports_absorbed, 2);
+}
