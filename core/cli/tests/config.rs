@@ -750,3 +750,136 @@ fn control_keys_at_their_bounds() {
         refused("[metrics]\nenabled = false\nfile = \"c\"\n[control]\nenabled = true").to_string();
     assert!(e.contains("counters file"), "{e}");
 }
+
+// Goal: a FIX venue's keys at their worst legal values parse and print back to the same
+// configuration; one step outside each bound, a wrong type or an unknown value is refused
+// naming the key and the value. Method: `protocol = "fix44"` tables through from_toml and
+// to_toml.
+#[test]
+fn fix_venue_keys_hold_at_their_bounds_and_refuse_beyond() {
+    use keel::session::fix::{FixReconcile, FixSettings};
+    use keel::session::ProtocolConfig;
+    let fix = |extra: &str| format!("{MINIMAL}protocol = \"fix44\"\n{extra}");
+    let c32 = "C".repeat(32);
+    let legal = fix(&format!(
+        "sender_comp_id = \"{c32}\"\ntarget_comp_id = \"~\"\naccount = \"{c32}\"\n\
+         reset_on_logon = true\nreconcile = \"replay\"\nmessage_max = 65535\n\
+         tags_max = 256\nfield_max = 4096\nreject_codes_throttled = [65535]\n"
+    ));
+    let c = EngineConfig::from_toml(&legal).unwrap();
+    let ProtocolConfig::Fix44(s) = c.venues[0].protocol.clone() else {
+        panic!("a FIX venue");
+    };
+    assert_eq!(
+        (
+            s.sender_comp_id.len(),
+            s.target_comp_id.as_str(),
+            s.reset_on_logon
+        ),
+        (32, "~", true)
+    );
+    assert_eq!(s.reconcile, FixReconcile::Replay);
+    assert_eq!(
+        (s.limits.message_max, s.limits.tags_max, s.limits.field_max),
+        (65_535, 256, 4_096)
+    );
+    let printed = keel::config::to_toml(&c);
+    assert_eq!(EngineConfig::from_toml(&printed).unwrap(), c, "{printed}");
+    // The smallest legal bounds too.
+    let small = fix(
+        "sender_comp_id = \"K\"\ntarget_comp_id = \"V\"\nmessage_max = 256\ntags_max = 16\nfield_max = 16\n",
+    );
+    let c = EngineConfig::from_toml(&small).unwrap();
+    let ProtocolConfig::Fix44(s) = c.venues[0].protocol.clone() else {
+        panic!("a FIX venue");
+    };
+    assert_eq!(s.limits.tags_max, 16);
+    assert_eq!(s.account, FixSettings::default().account);
+
+    let ids = "sender_comp_id = \"KEEL\"\ntarget_comp_id = \"VENUE\"\n";
+    let refused_fix = |extra: &str| EngineConfig::from_toml(&fix(extra)).unwrap_err();
+    let c33 = "C".repeat(33);
+    for (extra, key, value) in [
+        (
+            format!("sender_comp_id = \"{c33}\"\ntarget_comp_id = \"V\"\n"),
+            "venue[0].sender_comp_id",
+            format!("\"{c33}\""),
+        ),
+        (
+            "sender_comp_id = \"\"\ntarget_comp_id = \"V\"\n".into(),
+            "venue[0].sender_comp_id",
+            "\"\"".into(),
+        ),
+        (
+            "sender_comp_id = \"K\"\ntarget_comp_id = \"a b\"\n".into(),
+            "venue[0].target_comp_id",
+            "\"a b\"".into(),
+        ),
+        (
+            format!("{ids}message_max = 255\n"),
+            "venue[0].message_max",
+            "255".into(),
+        ),
+        (
+            format!("{ids}message_max = 65536\n"),
+            "venue[0].message_max",
+            "65536".into(),
+        ),
+        (
+            format!("{ids}tags_max = 15\n"),
+            "venue[0].tags_max",
+            "15".into(),
+        ),
+        (
+            format!("{ids}tags_max = 257\n"),
+            "venue[0].tags_max",
+            "257".into(),
+        ),
+        (
+            format!("{ids}field_max = 4097\n"),
+            "venue[0].field_max",
+            "4097".into(),
+        ),
+        (
+            format!("{ids}reconcile = \"resend\"\n"),
+            "venue[0].reconcile",
+            "\"resend\"".into(),
+        ),
+    ] {
+        match refused_fix(&extra) {
+            FileConfigError::OutOfRange {
+                key: k, value: v, ..
+            } => {
+                assert_eq!((k.as_str(), v), (key, value), "{extra}")
+            }
+            other => panic!("{extra}: {other:?}"),
+        }
+    }
+    // Required, wrong type, beyond the integer's type, an unknown protocol.
+    assert!(
+        matches!(refused_fix("target_comp_id = \"V\"\n"), FileConfigError::Missing(k) if k == "venue[0].sender_comp_id")
+    );
+    assert!(
+        matches!(refused_fix(&format!("{ids}reset_on_logon = 1\n")), FileConfigError::WrongType { key, .. } if key == "venue[0].reset_on_logon")
+    );
+    assert!(
+        matches!(refused_fix(&format!("{ids}tags_max = 70000\n")), FileConfigError::OutOfRange { key, .. } if key == "venue[0].tags_max")
+    );
+    let e = EngineConfig::from_toml(&format!("{MINIMAL}protocol = \"fix42\"\n")).unwrap_err();
+    assert!(e.to_string().contains("fix44"), "{e}");
+    // FIX's login fields: 1 to 64 printable characters.
+    let long = "p".repeat(65);
+    let e = EngineConfig::from_toml(
+        &fix(ids).replace("password = \"keel\"", &format!("password = \"{long}\"")),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, FileConfigError::OutOfRange { ref key, .. } if key == "venue[0].password"),
+        "{e:?}"
+    );
+    let p64 = "p".repeat(64);
+    assert!(EngineConfig::from_toml(
+        &fix(ids).replace("password = \"keel\"", &format!("password = \"{p64}\""))
+    )
+    .is_ok());
+}
