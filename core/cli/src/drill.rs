@@ -185,6 +185,13 @@ impl Timeline {
                     link_state_text(last.link),
                     link_state_text(s.link)
                 ));
+            } else if s.link == SYNCED && s.synced > last.synced {
+                // Down and SYNCED again between two samples: the counters say so even when
+                // no sample caught the link away from SYNCED.
+                self.note(format!(
+                    "link SYNCED -> DISCONNECTED -> SYNCED between two samples ({} re-sync)",
+                    s.synced - last.synced
+                ));
             }
             if s.breaker != last.breaker {
                 self.note(format!(
