@@ -332,6 +332,9 @@ pub struct Exchange {
     orders: Orders,
     accounts: Vec<Account>,
     by_username: FxHashMap<[u8; 6], u32>,
+    /// FIX sessions' accounts, by SenderCompID: a namespace of their own, so a FIX session
+    /// never shares a stream with an OUCH login.
+    by_comp_id: FxHashMap<String, u32>,
     next_synthetic_ref: OrderRef,
     next_match: u64,
     fills: Vec<Fill>,
@@ -384,6 +387,7 @@ impl Exchange {
             orders: Orders::with_capacity(config.orders_expected),
             accounts: Vec::new(),
             by_username: FxHashMap::default(),
+            by_comp_id: FxHashMap::default(),
             next_synthetic_ref: 1,
             next_match: 1,
             fills: Vec::new(),
@@ -426,18 +430,14 @@ impl Exchange {
         if session.iter().any(|&b| b != b' ') && *session != self.config.session {
             return Err(LoginRejectReason::SessionNotAvailable);
         }
-        let symbols = self.books.len();
-        let per_account = self.config.orders_expected / 16;
-        let account = *self.by_username.entry(username).or_insert_with(|| {
-            self.accounts.push(Account {
-                username,
-                positions: vec![(0, 0); symbols],
-                user_refs: UserRefs(Vec::with_capacity(per_account)),
-                cl_ord_ids: FxHashSet::with_capacity_and_hasher(per_account, Default::default()),
-                ..Account::default()
-            });
-            (self.accounts.len() - 1) as u32
-        });
+        let account = match self.by_username.get(&username) {
+            Some(&a) => a,
+            None => {
+                let a = self.open_account(username);
+                self.by_username.insert(username, a);
+                a
+            }
+        };
         let next = self.accounts[account as usize].stream_len() + 1;
         // A gap made at the previous login is covered when this login asks again from at or
         // before where that one asked: the client never applied past the gap (its answer was
@@ -461,6 +461,47 @@ impl Exchange {
             start
         };
         Ok((account, start))
+    }
+
+    /// A new, empty account named `username`.
+    fn open_account(&mut self, username: [u8; 6]) -> u32 {
+        let symbols = self.books.len();
+        let per_account = self.config.orders_expected / 16;
+        self.accounts.push(Account {
+            username,
+            positions: vec![(0, 0); symbols],
+            user_refs: UserRefs(Vec::with_capacity(per_account)),
+            cl_ord_ids: FxHashSet::with_capacity_and_hasher(per_account, Default::default()),
+            ..Account::default()
+        });
+        (self.accounts.len() - 1) as u32
+    }
+
+    /// Whether `given` is the venue's password.
+    pub fn password_ok(&self, given: &[u8]) -> bool {
+        given == self.config.password.as_bytes()
+    }
+
+    /// The account of the FIX session whose SenderCompID is `comp_id` (opened at its first
+    /// logon; its username is the CompID's first six bytes, for display only).
+    pub fn fix_account(&mut self, comp_id: &str) -> u32 {
+        if let Some(&a) = self.by_comp_id.get(comp_id) {
+            return a;
+        }
+        let mut username = [b' '; 6];
+        for (u, b) in username.iter_mut().zip(comp_id.bytes()) {
+            *u = b;
+        }
+        let a = self.open_account(username);
+        self.by_comp_id.insert(comp_id.to_string(), a);
+        a
+    }
+
+    /// The next UserRefNum the account may use (one above its last).
+    pub fn next_user_ref(&self, account: u32) -> u32 {
+        self.accounts[account as usize]
+            .last_user_ref
+            .saturating_add(1)
     }
 
     /// The session name announced at login.

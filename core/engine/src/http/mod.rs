@@ -655,7 +655,8 @@ impl ResponseReader {
                 if size == 0 {
                     self.state = State::Trailers;
                 } else {
-                    if self.body_len as u64 + size > self.limits.body_max as u64 {
+                    // Saturating: a hostile size of up to 2^64 - 1 must be refused, never wrap.
+                    if (self.body_len as u64).saturating_add(size) > self.limits.body_max as u64 {
                         return Err(HttpError::BodyTooLarge {
                             max: self.limits.body_max,
                         });

@@ -142,6 +142,14 @@ pub struct VenueArgs {
     /// e.g. 127.0.0.1:15003; its address is said on a second line.
     #[arg(long)]
     rest_listen: Option<SocketAddr>,
+    /// Serve FIX 4.4 order entry here too (docs/protocol.md, "FIX 4.4"), e.g.
+    /// 127.0.0.1:15004; its address is said on a line of its own.
+    #[arg(long)]
+    fix_listen: Option<SocketAddr>,
+    /// The venue's FIX CompID (TargetCompID of what sessions send): 1 to 32 printable
+    /// characters.
+    #[arg(long, default_value = "VENUE", value_parser = fix_comp_id)]
+    fix_comp_id: String,
     /// REST weight each client may use per second.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     rest_second_weight: u32,
@@ -298,12 +306,28 @@ fn venue_config(
             },
             conns_max: 256,
         }),
+        fix: args.fix_listen.map(|listen| crate::server::FixConfig {
+            listen,
+            comp_id: args.fix_comp_id.clone(),
+            ..crate::server::FixConfig::default()
+        }),
         tls,
         sessions_max: SESSIONS_MAX,
         prelogin_max: args.prelogin_max,
         login_timeout_ns: args.login_timeout_ms * MS,
         ..VenueConfig::default()
     }
+}
+
+/// A FIX CompID: 1 to 32 printable ASCII characters.
+fn fix_comp_id(value: &str) -> Result<String, String> {
+    if value.is_empty() || value.len() > 32 || !value.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "\"{}\" is not 1 to 32 printable ASCII characters",
+            value.escape_debug()
+        ));
+    }
+    Ok(value.to_string())
 }
 
 fn refused(e: &NetError) -> ExitCode {
@@ -353,6 +377,9 @@ fn serve<T: SocketTransport>(mut server: VenueServer<T>, args: &VenueArgs) -> Ex
             "http"
         };
         keel::say_line!("keel venue: REST API on {scheme}://{addr}");
+    }
+    if let Some(addr) = server.fix_addr() {
+        keel::say_line!("keel venue: FIX 4.4 order entry on {addr}");
     }
     if let Some(urls) = &args.nats {
         keel::say_line!("keel venue: market data published on the bus at {urls}");

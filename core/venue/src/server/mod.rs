@@ -140,6 +140,8 @@ pub struct VenueConfig {
     pub market_data: Option<crate::md_server::MdConfig>,
     /// The REST API (`--rest-listen`), if served (docs/rest.md).
     pub rest: Option<crate::rest::RestConfig>,
+    /// FIX 4.4 order entry (`--fix-listen`), if served (docs/protocol.md, "FIX 4.4").
+    pub fix: Option<FixConfig>,
     /// Serve the REST API over TLS (`https://`) with this certificate (`--tls-cert`,
     /// `--tls-key`; the market-data server takes it in its own config). Order entry and the
     /// control port stay plaintext.
@@ -166,6 +168,7 @@ impl Default for VenueConfig {
             spin_reads: false,
             market_data: None,
             rest: None,
+            fix: None,
             tls: None,
         }
     }
@@ -299,6 +302,7 @@ pub struct VenueServer<T: Transport = Reactor> {
     /// every pass.
     md: Option<crate::md_server::MdServer<T>>,
     rest: Option<crate::rest::RestEndpoint>,
+    fix: Option<fix::FixEndpoint>,
     md_trades: Vec<crate::exchange::Trade>,
     md_levels: Vec<(u16, keel::proto::md::BookSide, i64, u64)>,
     /// Hostile fault: the next Login Accepted announces this sequence number whatever the
@@ -323,6 +327,7 @@ impl<T: SocketTransport> VenueServer<T> {
                 .sessions_max
                 .saturating_add(config.controls_max)
                 .saturating_add(config.rest.map_or(0, |r| r.conns_max))
+                .saturating_add(config.fix.as_ref().map_or(0, |f| f.conns_max))
                 .saturating_add(16),
             wait: config.wait,
             recv_buffer_bytes: 64 * 1024,
@@ -361,9 +366,17 @@ impl<T: SocketTransport> VenueServer<T> {
             }
             None => None,
         };
+        let fix = match &config.fix {
+            Some(f) => {
+                let (listener, local) = reactor.listen(f.listen)?;
+                Some(fix::FixEndpoint::new(listener, local, f.clone()))
+            }
+            None => None,
+        };
         let mut server = VenueServer::with_tls(config, reactor, local);
         server.md = md;
         server.rest = rest;
+        server.fix = fix;
         server.order_entry = order_entry;
         server.control = control;
         server.control_local = control_local;
@@ -412,6 +425,7 @@ impl<T: Transport> VenueServer<T> {
             stats: VenueStats::default(),
             md: None,
             rest: None,
+            fix: None,
             md_trades: Vec::with_capacity(1_024),
             md_levels: Vec::with_capacity(1_024),
             login_seq_once: None,
@@ -478,6 +492,10 @@ impl<T: Transport> VenueServer<T> {
         self.release_delayed(now_ns);
         self.flow.run_until(now_ns, &mut self.exchange);
         self.write_streams(now_ns);
+        if let Some(mut fix) = self.fix.take() {
+            fix.step(self, now_ns);
+            self.fix = Some(fix);
+        }
         self.expire_sessions(now_ns);
         self.finish_closing(now_ns);
         self.feed_market_data(now_ns)?;
@@ -528,10 +546,21 @@ impl<T: Transport> VenueServer<T> {
                     rest.accept(&mut self.reactor, conn);
                 }
             }
+            NetEvent::Accepted { listener, conn }
+                if self.fix.as_ref().is_some_and(|f| f.listener == listener) =>
+            {
+                if let Some(mut fix) = self.fix.take() {
+                    fix.accept(self, conn);
+                    self.fix = Some(fix);
+                }
+            }
             NetEvent::Accepted { conn, .. } => self.reactor.close(conn),
             NetEvent::Closed { conn, .. } => {
                 if let Some(rest) = &mut self.rest {
                     rest.closed(conn);
+                }
+                if let Some(fix) = &mut self.fix {
+                    fix.closed(conn);
                 }
                 self.sessions.remove(&conn);
                 self.controls.retain(|c| c.conn != conn);
@@ -547,7 +576,9 @@ impl<T: Transport> VenueServer<T> {
 }
 
 mod control;
+mod fix;
 mod session;
 mod side;
 
 pub use control::{control_help, CONTROL_COMMANDS};
+pub use fix::{ord_rej_reason, FixConfig, FixVenueStats, CL_ORD_ID_MAX, HEARTBEAT_MAX_S};

@@ -440,5 +440,9 @@ impl<T: Transport> VenueServer<T> {
         for conn in conns {
             self.drop_session(conn, DropReason::Injected);
         }
+        if let Some(mut fix) = self.fix.take() {
+            fix.drop_all(self);
+            self.fix = Some(fix);
+        }
     }
 }

@@ -93,6 +93,21 @@ impl<T: Transport> VenueServer<T> {
             .is_some_and(|r| self.reactor.is_tls_listener(r.listener))
     }
 
+    /// The FIX endpoint's address, if served.
+    pub fn fix_addr(&self) -> Option<SocketAddr> {
+        self.fix.as_ref().map(|f| f.local)
+    }
+
+    /// The FIX endpoint's counters, if served.
+    pub fn fix_stats(&self) -> Option<FixVenueStats> {
+        self.fix.as_ref().map(fix::FixEndpoint::stats)
+    }
+
+    /// FIX sessions logged on now.
+    pub fn fix_sessions(&self) -> usize {
+        self.fix.as_ref().map_or(0, fix::FixEndpoint::logged_on)
+    }
+
     /// The REST API's address and counters, if served.
     pub fn rest(&self) -> Option<(SocketAddr, crate::rest::RestStats)> {
         self.rest.as_ref().map(|r| (r.local, r.stats()))

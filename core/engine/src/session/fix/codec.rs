@@ -668,6 +668,13 @@ impl<'a> Encoder<'a> {
         self
     }
 
+    /// Fields already encoded (`tag=value<SOH>` each), appended as they are: a message
+    /// stored once and sent again (a resend) keeps its bytes.
+    pub fn raw(&mut self, fields: &[u8]) -> &mut Self {
+        self.put(fields);
+        self
+    }
+
     /// `tag=<unsigned integer>`.
     pub fn uint(&mut self, tag: u32, value: u64) -> &mut Self {
         let mut digits = [0u8; 20];
@@ -743,7 +750,7 @@ pub fn write_uint(out: &mut [u8], mut value: u64) -> usize {
 }
 
 /// `units` of 1/`scale` as a decimal into `out` (at least 48 bytes); returns the length.
-fn write_decimal(out: &mut [u8], units: i64, scale: i64) -> usize {
+pub fn write_decimal(out: &mut [u8], units: i64, scale: i64) -> usize {
     let mut n = 0;
     if units < 0 {
         out[0] = b'-';

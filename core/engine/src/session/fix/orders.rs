@@ -608,7 +608,14 @@ impl FixClient {
             return Ok(());
         }
         let cum = msg.require_uint(14)?;
-        let cum = u32::try_from(cum).map_err(|_| codec_value(14, "a quantity below 2^32"))?;
+        // FIX counts CumQty and OrderQty over a replaced order's chain; keel counts each order
+        // (a replacement's quantity is what was open when it was sent). The chain's shares
+        // before this order are OrderQty less keel's quantity: what keel's replace request
+        // had executed already.
+        let total = msg.uint(38)?.unwrap_or(0);
+        let before = total.saturating_sub(u64::from(order.qty)).min(cum);
+        let cum =
+            u32::try_from(cum - before).map_err(|_| codec_value(14, "a quantity below 2^32"))?;
         if cum > order.qty {
             self.contradiction(Some(order.id), Contradiction::Overfill, emit);
             return Ok(());

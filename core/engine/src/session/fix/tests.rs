@@ -705,6 +705,63 @@ fn a_replace_sends_the_total_quantity_and_maps_back() {
 }
 
 #[test]
+fn a_status_of_a_replaced_order_counts_its_own_shares_not_the_chains() {
+    // FIX's CumQty runs over the chain: 30 shares before the replace, 5 after it. keel's
+    // replacement holds 50 shares of its own, so only the 5 may be booked (booking 35 would
+    // double the 30 filled on the original).
+    let mut c = logged_on();
+    let o = order(1, 100);
+    send(&mut c, RequestKind::New(o), 1);
+    feed(
+        &mut c,
+        &venue(
+            "8",
+            2,
+            "37=X|17=E|11=1|150=F|39=1|32=30|31=100|151=70|14=30|6=100|",
+        ),
+    );
+    let new_id = ClientOrderId::new(StrategyId(0), 2).unwrap();
+    send(
+        &mut c,
+        RequestKind::Replace(Replace {
+            id: o.id,
+            new_id,
+            price: Price::from_units(100, 0),
+            qty: 50,
+        }),
+        2,
+    );
+    feed(
+        &mut c,
+        &venue(
+            "8",
+            3,
+            "37=X|17=E|11=2|41=1|150=5|39=0|38=80|151=50|14=30|6=100|",
+        ),
+    );
+    send(&mut c, RequestKind::Query { id: new_id }, 3);
+    let (_, out) = feed(
+        &mut c,
+        &venue(
+            "8",
+            4,
+            "790=1|37=X|17=E|11=2|150=I|39=1|38=80|151=45|14=35|6=100|",
+        ),
+    );
+    assert_eq!(
+        out,
+        [
+            OutcomeKind::Fill {
+                id: new_id,
+                qty: 5,
+                price: Price::from_units(100, 0),
+            },
+            OutcomeKind::StillOpen { id: new_id },
+        ]
+    );
+}
+
+#[test]
 fn rejects_map_through_the_reject_table() {
     let mut c = logged_on();
     for (i, (code, reason)) in [
