@@ -214,10 +214,19 @@ impl WorldBuilder {
     /// transport `T`.
     pub fn build_on<T: SocketTransport, V: SocketTransport>(self) -> World<T, V> {
         let clock = TscClock::new();
-        let venue =
-            VenueServer::<V>::open(self.venue.clone()).expect("the venue starts on loopback");
+        let fix = matches!(self.protocol, Some(keel::session::ProtocolConfig::Fix44(_)));
+        let mut venue_config = self.venue.clone();
+        if fix && venue_config.fix.is_none() {
+            venue_config.fix = Some(keel_venue::server::FixConfig::default());
+        }
+        let venue = VenueServer::<V>::open(venue_config).expect("the venue starts on loopback");
         let transport = T::open(self.reactor).expect("the transport opens");
-        let config = self.engine_config(venue.local_addr(), venue.market_data_addr());
+        // A FIX link trades with the venue's FIX acceptor, on the same exchange.
+        let order_entry = match venue.fix_addr() {
+            Some(addr) if fix => addr,
+            _ => venue.local_addr(),
+        };
+        let config = self.engine_config(order_entry, venue.market_data_addr());
         let mut builder = EngineBuilder::new(config);
         let book = (!self.feed_symbols.is_empty())
             .then(|| builder.market_data(0, 1_024).expect("a book subscriber"));

@@ -123,11 +123,11 @@ impl<T: Transport> VenueServer<T> {
                 self.control_exchange(now_ns, &mut args)
             }
             "md-faults" | "rest-limit" | "rest-latency" => self.control_feeds(now_ns, &mut args),
-            "lie" | "gap" | "login-seq" | "debug-packet" | "oversize" => {
+            "lie" | "gap" | "login-seq" | "debug-packet" | "oversize" | "fix-lose" => {
                 self.control_hostile(now_ns, &mut args)
             }
             "drop" | "restart" | "status" | "help" | "open-orders" | "sessions" | "tls"
-            | "stats" => self.control_query(now_ns, &mut args),
+            | "stats" | "fix" => self.control_query(now_ns, &mut args),
             other => Err(format!(
                 "unknown command '{other}' (send help for the list of commands)"
             )),
@@ -368,6 +368,15 @@ impl<T: Transport> VenueServer<T> {
                 let sessions = self.send_long_packet(text as u16 + 1);
                 return Ok(format!("sessions={sessions}"));
             }
+            "fix-lose" => {
+                let n = args.num("messages", 0, FIX_LOSE_MAX)?;
+                args.end()?;
+                let fix = self
+                    .fix
+                    .as_mut()
+                    .ok_or("fix-lose: FIX order entry is not served (--fix-listen)")?;
+                return Ok(format!("sessions={}", fix.lose_next(n)));
+            }
             "oversize" => {
                 let len = args.num("length", 1, u64::from(u16::MAX))?;
                 args.end()?;
@@ -426,6 +435,18 @@ impl<T: Transport> VenueServer<T> {
                     tls_line(&md)
                 ));
             }
+            "fix" => {
+                args.end()?;
+                let fix = self
+                    .fix
+                    .as_ref()
+                    .ok_or("fix: FIX order entry is not served (--fix-listen)")?;
+                return Ok(format!(
+                    "logged_on={} {}",
+                    fix.logged_on(),
+                    fix.stats().line()
+                ));
+            }
             "stats" => {
                 args.end()?;
                 let s = self.exchange.stats();
@@ -478,7 +499,15 @@ impl<T: Transport> VenueServer<T> {
 /// Every control command: its syntax and what it does, as `help` answers them (one line each,
 /// then `ok help`). A command added to [`VenueServer::apply_control`] gets its line here (the
 /// test `control_help_lists_every_command` sends each one).
-pub const CONTROL_COMMANDS: [(&str, &str); 33] = [
+pub const CONTROL_COMMANDS: [(&str, &str); 35] = [
+    (
+        "fix-lose N",
+        "FIX: each logged-on session's next N messages are kept for resend, never written",
+    ),
+    (
+        "fix",
+        "FIX order entry: sessions logged on and the endpoint's counters",
+    ),
     (
         "md-faults DROP DUP SWAP CROSS",
         "market data: every n-th book delta dropped, doubled, swapped, crossed (0: never)",

@@ -116,6 +116,42 @@ pub struct FixVenueStats {
     pub store_full: u64,
     /// Connections refused: every slot taken, or a connect fault.
     pub conns_refused: u64,
+    /// Messages the `fix-lose` fault kept from the wire (stored, so a resend finds them).
+    pub lost_injected: u64,
+}
+
+impl FixVenueStats {
+    /// The counters as `name=value` pairs, as the control port's `fix` command answers.
+    pub fn line(&self) -> String {
+        format!(
+            "logons={} logons_refused={} messages_in={} messages_out={} garbled={} \
+             malformed={} rejects_sent={} business_rejects_sent={} resend_requests_in={} \
+             resend_requests_out={} resent={} gap_fills_sent={} test_requests_out={} \
+             seq_too_low={} duplicates_ignored={} timeouts={} logouts={} foreign_reports={} \
+             store_full={} conns_refused={} lost_injected={}",
+            self.logons,
+            self.logons_refused,
+            self.messages_in,
+            self.messages_out,
+            self.garbled,
+            self.malformed,
+            self.rejects_sent,
+            self.business_rejects_sent,
+            self.resend_requests_in,
+            self.resend_requests_out,
+            self.resent,
+            self.gap_fills_sent,
+            self.test_requests_out,
+            self.seq_too_low,
+            self.duplicates_ignored,
+            self.timeouts,
+            self.logouts,
+            self.foreign_reports,
+            self.store_full,
+            self.conns_refused,
+            self.lost_injected
+        )
+    }
 }
 
 /// A short text kept by value (a ClOrdID, a request id).
@@ -239,6 +275,8 @@ struct FixSession {
     exec_ids: u64,
     /// ReconcileQuery tokens given so far.
     mass_queries: u32,
+    /// Fault (`fix-lose`): this many of the next messages are stored but never written.
+    lose: u64,
 }
 
 /// One FIX connection.
@@ -338,6 +376,19 @@ impl FixEndpoint {
         self.stats
     }
 
+    /// The `fix-lose` fault: each logged-on session's next `n` messages are stored but not
+    /// written. Returns the sessions it applies to.
+    pub(super) fn lose_next(&mut self, n: u64) -> usize {
+        let mut sessions = 0;
+        for s in &mut self.sessions {
+            if s.conn.is_some() {
+                s.lose = n;
+                sessions += 1;
+            }
+        }
+        sessions
+    }
+
     /// Sessions logged on now.
     pub(super) fn logged_on(&self) -> usize {
         self.conns.values().filter(|c| c.session.is_some()).count()
@@ -385,9 +436,11 @@ impl FixEndpoint {
     /// One pass: read every connection, send what the streams hold, run the timers.
     pub(super) fn step<T: Transport>(&mut self, srv: &mut VenueServer<T>, now_ns: u64) {
         if self.unix_at_origin.is_none() {
-            let wall = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
+            use keel::clock::Clock;
+            // The wall clock now, on the process's one TSC line (the venue's clock reads
+            // `now_ns` now).
+            let tsc = keel::clock::TscClock::new();
+            let wall = tsc.unix_ns_at_origin().saturating_add(tsc.now_ns());
             self.unix_at_origin = Some(wall.saturating_sub(now_ns));
         }
         let mut conns = std::mem::take(&mut self.conn_scratch);
@@ -671,6 +724,7 @@ impl FixEndpoint {
                     test_requests: 0,
                     exec_ids: 0,
                     mass_queries: 0,
+                    lose: 0,
                 });
                 self.by_comp_id.insert(comp, self.sessions.len() - 1);
                 self.sessions.len() - 1
@@ -943,6 +997,11 @@ impl FixEndpoint {
         let Some(conn) = session.conn else {
             return; // kept: the client asks for it after its next logon
         };
+        if session.lose > 0 {
+            session.lose -= 1;
+            self.stats.lost_injected += 1;
+            return;
+        }
         let mut e = Encoder::new(&mut self.out, &[msg_type]);
         e.bytes(49, self.config.comp_id.as_bytes())
             .bytes(56, session.comp_id.as_bytes())

@@ -71,6 +71,10 @@ pub const LOGIN_TIMEOUT_MAX_MS: u64 = 60_000;
 /// of the stream anyway).
 pub const LOGIN_GAP_MAX: u64 = u32::MAX as u64;
 
+/// The most messages `fix-lose` keeps from the wire at once (a million: far past any gap a
+/// test needs, far inside a session's resend store).
+pub const FIX_LOSE_MAX: u64 = 1_000_000;
+
 /// Fault knobs, all changeable while running (see [`VenueServer::apply_control`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Faults {

@@ -179,7 +179,8 @@ impl FixEndpoint {
             None
         };
         if let Some(r) = refused {
-            return Ok(self.refuse_order(srv, now_ns, s, &order, r));
+            self.refuse_order(srv, now_ns, s, &order, r);
+            return Ok(());
         }
         let Some(price) = price else {
             return Err((44, 1, "Price is required for a limit order"));
@@ -189,7 +190,8 @@ impl FixEndpoint {
                 code: 101,
                 text: "the venue's order table for this session is full",
             };
-            return Ok(self.refuse_order(srv, now_ns, s, &order, r));
+            self.refuse_order(srv, now_ns, s, &order, r);
+            return Ok(());
         };
         order.closed = false;
         order.leaves = qty;
@@ -250,7 +252,8 @@ impl FixEndpoint {
         ))?;
         let known = Text::new(orig).and_then(|o| self.sessions[s].by_id.get(&o).copied());
         let Some(user_ref) = known else {
-            return Ok(self.cancel_reject(srv, now_ns, s, id, orig, b'8', b'1', 1));
+            self.cancel_reject(srv, now_ns, s, id, orig, b'8', b'1', 1);
+            return Ok(());
         };
         let o = self.sessions[s].orders.get_mut(&user_ref).expect("indexed");
         o.cancel_id = Some(id);
@@ -290,11 +293,13 @@ impl FixEndpoint {
         };
         let known = Text::new(orig).and_then(|o| self.sessions[s].by_id.get(&o).copied());
         let Some(orig_ref) = known else {
-            return Ok(self.cancel_reject(srv, now_ns, s, id, orig, b'8', b'2', 1));
+            self.cancel_reject(srv, now_ns, s, id, orig, b'8', b'2', 1);
+            return Ok(());
         };
         let old = self.sessions[s].orders[&orig_ref];
         if self.sessions[s].by_id.contains_key(&id) {
-            return Ok(self.cancel_reject(srv, now_ns, s, id, orig, ord_status(&old), b'2', 6));
+            self.cancel_reject(srv, now_ns, s, id, orig, ord_status(&old), b'2', 6);
+            return Ok(());
         }
         // The chain's CumQty now: the shares before this order, and this order's at the
         // exchange (some may not be reported yet).
@@ -306,10 +311,12 @@ impl FixEndpoint {
         let chain_cum = old.cum.saturating_sub(old.cum_own()) + executed;
         let open = total.saturating_sub(chain_cum);
         if open == 0 || open > u64::from(u32::MAX) {
-            return Ok(self.cancel_reject(srv, now_ns, s, id, orig, ord_status(&old), b'2', 99));
+            self.cancel_reject(srv, now_ns, s, id, orig, ord_status(&old), b'2', 99);
+            return Ok(());
         }
         let Some(user_ref) = self.user_ref(s) else {
-            return Ok(self.cancel_reject(srv, now_ns, s, id, orig, ord_status(&old), b'2', 99));
+            self.cancel_reject(srv, now_ns, s, id, orig, ord_status(&old), b'2', 99);
+            return Ok(());
         };
         let order = FixOrder {
             id,
@@ -362,22 +369,12 @@ impl FixEndpoint {
         let known = Text::new(asked).and_then(|o| self.sessions[s].by_id.get(&o).copied());
         let Some(user_ref) = known else {
             let unknown = FixOrder {
-                id: Text::new(asked).unwrap_or(Text::numbered(b'?', 0)),
-                orig: None,
-                cancel_id: None,
                 symbol: msg
                     .get(55)
                     .and_then(padded_symbol)
                     .unwrap_or([b' '; SYMBOL_NAME_LEN]),
                 side: msg.get(54).and_then(|v| v.first().copied()).unwrap_or(b'1'),
-                price: 0,
-                qty: 0,
-                cum: 0,
-                notional: 0,
-                leaves: 0,
-                order_id: 0,
-                closed: true,
-                base: 0,
+                ..FixOrder::placeholder(Text::new(asked).unwrap_or(Text::numbered(b'?', 0)))
             };
             self.report(srv, now_ns, s, &unknown, b'I', b'8', |f| {
                 f.uint(103, 5);
@@ -652,19 +649,9 @@ impl FixEndpoint {
                         // the client sees what the venue claims.
                         self.stats.foreign_reports += 1;
                         FixOrder {
-                            id: Text::numbered(b'U', u64::from(user_ref)),
-                            orig: None,
-                            cancel_id: None,
-                            symbol: [b' '; SYMBOL_NAME_LEN],
-                            side: b'1',
-                            price: 0,
-                            qty: 0,
                             cum: u64::from(qty),
                             notional: i128::from(price) * i128::from(qty),
-                            leaves: 0,
-                            order_id: 0,
-                            closed: true,
-                            base: 0,
+                            ..FixOrder::placeholder(Text::numbered(b'U', u64::from(user_ref)))
                         }
                     }
                 };
@@ -691,41 +678,7 @@ impl FixEndpoint {
             }
             Outbound::Rejected {
                 user_ref, reason, ..
-            } => {
-                let Some(o) = orders.get_mut(&user_ref) else {
-                    self.stats.foreign_reports += 1;
-                    return;
-                };
-                o.closed = true;
-                o.leaves = 0;
-                let o = *o;
-                if let Some(orig) = o.orig {
-                    // A replacement refused: the original stands.
-                    let status = self.sessions[s]
-                        .by_id
-                        .get(&orig)
-                        .and_then(|r| self.sessions[s].orders.get(r))
-                        .map_or(b'8', ord_status);
-                    let why = if RejectCode::from_wire(reason) == Some(RejectCode::UnknownOrder) {
-                        1
-                    } else {
-                        99
-                    };
-                    return self.cancel_reject(
-                        srv,
-                        now_ns,
-                        s,
-                        o.id,
-                        orig.as_bytes(),
-                        status,
-                        b'2',
-                        why,
-                    );
-                }
-                self.report(srv, now_ns, s, &o, b'8', b'8', |f| {
-                    f.uint(103, ord_rej_reason(reason));
-                });
-            }
+            } => self.rejected(srv, now_ns, s, user_ref, reason),
             Outbound::CancelPending { user_ref, .. } => {
                 if let Some(o) = orders.get(&user_ref).copied() {
                     self.report(srv, now_ns, s, &o, b'6', b'6', |_| {});
@@ -756,21 +709,7 @@ impl FixEndpoint {
                     let (req_id, listed) = (*req_id, listed.is_some());
                     self.sessions[s].queries.pop_front();
                     if !listed {
-                        let none = FixOrder {
-                            id: Text::numbered(b'?', 0),
-                            orig: None,
-                            cancel_id: None,
-                            symbol: [b' '; SYMBOL_NAME_LEN],
-                            side: b'1',
-                            price: 0,
-                            qty: 0,
-                            cum: 0,
-                            notional: 0,
-                            leaves: 0,
-                            order_id: 0,
-                            closed: true,
-                            base: 0,
-                        };
+                        let none = FixOrder::placeholder(Text::numbered(b'?', 0));
                         self.report(srv, now_ns, s, &none, b'I', b'8', |f| {
                             f.bytes(584, req_id.as_bytes())
                                 .uint(911, 0)
@@ -790,6 +729,42 @@ impl FixEndpoint {
         }
     }
 
+    /// A Rejected from the stream: a refused order, or a refused replacement (answered as an
+    /// OrderCancelReject: the original stands).
+    fn rejected<T: Transport>(
+        &mut self,
+        srv: &mut VenueServer<T>,
+        now_ns: u64,
+        s: usize,
+        user_ref: u32,
+        reason: u16,
+    ) {
+        let Some(o) = self.sessions[s].orders.get_mut(&user_ref) else {
+            self.stats.foreign_reports += 1;
+            return;
+        };
+        o.closed = true;
+        o.leaves = 0;
+        let o = *o;
+        if let Some(orig) = o.orig {
+            // A replacement refused: the original stands.
+            let status = self.sessions[s]
+                .by_id
+                .get(&orig)
+                .and_then(|r| self.sessions[s].orders.get(r))
+                .map_or(b'8', ord_status);
+            let why = if RejectCode::from_wire(reason) == Some(RejectCode::UnknownOrder) {
+                1
+            } else {
+                99
+            };
+            return self.cancel_reject(srv, now_ns, s, o.id, orig.as_bytes(), status, b'2', why);
+        }
+        self.report(srv, now_ns, s, &o, b'8', b'8', |f| {
+            f.uint(103, ord_rej_reason(reason));
+        });
+    }
+
     /// An order status from the stream: the answer to the query at the front.
     fn status_answer<T: Transport>(
         &mut self,
@@ -806,19 +781,11 @@ impl FixEndpoint {
         let mut o = match self.sessions[s].orders.get(&st.user_ref) {
             Some(o) => *o,
             None => FixOrder {
-                id: Text::numbered(b'U', u64::from(st.user_ref)),
-                orig: None,
-                cancel_id: None,
                 symbol: st.symbol,
                 side: if st.side == b'B' { b'1' } else { b'2' },
                 price: st.price,
                 qty: u64::from(st.open_qty) + u64::from(st.executed_qty),
-                cum: 0,
-                notional: 0,
-                leaves: 0,
-                order_id: 0,
-                closed: true,
-                base: 0,
+                ..FixOrder::placeholder(Text::numbered(b'U', u64::from(st.user_ref)))
             },
         };
         // The exchange's figures are the truth: the chain's shares before this order, and
@@ -884,6 +851,26 @@ impl FixEndpoint {
 }
 
 impl FixOrder {
+    /// An order no FIX message entered (a lie, an unknown ClOrdID, an empty mass status):
+    /// closed, nothing open, only what a report about it needs.
+    fn placeholder(id: Text) -> Self {
+        Self {
+            id,
+            orig: None,
+            cancel_id: None,
+            symbol: [b' '; SYMBOL_NAME_LEN],
+            side: b'1',
+            price: 0,
+            qty: 0,
+            cum: 0,
+            notional: 0,
+            leaves: 0,
+            order_id: 0,
+            closed: true,
+            base: 0,
+        }
+    }
+
     /// Shares executed on this order itself (the chain's before it are its `base`).
     fn cum_own(&self) -> u64 {
         self.cum.saturating_sub(self.base)
