@@ -245,6 +245,10 @@ impl Raw {
     fn open_as(sender: &'static str) -> Self {
         let venue = VenueServer::new(VenueConfig {
             fix: Some(FixConfig::default()),
+            flow: keel_venue::flow::FlowConfig {
+                events_per_sec: 0,
+                ..keel_venue::flow::FlowConfig::default()
+            },
             ..VenueConfig::default()
         })
         .unwrap();

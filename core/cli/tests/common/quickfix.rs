@@ -1,6 +1,7 @@
 //! The QuickFIX/C++ peers scripts/quickfix-peers builds (`target/quickfix/`, or
-//! `KEEL_QUICKFIX_DIR`): a FIX 4.4 acceptor a test drives through its stdin and reads through
-//! its stdout, one line per command and event.
+//! `KEEL_QUICKFIX_DIR`): a FIX 4.4 acceptor (a venue for keel's initiator) and a FIX 4.4
+//! initiator (a trader for keel's venue), each driven through its stdin and read through its
+//! stdout, one line per command and event.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -22,7 +23,10 @@ pub fn dir() -> Option<PathBuf> {
         || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/quickfix"),
         PathBuf::from,
     );
-    if dir.join("acceptor").exists() && dir.join("FIX44.xml").exists() {
+    if dir.join("acceptor").exists()
+        && dir.join("initiator").exists()
+        && dir.join("FIX44.xml").exists()
+    {
         return Some(dir);
     }
     if std::env::var("KEEL_REQUIRE_INTEROP").as_deref() == Ok("1") {
@@ -36,7 +40,10 @@ pub fn dir() -> Option<PathBuf> {
 }
 
 /// A QuickFIX acceptor (SenderCompID VENUE, TargetCompID KEEL) on a loopback port.
-pub struct Acceptor {
+pub type Acceptor = Peer;
+
+/// A QuickFIX peer process: the acceptor, or the initiator.
+pub struct Peer {
     /// Its order-entry address.
     pub addr: std::net::SocketAddr,
     stdin: ChildStdin,
@@ -47,25 +54,55 @@ pub struct Acceptor {
     _dir: tempfile::TempDir,
 }
 
-impl Acceptor {
-    /// Starts one; `None` when the peers are not built (see [`dir`]). A port taken between
-    /// choosing it and QuickFIX binding it is chosen again (at most five times).
+impl Peer {
+    /// Starts the acceptor; `None` when the peers are not built (see [`dir`]). A port taken
+    /// between choosing it and QuickFIX binding it is chosen again (at most five times).
     pub fn start() -> Option<Self> {
         let peers = dir()?;
         for _ in 0..5 {
-            if let Some(a) = Self::try_start(&peers) {
+            let tmp = tempfile::tempdir().unwrap();
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .unwrap()
+                .port();
+            let settings = Self::acceptor_settings(&peers, &tmp, port);
+            let addr = ([127, 0, 0, 1], port).into();
+            if let Some(a) = Self::spawn(&peers, "acceptor", &settings, addr, tmp) {
                 return Some(a);
             }
         }
         panic!("the QuickFIX acceptor did not start on any of five ports");
     }
 
-    fn try_start(peers: &std::path::Path) -> Option<Self> {
+    /// Starts the initiator (SenderCompID QF, TargetCompID VENUE, password keel), logging on
+    /// to keel's venue at `venue` (reconnecting every second while it cannot); `None` when
+    /// the peers are not built.
+    pub fn initiator(venue: std::net::SocketAddr) -> Option<Self> {
+        let peers = dir()?;
         let tmp = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .unwrap()
-            .port();
+        let settings = tmp.path().join("initiator.cfg");
+        std::fs::write(
+            &settings,
+            format!(
+                "[DEFAULT]\nConnectionType=initiator\nSocketConnectHost={host}\n\
+                 SocketConnectPort={port}\nReconnectInterval=1\nHeartBtInt=30\n\
+                 StartTime=00:00:00\nEndTime=00:00:00\nFileStorePath={store}\n\
+                 FileLogPath={log}\nUseDataDictionary=Y\nDataDictionary={dict}\n\
+                 ValidateUserDefinedFields=N\nResetOnLogon=N\n\n[SESSION]\n\
+                 BeginString=FIX.4.4\nSenderCompID=QF\nTargetCompID=VENUE\n",
+                host = venue.ip(),
+                port = venue.port(),
+                store = tmp.path().join("store").display(),
+                log = tmp.path().join("log").display(),
+                dict = peers.join("FIX44.xml").display(),
+            ),
+        )
+        .unwrap();
+        let peer = Self::spawn(&peers, "initiator", &settings, venue, tmp);
+        Some(peer.expect("the QuickFIX initiator starts"))
+    }
+
+    fn acceptor_settings(peers: &std::path::Path, tmp: &tempfile::TempDir, port: u16) -> PathBuf {
         let settings = tmp.path().join("acceptor.cfg");
         std::fs::write(
             &settings,
@@ -82,13 +119,23 @@ impl Acceptor {
             ),
         )
         .unwrap();
-        let mut child = Command::new(peers.join("acceptor"))
-            .arg(&settings)
+        settings
+    }
+
+    fn spawn(
+        peers: &std::path::Path,
+        binary: &str,
+        settings: &std::path::Path,
+        addr: std::net::SocketAddr,
+        tmp: tempfile::TempDir,
+    ) -> Option<Self> {
+        let mut child = Command::new(peers.join(binary))
+            .arg(settings)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("the QuickFIX acceptor starts");
+            .expect("the QuickFIX peer starts");
         let stdin = child.stdin.take().unwrap();
         let stdout = child.stdout.take().unwrap();
         let (tx, lines) = std::sync::mpsc::channel();
@@ -100,7 +147,7 @@ impl Acceptor {
             }
         });
         let mut a = Self {
-            addr: ([127, 0, 0, 1], port).into(),
+            addr,
             stdin,
             lines,
             seen: Vec::new(),
@@ -110,7 +157,7 @@ impl Acceptor {
         match a.next_line(WAIT) {
             Some(l) if l == "ready" => Some(a),
             Some(l) if l.starts_with("failed") => None,
-            other => panic!("the QuickFIX acceptor said {other:?} at start"),
+            other => panic!("the QuickFIX {binary} said {other:?} at start"),
         }
     }
 
@@ -148,7 +195,7 @@ impl Acceptor {
 
     /// Sends one command line.
     pub fn send(&mut self, command: &str) {
-        writeln!(self.stdin, "{command}").expect("the acceptor reads its stdin");
+        writeln!(self.stdin, "{command}").expect("the QuickFIX peer reads its stdin");
         self.stdin.flush().unwrap();
     }
 
@@ -195,7 +242,7 @@ impl Acceptor {
             }
             if clock.now_ns() > deadline {
                 panic!(
-                    "no {what:?} from the QuickFIX acceptor; it said {:?}",
+                    "no {what:?} from the QuickFIX peer; it said {:?}",
                     self.seen
                 );
             }

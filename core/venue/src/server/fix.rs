@@ -306,6 +306,8 @@ pub(super) struct FixEndpoint {
     body: Vec<u8>,
     unix_at_origin: Option<u64>,
     conn_scratch: Vec<ConnId>,
+    /// The ExecID of the report being written, when it is a fill's.
+    fill_exec_id: Option<Text>,
     stats: FixVenueStats,
 }
 
@@ -367,6 +369,7 @@ impl FixEndpoint {
             body: Vec::with_capacity(1_024),
             unix_at_origin: config.unix_ns_at_origin,
             conn_scratch: Vec::new(),
+            fill_exec_id: None,
             stats: FixVenueStats::default(),
             config,
         }

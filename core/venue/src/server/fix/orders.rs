@@ -437,9 +437,16 @@ impl FixEndpoint {
         status: u8,
         extra: impl FnOnce(&mut Fields<'_>),
     ) {
-        let session = &mut self.sessions[s];
-        session.exec_ids += 1;
-        let exec_id = Text::numbered(b'E', session.exec_ids);
+        // A fill's ExecID is its match number (`M<n>`, one per execution venue-wide); every
+        // other report's the session's count (`E<n>`).
+        let exec_id = match self.fill_exec_id.take() {
+            Some(id) => id,
+            None => {
+                let session = &mut self.sessions[s];
+                session.exec_ids += 1;
+                Text::numbered(b'E', session.exec_ids)
+            }
+        };
         let stamp = utc_timestamp(self.unix_ns(srv.exchange.wall_offset_ns, now_ns));
         let avg = if o.cum > 0 {
             (o.notional / i128::from(o.cum)) as i64
@@ -656,10 +663,9 @@ impl FixEndpoint {
                     }
                 };
                 let status = if o.closed { b'2' } else { b'1' };
+                self.fill_exec_id = Some(exec);
                 self.report(srv, now_ns, s, &o, b'F', status, |f| {
-                    f.uint(32, u64::from(qty))
-                        .price(31, price)
-                        .bytes(1003, exec.as_bytes());
+                    f.uint(32, u64::from(qty)).price(31, price);
                 });
             }
             Outbound::BrokenTrade {
