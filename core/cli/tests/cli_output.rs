@@ -47,12 +47,23 @@ fn names_are_the_documented_ones() {
 // dump`, holds every message the venue's own counters say it exchanged with keel: the
 // venue's packets in are keel's messages out and the other way round — counted at the
 // demo's end, after its quiet drain, so nothing but a heartbeat can be in flight at that
-// instant (at most one each way).
+// instant (at most one each way). The same over FIX (issue 25): the venue's FIX messages in
+// and out are the wire log's, and the dump reads them as FIX.
 #[test]
 fn demo_progress_to_a_pipe_is_plain_lines() {
+    demo_to_a_pipe("ouch", "venue order entry: ");
+}
+
+#[test]
+fn demo_over_fix_logs_every_message_the_venue_counts() {
+    demo_to_a_pipe("fix44", "venue order entry (FIX 4.4): ");
+}
+
+fn demo_to_a_pipe(protocol: &str, counted_prefix: &str) {
     let wire = tempfile::tempdir().unwrap();
     let output = Command::new(KEEL)
         .args(["demo", "--quick", "--idle", "backoff", "--scenario", "calm"])
+        .args(["--protocol", protocol])
         .arg("--wire-log")
         .arg(wire.path())
         .stdin(Stdio::null())
@@ -73,7 +84,7 @@ fn demo_progress_to_a_pipe_is_plain_lines() {
 
     let counted = stdout
         .lines()
-        .find_map(|l| l.strip_prefix("venue order entry: "))
+        .find_map(|l| l.strip_prefix(counted_prefix))
         .expect("the venue's counters in the report");
     let numbers: Vec<u64> = counted
         .split(|c: char| !c.is_ascii_digit())
@@ -92,7 +103,13 @@ fn demo_progress_to_a_pipe_is_plain_lines() {
         String::from_utf8_lossy(&dump.stderr)
     );
     let (mut keel_in, mut keel_out) = (0u64, 0u64);
+    let kind = if protocol == "fix44" {
+        " fix "
+    } else {
+        " soupbin "
+    };
     for line in text.lines().filter(|l| !l.starts_with('#')) {
+        assert!(line.contains(kind), "{line}");
         match line.split_whitespace().nth(2) {
             Some("in") => keel_in += 1,
             Some("out") => keel_out += 1,

@@ -111,6 +111,20 @@ pub struct DemoArgs {
     /// io_uring cannot be set up, the demo says why on stderr and runs on epoll.
     #[arg(long, default_value_t = TransportKind::IoUring)]
     pub transport: TransportKind,
+    /// The order-entry protocol between the engine and the simulated venue: `ouch` (OUCH
+    /// 5.0 over SoupBinTCP) or `fix44` (FIX 4.4, the venue's FIX acceptor on the same
+    /// exchange).
+    #[arg(long, value_enum, default_value = "ouch")]
+    pub protocol: DemoProtocol,
+}
+
+/// `--protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DemoProtocol {
+    /// OUCH 5.0 over SoupBinTCP.
+    Ouch,
+    /// FIX 4.4.
+    Fix44,
 }
 
 /// `--idle`.
@@ -293,14 +307,21 @@ impl<T: SocketTransport> Engine<T> {
             .collect()
     }
 
-    /// Whether the venue holds `id` open (through the session's UserRefNum mapping).
+    /// Whether the venue holds `id` open (through the session's UserRefNum mapping, or its
+    /// FIX ClOrdID).
     fn open_at_venue(&self, id: ClientOrderId) -> bool {
-        self.link()
-            .client()
-            .as_ouch()
-            .and_then(|c| c.user_ref(id))
-            .and_then(|u| self.venue.exchange().order_of(0, u))
-            .is_some_and(|o| o.open_qty > 0)
+        match self.link().client() {
+            keel::session::AnyProtocol::Fix44(c) => c.wire_ref(id).is_some_and(|r| {
+                self.venue
+                    .fix_order_open("KEEL", r.to_string().as_bytes())
+                    .unwrap_or(false)
+            }),
+            client => client
+                .as_ouch()
+                .and_then(|c| c.user_ref(id))
+                .and_then(|u| self.venue.exchange().order_of(0, u))
+                .is_some_and(|o| o.open_qty > 0),
+        }
     }
 }
 
@@ -537,6 +558,7 @@ fn run_on<T: SocketTransport>(args: &DemoArgs) -> Result<u8, String> {
         args.journal.as_deref(),
         args.wire_log.as_deref(),
         counters.as_deref(),
+        args.protocol,
     )?;
     let monitor_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     // The controller runs on the side thread from the start, switched off until the static
@@ -978,8 +1000,11 @@ fn build<T: SocketTransport>(
     journal: Option<&std::path::Path>,
     wire_log: Option<&std::path::Path>,
     counters: Option<&std::path::Path>,
+    protocol: DemoProtocol,
 ) -> Result<(Engine<T>, StrategyHandle), String> {
+    let fix = protocol == DemoProtocol::Fix44;
     let venue = VenueServer::<T>::open(VenueConfig {
+        fix: fix.then(crate::server::FixConfig::default),
         flow: FlowConfig {
             seed: 11,
             events_per_sec: 400,
@@ -1028,10 +1053,17 @@ fn build<T: SocketTransport>(
         }),
         venues: vec![VenueLinkConfig {
             name: "demo".into(),
-            address: venue.local_addr(),
+            address: match venue.fix_addr() {
+                Some(addr) if fix => addr,
+                _ => venue.local_addr(),
+            },
             username: "demo".into(),
             password: "keel".into(),
-            protocol: ProtocolConfig::default(),
+            protocol: if fix {
+                ProtocolConfig::Fix44(keel::session::fix::FixSettings::default())
+            } else {
+                ProtocolConfig::default()
+            },
             ack_timeout_ns: 2_000 * MS,
             orders_max: 65_536,
             // Fixed seeds (the engine's defaults come from the OS): the demo replays.
@@ -1132,10 +1164,14 @@ fn report<T: SocketTransport>(
     let r = link.client().stats().last_reconciliation;
     let _ = writeln!(
         out,
-        "\nkeel demo — scenario {}{}, transport {}",
+        "\nkeel demo — scenario {}{}, transport {}, protocol {}",
         args.scenario,
         if args.quick { " (quick)" } else { "" },
-        T::KIND
+        T::KIND,
+        match args.protocol {
+            DemoProtocol::Ouch => "OUCH 5.0",
+            DemoProtocol::Fix44 => "FIX 4.4",
+        }
     );
     report_latency(&mut out, args, trader, peak, stress);
     let _ = writeln!(
@@ -1221,11 +1257,23 @@ fn report<T: SocketTransport>(
         );
     }
     let v = venue.stats();
-    let _ = writeln!(
-        out,
-        "venue order entry: {} packets in, {} packets out",
-        v.packets_in, v.packets_out
-    );
+    match venue.fix_stats() {
+        Some(f) => {
+            let _ = writeln!(
+                out,
+                "venue order entry (FIX 4.4): {} messages in, {} out, {} resent, {} rejected, \
+                 {} garbled",
+                f.messages_in, f.messages_out, f.resent, f.rejects_sent, f.garbled
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "venue order entry: {} packets in, {} packets out",
+                v.packets_in, v.packets_out
+            );
+        }
+    }
     if let Some(dir) = &args.wire_log {
         let _ = writeln!(
             out,

@@ -392,6 +392,13 @@ impl FixEndpoint {
         sessions
     }
 
+    /// The account and UserRefNum of session `comp_id`'s order `cl_ord_id`.
+    pub(super) fn order(&self, comp_id: &str, cl_ord_id: &[u8]) -> Option<(u32, u32)> {
+        let session = &self.sessions[*self.by_comp_id.get(comp_id)?];
+        let user_ref = *session.by_id.get(&Text::new(cl_ord_id)?)?;
+        Some((session.account, user_ref))
+    }
+
     /// Sessions logged on now.
     pub(super) fn logged_on(&self) -> usize {
         self.conns.values().filter(|c| c.session.is_some()).count()

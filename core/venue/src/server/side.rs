@@ -103,6 +103,17 @@ impl<T: Transport> VenueServer<T> {
         self.fix.as_ref().map(fix::FixEndpoint::stats)
     }
 
+    /// Whether the FIX session `comp_id`'s order `cl_ord_id` is open at the exchange (`None`:
+    /// no FIX endpoint, no such session or order).
+    pub fn fix_order_open(&self, comp_id: &str, cl_ord_id: &[u8]) -> Option<bool> {
+        let (account, user_ref) = self.fix.as_ref()?.order(comp_id, cl_ord_id)?;
+        Some(
+            self.exchange
+                .order_of(account, user_ref)
+                .is_some_and(|o| o.open_qty > 0),
+        )
+    }
+
     /// FIX sessions logged on now.
     pub fn fix_sessions(&self) -> usize {
         self.fix.as_ref().map_or(0, fix::FixEndpoint::logged_on)
