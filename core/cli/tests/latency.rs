@@ -50,7 +50,7 @@ impl World {
             },
             ..VenueConfig::default()
         };
-        let venue = VenueServer::with_transport(venue_config, venue_net, addr);
+        let venue = VenueServer::with_transport(venue_config, venue_net, addr).unwrap();
         let link = common::ouch_venue(addr, "lat", 256, 1_000 * MS, Default::default());
         let config = common::engine_config(&["AAPL"], roomy_config(), vec![link], 256);
         let clock = Ticking(ManualClock::new(1_000 * MS));

@@ -148,7 +148,7 @@ fn storm_with(backoff: BackoffConfig, seeds: &[u64; SESSIONS], bound_ns: u64) ->
     let addr = "10.0.0.2:1".parse().unwrap(); // simulated
     let mut venue_net = SimWorld::endpoint(&world);
     venue_net.listen(addr).unwrap();
-    let venue = VenueServer::with_transport(venue_config(), venue_net, addr);
+    let venue = VenueServer::with_transport(venue_config(), venue_net, addr).unwrap();
     let storm = Storm::new(venue, SimWorld::endpoint(&world), backoff, seeds, 0);
     let mut now = 0;
     let clock = move || {

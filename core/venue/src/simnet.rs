@@ -40,6 +40,8 @@ pub struct Overload {
 struct Pipe {
     client: usize,
     server: usize,
+    /// The server's listener the connection came in on.
+    listener: ListenerId,
     /// (deliver at, bytes), in order, towards the server / the client.
     to_server: VecDeque<(u64, Vec<u8>)>,
     to_client: VecDeque<(u64, Vec<u8>)>,
@@ -49,7 +51,8 @@ struct Pipe {
 /// The shared state of a simulated network.
 #[derive(Debug)]
 pub struct SimWorld {
-    listeners: Vec<(SocketAddr, usize)>,
+    /// (address, endpoint, that endpoint's listener id).
+    listeners: Vec<(SocketAddr, usize, ListenerId)>,
     pipes: Vec<Pipe>,
     /// Events waiting for each endpoint.
     inbox: Vec<VecDeque<NetEvent>>,
@@ -149,10 +152,8 @@ impl SimWorld {
                 });
             } else {
                 self.pipes[pipe].open = true;
-                self.inbox[server].push_back(NetEvent::Accepted {
-                    listener: ListenerId(0),
-                    conn: id,
-                });
+                let listener = self.pipes[pipe].listener;
+                self.inbox[server].push_back(NetEvent::Accepted { listener, conn: id });
                 self.inbox[client].push_back(NetEvent::Connected { conn: id });
             }
         }
@@ -194,8 +195,9 @@ impl Transport for SimEndpoint {
     /// Any address: the simulated network has no ports to run out of (port 0 stays 0).
     fn listen(&mut self, addr: SocketAddr) -> Result<(ListenerId, SocketAddr), NetError> {
         let mut w = self.world.borrow_mut();
-        w.listeners.push((addr, self.id));
-        Ok((ListenerId(0), addr))
+        let id = ListenerId(w.listeners.iter().filter(|l| l.1 == self.id).count() as u32);
+        w.listeners.push((addr, self.id, id));
+        Ok((id, addr))
     }
     fn connect(&mut self, addr: SocketAddr) -> Result<ConnId, NetError> {
         let mut w = self.world.borrow_mut();
@@ -204,38 +206,40 @@ impl Transport for SimEndpoint {
         let server = w
             .listeners
             .iter()
-            .find(|(a, _)| *a == addr)
-            .map(|(_, s)| *s);
+            .find(|(a, _, _)| *a == addr)
+            .map(|(_, s, l)| (*s, *l));
         match server {
-            Some(server) if !w.faults.refuse_connects && w.faults.overload.is_some() => {
+            Some((server, listener))
+                if !w.faults.refuse_connects && w.faults.overload.is_some() =>
+            {
                 let window = w.now_ns / w.faults.overload.expect("checked").window_ns;
                 w.pipes.push(Pipe {
                     client: self.id,
                     server,
+                    listener,
                     to_server: VecDeque::new(),
                     to_client: VecDeque::new(),
                     open: false,
                 });
                 w.attempts.push((window, pipe));
             }
-            Some(server) if !w.faults.refuse_connects => {
+            Some((server, listener)) if !w.faults.refuse_connects => {
                 w.pipes.push(Pipe {
                     client: self.id,
                     server,
+                    listener,
                     to_server: VecDeque::new(),
                     to_client: VecDeque::new(),
                     open: true,
                 });
-                w.inbox[server].push_back(NetEvent::Accepted {
-                    listener: ListenerId(0),
-                    conn: id,
-                });
+                w.inbox[server].push_back(NetEvent::Accepted { listener, conn: id });
                 w.inbox[self.id].push_back(NetEvent::Connected { conn: id });
             }
             _ => {
                 w.pipes.push(Pipe {
                     client: self.id,
                     server: self.id,
+                    listener: ListenerId(0),
                     to_server: VecDeque::new(),
                     to_client: VecDeque::new(),
                     open: false,

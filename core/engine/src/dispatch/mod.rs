@@ -1371,8 +1371,9 @@ impl Dispatcher {
                 // The session's own clock, not venue evidence: a timeout for an order the
                 // table has already closed is moot (counted), not a contradiction.
                 let applied = self.apply(id, OrderEvent::Timeout, 0);
-                if applied.is_err() {
+                if let Err(error) = applied {
                     self.stats.report_errors += 1;
+                    self.stats.last_report_error = Some(error);
                 }
                 if let Ok(applied) = applied {
                     self.guards

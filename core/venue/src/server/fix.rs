@@ -399,6 +399,17 @@ impl FixEndpoint {
         Some((session.account, user_ref))
     }
 
+    /// The last number session `comp_id` was sent, and its account's stream messages not
+    /// yet translated.
+    pub(super) fn session_numbers(&self, comp_id: &str, exchange: &Exchange) -> Option<(u64, u64)> {
+        let session = &self.sessions[*self.by_comp_id.get(comp_id)?];
+        let stream_len = exchange.account(session.account).stream_len();
+        Some((
+            session.out_seq - 1,
+            (stream_len + 1).saturating_sub(session.stream_next),
+        ))
+    }
+
     /// Sessions logged on now.
     pub(super) fn logged_on(&self) -> usize {
         self.conns.values().filter(|c| c.session.is_some()).count()
@@ -779,6 +790,14 @@ impl FixEndpoint {
             f.bytes(141, b"Y");
         }
         self.send(srv, now_ns, s, b'A', &body);
+        // The `replay-all` fault: everything this session was sent comes again (PossDupFlag,
+        // numbers below what the client expects: it must skip them all).
+        if std::mem::take(&mut srv.exchange.replay_from_start_once) {
+            let last = self.sessions[s].out_seq - 1;
+            if last > 1 {
+                self.sessions[s].resending = Some((1, last - 1));
+            }
+        }
         if seq > expected {
             self.conns.get_mut(&conn).expect("connected").resend_through = Some(seq);
             self.stats.resend_requests_out += 1;

@@ -390,8 +390,18 @@ impl<T: SocketTransport> VenueServer<T> {
 
 impl<T: Transport> VenueServer<T> {
     /// A venue on an existing transport (already listening at `local` as listener 0).
-    pub fn with_transport(config: VenueConfig, transport: T, local: SocketAddr) -> Self {
-        Self::with_tls(config, Tls::plain(transport), local)
+    /// With `config.fix`, the FIX endpoint listens on `transport` too.
+    pub fn with_transport(
+        config: VenueConfig,
+        transport: T,
+        local: SocketAddr,
+    ) -> Result<Self, NetError> {
+        let mut server = Self::with_tls(config, Tls::plain(transport), local);
+        if let Some(f) = server.config.fix.clone() {
+            let (listener, local) = server.reactor.listen(f.listen)?;
+            server.fix = Some(fix::FixEndpoint::new(listener, local, f));
+        }
+        Ok(server)
     }
 
     fn with_tls(config: VenueConfig, transport: Tls<T>, local: SocketAddr) -> Self {

@@ -114,6 +114,12 @@ impl<T: Transport> VenueServer<T> {
         )
     }
 
+    /// FIX session `comp_id`'s numbers: the last it was sent, and the messages of its
+    /// account's stream not yet sent as FIX (held by a report fault, or the session is off).
+    pub fn fix_session(&self, comp_id: &str) -> Option<(u64, u64)> {
+        self.fix.as_ref()?.session_numbers(comp_id, &self.exchange)
+    }
+
     /// FIX sessions logged on now.
     pub fn fix_sessions(&self) -> usize {
         self.fix.as_ref().map_or(0, fix::FixEndpoint::logged_on)

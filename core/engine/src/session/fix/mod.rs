@@ -143,6 +143,9 @@ struct FixOrder {
     closed: bool,
     /// Cancel requests sent for it (each has its own ClOrdID `<ref>-<n>`).
     cancels: u16,
+    /// A cancel request is unanswered: a status answer that finds the order open settles it
+    /// as refused (not applied).
+    cancel_pending: bool,
     awaiting_since_ns: Option<u64>,
     contradicted: bool,
     /// Shares booked from a status answer whose execution reports have not come yet.

@@ -83,7 +83,10 @@ impl FixClient {
                 let wire_ref = self.wire_ref(id).ok_or(RequestError::UnknownOrder(id))?;
                 let o = self.by_ref[&wire_ref];
                 let cancels = o.cancels.saturating_add(1);
-                self.update(wire_ref, |o| o.cancels = cancels);
+                self.update(wire_ref, |o| {
+                    o.cancels = cancels;
+                    o.cancel_pending = true;
+                });
                 self.await_answer(wire_ref, now);
                 self.encode_cancel(out, now, wire_ref, &o, cancels)
             }
@@ -194,6 +197,7 @@ impl FixClient {
                 accepted: false,
                 closed: false,
                 cancels: 0,
+                cancel_pending: false,
                 awaiting_since_ns: None,
                 contradicted: false,
                 inferred: 0,
@@ -333,12 +337,16 @@ impl FixClient {
         for order in self.by_ref.values_mut().filter(|o| o.contradicted) {
             order.contradicted = false;
             cleared += 1;
-            emit(Outcome {
-                venue: self.venue,
-                received_ns: now_ns,
-                seq: 0,
-                kind: OutcomeKind::Timeout { id: order.id },
-            });
+            // A closed order stays closed (the table would refuse the Timeout: the
+            // simulation over FIX caught it); an open one is in doubt and queried.
+            if !order.closed {
+                emit(Outcome {
+                    venue: self.venue,
+                    received_ns: now_ns,
+                    seq: 0,
+                    kind: OutcomeKind::Timeout { id: order.id },
+                });
+            }
         }
         cleared
     }
@@ -653,6 +661,13 @@ impl FixClient {
                 self.stats.resolutions += 1;
                 emit(OutcomeKind::Canceled { id: order.id });
             }
+        } else if open && order.cancel_pending && !order.closed {
+            // Open after a cancel keel sent: the cancel was not applied (as for OUCH).
+            self.update(wire_ref, |o| o.cancel_pending = false);
+            emit(OutcomeKind::CancelRejected {
+                id: order.id,
+                reason: CancelRejectReason::NotApplied,
+            });
         } else if open && msg.get(790).is_some() {
             emit(OutcomeKind::StillOpen { id: order.id });
         }
@@ -673,7 +688,10 @@ impl FixClient {
         };
         self.stats.mapped += 1;
         let order = self.by_ref[&wire_ref];
-        self.update(wire_ref, |o| o.awaiting_since_ns = None);
+        self.update(wire_ref, |o| {
+            o.awaiting_since_ns = None;
+            o.cancel_pending &= response_to == b"2";
+        });
         if response_to == b"2" {
             // A replace refused: the replacement (the ClOrdID) never lived.
             let replacement = msg.get(11).and_then(wire_ref_of).unwrap_or(wire_ref);

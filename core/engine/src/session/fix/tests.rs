@@ -1156,3 +1156,67 @@ fn executions_booked_from_two_status_answers_are_absorbed_when_their_reports_com
     assert_eq!(c.position(SymbolId(0)).bought, 60);
     assert_eq!(c.stats().late_reports_absorbed, 2);
 }
+
+#[test]
+fn a_status_answer_finding_an_order_open_after_a_cancel_settles_the_cancel_as_not_applied() {
+    // The cancel's answer was lost (the order went Unknown from PendingCancel): the status
+    // answer that finds the order open is the cancel's refusal, as for OUCH; a bare StillOpen
+    // would leave the order in doubt for good (the simulation over FIX found it).
+    let mut c = logged_on();
+    let o = order(1, 10);
+    send(&mut c, RequestKind::New(o), 1);
+    feed(
+        &mut c,
+        &venue("8", 2, "37=X|17=E|11=1|150=0|39=0|151=10|14=0|6=0|"),
+    );
+    send(&mut c, RequestKind::Cancel { id: o.id }, 1);
+    send(&mut c, RequestKind::Query { id: o.id }, 1);
+    let (_, out) = feed(
+        &mut c,
+        &venue("8", 3, "790=1|37=X|17=E|11=1|150=I|39=0|151=10|14=0|6=0|"),
+    );
+    assert_eq!(
+        out,
+        [OutcomeKind::CancelRejected {
+            id: o.id,
+            reason: CancelRejectReason::NotApplied,
+        }]
+    );
+    // Asked again, the order is simply still open.
+    send(&mut c, RequestKind::Query { id: o.id }, 1);
+    let (_, out) = feed(
+        &mut c,
+        &venue("8", 4, "790=2|37=X|17=E|11=1|150=I|39=0|151=10|14=0|6=0|"),
+    );
+    assert_eq!(out, [OutcomeKind::StillOpen { id: o.id }]);
+}
+
+#[test]
+fn settling_contradictions_leaves_a_closed_order_closed() {
+    // An overfill marks the order contradicted; the venue then cancels it. When the operator
+    // settles the contradictions, only orders still open are put in doubt (a Timeout for a
+    // closed one would be refused by the order table).
+    let mut c = logged_on();
+    let open = order(1, 10);
+    let closed = order(2, 10);
+    send(&mut c, RequestKind::New(open), 1);
+    send(&mut c, RequestKind::New(closed), 2);
+    for (seq, id) in [(2, 1), (3, 2)] {
+        feed(
+            &mut c,
+            &venue(
+                "8",
+                seq,
+                &format!("37=X|17=E|11={id}|150=F|39=2|32=11|31=100|151=0|14=11|6=100|"),
+            ),
+        );
+    }
+    feed(
+        &mut c,
+        &venue("8", 4, "37=X|17=E|11=2|150=4|39=4|151=0|14=0|6=0|"),
+    );
+    let mut out = Vec::new();
+    let cleared = c.clear_contradictions(0, &mut |o| out.push(o.kind));
+    assert_eq!(cleared, 2);
+    assert_eq!(out, [OutcomeKind::Timeout { id: open.id }]);
+}
