@@ -91,8 +91,21 @@ pub fn print_header_in(unit: &str, scale: &str, baseline: &str) {
 pub fn venue_thread(
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> (std::thread::JoinHandle<()>, std::net::SocketAddr) {
+    let (thread, addr, _) = venue_thread_serving(stop, false);
+    (thread, addr)
+}
+
+/// [`venue_thread`], serving FIX 4.4 order entry too when `fix` (its address third).
+pub fn venue_thread_serving(
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    fix: bool,
+) -> (
+    std::thread::JoinHandle<()>,
+    std::net::SocketAddr,
+    Option<std::net::SocketAddr>,
+) {
     use keel::clock::{Clock, TscClock};
-    use keel_venue::server::{VenueConfig, VenueServer};
+    use keel_venue::server::{FixConfig, VenueConfig, VenueServer};
     let (tx, rx) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
         let mut venue = VenueServer::new(VenueConfig {
@@ -101,16 +114,19 @@ pub fn venue_thread(
                 events_per_sec: 0,
                 ..keel_venue::flow::FlowConfig::default()
             },
+            fix: fix.then(FixConfig::default),
             ..VenueConfig::default()
         })
         .expect("venue");
-        tx.send(venue.local_addr()).expect("main waits");
+        tx.send((venue.local_addr(), venue.fix_addr()))
+            .expect("main waits");
         let clock = TscClock::new();
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             venue.step(clock.now_ns(), 1_000_000).expect("venue step");
         }
     });
-    (thread, rx.recv().expect("venue address"))
+    let (addr, fix_addr) = rx.recv().expect("venue address");
+    (thread, addr, fix_addr)
 }
 
 /// Pins the current thread to `core` if the machine has it; otherwise warns and carries on.
