@@ -123,7 +123,8 @@ pub struct DemoArgs {
 pub enum DemoProtocol {
     /// OUCH 5.0 over SoupBinTCP.
     Ouch,
-    /// FIX 4.4.
+    /// FIX 4.4 (`fix` too).
+    #[value(alias = "fix")]
     Fix44,
 }
 
