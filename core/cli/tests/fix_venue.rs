@@ -243,8 +243,12 @@ impl Raw {
     }
 
     fn open_as(sender: &'static str) -> Self {
+        Self::open_with(sender, FixConfig::default())
+    }
+
+    fn open_with(sender: &'static str, fix: FixConfig) -> Self {
         let venue = VenueServer::new(VenueConfig {
-            fix: Some(FixConfig::default()),
+            fix: Some(fix),
             flow: keel_venue::flow::FlowConfig {
                 events_per_sec: 0,
                 ..keel_venue::flow::FlowConfig::default()
@@ -325,6 +329,18 @@ impl Raw {
             assert!(self.clock.now_ns() < deadline, "no message from the venue");
             self.step();
         }
+    }
+
+    /// The next whole message if one has come (a few passes of the venue).
+    fn try_next(&mut self) -> Option<String> {
+        for _ in 0..100 {
+            if let Ok(Frame::Whole { len }) = codec::frame(&self.inbox, &Limits::default()) {
+                let msg: Vec<u8> = self.inbox.drain(..len).collect();
+                return Some(String::from_utf8(msg).unwrap().replace('\x01', "|"));
+            }
+            self.step();
+        }
+        None
     }
 
     /// The next message that is not a Heartbeat.
@@ -613,4 +629,154 @@ fn sequence_numbers_too_high_and_too_low() {
         "{v:?}"
     );
     assert_eq!(raw.venue.exchange().stats().accepted, 1);
+}
+
+// Goal (found by an adversarial review): a symbol with a byte OUCH cannot carry (0x7f) is an
+// unknown symbol, never a venue crash; a value past field_max at the expected number is
+// refused by a Reject that takes the number (the session goes on, no gap that can never be
+// filled); a TestRequest without TestReqID is refused; two replaces sent back to back are
+// sized from the chain's true shares (the chain never fills past its total); a self-match's
+// two fills have different ExecIDs.
+#[test]
+fn hostile_symbols_fields_and_replaces() {
+    let mut raw = Raw::open();
+    raw.logon();
+    raw.send("D", "11=A|54=1|38=10|40=2|44=50|55=MS\x7fT|");
+    let m = raw.next_not_heartbeat();
+    assert_eq!(
+        (field(&m, 150), field(&m, 103)),
+        ("8".into(), "1".into()),
+        "{m}"
+    );
+    raw.send(
+        "D",
+        &format!("11=B|54=1|38=10|40=2|44=50|55=MSFT|58={}|", "x".repeat(300)),
+    );
+    let m = raw.next_not_heartbeat();
+    assert_eq!(
+        (field(&m, 35), field(&m, 373)),
+        ("3".into(), "5".into()),
+        "{m}"
+    );
+    raw.send("1", "");
+    let m = raw.next_not_heartbeat();
+    assert_eq!(
+        (field(&m, 35), field(&m, 371)),
+        ("3".into(), "112".into()),
+        "{m}"
+    );
+    // The session goes on: the next order is handled.
+    let order = "54=1|40=2|44=50|55=MSFT|60=20261202-12:00:00.000|";
+    raw.send("D", &format!("11=C|38=100|{order}"));
+    let m = raw.next_not_heartbeat();
+    assert_eq!(field(&m, 150), "0", "{m}");
+    // 40 of C fill; then C→D and D→E sent together, each for a total of 100.
+    let now = raw.clock.now_ns();
+    raw.venue
+        .exchange_mut()
+        .synthetic(now, 1, Side::Sell, Price::from_units(50, 0).0, 40, false);
+    let m = raw.next_not_heartbeat();
+    assert_eq!(
+        (field(&m, 150), field(&m, 14)),
+        ("F".into(), "40".into()),
+        "{m}"
+    );
+    let first = raw.build("G", raw.out_seq, &format!("11=D|41=C|38=100|{order}"));
+    let second = raw.build("G", raw.out_seq + 1, &format!("11=E|41=D|38=100|{order}"));
+    raw.out_seq += 2;
+    raw.send_raw(&[first, second].concat());
+    for id in ["D", "E"] {
+        let m = raw.next_not_heartbeat();
+        assert_eq!(
+            (field(&m, 150), field(&m, 11)),
+            ("5".into(), id.into()),
+            "{m}"
+        );
+        assert_eq!(
+            (field(&m, 38), field(&m, 151)),
+            ("100".into(), "60".into()),
+            "{m}"
+        );
+    }
+    // Everything left trades: 60, never more.
+    let now = raw.clock.now_ns();
+    raw.venue
+        .exchange_mut()
+        .synthetic(now, 1, Side::Sell, Price::from_units(50, 0).0, 500, true);
+    let m = raw.next_not_heartbeat();
+    assert_eq!(
+        (field(&m, 150), field(&m, 32), field(&m, 14)),
+        ("F".into(), "60".into(), "100".into()),
+        "{m}"
+    );
+    // A self-match: the session's sell meets its own buy.
+    raw.send("D", "11=F|54=1|38=5|40=2|44=40|55=AAPL|");
+    let m = raw.next_not_heartbeat();
+    assert_eq!(field(&m, 150), "0", "{m}");
+    raw.send("D", "11=G|54=2|38=5|40=2|44=40|55=AAPL|");
+    let mut exec_ids = Vec::new();
+    while exec_ids.len() < 2 {
+        let m = raw.next_not_heartbeat();
+        if field(&m, 150) == "F" {
+            exec_ids.push(field(&m, 17));
+        }
+    }
+    assert_ne!(exec_ids[0], exec_ids[1]);
+    assert_eq!(raw.venue.fix_stats().unwrap().foreign_reports, 0);
+}
+
+// Goal: the venue's own bounds: a new SenderCompID past `sessions_max` is refused at Logon;
+// ResetSeqNumFlag with a MsgSeqNum other than 1 is refused; a flood of TestRequests that
+// fills the resend store (every answer is numbered and kept) ends in a Logout, and the
+// venue keeps running.
+#[test]
+fn sessions_and_the_resend_store_are_bounded() {
+    let config = FixConfig {
+        sessions_max: 1,
+        store_bytes_max: 64 << 10,
+        ..FixConfig::default()
+    };
+    let mut raw = Raw::open_with("ONE", config);
+    raw.send("A", "98=0|108=30|141=Y|554=keel|");
+    assert_eq!(field(&raw.next(), 35), "A");
+    raw.send("5", "");
+    assert_eq!(field(&raw.next_not_heartbeat(), 35), "5");
+    assert!(raw.closed());
+    // A reset must come at 34=1.
+    raw.reconnect();
+    raw.out_seq = 2;
+    raw.send("A", "98=0|108=30|141=Y|554=keel|");
+    let m = raw.next();
+    assert!(field(&m, 58).contains("ResetSeqNumFlag"), "{m}");
+    raw.sender = "TWO";
+    raw.reconnect();
+    raw.out_seq = 1;
+    raw.send("A", "98=0|108=30|554=keel|");
+    let m = raw.next();
+    assert!(field(&m, 58).contains("every FIX session"), "{m}");
+    raw.sender = "ONE";
+    raw.reconnect();
+    raw.out_seq = 1;
+    raw.send("A", "98=0|108=30|141=Y|554=keel|");
+    assert_eq!(field(&raw.next(), 35), "A");
+    let mut logout = None;
+    for i in 0..10_000 {
+        raw.send("1", &format!("112=T{i}|"));
+        if i % 50 == 0 {
+            while let Some(m) = raw.try_next() {
+                if field(&m, 35) == "5" {
+                    logout = Some(m);
+                }
+            }
+            if logout.is_some() {
+                break;
+            }
+        }
+    }
+    let logout = logout.expect("a Logout once the store is full");
+    assert!(
+        field(&logout, 58).contains("resend store is full"),
+        "{logout}"
+    );
+    assert!(raw.venue.fix_stats().unwrap().store_full >= 1);
 }

@@ -15,7 +15,9 @@
 //! | logged on | MsgSeqNum below expected, PossDupFlag Y | ignored (counted) | logged on |
 //! | logged on | MsgSeqNum below expected, no PossDupFlag | Logout naming both numbers | closed |
 //! | logged on | ResendRequest | application messages again (PossDupFlag Y, OrigSendingTime), session messages as SequenceReset-GapFill | logged on |
-//! | logged on | garbled (CheckSum, BodyLength) | ignored (counted), the number not taken | logged on |
+//! | logged on | garbled (CheckSum, trailer) | ignored (counted), the number not taken | logged on |
+//! | any | BeginString or BodyLength unreadable (the stream cannot be cut) | Logout | closed |
+//! | logged on | fields unreadable, the number the expected one | Reject, the number taken | logged on |
 //! | logged on | silent for HeartBtInt + 20% | TestRequest | logged on |
 //! | logged on | silent for twice HeartBtInt + 20% | Logout | closed |
 //! | logged on | Logout | Logout | closed |
@@ -49,6 +51,9 @@ pub struct FixConfig {
     pub comp_id: String,
     /// Connections at once (logged on or not); more are accepted and closed.
     pub conns_max: u32,
+    /// Sessions (SenderCompIDs, each with an account) the venue keeps in a day; a Logon for
+    /// a new one past it is refused.
+    pub sessions_max: u32,
     /// The codec's bounds on what sessions send.
     pub limits: Limits,
     /// Bytes of sent application messages a session keeps for resends; a session that would
@@ -65,6 +70,7 @@ impl Default for FixConfig {
             listen: "127.0.0.1:0".parse().expect("literal address"),
             comp_id: "VENUE".into(),
             conns_max: 64,
+            sessions_max: 256,
             limits: Limits::default(),
             store_bytes_max: 256 << 20,
             unix_ns_at_origin: None,
@@ -197,6 +203,15 @@ impl Text {
 
     fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
+    }
+
+    /// This text and one more byte (unchanged when full).
+    fn with(mut self, b: u8) -> Self {
+        if usize::from(self.len) < CL_ORD_ID_MAX {
+            self.bytes[usize::from(self.len)] = b;
+            self.len += 1;
+        }
+        self
     }
 }
 
@@ -524,11 +539,63 @@ impl FixEndpoint {
             let inbuf = std::mem::take(&mut self.inbuf);
             match table.parse(&inbuf[..len], &self.config.limits) {
                 Ok(msg) => self.on_message(srv, now_ns, conn, &msg),
-                Err(_) => self.stats.malformed += 1,
+                Err(e) => {
+                    self.stats.malformed += 1;
+                    self.unreadable(srv, now_ns, conn, &inbuf[..len], &e);
+                }
             }
             self.inbuf = inbuf;
             self.table = table;
         }
+    }
+
+    /// A message whose CheckSum holds but whose fields cannot all be read (a value past
+    /// `field_max`, too many fields, an empty value): when its MsgSeqNum is the one expected, a
+    /// Reject takes the number, so the session goes on (ignoring it would leave a gap the
+    /// client's resend of the same message could never fill); otherwise it is ignored.
+    fn unreadable<T: Transport>(
+        &mut self,
+        srv: &mut VenueServer<T>,
+        now_ns: u64,
+        conn: ConnId,
+        raw: &[u8],
+        error: &FixError,
+    ) {
+        let Some(s) = self.conns.get(&conn).and_then(|c| c.session) else {
+            return;
+        };
+        let field = |tag: &[u8]| {
+            raw.windows(tag.len())
+                .position(|w| w == tag)
+                .map(|at| &raw[at + tag.len()..])
+                .and_then(|rest| rest.split(|&b| b == codec::SOH).next())
+        };
+        let seq = field(b"\x0134=").and_then(|v| codec::parse_uint(34, v).ok());
+        if seq != Some(self.sessions[s].in_seq) {
+            return;
+        }
+        let seq = self.sessions[s].in_seq;
+        self.sessions[s].in_seq += 1;
+        let msg_type = field(b"\x0135=").unwrap_or(b"?");
+        let mut text = [0u8; 96];
+        let n = {
+            use std::io::Write;
+            let mut w = &mut text[..];
+            let _ = write!(w, "{error}");
+            96 - w.len()
+        };
+        let tag = error.tag().unwrap_or(0);
+        self.stats.rejects_sent += 1;
+        self.body.clear();
+        let mut body = std::mem::take(&mut self.body);
+        let mut f = Fields(&mut body);
+        f.uint(45, seq);
+        if tag > 0 {
+            f.uint(371, u64::from(tag));
+        }
+        f.bytes(372, msg_type).uint(373, 5).bytes(58, &text[..n]);
+        self.send(srv, now_ns, s, b'3', &body);
+        self.body = body;
     }
 
     fn on_message<T: Transport>(
@@ -541,10 +608,29 @@ impl FixEndpoint {
         let Some(s) = self.conns[&conn].session else {
             return self.logon(srv, now_ns, conn, msg);
         };
+        if self.store_full(s) {
+            // Every message in answer is numbered and kept: a flood ends here.
+            self.stats.store_full += 1;
+            return self.logout(srv, now_ns, conn, "the venue's resend store is full");
+        }
         let comp = &self.sessions[s].comp_id;
         if msg.get(49) != Some(comp.as_bytes())
             || msg.get(56) != Some(self.config.comp_id.as_bytes())
         {
+            let seq = msg.uint(34).ok().flatten().unwrap_or(0);
+            let tag = if msg.get(49) == Some(comp.as_bytes()) {
+                56
+            } else {
+                49
+            };
+            self.reject(
+                srv,
+                now_ns,
+                s,
+                seq,
+                msg.msg_type(),
+                (tag, 9, "CompID problem"),
+            );
             return self.logout(
                 srv,
                 now_ns,
@@ -635,6 +721,7 @@ impl FixEndpoint {
         }
         let outcome = match msg_type {
             b"0" | b"3" => Ok(()),
+            b"1" if msg.get(112).is_none() => Err((112, 1, "TestReqID missing")),
             b"1" => {
                 self.body.clear();
                 let mut body = std::mem::take(&mut self.body);
@@ -709,10 +796,17 @@ impl FixEndpoint {
                 _ => return refused("MsgSeqNum (34) missing or not a positive number"),
             }
             let comp = String::from_utf8_lossy(sender.as_bytes()).into_owned();
-            if let Some(&s) = self.by_comp_id.get(&comp) {
-                if self.sessions[s].conn.is_some() {
+            match self.by_comp_id.get(&comp) {
+                Some(&s) if self.sessions[s].conn.is_some() => {
                     return refused("this SenderCompID is already logged on");
                 }
+                None if self.sessions.len() >= self.config.sessions_max as usize => {
+                    return refused("every FIX session of the venue is taken");
+                }
+                _ => {}
+            }
+            if msg.get(141) == Some(b"Y") && msg.get(34) != Some(b"1") {
+                return refused("ResetSeqNumFlag (141=Y) with a MsgSeqNum other than 1");
             }
             Ok((comp, hb))
         })();
@@ -899,6 +993,9 @@ impl FixEndpoint {
                 return self.reject(srv, now_ns, s, seq, b"4", refusal(e));
             }
         };
+        if !gap_fill && new_seq == expected {
+            return; // a Reset to where the session stands: nothing to do
+        }
         if new_seq <= expected {
             if gap_fill {
                 self.sessions[s].in_seq += 1;
@@ -966,6 +1063,14 @@ impl FixEndpoint {
             .bytes(58, text.as_bytes());
         self.send(srv, now_ns, s, b'3', &body);
         self.body = body;
+    }
+
+    /// Whether session `s` has used its resend store: the application messages kept, and
+    /// every message's entry.
+    pub(super) fn store_full(&self, s: usize) -> bool {
+        let session = &self.sessions[s];
+        let used = session.store.len() + session.sent.len() * std::mem::size_of::<Sent>();
+        used + 2 * self.config.limits.message_max as usize > self.config.store_bytes_max
     }
 
     /// Sends an application message (kept for resends).

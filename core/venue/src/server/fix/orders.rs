@@ -59,8 +59,9 @@ fn ord_status(o: &FixOrder) -> u8 {
     }
 }
 
+/// A symbol of 1 to 8 printable characters, space padded (anything else names no symbol).
 fn padded_symbol(name: &[u8]) -> Option<[u8; SYMBOL_NAME_LEN]> {
-    if name.is_empty() || name.len() > SYMBOL_NAME_LEN {
+    if name.is_empty() || name.len() > SYMBOL_NAME_LEN || !name.iter().all(u8::is_ascii_graphic) {
         return None;
     }
     let mut s = [b' '; SYMBOL_NAME_LEN];
@@ -92,8 +93,16 @@ impl FixEndpoint {
         msg: &Inbound<'_>,
     ) {
         let mut bytes = [0u8; 256];
-        let n = encode_inbound(&mut bytes, msg, srv.config.exchange.dialect)
-            .expect("an order without appendages fits 256 bytes");
+        let dialect = srv.config.exchange.dialect;
+        // Checked as the OUCH sessions' messages are on arrival: the exchange's side decodes
+        // it again when it is due, and must never meet bytes it refuses.
+        let valid = encode_inbound(&mut bytes, msg, dialect)
+            .ok()
+            .filter(|&n| decode_inbound(&bytes[..n], dialect).is_ok());
+        let Some(n) = valid else {
+            self.stats.malformed += 1;
+            return;
+        };
         let account = self.sessions[s].account;
         srv.schedule(now_ns, conn, account, &bytes[..n]);
     }
@@ -308,7 +317,12 @@ impl FixEndpoint {
             .exchange
             .order_of(account, orig_ref)
             .map_or(0, |o| u64::from(o.executed_qty));
-        let chain_cum = old.cum.saturating_sub(old.cum_own()) + executed;
+        let chain_cum = old.base + executed;
+        if old.closed {
+            // Filled, canceled or replaced already: too late.
+            self.cancel_reject(srv, now_ns, s, id, orig, ord_status(&old), b'2', 0);
+            return Ok(());
+        }
         let open = total.saturating_sub(chain_cum);
         if open == 0 || open > u64::from(u32::MAX) {
             self.cancel_reject(srv, now_ns, s, id, orig, ord_status(&old), b'2', 99);
@@ -318,6 +332,8 @@ impl FixEndpoint {
             self.cancel_reject(srv, now_ns, s, id, orig, ord_status(&old), b'2', 99);
             return Ok(());
         };
+        // `base` is the chain's shares before the replacement, known now: a second replace
+        // sent before this one's report is sized from it (not from a report not yet written).
         let order = FixOrder {
             id,
             orig: Some(old.id),
@@ -329,7 +345,7 @@ impl FixEndpoint {
             leaves: open,
             order_id: 0,
             closed: false,
-            base: 0,
+            base: chain_cum,
             ..old
         };
         let session = &mut self.sessions[s];
@@ -548,6 +564,12 @@ impl FixEndpoint {
             if seq > stream_len || srv.reactor.send_pending(conn) > 128 * 1024 {
                 return;
             }
+            if self.store_full(s) {
+                // The report stays in the account's stream (a logon with ResetSeqNumFlag empties
+                // the store): never numbered and dropped.
+                self.stats.store_full += 1;
+                return self.logout(srv, now_ns, conn, "the venue's resend store is full");
+            }
             let a = srv.exchange.account(account);
             let wait = if a.is_final(seq) { final_hold } else { hold };
             if wait > 0 && srv.produced_ns[&account][(seq - 1) as usize] + wait > now_ns {
@@ -642,7 +664,10 @@ impl FixEndpoint {
                 match_number,
                 ..
             } => {
-                let exec = Text::numbered(b'M', match_number);
+                // A match's two sides may both be this session's (a self-match): the side
+                // keeps their ExecIDs apart.
+                let side = orders.get(&user_ref).map_or(b'1', |o| o.side);
+                let exec = Text::numbered(b'M', match_number).with(b'-').with(side);
                 let o = match orders.get_mut(&user_ref) {
                     Some(o) => {
                         o.cum += u64::from(qty);
@@ -875,10 +900,5 @@ impl FixOrder {
             closed: true,
             base: 0,
         }
-    }
-
-    /// Shares executed on this order itself (the chain's before it are its `base`).
-    fn cum_own(&self) -> u64 {
-        self.cum.saturating_sub(self.base)
     }
 }
