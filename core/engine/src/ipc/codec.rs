@@ -47,6 +47,51 @@ const EV_BREAKER_OPEN: u8 = 11;
 const EV_REFUSED: u8 = 12;
 const EV_MALFORMED: u8 = 13;
 
+/// Every command kind's wire code and name.
+pub const COMMAND_KINDS: [(u8, &str); 4] = [
+    (CMD_NEW, "new order"),
+    (CMD_CANCEL, "cancel"),
+    (CMD_REPLACE, "replace"),
+    (CMD_MASS_CANCEL, "mass cancel"),
+];
+
+/// Every event kind's wire code and name (docs/ipc.md): the C header (sdk/c/keel.h) spells
+/// them the same, checked by a test.
+pub const EVENT_KINDS: [(u8, &str); 13] = [
+    (EV_ACCEPTED, "accepted"),
+    (EV_PARTIALLY_FILLED, "partially filled"),
+    (EV_FILLED, "filled"),
+    (EV_CANCELED, "canceled"),
+    (EV_REPLACED, "replaced"),
+    (EV_REJECTED, "rejected"),
+    (EV_CANCEL_REJECTED, "cancel rejected"),
+    (EV_UNKNOWN, "unknown"),
+    (EV_SHED, "shed"),
+    (EV_THROTTLED, "throttled"),
+    (EV_BREAKER_OPEN, "breaker open"),
+    (EV_REFUSED, "refused"),
+    (EV_MALFORMED, "malformed"),
+];
+
+/// Every reason code of a `rejected` event and its name.
+pub const REJECT_REASONS: [(u8, &str); 7] = [
+    (1, "venue system"),
+    (2, "venue throttle"),
+    (3, "invalid"),
+    (4, "duplicate id"),
+    (5, "market closed"),
+    (6, "not received"),
+    (7, "other"),
+];
+
+/// Every reason code of a `cancel rejected` event and its name.
+pub const CANCEL_REJECT_REASONS: [(u8, &str); 4] = [
+    (1, "too late"),
+    (2, "unknown order"),
+    (3, "venue system"),
+    (4, "not applied"),
+];
+
 /// Every refusal reason with its wire code (declared with the reason: `order::RefusalReason`),
 /// written down in docs/ipc.md and pinned there by a test.
 pub const REFUSAL_CODES: [(RefusalReason, u8); RefusalReason::COUNT] = {

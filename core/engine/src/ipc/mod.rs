@@ -40,7 +40,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use memmap2::MmapMut;
 
-pub use codec::{decode_command, decode_event, encode_command, encode_event, IpcEvent};
+pub use codec::{
+    decode_command, decode_event, encode_command, encode_event, IpcEvent, CANCEL_REJECT_REASONS,
+    COMMAND_KINDS, EVENT_KINDS, REJECT_REASONS,
+};
 
 use crate::order::{Command, Event, StrategyId};
 
