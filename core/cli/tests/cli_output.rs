@@ -134,40 +134,31 @@ fn demo_to_a_pipe(protocol: &str, counted_prefix: &str) {
     );
 }
 
-// Goal (issue 25): the demo's incident and storm over FIX 4.4: the breaker opens on the venue's
-// system rejects (OrdRejReason 101) and closes after the probes; the storm's cancels overtake
-// queued new orders against the FIFO baseline; the venue's FIX endpoint refused nothing and no
-// invariant broke.
+// Goal (issue 25): the demo's incident over FIX 4.4: the breaker opens on the venue's system
+// rejects (OrdRejReason 101) and closes after the probes; the venue's FIX endpoint refused
+// nothing and no invariant broke. (The storm over FIX, whose report compares latencies, runs
+// from the optimised binary in scripts/test's demo step, as the OUCH storm does: a timing
+// belongs there, not in a debug test on a loaded machine.)
 #[test]
-fn the_incident_and_the_storm_run_over_fix() {
-    for scenario in ["incident", "storm"] {
-        let output = Command::new(KEEL)
-            .args(["demo", "--quick", "--idle", "backoff", "--protocol", "fix"])
-            .args(["--scenario", scenario])
-            .stdin(Stdio::null())
-            .output()
-            .expect("keel demo");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(output.status.success(), "{stdout}");
-        assert!(stdout.contains(", protocol FIX 4.4"), "{stdout}");
-        assert!(stdout.contains(" 0 rejected, 0 garbled"), "{stdout}");
-        assert!(stdout.contains(" checked, 0 violated"), "{stdout}");
-        if scenario == "incident" {
-            // "breaker: O opened, H half-opened, C closed"
-            let breaker: Vec<u64> = stdout
-                .lines()
-                .find_map(|l| l.strip_prefix("breaker: "))
-                .unwrap_or_else(|| panic!("no breaker line: {stdout}"))
-                .split(|c: char| !c.is_ascii_digit())
-                .filter_map(|w| w.parse().ok())
-                .collect();
-            assert!(breaker[0] >= 1 && breaker[2] >= 1, "{stdout}");
-        } else {
-            assert!(stdout.contains("storm FIFO"), "{stdout}");
-            assert!(
-                stdout.contains("cancels overtake queued new orders"),
-                "{stdout}"
-            );
-        }
-    }
+fn the_incident_runs_over_fix() {
+    let output = Command::new(KEEL)
+        .args(["demo", "--quick", "--idle", "backoff", "--protocol", "fix"])
+        .args(["--scenario", "incident"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("keel demo");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains(", protocol FIX 4.4"), "{stdout}");
+    assert!(stdout.contains(" 0 rejected, 0 garbled"), "{stdout}");
+    assert!(stdout.contains(" checked, 0 violated"), "{stdout}");
+    // "breaker: O opened, H half-opened, C closed"
+    let breaker: Vec<u64> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("breaker: "))
+        .unwrap_or_else(|| panic!("no breaker line: {stdout}"))
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(breaker[0] >= 1 && breaker[2] >= 1, "{stdout}");
 }

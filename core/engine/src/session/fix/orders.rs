@@ -172,6 +172,16 @@ impl FixClient {
     fn assign(&mut self, wire_ref: u32, order: &NewOrder) -> Result<u32, RequestError> {
         let wire_ref = match wire_ref {
             0 => self.next_ref,
+            // The same request encoded again: its bytes never reached the socket (a full send
+            // buffer; the link keeps the request). The order keeps its ClOrdID; the number the
+            // first encoding took is a gap the venue asks for and keel fills.
+            r if self
+                .by_ref
+                .get(&r)
+                .is_some_and(|o| o.id == order.id && !o.accepted && !o.closed) =>
+            {
+                return Ok(r);
+            }
             r if r < self.next_ref => {
                 return Err(RequestError::StaleWireRef {
                     got: r,

@@ -1220,3 +1220,39 @@ fn settling_contradictions_leaves_a_closed_order_closed() {
     assert_eq!(cleared, 2);
     assert_eq!(out, [OutcomeKind::Timeout { id: open.id }]);
 }
+
+#[test]
+fn a_request_encoded_again_after_a_full_send_buffer_keeps_its_order() {
+    // The link encodes a request, the socket's buffer is full, the request stays in the ring
+    // and is encoded again next pass: the same ClOrdID, a new MsgSeqNum (the first is a gap
+    // keel fills when asked), never a stale-reference refusal of an order the session holds
+    // (the demo's storm over FIX on a busy machine rejected such orders, then timed them out).
+    let mut c = logged_on();
+    let o = order(1, 10);
+    let (_, first) = send(&mut c, RequestKind::New(o), 5);
+    let (_, second) = send(&mut c, RequestKind::New(o), 5);
+    assert_eq!(get(&first, 11), get(&second, 11));
+    assert!(
+        get(&second, 34).unwrap().parse::<u64>().unwrap()
+            > get(&first, 34).unwrap().parse::<u64>().unwrap()
+    );
+    // Once answered, the reference is spent.
+    feed(
+        &mut c,
+        &venue("8", 2, "37=X|17=E|11=5|150=0|39=0|151=10|14=0|6=0|"),
+    );
+    let mut out = [0u8; 512];
+    let again = c.encode_request(
+        &VenueRequest {
+            venue: VenueId(0),
+            sent_ns: 10,
+            wire_ref: 5,
+            kind: RequestKind::New(o),
+        },
+        &mut out,
+    );
+    assert!(
+        matches!(again, Err(RequestError::StaleWireRef { .. })),
+        "{again:?}"
+    );
+}

@@ -116,6 +116,17 @@ impl OuchClient {
     ) -> Result<u32, RequestError> {
         let user_ref = match wire_ref {
             0 => self.next_user_ref,
+            // The same request encoded again: its bytes never reached the socket (the send
+            // buffer was full, so the link keeps the request and encodes it once more). The
+            // order keeps its reference; refusing it would reject an order this session still
+            // holds as sent.
+            r if self
+                .by_user_ref
+                .get(&r)
+                .is_some_and(|o| o.id == id && !o.accepted && !o.closed) =>
+            {
+                return Ok(r);
+            }
             r if r < self.next_user_ref => {
                 return Err(RequestError::StaleWireRef {
                     got: r,

@@ -819,3 +819,30 @@ fn persisted_state_of_another_protocol_or_layout_is_refused() {
         "ouch session \"DAY0000001\""
     );
 }
+
+#[test]
+fn a_request_encoded_again_after_a_full_send_buffer_keeps_its_user_ref() {
+    // The link encodes, the socket's buffer is full, the request is encoded again next pass:
+    // the same UserRefNum, never a stale-reference refusal of an order the session holds.
+    let mut c = client(16);
+    let request = |wire_ref| VenueRequest {
+        venue: VenueId(0),
+        sent_ns: 1,
+        wire_ref,
+        kind: RequestKind::New(order(1)),
+    };
+    let mut out = [0u8; 256];
+    let first = c.encode_request(&request(9), &mut out).unwrap();
+    let first_bytes = out[..first].to_vec();
+    let second = c.encode_request(&request(9), &mut out).unwrap();
+    assert_eq!(first_bytes, out[..second].to_vec());
+    // Another order cannot take the reference.
+    let other = VenueRequest {
+        kind: RequestKind::New(order(2)),
+        ..request(9)
+    };
+    assert!(matches!(
+        c.encode_request(&other, &mut out),
+        Err(RequestError::StaleWireRef { .. })
+    ));
+}
