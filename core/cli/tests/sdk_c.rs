@@ -6,6 +6,8 @@
 //! second writer, a broken channel, a bad argument — gets a clear error in C and never harms
 //! the engine's side.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -107,33 +109,7 @@ fn the_header_says_what_the_engine_defines() {
     assert_eq!(num("KEEL_SYMBOL_NAME_LEN"), SYMBOL_NAME_LEN as u64);
     assert_eq!(num("KEEL_VENUE_NAME_LEN"), VENUE_NAME_LEN as u64);
     assert_eq!(num("KEEL_PRICE_SCALE"), Price::SCALE as u64);
-    let offsets = [
-        ("MAGIC", offset::MAGIC),
-        ("VERSION", offset::VERSION),
-        ("RECORD_LEN", offset::RECORD_LEN),
-        ("COMMAND_CAPACITY", offset::COMMAND_CAPACITY),
-        ("EVENT_CAPACITY", offset::EVENT_CAPACITY),
-        ("STRATEGY", offset::STRATEGY),
-        ("ENGINE_HEARTBEAT", offset::ENGINE_HEARTBEAT),
-        ("ENGINE_EPOCH", offset::ENGINE_EPOCH),
-        ("ENGINE_STATE", offset::ENGINE_STATE),
-        ("ID_FLOOR", offset::ID_FLOOR),
-        ("VENUES_SYNCED", offset::VENUES_SYNCED),
-        ("ENGINE_PID", offset::ENGINE_PID),
-        ("CHANNEL_FAULT", offset::CHANNEL_FAULT),
-        ("STRATEGY_HEARTBEAT", offset::STRATEGY_HEARTBEAT),
-        ("STRATEGY_PID", offset::STRATEGY_PID),
-        ("DECLARED_FINGERPRINT", offset::DECLARED_FINGERPRINT),
-        ("COMMAND_TAIL", offset::COMMAND_TAIL),
-        ("COMMAND_HEAD", offset::COMMAND_HEAD),
-        ("EVENT_TAIL", offset::EVENT_TAIL),
-        ("EVENT_HEAD", offset::EVENT_HEAD),
-        ("FAULT_FOUND", offset::FAULT_FOUND),
-        ("FAULT_LIMIT", offset::FAULT_LIMIT),
-        ("CONFIG_FINGERPRINT", offset::CONFIG_FINGERPRINT),
-        ("NAME_COUNTS", offset::NAME_COUNTS),
-        ("NAMES", offset::NAMES),
-    ];
+    let offsets = common::sdk::HEADER_OFFSETS;
     for (name, at) in offsets {
         assert_eq!(num(&format!("KEEL_OFF_{name}")), at as u64, "offset {name}");
     }

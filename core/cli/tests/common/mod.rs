@@ -12,6 +12,7 @@ pub mod alloc;
 pub mod observe;
 pub mod peers;
 pub mod quickfix;
+pub mod sdk;
 pub mod world;
 
 use keel::dispatch::{
