@@ -585,17 +585,7 @@ impl FixEndpoint {
             96 - w.len()
         };
         let tag = error.tag().unwrap_or(0);
-        self.stats.rejects_sent += 1;
-        self.body.clear();
-        let mut body = std::mem::take(&mut self.body);
-        let mut f = Fields(&mut body);
-        f.uint(45, seq);
-        if tag > 0 {
-            f.uint(371, u64::from(tag));
-        }
-        f.bytes(372, msg_type).uint(373, 5).bytes(58, &text[..n]);
-        self.send(srv, now_ns, s, b'3', &body);
-        self.body = body;
+        self.reject_with(srv, now_ns, s, seq, msg_type, (tag, 5), &text[..n]);
     }
 
     fn on_message<T: Transport>(
@@ -1050,6 +1040,30 @@ impl FixEndpoint {
         msg_type: &[u8],
         (tag, reason, text): Refusal,
     ) {
+        self.reject_with(
+            srv,
+            now_ns,
+            s,
+            ref_seq,
+            msg_type,
+            (tag, reason),
+            text.as_bytes(),
+        );
+    }
+
+    /// A Reject (3) naming the message (45, 372), the tag (371, when known) and the reason
+    /// (373, with 58's text).
+    #[allow(clippy::too_many_arguments)]
+    fn reject_with<T: Transport>(
+        &mut self,
+        srv: &mut VenueServer<T>,
+        now_ns: u64,
+        s: usize,
+        ref_seq: u64,
+        msg_type: &[u8],
+        (tag, reason): (u32, u32),
+        text: &[u8],
+    ) {
         self.stats.rejects_sent += 1;
         self.body.clear();
         let mut body = std::mem::take(&mut self.body);
@@ -1060,7 +1074,7 @@ impl FixEndpoint {
         }
         f.bytes(372, msg_type)
             .uint(373, u64::from(reason))
-            .bytes(58, text.as_bytes());
+            .bytes(58, text);
         self.send(srv, now_ns, s, b'3', &body);
         self.body = body;
     }

@@ -33,6 +33,15 @@ struct Refused {
     text: &'static str,
 }
 
+/// The message's ClOrdID (11): 1 to 32 printable characters.
+fn cl_ord_id(msg: &Msg<'_>) -> Result<Text, Refusal> {
+    Text::new(msg.require(11).map_err(refusal)?).ok_or((
+        11,
+        5,
+        "ClOrdID must be 1 to 32 printable characters",
+    ))
+}
+
 /// FIX Side (54) to OUCH's.
 fn ouch_side(side: &[u8]) -> Option<u8> {
     match side {
@@ -126,11 +135,7 @@ impl FixEndpoint {
         s: usize,
         msg: &Msg<'_>,
     ) -> Result<(), Refusal> {
-        let id = Text::new(msg.require(11).map_err(refusal)?).ok_or((
-            11,
-            5,
-            "ClOrdID must be 1 to 32 printable characters",
-        ))?;
+        let id = cl_ord_id(msg)?;
         let side_raw = msg.require(54).map_err(refusal)?;
         let side = ouch_side(side_raw).ok_or((54, 5, "Side must be 1, 2, 5 or 6"))?;
         let qty = msg.require_uint(38).map_err(refusal)?;
@@ -254,11 +259,7 @@ impl FixEndpoint {
         msg: &Msg<'_>,
     ) -> Result<(), Refusal> {
         let orig = msg.require(41).map_err(refusal)?;
-        let id = Text::new(msg.require(11).map_err(refusal)?).ok_or((
-            11,
-            5,
-            "ClOrdID must be 1 to 32 printable characters",
-        ))?;
+        let id = cl_ord_id(msg)?;
         let known = Text::new(orig).and_then(|o| self.sessions[s].by_id.get(&o).copied());
         let Some(user_ref) = known else {
             self.cancel_reject(srv, now_ns, s, id, orig, b'8', b'1', 1);
@@ -285,11 +286,7 @@ impl FixEndpoint {
         msg: &Msg<'_>,
     ) -> Result<(), Refusal> {
         let orig = msg.require(41).map_err(refusal)?;
-        let id = Text::new(msg.require(11).map_err(refusal)?).ok_or((
-            11,
-            5,
-            "ClOrdID must be 1 to 32 printable characters",
-        ))?;
+        let id = cl_ord_id(msg)?;
         let total = msg.require_uint(38).map_err(refusal)?;
         let price = msg
             .decimal(44, keel::order::Price::SCALE)
