@@ -29,6 +29,7 @@
 //! word) from a live one by the engine heartbeat and process id (docs/ipc.md).
 
 pub(crate) mod codec;
+pub mod md;
 mod names;
 pub use names::{fingerprint, VENUE_NAME_LEN};
 
