@@ -562,3 +562,134 @@ const char *keel_result_name(int result) {
     default: return "?";
   }
 }
+
+/* ----- market data --------------------------------------------------------------------- */
+
+static uint64_t md_load(const keel_md *md, size_t off) {
+  return __atomic_load_n((uint64_t *)(md->base + off), __ATOMIC_ACQUIRE);
+}
+static uint64_t md_relaxed(const keel_md *md, size_t off) {
+  return __atomic_load_n((uint64_t *)(md->base + off), __ATOMIC_RELAXED);
+}
+
+int keel_md_attach(keel_md *md, const char *path, char *err, size_t err_len) {
+  memset(md, 0, sizeof *md);
+  int r = KEEL_OK;
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0) {
+    snprintf(md->error, sizeof md->error, "%s: %s", path, strerror(errno));
+    r = KEEL_ERR_IO;
+    goto out;
+  }
+  if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < KEEL_HEADER_LEN) {
+    snprintf(md->error, sizeof md->error, "%s: shorter than the %u-byte header", path,
+             KEEL_HEADER_LEN);
+    close(fd);
+    r = KEEL_ERR_LAYOUT;
+    goto out;
+  }
+  void *base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    snprintf(md->error, sizeof md->error, "%s: mmap: %s", path, strerror(errno));
+    r = KEEL_ERR_IO;
+    goto out;
+  }
+  md->base = base;
+  md->len = (size_t)st.st_size;
+  const uint8_t *h = md->base;
+  uint32_t version = u32_at(h + KEEL_MD_OFF_VERSION), symbols = u32_at(h + KEEL_MD_OFF_SYMBOLS),
+           cap = u32_at(h + KEEL_MD_OFF_TRADE_CAPACITY), depth = u32_at(h + KEEL_MD_OFF_DEPTH);
+  uint64_t want = KEEL_HEADER_LEN + (uint64_t)symbols * KEEL_MD_SLOT_LEN +
+                  (uint64_t)cap * KEEL_MD_TRADE_LEN;
+  if (memcmp(h, KEEL_MD_MAGIC "\0\0", 8) != 0) {
+    snprintf(md->error, sizeof md->error, "%s: not a keel market-data file", path);
+    r = KEEL_ERR_LAYOUT;
+  } else if (version != KEEL_MD_VERSION || depth != KEEL_MD_DEPTH) {
+    snprintf(md->error, sizeof md->error, "%s: version %u, depth %u (this library reads %u, %u)",
+             path, version, depth, KEEL_MD_VERSION, KEEL_MD_DEPTH);
+    r = KEEL_ERR_LAYOUT;
+  } else if (symbols == 0 || !is_power_of_two(cap) || (uint64_t)st.st_size != want) {
+    snprintf(md->error, sizeof md->error, "%s: %u symbols, capacity %u, %lld bytes", path,
+             symbols, cap, (long long)st.st_size);
+    r = KEEL_ERR_LAYOUT;
+  }
+  if (r != KEEL_OK) {
+    munmap(md->base, md->len);
+    md->base = NULL;
+    goto out;
+  }
+  md->symbols = symbols;
+  md->trade_capacity = cap;
+  md->next = md_load(md, KEEL_MD_OFF_TRADES);
+out:
+  if (err && err_len) snprintf(err, err_len, "%s", r == KEEL_OK ? "" : md->error);
+  return r;
+}
+
+void keel_md_detach(keel_md *md) {
+  if (md->base) munmap(md->base, md->len);
+  md->base = NULL;
+}
+
+int keel_md_top(keel_md *md, uint16_t symbol, keel_top *out) {
+  if (symbol >= md->symbols) return KEEL_ERR_NAME;
+  size_t slot = KEEL_HEADER_LEN + (size_t)symbol * KEEL_MD_SLOT_LEN;
+  for (;;) {
+    uint64_t v1 = md_load(md, slot);
+    if (v1 & 1) {
+      md->retries++;
+      continue;
+    }
+    out->seq = md_relaxed(md, slot + 8);
+    for (unsigned i = 0; i < KEEL_MD_DEPTH; i++) {
+      size_t w = slot + 16 + 32 * (size_t)i;
+      out->bids[i].price = (int64_t)md_relaxed(md, w);
+      out->bids[i].qty = md_relaxed(md, w + 8);
+      out->asks[i].price = (int64_t)md_relaxed(md, w + 16);
+      out->asks[i].qty = md_relaxed(md, w + 24);
+    }
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (md_relaxed(md, slot) == v1) return KEEL_OK;
+    md->retries++;
+  }
+}
+
+int keel_md_next_trade(keel_md *md, keel_trade *out, uint64_t *lost) {
+  uint64_t published = md_load(md, KEEL_MD_OFF_TRADES);
+  uint64_t cap = md->trade_capacity;
+  *lost = 0;
+  if (published < md->next) {
+    md->next = published;
+    return KEEL_EMPTY;
+  }
+  if (published - md->next > cap) {
+    *lost = published - cap - md->next;
+    md->next = published - cap;
+    return KEEL_MD_GAP;
+  }
+  if (published == md->next) return KEEL_EMPTY;
+  uint64_t n = md->next;
+  size_t at = KEEL_HEADER_LEN + (size_t)md->symbols * KEEL_MD_SLOT_LEN +
+              (size_t)(n & (cap - 1)) * KEEL_MD_TRADE_LEN;
+  uint64_t before = md_load(md, at);
+  uint64_t word = md_relaxed(md, at + 8);
+  out->seq = md_relaxed(md, at + 16);
+  out->price = (int64_t)md_relaxed(md, at + 24);
+  out->qty = md_relaxed(md, at + 32);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  uint64_t after = md_relaxed(md, at);
+  if (before != n + 1 || after != n + 1) {
+    uint64_t now = md_load(md, KEEL_MD_OFF_TRADES);
+    uint64_t oldest = now > cap ? now - cap : 0;
+    uint64_t resume = oldest > n + 1 ? oldest : n + 1;
+    *lost = resume - n;
+    md->next = resume;
+    return KEEL_MD_GAP;
+  }
+  out->symbol = (uint16_t)(word & 0xFFFF);
+  out->buy = ((word >> 16) & 0xFF) == 1;
+  md->next = n + 1;
+  return KEEL_OK;
+}

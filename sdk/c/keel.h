@@ -281,6 +281,60 @@ const char *keel_reject_name(unsigned code);
 const char *keel_cancel_reject_name(unsigned code);
 const char *keel_result_name(int result);
 
+/* ----- market data (in progress: the engine does not feed the file yet) --------------- */
+
+#define KEEL_MD_MAGIC "KEELMD" /* 8 bytes, NUL padded */
+#define KEEL_MD_VERSION 1u
+#define KEEL_MD_DEPTH 5u
+#define KEEL_MD_SLOT_LEN 192u
+#define KEEL_MD_TRADE_LEN 64u
+#define KEEL_MD_OFF_VERSION 8u
+#define KEEL_MD_OFF_SYMBOLS 12u
+#define KEEL_MD_OFF_TRADE_CAPACITY 16u
+#define KEEL_MD_OFF_DEPTH 20u
+#define KEEL_MD_OFF_HEARTBEAT 64u
+#define KEEL_MD_OFF_TRADES 128u
+
+typedef struct keel_level {
+  int64_t price;
+  uint64_t qty;
+} keel_level;
+
+/* A top of book: the best KEEL_MD_DEPTH levels a side (price 0, qty 0 where shorter). */
+typedef struct keel_top {
+  uint64_t seq; /* the book's sequence number */
+  keel_level bids[KEEL_MD_DEPTH];
+  keel_level asks[KEEL_MD_DEPTH];
+} keel_top;
+
+typedef struct keel_trade {
+  uint16_t symbol;
+  int buy;      /* the aggressor bought */
+  uint64_t seq; /* the venue's trade sequence number */
+  int64_t price;
+  uint64_t qty;
+} keel_trade;
+
+typedef struct keel_md {
+  uint8_t *base;
+  size_t len;
+  uint32_t symbols;
+  uint32_t trade_capacity;
+  uint64_t next; /* the next trade to read */
+  uint64_t retries;
+  char error[256];
+} keel_md;
+
+/* Maps the market-data file and checks it; starts at the newest trade. */
+int keel_md_attach(keel_md *md, const char *path, char *err, size_t err_len);
+void keel_md_detach(keel_md *md);
+/* `symbol`'s newest top of book, never torn: KEEL_OK, or KEEL_ERR_NAME for no such symbol. */
+int keel_md_top(keel_md *md, uint16_t symbol, keel_top *out);
+/* The next trade: KEEL_OK (in `out`), KEEL_EMPTY, or KEEL_MD_GAP with `*lost` trades that were
+ * overwritten before they were read (the next call goes on from the oldest still there). */
+#define KEEL_MD_GAP 3
+int keel_md_next_trade(keel_md *md, keel_trade *out, uint64_t *lost);
+
 /* CRC-32 (IEEE, as zlib.crc32) of `len` bytes. */
 uint32_t keel_crc32(const uint8_t *bytes, size_t len);
 

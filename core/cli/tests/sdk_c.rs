@@ -597,3 +597,129 @@ fn bad_use_gets_a_clear_error_and_never_harms_the_engine() {
         "{line}"
     );
 }
+
+/// `probe md PATH`, line by line.
+fn md_probe(path: &Path) -> (Probe, String) {
+    let mut child = Process::new(probe())
+        .arg("md")
+        .arg(path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    (
+        Probe {
+            child,
+            stdin,
+            stdout,
+        },
+        first.trim_end().to_string(),
+    )
+}
+
+fn md_top(n: u64) -> keel::feed::fanout::BookTop {
+    let mut top = keel::feed::fanout::BookTop {
+        seq: n,
+        ..Default::default()
+    };
+    for i in 0..keel::feed::fanout::DEPTH {
+        let b = n * 10 + i as u64;
+        top.bids[i] = (b as i64, b + 1);
+        top.asks[i] = (b as i64 + 2, b + 3);
+    }
+    top
+}
+
+// Goal: the C market-data reader reads what the engine's writer writes: its layout numbers are
+// the engine's; a top of book field for field; trades in order, a reader that fell behind told
+// exactly how many it lost; and a slot the writer hammers from another thread is never read
+// torn nor back in time.
+#[test]
+fn c_reads_the_engine_s_market_data() {
+    use keel::ipc::md::{md_offset, MdWriter, MD_VERSION, SLOT_LEN, TRADE_LEN};
+    let c = layout();
+    let num = |name: &str| c[name].parse::<u64>().unwrap();
+    assert_eq!(num("KEEL_MD_VERSION"), u64::from(MD_VERSION));
+    assert_eq!(num("KEEL_MD_DEPTH"), keel::feed::fanout::DEPTH as u64);
+    assert_eq!(num("KEEL_MD_SLOT_LEN"), SLOT_LEN as u64);
+    assert_eq!(num("KEEL_MD_TRADE_LEN"), TRADE_LEN as u64);
+    for (name, at) in [
+        ("VERSION", md_offset::VERSION),
+        ("SYMBOLS", md_offset::SYMBOLS),
+        ("TRADE_CAPACITY", md_offset::TRADE_CAPACITY),
+        ("DEPTH", md_offset::DEPTH),
+        ("HEARTBEAT", md_offset::HEARTBEAT),
+        ("TRADES", md_offset::TRADES),
+    ] {
+        assert_eq!(num(&format!("KEEL_MD_OFF_{name}")), at as u64, "{name}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("md");
+    let mut w = MdWriter::create(&path, 3, 8).unwrap();
+    let (mut reader, first) = md_probe(&path);
+    assert_eq!(first, "ok symbols 3 capacity 8");
+    w.book(2, &md_top(7));
+    let line = reader.ask("top 2");
+    assert!(
+        line.starts_with("top seq=7 70/71:72/73 71/72:73/74 "),
+        "{line}"
+    );
+    assert_eq!(reader.ask("top 3"), "error no such name");
+    let trade = |n: u64| keel::feed::fanout::TradeTick {
+        symbol: (n % 3) as u16,
+        seq: n,
+        price: -(n as i64),
+        qty: n * 100,
+        buy: n % 2 == 1,
+    };
+    for n in 1..=3 {
+        w.trade(&trade(n));
+    }
+    for n in 1..=3u64 {
+        assert_eq!(
+            reader.ask("trade"),
+            format!(
+                "trade symbol={} seq={n} price=-{n} qty={} buy={}",
+                n % 3,
+                n * 100,
+                u8::from(n % 2 == 1)
+            )
+        );
+    }
+    assert_eq!(reader.ask("trade"), "empty");
+    for n in 4..=23 {
+        w.trade(&trade(n));
+    }
+    assert_eq!(reader.ask("trade"), "gap 12");
+    assert!(reader.ask("trade").starts_with("trade symbol=1 seq=16 "));
+
+    // The hammer: a writer thread rewrites symbol 1 as fast as it can while C reads it.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                w.book(1, &md_top(n));
+            }
+            n
+        })
+    };
+    let line = reader.ask("hammer 1 2000000");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    let field = |k: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{k}=")))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!((field("torn"), field("back")), (0, 0), "{line}");
+    assert!(field("reads") > 0 && field("last") <= written, "{line}");
+}

@@ -53,6 +53,9 @@ static void layout(void) {
   printf("fingerprint %llu\n", (unsigned long long)keel_table_fingerprint(syms, 4, venues, 1));
   const uint8_t check[] = "123456789";
   printf("crc %u\n", keel_crc32(check, 9));
+  P(KEEL_MD_VERSION); P(KEEL_MD_DEPTH); P(KEEL_MD_SLOT_LEN); P(KEEL_MD_TRADE_LEN);
+  P(KEEL_MD_OFF_VERSION); P(KEEL_MD_OFF_SYMBOLS); P(KEEL_MD_OFF_TRADE_CAPACITY);
+  P(KEEL_MD_OFF_DEPTH); P(KEEL_MD_OFF_HEARTBEAT); P(KEEL_MD_OFF_TRADES);
 }
 
 static void answer(keel_channel *ch, int r) {
@@ -157,7 +160,79 @@ static void run(const char *path) {
   keel_detach(&ch);
 }
 
+/* `probe md PATH`: "top S" prints symbol S's top; "trade" the next trade, gap or empty;
+ * "hammer S N" reads S's top N times and counts reads whose fields do not all derive from
+ * their sequence number as the test's writer derives them (bid i = seq*10+i, qty +1; ask
+ * price +2, qty +3). */
+static void md(const char *path) {
+  keel_md m;
+  char err[256];
+  int r = keel_md_attach(&m, path, err, sizeof err);
+  if (r != KEEL_OK) {
+    printf("error %s %s\n", keel_result_name(r), err);
+    return;
+  }
+  printf("ok symbols %u capacity %u\n", m.symbols, m.trade_capacity);
+  fflush(stdout);
+  char line[256];
+  while (fgets(line, sizeof line, stdin)) {
+    unsigned long long s, n;
+    keel_top t;
+    if (sscanf(line, "top %llu", &s) == 1) {
+      r = keel_md_top(&m, (uint16_t)s, &t);
+      if (r != KEEL_OK) {
+        printf("error %s\n", keel_result_name(r));
+      } else {
+        printf("top seq=%llu", (unsigned long long)t.seq);
+        for (unsigned i = 0; i < KEEL_MD_DEPTH; i++)
+          printf(" %lld/%llu:%lld/%llu", (long long)t.bids[i].price,
+                 (unsigned long long)t.bids[i].qty, (long long)t.asks[i].price,
+                 (unsigned long long)t.asks[i].qty);
+        printf("\n");
+      }
+    } else if (!strncmp(line, "trade", 5)) {
+      keel_trade tr;
+      uint64_t lost;
+      r = keel_md_next_trade(&m, &tr, &lost);
+      if (r == KEEL_OK)
+        printf("trade symbol=%u seq=%llu price=%lld qty=%llu buy=%d\n", tr.symbol,
+               (unsigned long long)tr.seq, (long long)tr.price, (unsigned long long)tr.qty, tr.buy);
+      else if (r == KEEL_MD_GAP)
+        printf("gap %llu\n", (unsigned long long)lost);
+      else
+        printf("empty\n");
+    } else if (sscanf(line, "hammer %llu %llu", &s, &n) == 2) {
+      unsigned long long torn = 0, back = 0, last = 0, written = 0;
+      for (unsigned long long k = 0; k < n; k++) {
+        keel_md_top(&m, (uint16_t)s, &t);
+        if (t.seq == 0) continue;
+        written++;
+        for (unsigned i = 0; i < KEEL_MD_DEPTH; i++) {
+          long long b = (long long)(t.seq * 10 + i);
+          if (t.bids[i].price != b || t.bids[i].qty != (uint64_t)b + 1 ||
+              t.asks[i].price != b + 2 || t.asks[i].qty != (uint64_t)b + 3) {
+            torn++;
+            break;
+          }
+        }
+        if (t.seq < last) back++;
+        last = t.seq;
+      }
+      printf("hammer reads=%llu torn=%llu back=%llu last=%llu retries=%llu\n", written, torn,
+             back, last, (unsigned long long)m.retries);
+    } else if (!strncmp(line, "quit", 4)) {
+      break;
+    }
+    fflush(stdout);
+  }
+  keel_md_detach(&m);
+}
+
 int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "md")) {
+    md(argv[2]);
+    return 0;
+  }
   if (argc == 2 && !strcmp(argv[1], "layout")) {
     layout();
     return 0;
