@@ -509,3 +509,143 @@ except keel.ChannelBroken as e:
         "{out}"
     );
 }
+
+fn md_top(n: u64) -> keel::feed::fanout::BookTop {
+    let mut top = keel::feed::fanout::BookTop {
+        seq: n,
+        ..Default::default()
+    };
+    for i in 0..keel::feed::fanout::DEPTH {
+        let b = n * 10 + i as u64;
+        top.bids[i] = (b as i64, b + 1);
+        top.asks[i] = (b as i64 + 2, b + 3);
+    }
+    top
+}
+
+// Goal: the package's market-data reader reads what the engine's writer writes: its layout
+// numbers are the engine's; a top of book and trades field for field; a reader behind is told
+// exactly how many it lost; a slot a writer thread hammers is never read torn nor back in time.
+#[test]
+fn python_reads_the_engine_s_market_data() {
+    use keel::ipc::md::{md_offset, MdWriter, MD_VERSION, SLOT_LEN, TRADE_LEN};
+    let Some(out) = python(
+        "import keel.market_data as m, json\nprint(json.dumps([m.MD_VERSION, m.MD_DEPTH, m.MD_SLOT_LEN, m.MD_TRADE_LEN, m.MD_OFFSETS]))",
+    ) else {
+        return;
+    };
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0].as_u64(), Some(u64::from(MD_VERSION)));
+    assert_eq!(v[1].as_u64(), Some(keel::feed::fanout::DEPTH as u64));
+    assert_eq!(v[2].as_u64(), Some(SLOT_LEN as u64));
+    assert_eq!(v[3].as_u64(), Some(TRADE_LEN as u64));
+    for (name, at) in [
+        ("VERSION", md_offset::VERSION),
+        ("SYMBOLS", md_offset::SYMBOLS),
+        ("TRADE_CAPACITY", md_offset::TRADE_CAPACITY),
+        ("DEPTH", md_offset::DEPTH),
+        ("HEARTBEAT", md_offset::HEARTBEAT),
+        ("TRADES", md_offset::TRADES),
+    ] {
+        assert_eq!(v[4][name].as_u64(), Some(at as u64), "{name}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("md");
+    let mut w = MdWriter::create(&path, 3, 8).unwrap();
+    w.book(2, &md_top(7));
+    // The reader attaches after three trades: it starts at the newest, then reads 20 more of
+    // which the 8-slot ring keeps the last 8.
+    let trade = |n: u64| keel::feed::fanout::TradeTick {
+        symbol: (n % 3) as u16,
+        seq: n,
+        price: -(n as i64),
+        qty: n * 100,
+        buy: n % 2 == 1,
+    };
+    for n in 1..=3 {
+        w.trade(&trade(n));
+    }
+    let script = format!(
+        r#"
+import keel, sys
+md = keel.MarketData({path:?})
+print(md.top(2))
+sys.stdout.flush()
+sys.stdin.readline()          # the writer writes 20 trades
+print(md.next_trade())
+print(md.next_trade())
+sys.stdout.flush()
+sys.stdin.readline()          # the writer hammers symbol 1
+torn = back = last = reads = 0
+for _ in range(20000):
+    t = md.top(1)
+    if t.seq == 0:
+        continue
+    reads += 1
+    for i in range(5):
+        b = t.seq * 10 + i
+        if t.bids[i] != (b, b + 1) or t.asks[i] != (b + 2, b + 3):
+            torn += 1
+            break
+    back += t.seq < last
+    last = t.seq
+print("hammer", reads, torn, back, last)
+"#,
+        path = path.display().to_string()
+    );
+    let py = common::peers::python().unwrap();
+    let mut child = Process::new(py)
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let mut next = |line: &mut String| {
+        line.clear();
+        std::io::BufRead::read_line(&mut stdout, line).unwrap();
+        line.trim_end().to_string()
+    };
+    assert_eq!(
+        next(&mut line),
+        "Top(seq=7, bids=((70, 71), (71, 72), (72, 73), (73, 74), (74, 75)), asks=((72, 73), (73, 74), (74, 75), (75, 76), (76, 77)))"
+    );
+    for n in 4..=23 {
+        w.trade(&trade(n));
+    }
+    writeln!(stdin).unwrap();
+    stdin.flush().unwrap();
+    assert_eq!(next(&mut line), "TradeGap(lost=12)");
+    assert_eq!(
+        next(&mut line),
+        "Trade(symbol=1, seq=16, price=-16, qty=1600, buy=False)"
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                w.book(1, &md_top(n));
+            }
+            n
+        })
+    };
+    writeln!(stdin).unwrap();
+    stdin.flush().unwrap();
+    let hammer = next(&mut line);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    let f: Vec<u64> = hammer
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert!(f[0] > 0, "{hammer}");
+    assert_eq!((f[1], f[2]), (0, 0), "torn or back: {hammer}");
+    assert!(f[3] <= written, "{hammer}");
+    let _ = child.wait();
+}

@@ -43,4 +43,6 @@ from .events import (
     Unknown,
 )
 
+from .market_data import MarketData, Top, Trade, TradeGap
+
 __version__ = "0.1.0"
