@@ -403,34 +403,7 @@ fn c_commands_reach_the_engine_and_engine_events_reach_c() {
     let got: Vec<Command> = std::iter::from_fn(|| engine.pop_command())
         .map(Result::unwrap)
         .collect();
-    assert_eq!(
-        got,
-        [
-            Command::New(NewOrder {
-                id: id(42),
-                venue: VenueId(0),
-                symbol: SymbolId(1),
-                side: Side::Sell,
-                price: Price(-1_002_500),
-                qty: 100,
-                tif: TimeInForce::ImmediateOrCancel,
-                reduce_only: true,
-            }),
-            Command::Cancel { id: id(42) },
-            Command::Replace(Replace {
-                id: id(42),
-                new_id: id(43),
-                qty: 7,
-                price: Price(1_002_501),
-            }),
-            Command::MassCancel {
-                scope: MassCancelScope::Symbol(SymbolId(1)),
-            },
-            Command::MassCancel {
-                scope: MassCancelScope::Strategy,
-            },
-        ]
-    );
+    assert_eq!(got, common::sdk::sent_commands(id));
     let ev = |kind| Event {
         id: id(42),
         kind,
@@ -621,19 +594,6 @@ fn md_probe(path: &Path) -> (Probe, String) {
     )
 }
 
-fn md_top(n: u64) -> keel::feed::fanout::BookTop {
-    let mut top = keel::feed::fanout::BookTop {
-        seq: n,
-        ..Default::default()
-    };
-    for i in 0..keel::feed::fanout::DEPTH {
-        let b = n * 10 + i as u64;
-        top.bids[i] = (b as i64, b + 1);
-        top.asks[i] = (b as i64 + 2, b + 3);
-    }
-    top
-}
-
 // Goal: the C market-data reader reads what the engine's writer writes: its layout numbers are
 // the engine's; a top of book field for field; trades in order, a reader that fell behind told
 // exactly how many it lost; and a slot the writer hammers from another thread is never read
@@ -662,7 +622,7 @@ fn c_reads_the_engine_s_market_data() {
     let mut w = MdWriter::create(&path, 3, 8).unwrap();
     let (mut reader, first) = md_probe(&path);
     assert_eq!(first, "ok symbols 3 capacity 8");
-    w.book(2, &md_top(7));
+    w.book(2, &common::sdk::derived_top(7));
     let line = reader.ask("top 2");
     assert!(
         line.starts_with("top seq=7 70/71:72/73 71/72:73/74 "),
@@ -705,7 +665,7 @@ fn c_reads_the_engine_s_market_data() {
             let mut n = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 n += 1;
-                w.book(1, &md_top(n));
+                w.book(1, &common::sdk::derived_top(n));
             }
             n
         })

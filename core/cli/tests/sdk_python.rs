@@ -19,8 +19,8 @@ use keel::ipc::{
 };
 use keel::order::{
     CancelRejectReason, ClientOrderId, Command, Event, EventKind, MassCancelScope, NewOrder, Price,
-    RefusalAdvice, RefusalReason, RejectReason, Replace, Side, StrategyId, SymbolId, TimeInForce,
-    VenueId, SYMBOL_NAME_LEN,
+    RefusalAdvice, RefusalReason, RejectReason, Side, StrategyId, SymbolId, TimeInForce, VenueId,
+    SYMBOL_NAME_LEN,
 };
 use serde_json::Value;
 
@@ -304,34 +304,7 @@ for e in seen:
     let got: Vec<Command> = std::iter::from_fn(|| engine.pop_command())
         .map(Result::unwrap)
         .collect();
-    assert_eq!(
-        got,
-        [
-            Command::New(NewOrder {
-                id: id(42),
-                venue: VenueId(0),
-                symbol: SymbolId(1),
-                side: Side::Sell,
-                price: Price(-1_002_500),
-                qty: 100,
-                tif: TimeInForce::ImmediateOrCancel,
-                reduce_only: true,
-            }),
-            Command::Cancel { id: id(42) },
-            Command::Replace(Replace {
-                id: id(42),
-                new_id: id(43),
-                qty: 7,
-                price: Price(1_002_501),
-            }),
-            Command::MassCancel {
-                scope: MassCancelScope::Symbol(SymbolId(1)),
-            },
-            Command::MassCancel {
-                scope: MassCancelScope::Strategy,
-            },
-        ]
-    );
+    assert_eq!(got, common::sdk::sent_commands(id));
     let i = id(42).0;
     let want = [
         format!("PartiallyFilled(id={i}, at_ns=777, position=0, qty=30, leaves=70, price=1002500)"),
@@ -510,19 +483,6 @@ except keel.ChannelBroken as e:
     );
 }
 
-fn md_top(n: u64) -> keel::feed::fanout::BookTop {
-    let mut top = keel::feed::fanout::BookTop {
-        seq: n,
-        ..Default::default()
-    };
-    for i in 0..keel::feed::fanout::DEPTH {
-        let b = n * 10 + i as u64;
-        top.bids[i] = (b as i64, b + 1);
-        top.asks[i] = (b as i64 + 2, b + 3);
-    }
-    top
-}
-
 // Goal: the package's market-data reader reads what the engine's writer writes: its layout
 // numbers are the engine's; a top of book and trades field for field; a reader behind is told
 // exactly how many it lost; a slot a writer thread hammers is never read torn nor back in time.
@@ -552,7 +512,7 @@ fn python_reads_the_engine_s_market_data() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("md");
     let mut w = MdWriter::create(&path, 3, 8).unwrap();
-    w.book(2, &md_top(7));
+    w.book(2, &common::sdk::derived_top(7));
     // The reader attaches after three trades: it starts at the newest, then reads 20 more of
     // which the 8-slot ring keeps the last 8.
     let trade = |n: u64| keel::feed::fanout::TradeTick {
@@ -629,7 +589,7 @@ print("hammer", reads, torn, back, last)
             let mut n = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 n += 1;
-                w.book(1, &md_top(n));
+                w.book(1, &common::sdk::derived_top(n));
             }
             n
         })

@@ -31,3 +31,52 @@ pub const HEADER_OFFSETS: [(&str, usize); 25] = [
     ("NAME_COUNTS", offset::NAME_COUNTS),
     ("NAMES", offset::NAMES),
 ];
+
+/// The five commands both SDK tests send (a reduce-only IOC sell of 100 MSFT at -100.25, its
+/// cancel, its replace by `id(43)`, a mass cancel of symbol 1, then of everything), as the
+/// engine must read them.
+pub fn sent_commands(id: impl Fn(u64) -> keel::order::ClientOrderId) -> [keel::order::Command; 5] {
+    use keel::order::{
+        Command, MassCancelScope, NewOrder, Price, Replace, Side, SymbolId, TimeInForce, VenueId,
+    };
+    [
+        Command::New(NewOrder {
+            id: id(42),
+            venue: VenueId(0),
+            symbol: SymbolId(1),
+            side: Side::Sell,
+            price: Price(-1_002_500),
+            qty: 100,
+            tif: TimeInForce::ImmediateOrCancel,
+            reduce_only: true,
+        }),
+        Command::Cancel { id: id(42) },
+        Command::Replace(Replace {
+            id: id(42),
+            new_id: id(43),
+            qty: 7,
+            price: Price(1_002_501),
+        }),
+        Command::MassCancel {
+            scope: MassCancelScope::Symbol(SymbolId(1)),
+        },
+        Command::MassCancel {
+            scope: MassCancelScope::Strategy,
+        },
+    ]
+}
+
+/// The top of book the market-data tests write for `n`: every field derived from it, so a
+/// reader can tell a torn read (bid i = 10n + i, qty + 1; ask price + 2, qty + 3).
+pub fn derived_top(n: u64) -> keel::feed::fanout::BookTop {
+    let mut top = keel::feed::fanout::BookTop {
+        seq: n,
+        ..Default::default()
+    };
+    for i in 0..keel::feed::fanout::DEPTH {
+        let b = n * 10 + i as u64;
+        top.bids[i] = (b as i64, b + 1);
+        top.asks[i] = (b as i64 + 2, b + 3);
+    }
+    top
+}

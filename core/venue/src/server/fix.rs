@@ -661,11 +661,9 @@ impl FixEndpoint {
                 c.resend_through = Some(seq);
                 if !asked {
                     self.stats.resend_requests_out += 1;
-                    self.body.clear();
-                    let mut body = std::mem::take(&mut self.body);
-                    Fields(&mut body).uint(7, expected).uint(16, 0);
-                    self.send(srv, now_ns, s, b'2', &body);
-                    self.body = body;
+                    self.send_with(srv, now_ns, s, b'2', |f| {
+                        f.uint(7, expected).uint(16, 0);
+                    });
                 }
             }
             // Only what keeps the session alive is acted on before the gap is filled.
@@ -713,11 +711,9 @@ impl FixEndpoint {
             b"0" | b"3" => Ok(()),
             b"1" if msg.get(112).is_none() => Err((112, 1, "TestReqID missing")),
             b"1" => {
-                self.body.clear();
-                let mut body = std::mem::take(&mut self.body);
-                Fields(&mut body).bytes(112, msg.get(112).unwrap_or(b""));
-                self.send(srv, now_ns, s, b'0', &body);
-                self.body = body;
+                self.send_with(srv, now_ns, s, b'0', |f| {
+                    f.bytes(112, msg.get(112).unwrap_or(b""));
+                });
                 Ok(())
             }
             b"2" => {
@@ -933,11 +929,9 @@ impl FixEndpoint {
         };
         match c.session {
             Some(s) => {
-                self.body.clear();
-                let mut body = std::mem::take(&mut self.body);
-                Fields(&mut body).bytes(58, why.as_bytes());
-                self.send(srv, now_ns, s, b'5', &body);
-                self.body = body;
+                self.send_with(srv, now_ns, s, b'5', |f| {
+                    f.bytes(58, why.as_bytes());
+                });
                 self.sessions[s].conn = None;
                 srv.count_drop(DropReason::ProtocolViolation);
             }
@@ -1065,17 +1059,30 @@ impl FixEndpoint {
         text: &[u8],
     ) {
         self.stats.rejects_sent += 1;
-        self.body.clear();
+        self.send_with(srv, now_ns, s, b'3', |f| {
+            f.uint(45, ref_seq);
+            if tag > 0 {
+                f.uint(371, u64::from(tag));
+            }
+            f.bytes(372, msg_type)
+                .uint(373, u64::from(reason))
+                .bytes(58, text);
+        });
+    }
+
+    /// A session message whose fields `fill` writes (into the reused body buffer).
+    fn send_with<T: Transport>(
+        &mut self,
+        srv: &mut VenueServer<T>,
+        now_ns: u64,
+        s: usize,
+        msg_type: u8,
+        fill: impl FnOnce(&mut Fields<'_>),
+    ) {
         let mut body = std::mem::take(&mut self.body);
-        let mut f = Fields(&mut body);
-        f.uint(45, ref_seq);
-        if tag > 0 {
-            f.uint(371, u64::from(tag));
-        }
-        f.bytes(372, msg_type)
-            .uint(373, u64::from(reason))
-            .bytes(58, text);
-        self.send(srv, now_ns, s, b'3', &body);
+        body.clear();
+        fill(&mut Fields(&mut body));
+        self.send(srv, now_ns, s, msg_type, &body);
         self.body = body;
     }
 
@@ -1259,11 +1266,9 @@ impl FixEndpoint {
             self.stats.test_requests_out += 1;
             self.sessions[s].test_requests += 1;
             let id = Text::numbered(b'T', self.sessions[s].test_requests);
-            self.body.clear();
-            let mut body = std::mem::take(&mut self.body);
-            Fields(&mut body).bytes(112, id.as_bytes());
-            self.send(srv, now_ns, s, b'1', &body);
-            self.body = body;
+            self.send_with(srv, now_ns, s, b'1', |f| {
+                f.bytes(112, id.as_bytes());
+            });
             if let Some(c) = self.conns.get_mut(&conn) {
                 c.test_request_out = true;
             }
