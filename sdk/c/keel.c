@@ -633,10 +633,14 @@ void keel_md_detach(keel_md *md) {
   md->base = NULL;
 }
 
+int keel_md_synced(const keel_md *md) { return md_load(md, KEEL_MD_OFF_SYNCED) == 1; }
+
+uint64_t keel_md_heartbeat(const keel_md *md) { return md_load(md, KEEL_MD_OFF_HEARTBEAT); }
+
 int keel_md_top(keel_md *md, uint16_t symbol, keel_top *out) {
   if (symbol >= md->symbols) return KEEL_ERR_NAME;
   size_t slot = KEEL_HEADER_LEN + (size_t)symbol * KEEL_MD_SLOT_LEN;
-  for (;;) {
+  for (unsigned spins = 0; spins < KEEL_MD_SPINS_MAX; spins++) {
     uint64_t v1 = md_load(md, slot);
     if (v1 & 1) {
       md->retries++;
@@ -654,6 +658,7 @@ int keel_md_top(keel_md *md, uint16_t symbol, keel_top *out) {
     if (md_relaxed(md, slot) == v1) return KEEL_OK;
     md->retries++;
   }
+  return KEEL_EMPTY;
 }
 
 int keel_md_next_trade(keel_md *md, keel_trade *out, uint64_t *lost) {

@@ -281,7 +281,7 @@ const char *keel_reject_name(unsigned code);
 const char *keel_cancel_reject_name(unsigned code);
 const char *keel_result_name(int result);
 
-/* ----- market data (in progress: the engine does not feed the file yet) --------------- */
+/* ----- market data: one file per feed, <[ipc] dir>/md-<feed> (docs/ipc.md) ------------- */
 
 #define KEEL_MD_MAGIC "KEELMD" /* 8 bytes, NUL padded */
 #define KEEL_MD_VERSION 1u
@@ -293,6 +293,7 @@ const char *keel_result_name(int result);
 #define KEEL_MD_OFF_TRADE_CAPACITY 16u
 #define KEEL_MD_OFF_DEPTH 20u
 #define KEEL_MD_OFF_HEARTBEAT 64u
+#define KEEL_MD_OFF_SYNCED 72u
 #define KEEL_MD_OFF_TRADES 128u
 
 typedef struct keel_level {
@@ -328,7 +329,17 @@ typedef struct keel_md {
 /* Maps the market-data file and checks it; starts at the newest trade. */
 int keel_md_attach(keel_md *md, const char *path, char *err, size_t err_len);
 void keel_md_detach(keel_md *md);
-/* `symbol`'s newest top of book, never torn: KEEL_OK, or KEEL_ERR_NAME for no such symbol. */
+/* Every book in step with the venue (1), or the feed connecting or resyncing, or the engine
+ * stopped (0: a top may be stale). */
+int keel_md_synced(const keel_md *md);
+/* The engine's feed heartbeat: it moves while the engine runs. */
+uint64_t keel_md_heartbeat(const keel_md *md);
+/* A slot found mid-write this many reads in a row: the writer is preempted inside it, or died
+ * there. */
+#define KEEL_MD_SPINS_MAX 1000000u
+/* `symbol`'s newest top of book, never torn: KEEL_OK, KEEL_ERR_NAME for no such symbol, or
+ * KEEL_EMPTY if the writer stayed in the slot KEEL_MD_SPINS_MAX reads in a row (try again; if
+ * keel_md_heartbeat stopped too, the engine died mid-write). */
 int keel_md_top(keel_md *md, uint16_t symbol, keel_top *out);
 /* The next trade: KEEL_OK (in `out`), KEEL_EMPTY, or KEEL_MD_GAP with `*lost` trades that were
  * overwritten before they were read (the next call goes on from the oldest still there). */

@@ -129,6 +129,7 @@ command_capacity = 2
 event_capacity = 1048576
 strategy_timeout_ns = "1ns"
 cancel_on_strategy_loss = false
+market_data_trades = 2
 
 [journal]
 dir = "relative/journal"

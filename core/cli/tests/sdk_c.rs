@@ -613,6 +613,7 @@ fn c_reads_the_engine_s_market_data() {
         ("TRADE_CAPACITY", md_offset::TRADE_CAPACITY),
         ("DEPTH", md_offset::DEPTH),
         ("HEARTBEAT", md_offset::HEARTBEAT),
+        ("SYNCED", md_offset::SYNCED),
         ("TRADES", md_offset::TRADES),
     ] {
         assert_eq!(num(&format!("KEEL_MD_OFF_{name}")), at as u64, "{name}");
@@ -629,6 +630,9 @@ fn c_reads_the_engine_s_market_data() {
         "{line}"
     );
     assert_eq!(reader.ask("top 3"), "error no such name");
+    assert_eq!(reader.ask("synced"), "synced 0");
+    w.set_synced(true);
+    assert_eq!(reader.ask("synced"), "synced 1");
     let trade = |n: u64| keel::feed::fanout::TradeTick {
         symbol: (n % 3) as u16,
         seq: n,
@@ -682,4 +686,8 @@ fn c_reads_the_engine_s_market_data() {
     };
     assert_eq!((field("torn"), field("back")), (0, 0), "{line}");
     assert!(field("reads") > 0 && field("last") <= written, "{line}");
+
+    // A writer that died inside a slot (its version left odd) is reported, never waited on.
+    common::sdk::leave_slot_mid_write(&path, 0);
+    assert_eq!(reader.ask("top 0"), "error empty");
 }

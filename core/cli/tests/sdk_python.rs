@@ -505,6 +505,7 @@ fn python_reads_the_engine_s_market_data() {
         ("TRADE_CAPACITY", md_offset::TRADE_CAPACITY),
         ("DEPTH", md_offset::DEPTH),
         ("HEARTBEAT", md_offset::HEARTBEAT),
+        ("SYNCED", md_offset::SYNCED),
         ("TRADES", md_offset::TRADES),
     ] {
         assert_eq!(v[4][name].as_u64(), Some(at as u64), "{name}");
@@ -539,7 +540,7 @@ sys.stdin.readline()          # the writer hammers symbol 1
 torn = back = last = reads = 0
 for _ in range(20000):
     t = md.top(1)
-    if t.seq == 0:
+    if t is None or t.seq == 0:
         continue
     reads += 1
     for i in range(5):
@@ -550,6 +551,9 @@ for _ in range(20000):
     back += t.seq < last
     last = t.seq
 print("hammer", reads, torn, back, last)
+sys.stdout.flush()
+sys.stdin.readline()          # synced, and slot 0 left mid-write
+print(md.synced, md.top(0))
 "#,
         path = path.display().to_string()
     );
@@ -591,14 +595,14 @@ print("hammer", reads, torn, back, last)
                 n += 1;
                 w.book(1, &common::sdk::derived_top(n));
             }
-            n
+            (n, w)
         })
     };
     writeln!(stdin).unwrap();
     stdin.flush().unwrap();
     let hammer = next(&mut line);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let written = writer.join().unwrap();
+    let (written, mut w) = writer.join().unwrap();
     let f: Vec<u64> = hammer
         .split_whitespace()
         .skip(1)
@@ -607,5 +611,11 @@ print("hammer", reads, torn, back, last)
     assert!(f[0] > 0, "{hammer}");
     assert_eq!((f[1], f[2]), (0, 0), "torn or back: {hammer}");
     assert!(f[3] <= written, "{hammer}");
+    // The synced word, and a writer that died inside a slot: reported, never waited on.
+    w.set_synced(true);
+    common::sdk::leave_slot_mid_write(&path, 0);
+    writeln!(stdin).unwrap();
+    stdin.flush().unwrap();
+    assert_eq!(next(&mut line), "True None");
     let _ = child.wait();
 }

@@ -212,6 +212,13 @@ impl EngineConfig {
         if let Some(ipc) = &self.ipc {
             let channel = ring(ipc.command_capacity + ipc.event_capacity, 64) + 4_096;
             need.add("ipc capacities", channel * u64::from(d.strategies));
+            let market_data = 4_096
+                + self.symbols.len() as u64 * crate::ipc::md::SLOT_LEN as u64
+                + u64::from(ipc.market_data_trades) * crate::ipc::md::TRADE_LEN as u64;
+            need.add(
+                "ipc.market_data_trades",
+                market_data * self.feeds.len() as u64,
+            );
         }
         need
     }
@@ -788,9 +795,11 @@ fn read_ipc(mut s: Section<'_>) -> Result<IpcConfig> {
     s.int("event_capacity", &mut c.event_capacity)?;
     s.duration("strategy_timeout_ns", &mut c.strategy_timeout_ns)?;
     s.bool("cancel_on_strategy_loss", &mut c.cancel_on_strategy_loss)?;
+    s.int("market_data_trades", &mut c.market_data_trades)?;
     for (key, value) in [
         ("command_capacity", c.command_capacity),
         ("event_capacity", c.event_capacity),
+        ("market_data_trades", c.market_data_trades),
     ] {
         if !value.is_power_of_two() || !(2..=crate::ipc::CAPACITY_MAX).contains(&value) {
             return Err(FileConfigError::OutOfRange {

@@ -514,6 +514,11 @@ impl Exchange {
         &self.accounts[account as usize]
     }
 
+    /// Every account, in the order they first logged in.
+    pub fn accounts(&self) -> &[Account] {
+        &self.accounts
+    }
+
     /// The order with this reference.
     pub fn order(&self, order_ref: OrderRef) -> Option<&VenueOrder> {
         self.orders.get(&order_ref)

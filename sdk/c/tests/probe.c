@@ -55,7 +55,8 @@ static void layout(void) {
   printf("crc %u\n", keel_crc32(check, 9));
   P(KEEL_MD_VERSION); P(KEEL_MD_DEPTH); P(KEEL_MD_SLOT_LEN); P(KEEL_MD_TRADE_LEN);
   P(KEEL_MD_OFF_VERSION); P(KEEL_MD_OFF_SYMBOLS); P(KEEL_MD_OFF_TRADE_CAPACITY);
-  P(KEEL_MD_OFF_DEPTH); P(KEEL_MD_OFF_HEARTBEAT); P(KEEL_MD_OFF_TRADES);
+  P(KEEL_MD_OFF_DEPTH); P(KEEL_MD_OFF_HEARTBEAT); P(KEEL_MD_OFF_SYNCED);
+  P(KEEL_MD_OFF_TRADES);
 }
 
 static void answer(keel_channel *ch, int r) {
@@ -161,6 +162,7 @@ static void run(const char *path) {
 }
 
 /* `probe md PATH`: "top S" prints symbol S's top; "trade" the next trade, gap or empty;
+ * "synced" the synced word;
  * "hammer S N" reads S's top N times and counts reads whose fields do not all derive from
  * their sequence number as the test's writer derives them (bid i = seq*10+i, qty +1; ask
  * price +2, qty +3). */
@@ -190,6 +192,8 @@ static void md(const char *path) {
                  (unsigned long long)t.asks[i].qty);
         printf("\n");
       }
+    } else if (!strncmp(line, "synced", 6)) {
+      printf("synced %d\n", keel_md_synced(&m));
     } else if (!strncmp(line, "trade", 5)) {
       keel_trade tr;
       uint64_t lost;
@@ -204,8 +208,7 @@ static void md(const char *path) {
     } else if (sscanf(line, "hammer %llu %llu", &s, &n) == 2) {
       unsigned long long torn = 0, back = 0, last = 0, written = 0;
       for (unsigned long long k = 0; k < n; k++) {
-        keel_md_top(&m, (uint16_t)s, &t);
-        if (t.seq == 0) continue;
+        if (keel_md_top(&m, (uint16_t)s, &t) != KEEL_OK || t.seq == 0) continue;
         written++;
         for (unsigned i = 0; i < KEEL_MD_DEPTH; i++) {
           long long b = (long long)(t.seq * 10 + i);

@@ -1,7 +1,8 @@
-"""Market data from the engine's shared-memory file (docs/ipc.md, "Market data"; in progress:
-the engine does not feed the file yet).
+"""Market data from the engine's shared-memory file, one per feed: `<[ipc] dir>/md-<feed>`
+(docs/ipc.md, "Market data").
 
     md = keel.MarketData(path)
+    md.synced                     # every book in step with the venue (else tops may be stale)
     top = md.top(symbol)          # keel.Top(seq, bids, asks), never torn
     while (t := md.next_trade()) is not None:
         if isinstance(t, keel.TradeGap): ...   # t.lost trades were overwritten unread
@@ -25,7 +26,10 @@ MD_VERSION = 1
 MD_DEPTH = 5
 MD_SLOT_LEN = 192
 MD_TRADE_LEN = 64
-MD_OFFSETS = {"VERSION": 8, "SYMBOLS": 12, "TRADE_CAPACITY": 16, "DEPTH": 20, "HEARTBEAT": 64, "TRADES": 128}
+MD_OFFSETS = {"VERSION": 8, "SYMBOLS": 12, "TRADE_CAPACITY": 16, "DEPTH": 20, "HEARTBEAT": 64, "SYNCED": 72,
+              "TRADES": 128}
+# A slot found mid-write this many reads in a row: the writer is preempted inside it, or died.
+SPINS_MAX = 100_000
 
 
 @dataclass(frozen=True)
@@ -87,15 +91,24 @@ class MarketData:
 
     @property
     def heartbeat(self) -> int:
+        """The engine's feed heartbeat: it moves while the engine runs."""
         return self._w[MD_OFFSETS["HEARTBEAT"] >> 3]
 
-    def top(self, symbol: int) -> Top:
-        """`symbol`'s newest top of book, never torn."""
+    @property
+    def synced(self) -> bool:
+        """Every book is in step with the venue; False while the feed connects or resyncs (a
+        top may be stale) and after the engine stopped."""
+        return self._w[MD_OFFSETS["SYNCED"] >> 3] == 1
+
+    def top(self, symbol: int) -> Optional[Top]:
+        """`symbol`'s newest top of book, never torn; None if the writer stayed in the slot
+        SPINS_MAX reads in a row (try again; if `heartbeat` stopped too, the engine died
+        mid-write)."""
         if not 0 <= symbol < self.symbols:
             raise NameError_(f"no symbol {symbol}: the file has {self.symbols}")
         w = self._w
         at = (HEADER_LEN + symbol * MD_SLOT_LEN) >> 3
-        while True:
+        for _ in range(SPINS_MAX):
             v1 = w[at]
             if v1 & 1:
                 self.retries += 1
@@ -108,6 +121,7 @@ class MarketData:
             bids = tuple((signed[1 + 4 * i], words[2 + 4 * i]) for i in range(MD_DEPTH))
             asks = tuple((signed[3 + 4 * i], words[4 + 4 * i]) for i in range(MD_DEPTH))
             return Top(words[0], bids, asks)
+        return None
 
     def next_trade(self) -> Optional[Union[Trade, TradeGap]]:
         """The next trade, a TradeGap, or None (nothing new)."""

@@ -80,3 +80,12 @@ pub fn derived_top(n: u64) -> keel::feed::fanout::BookTop {
     }
     top
 }
+
+/// Leaves `symbol`'s slot in the market-data file at `path` as a writer that died inside it
+/// would: its version word odd.
+pub fn leave_slot_mid_write(path: &std::path::Path, symbol: u16) {
+    use std::os::unix::fs::FileExt;
+    let at = 4_096 + u64::from(symbol) * keel::ipc::md::SLOT_LEN as u64;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(&1u64.to_le_bytes(), at).unwrap();
+}

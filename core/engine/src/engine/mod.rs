@@ -123,6 +123,9 @@ pub struct IpcConfig {
     pub strategy_timeout_ns: u64,
     /// Cancel every open order of a lost strategy.
     pub cancel_on_strategy_loss: bool,
+    /// Trades each feed's market-data file holds for strategies in other processes (a power
+    /// of two): a reader further behind is told how many it lost.
+    pub market_data_trades: u32,
 }
 
 impl Default for IpcConfig {
@@ -133,6 +136,7 @@ impl Default for IpcConfig {
             event_capacity: 4_096,
             strategy_timeout_ns: 2_000_000_000,
             cancel_on_strategy_loss: true,
+            market_data_trades: 65_536,
         }
     }
 }
@@ -141,6 +145,11 @@ impl IpcConfig {
     /// The channel file of `strategy`.
     pub fn channel_path(&self, strategy: StrategyId) -> PathBuf {
         self.dir.join(format!("strategy-{}", strategy.0))
+    }
+
+    /// The market-data file of feed `feed` (in `[[feed]]` order).
+    pub fn market_data_path(&self, feed: usize) -> PathBuf {
+        self.dir.join(format!("md-{feed}"))
     }
 }
 
@@ -528,7 +537,7 @@ impl EngineBuilder {
             return Err(e);
         }
         let config = self.config;
-        let feeds = self.feeds;
+        let mut feeds = self.feeds;
         let strategies = config.dispatcher.strategies;
         if self.in_process > strategies {
             return Err(EngineError::Strategies {
@@ -591,6 +600,16 @@ impl EngineBuilder {
                     config.venues.iter().map(|v| v.name.as_bytes()).collect();
                 channel.publish_names(&config.symbols, &venue_names);
                 channels.push(channel);
+            }
+        }
+        // Each feed's books and trades for strategies in other processes.
+        if let Some(ipc) = &config.ipc {
+            for (i, feed) in feeds.iter_mut().enumerate() {
+                feed.attach_market_data(crate::ipc::md::MdWriter::create(
+                    &ipc.market_data_path(i),
+                    u32::from(u16::try_from(config.symbols.len()).unwrap_or(u16::MAX)),
+                    ipc.market_data_trades,
+                )?);
             }
         }
         let mut channels = channels.into_iter();

@@ -29,6 +29,7 @@ use crate::guard::backoff::{Backoff, BackoffConfig};
 use crate::http::gate::{RestGateConfig, RestGateStats};
 use crate::http::session::{RestEvent, RestSession, RestSessionConfig, RestSessionStats};
 use crate::http::Method;
+use crate::ipc::md::MdWriter;
 use crate::net::{ConnId, NetEvent, Transport};
 use crate::proto::md::BookSide;
 use crate::proto::ws::{self, close_code, Decoder, Opcode, Role, WsMessage};
@@ -670,6 +671,10 @@ pub struct FeedHandler {
     backoff: Backoff,
     rng: SplitMix64,
     publishers: Vec<Publisher>,
+    /// The market-data file strategies in other processes read (`[ipc]`), with when its
+    /// "synced" word is next brought up to date.
+    md: Option<MdWriter>,
+    md_check_ns: u64,
     last_heard_ns: u64,
     /// Bytes taken from the transport, kept until a whole frame is here (`max_message` plus
     /// the longest header): the decoder only ever sees whole frames.
@@ -721,6 +726,8 @@ impl FeedHandler {
             backoff: Backoff::new(config.backoff),
             rng: SplitMix64::new(config.seed.value()),
             publishers: Vec::new(),
+            md: None,
+            md_check_ns: 0,
             state: State::Down { retry_at_ns: 0 },
             last_heard_ns: 0,
             inbox: Vec::with_capacity(config.max_message + FRAME_HEADER_MAX),
@@ -790,6 +797,13 @@ impl FeedHandler {
         subscriber
     }
 
+    /// Writes every top of book and trade into `writer` too (a market-data file for strategies
+    /// in other processes: `crate::ipc::md`), with the feed's heartbeat and whether it is in
+    /// sync.
+    pub fn attach_market_data(&mut self, writer: MdWriter) {
+        self.md = Some(writer);
+    }
+
     /// Counters.
     pub fn stats(&self) -> FeedStats {
         self.stats
@@ -847,6 +861,9 @@ impl FeedHandler {
         }
         for b in &mut self.books {
             b.reset();
+        }
+        if let Some(md) = &mut self.md {
+            md.set_synced(false);
         }
         self.last_trade.iter_mut().for_each(|s| *s = None);
         self.reset_decoder();
@@ -1113,6 +1130,9 @@ impl FeedHandler {
                 for p in &mut self.publishers {
                     p.trade(tick);
                 }
+                if let Some(md) = &mut self.md {
+                    md.trade(&tick);
+                }
                 return;
             }
             _ => return, // subscribed, ticker, ...
@@ -1137,6 +1157,9 @@ impl FeedHandler {
                 let top = fanout::top_of(&self.books[sym]);
                 for p in &mut self.publishers {
                     p.book(sym as u16, &top);
+                }
+                if let Some(md) = &mut self.md {
+                    md.book(sym as u16, &top);
                 }
                 false
             }
@@ -1257,6 +1280,9 @@ impl FeedHandler {
                 .poll(now_ns, t, |e| self.on_rest(now_ns, &mut rest.asked, e));
             self.rest = Some(rest);
         }
+        if self.md.is_some() {
+            self.beat_market_data(now_ns);
+        }
         let silent = now_ns.saturating_sub(self.last_heard_ns) > self.config.silent_ns;
         match self.state {
             State::Down { retry_at_ns } if now_ns >= retry_at_ns => self.connect(now_ns, t),
@@ -1272,6 +1298,23 @@ impl FeedHandler {
             }
             State::Connecting(_) | State::Handshaking { .. } if silent => self.down(now_ns, t),
             _ => {}
+        }
+    }
+
+    /// The market-data file's heartbeat, every step, and its "synced" word, every millisecond
+    /// (it looks at every book) and at once when the connection goes.
+    fn beat_market_data(&mut self, now_ns: u64) {
+        let synced = if now_ns >= self.md_check_ns {
+            self.md_check_ns = now_ns + 1_000_000;
+            Some(self.synced())
+        } else {
+            None
+        };
+        if let Some(md) = &mut self.md {
+            md.beat();
+            if let Some(synced) = synced {
+                md.set_synced(synced);
+            }
         }
     }
 

@@ -1,6 +1,5 @@
-//! Market data for strategies in other processes: one shared-memory file the engine writes and
-//! any number of strategies read (issue 26, in progress: the file and its two ends; the engine
-//! loop does not feed it yet).
+//! Market data for strategies in other processes: one shared-memory file per feed, which the
+//! engine's feed handler writes (`<[ipc] dir>/md-<feed>`) and any number of strategies read.
 //!
 //! For every symbol a conflating top-of-book slot (a seqlock: a reader retries while the writer
 //! is in it and never returns torn data; the book's own sequence number tells a reader which
@@ -11,7 +10,8 @@
 //! ```text
 //! header (4096 bytes): 0 magic "KEELMD\0\0", 8 version u32, 12 symbols u32,
 //!   16 trade capacity u32 (a power of two), 20 depth u32, 64 writer heartbeat u64,
-//!   128 trades published u64
+//!   72 synced u64 (1: every book is in step with the venue; 0: connecting or resyncing, the
+//!   tops may be stale), 128 trades published u64
 //! slots: at 4096 + symbol × 192: version u64 (odd while written), book seq u64,
 //!   then `depth` × (bid price i64, bid qty u64, ask price i64, ask qty u64)
 //! trades: at 4096 + symbols × 192 + (n mod capacity) × 64: stamp u64 (n + 1 once the record is
@@ -39,6 +39,9 @@ pub const SLOT_LEN: usize = 192;
 pub const TRADE_LEN: usize = 64;
 /// The most symbols a file holds.
 pub const SYMBOLS_MAX: u32 = 65_535;
+/// A slot a reader finds mid-write this many reads in a row: the writer is preempted inside it,
+/// or died there.
+pub const SPINS_MAX: u32 = 1_000_000;
 
 /// Header offsets.
 pub mod md_offset {
@@ -54,6 +57,8 @@ pub mod md_offset {
     pub const DEPTH: usize = 20;
     /// The writer's heartbeat.
     pub const HEARTBEAT: usize = 64;
+    /// 1 while every book is in step with the venue, else 0.
+    pub const SYNCED: usize = 72;
     /// Trades published.
     pub const TRADES: usize = 128;
 }
@@ -111,6 +116,7 @@ unsafe impl Send for Mapped {}
 pub struct MdWriter {
     m: Mapped,
     trades: u64,
+    synced: bool,
 }
 
 impl MdWriter {
@@ -158,7 +164,18 @@ impl MdWriter {
                 capacity: trade_capacity,
             },
             trades: 0,
+            synced: false,
         })
+    }
+
+    /// Says whether every book is in step with the venue (stored only when it changes).
+    pub fn set_synced(&mut self, synced: bool) {
+        if synced != self.synced {
+            self.synced = synced;
+            self.m
+                .word(md_offset::SYNCED)
+                .store(u64::from(synced), Ordering::Release);
+        }
     }
 
     /// Publishes `symbol`'s top of book (a symbol past the file's is ignored).
@@ -212,6 +229,14 @@ impl MdWriter {
         self.m
             .word(md_offset::HEARTBEAT)
             .fetch_add(1, Ordering::Release);
+    }
+}
+
+impl Drop for MdWriter {
+    /// A stopped engine's books are no longer kept: readers see "not synced" (and the
+    /// heartbeat stop).
+    fn drop(&mut self) {
+        self.set_synced(false);
     }
 }
 
@@ -313,13 +338,20 @@ impl MdReader {
         self.m.word(md_offset::HEARTBEAT).load(Ordering::Acquire)
     }
 
-    /// `symbol`'s newest top of book, never torn (`None`: no such symbol). Retries while the
-    /// writer is in the slot.
+    /// Every book is in step with the venue (else the feed is connecting or resyncing, and a
+    /// top may be stale).
+    pub fn synced(&self) -> bool {
+        self.m.word(md_offset::SYNCED).load(Ordering::Acquire) == 1
+    }
+
+    /// `symbol`'s newest top of book, never torn. Retries while the writer is in the slot;
+    /// `None`: no such symbol, or the writer stayed in the slot [`SPINS_MAX`] reads in a row (try
+    /// again; if the heartbeat stopped too, the engine died mid-write).
     pub fn top(&mut self, symbol: u16) -> Option<BookTop> {
         if u32::from(symbol) >= self.m.symbols {
             return None;
         }
-        loop {
+        for _ in 0..SPINS_MAX {
             let version = self.m.slot_word(symbol, 0);
             let v1 = version.load(Ordering::Acquire);
             if v1 % 2 == 1 {
@@ -343,6 +375,7 @@ impl MdReader {
             }
             self.retries += 1;
         }
+        None
     }
 
     /// The next trade, a gap, or `None` (nothing new).
@@ -467,6 +500,11 @@ mod tests {
         let path = dir.path().join("md");
         let mut w = MdWriter::create(&path, 3, 8).unwrap();
         let mut r = MdReader::open(&path).unwrap();
+        assert!(!r.synced());
+        w.set_synced(true);
+        assert!(r.synced());
+        w.set_synced(false);
+        assert!(!r.synced());
         for n in 1..=5 {
             w.trade(&trade(n));
         }
@@ -517,6 +555,24 @@ mod tests {
             last - 25,
             "read {got}, lost {lost}, up to {last}"
         );
+    }
+
+    // Goal: a slot a writer died inside (its version left odd) is reported as no top, not
+    // waited on for ever; the other slots read as before.
+    #[test]
+    fn a_slot_left_mid_write_is_reported_not_waited_on() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("md");
+        let mut w = MdWriter::create(&path, 2, 4).unwrap();
+        w.book(1, &top_of(3));
+        let mut r = MdReader::open(&path).unwrap();
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&7u64.to_le_bytes(), HEADER_LEN as u64)
+            .unwrap();
+        assert_eq!(r.top(0), None);
+        assert_eq!(r.retries, u64::from(SPINS_MAX));
+        assert_eq!(r.top(1), Some(top_of(3)));
     }
 
     // Goal: a file that is not market data, or of another shape, is refused naming it.

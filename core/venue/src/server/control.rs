@@ -127,7 +127,7 @@ impl<T: Transport> VenueServer<T> {
                 self.control_hostile(now_ns, &mut args)
             }
             "drop" | "restart" | "status" | "help" | "open-orders" | "sessions" | "tls"
-            | "stats" | "fix" => self.control_query(now_ns, &mut args),
+            | "stats" | "fix" | "positions" | "top" => self.control_query(now_ns, &mut args),
             other => Err(format!(
                 "unknown command '{other}' (send help for the list of commands)"
             )),
@@ -447,6 +447,19 @@ impl<T: Transport> VenueServer<T> {
                     fix.stats().line()
                 ));
             }
+            "positions" => {
+                args.end()?;
+                let (mut bought, mut sold) = (0u64, 0u64);
+                for a in self.exchange.accounts() {
+                    for symbol in 0..usize::from(self.exchange.symbol_count()) {
+                        let (b, s) = a.position(symbol);
+                        bought = bought.saturating_add(b);
+                        sold = sold.saturating_add(s);
+                    }
+                }
+                return Ok(format!("bought={bought} sold={sold}"));
+            }
+            "top" => return self.top_line(args),
             "stats" => {
                 args.end()?;
                 let s = self.exchange.stats();
@@ -466,6 +479,44 @@ impl<T: Transport> VenueServer<T> {
             other => unreachable!("`{other}` is routed elsewhere by apply_control"),
         }
         Ok(String::new())
+    }
+
+    /// The `top SYMBOL` answer: the market-data book's sequence and its best five levels a
+    /// side, `price:qty` best first (`-` for an empty side).
+    fn top_line(&self, args: &mut Args<'_>) -> Result<String, String> {
+        let name = args.word("SYMBOL")?;
+        args.end()?;
+        let symbols = &self.config.exchange.symbols;
+        let symbol = symbols.iter().position(|s| s == name).ok_or_else(|| {
+            format!(
+                "top: no symbol '{}' (listed: {})",
+                name.escape_debug(),
+                symbols.join(" ")
+            )
+        })?;
+        let md = self
+            .md
+            .as_ref()
+            .ok_or("top: market data is not served (--no-market-data)")?;
+        let book = md.book(symbol as u16);
+        let side = |levels: &[(i64, u64)]| {
+            let shown: Vec<String> = levels
+                .iter()
+                .take(5)
+                .map(|(p, q)| format!("{p}:{q}"))
+                .collect();
+            if shown.is_empty() {
+                "-".to_string()
+            } else {
+                shown.join(",")
+            }
+        };
+        Ok(format!(
+            "seq={} bids={} asks={}",
+            book.seq,
+            side(&book.bids),
+            side(&book.asks)
+        ))
     }
 
     /// The `sessions` answer: order-entry slots in use and what closed or refused them.
@@ -499,7 +550,7 @@ impl<T: Transport> VenueServer<T> {
 /// Every control command: its syntax and what it does, as `help` answers them (one line each,
 /// then `ok help`). A command added to [`VenueServer::apply_control`] gets its line here (the
 /// test `control_help_lists_every_command` sends each one).
-pub const CONTROL_COMMANDS: [(&str, &str); 35] = [
+pub const CONTROL_COMMANDS: [(&str, &str); 37] = [
     (
         "fix-lose N",
         "FIX: each logged-on session's next N messages are kept for resend, never written",
@@ -613,6 +664,14 @@ pub const CONTROL_COMMANDS: [(&str, &str); 35] = [
         "the exchange's counters (accepted=.. rejected=.. ...)",
     ),
     (
+        "positions",
+        "shares bought and sold by every account together (bought=.. sold=..)",
+    ),
+    (
+        "top SYMBOL",
+        "the market-data book: seq=.. bids=price:qty,.. asks=.. (best five a side)",
+    ),
+    (
         "sessions",
         "order-entry slots: logged_in=.. prelogin=.. login_timeouts=.. prelogin_evicted=.. ...",
     ),
@@ -696,6 +755,14 @@ impl<'a, I: Iterator<Item = &'a str>> ControlArgs<'a, I> {
                 self.cmd
             )),
         }
+    }
+
+    /// The next argument as it is (`name` says what was missing).
+    pub(super) fn word(&mut self, name: &str) -> Result<&'a str, String> {
+        let cmd = self.cmd;
+        self.args
+            .next()
+            .ok_or_else(|| format!("{cmd}: missing {name}"))
     }
 
     /// No argument is left.
