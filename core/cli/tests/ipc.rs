@@ -1,5 +1,5 @@
 //! Shared-memory channels against a real producer in another process (Python, standard
-//! library only, the class from examples/python/keel_strategy.py).
+//! library only, the `keel` package from sdk/python).
 
 // A test driver waits on other processes by the wall clock; the core never does.
 #![allow(clippy::disallowed_methods)]
@@ -12,40 +12,43 @@ use keel::ipc::{Channel, Liveness, PeerMonitor};
 use keel::order::{Command, StrategyId};
 
 const PRODUCER: &str = r#"
-import os, struct, sys, time
+import struct, sys, time, zlib
 sys.path.insert(0, sys.argv[1])
-from keel_strategy import Channel, RECORD_LEN, OFF_CMD_TAIL
-import zlib
+import keel
+from keel.layout import HEADER_LEN, RECORD_LEN
 
-class SlowChannel(Channel):
+class SlowChannel(keel.Channel):
     # Writes each record in two halves with a pause between, so that a kill lands mid-write.
     def _push(self, record):
-        tail, head = self.cmd_tail, self._cmd_head()
-        if tail - head >= self.cmd_cap:
-            return False
-        body = bytearray(record)
-        struct.pack_into("<Q", body, 8, tail)
-        struct.pack_into("<I", body, 0, zlib.crc32(bytes(body[4:])))
-        at = self.cmd_base + (tail % self.cmd_cap) * RECORD_LEN
-        self.m[at:at + 32] = bytes(body[:32])
+        t, head = self._cmd_tail, self._u64("COMMAND_HEAD")
+        if t - head >= self.command_capacity:
+            raise keel.RingFull("full")
+        struct.pack_into("<Q", record, 8, t)
+        struct.pack_into("<I", record, 0, zlib.crc32(bytes(record[4:])))
+        at = HEADER_LEN + (t % self.command_capacity) * RECORD_LEN
+        self._m[at:at + 32] = bytes(record[:32])
         self.beat()
         time.sleep(0.0005)
-        self.m[at + 32:at + RECORD_LEN] = bytes(body[32:])
-        self.cmd_tail = tail + 1
-        self._set_u64(OFF_CMD_TAIL, tail + 1)
-        return True
+        self._m[at + 32:at + RECORD_LEN] = bytes(record[32:])
+        self._cmd_tail = t + 1
+        self._set("COMMAND_TAIL", t + 1)
 
 ch = SlowChannel(sys.argv[2])
 seq = int(sys.argv[3])
 print("ready", flush=True)
 while True:
     ch.beat()
-    if ch.cancel(ch.order_id(seq)):
+    try:
+        ch.cancel(ch.strategy << 48 | seq)
         seq += 1
+    except keel.RingFull:
+        pass
 "#;
 
-fn examples() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/python")
+/// The Python package's source (sdk/python), imported from the tree: it needs nothing but the
+/// standard library.
+fn package() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk/python")
 }
 
 // Goal: a producer killed (SIGKILL) while writing records never publishes a torn one: every
@@ -60,7 +63,7 @@ fn producer_killed_mid_write_is_detected_and_the_ring_survives() {
         let mut child = Process::new("python3")
             .arg("-c")
             .arg(PRODUCER)
-            .arg(examples())
+            .arg(package())
             .arg(&path)
             .arg(first_seq.to_string())
             .stdout(Stdio::piped())
@@ -122,22 +125,22 @@ fn producer_killed_mid_write_is_detected_and_the_ring_survives() {
 const STORER: &str = r#"
 import select, sys
 sys.path.insert(0, sys.argv[1])
-from keel_strategy import Channel, OFF_STRATEGY_HEARTBEAT
-ch = Channel(sys.argv[2])
+import keel
+ch = keel.Channel(sys.argv[2])
 tag = int(sys.argv[3])
 print("ready", flush=True)
-store = ch._set_u64  # the client's only way to write a shared word
+store = ch._set  # the package's only way to write a shared word
 i = 0
 while True:
     for _ in range(10000):
         i += 1
-        store(OFF_STRATEGY_HEARTBEAT, tag | i)
+        store("STRATEGY_HEARTBEAT", tag | i)
     if select.select([sys.stdin], [], [], 0)[0]:
         break
 print(i, flush=True)
 "#;
 
-// Goal: the shipped Python client writes a shared word with one store: a reader in another
+// Goal: the Python package (sdk/python) writes a shared word with one store: a reader in another
 // process sampling the word while the client stores ascending values never sees one that is
 // not a whole stored value (a torn store shows as a drop, e.g. to 0). Method: every value
 // carries a tag in its top bytes, and values only ascend; the client stores until the reader
@@ -153,7 +156,7 @@ fn python_client_stores_each_index_in_one_store() {
     let mut child = Process::new("python3")
         .arg("-c")
         .arg(STORER)
-        .arg(examples())
+        .arg(package())
         .arg(&path)
         .arg(TAG.to_string())
         .stdin(Stdio::piped())
@@ -216,13 +219,13 @@ fn python_client_stores_each_index_in_one_store() {
 const FLAGGER: &str = r#"
 import sys
 sys.path.insert(0, sys.argv[1])
-from keel_strategy import Channel
-ch = Channel(sys.argv[2])
-assert ch.new_order(ch.order_id(1), 0, 3, False, 1_000_000, 7, reduce_only=True)
-assert ch.new_order(ch.order_id(2), 0, 3, True, 1_000_000, 7)
+import keel
+ch = keel.Channel(sys.argv[2])
+ch.place(ch.strategy << 48 | 1, 0, 3, keel.SELL, 7, 1_000_000, reduce_only=True)
+ch.place(ch.strategy << 48 | 2, 0, 3, keel.BUY, 7, 1_000_000)
 "#;
 
-// Goal: the shipped Python client's `reduce_only=True` reaches the engine as a reduce-only
+// Goal: the Python package (sdk/python)'s `reduce_only=True` reaches the engine as a reduce-only
 // new order, and its default stays a plain order (what every older strategy sends).
 #[test]
 fn python_client_sends_reduce_only_orders() {
@@ -232,7 +235,7 @@ fn python_client_sends_reduce_only_orders() {
     let status = Process::new("python3")
         .arg("-c")
         .arg(FLAGGER)
-        .arg(examples())
+        .arg(package())
         .arg(&path)
         .status()
         .unwrap();

@@ -868,22 +868,23 @@ fn dead_pid() -> u64 {
     u64::from(pid)
 }
 
-/// Whether the shipped Python client calls the header live (`engine_live`, sampled for
+/// Whether the Python package (sdk/python) calls the header live (`engine_live`, sampled for
 /// `window_s`).
 fn python_says_live(path: &Path, window_s: f64) -> bool {
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/python");
+    let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk/python");
     let out = std::process::Command::new("python3")
         .arg("-c")
         .arg(
             "import sys, time\n\
              sys.path.insert(0, sys.argv[1])\n\
-             from keel_strategy import Channel\n\
-             ch = Channel(sys.argv[2]); end = time.monotonic() + float(sys.argv[3]); live = False\n\
+             import keel\n\
+             ch = keel.Channel(sys.argv[2], stale_after_s=0.5)\n\
+             end = time.monotonic() + float(sys.argv[3]); live = False\n\
              while time.monotonic() < end and not live:\n    \
-                 ch.beat(); live = ch.engine_live(0.5); time.sleep(0.005)\n\
+                 ch.beat(); live = ch.engine_live(); time.sleep(0.005)\n\
              print('live' if live else 'stale')\n",
         )
-        .arg(examples)
+        .arg(package)
         .arg(path)
         .arg(window_s.to_string())
         .output()

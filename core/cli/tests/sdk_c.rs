@@ -32,14 +32,7 @@ fn probe() -> &'static Path {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("probe");
         let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk/c");
-        let status = Process::new("cc")
-            .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&out)
-            .arg(sdk.join("keel.c"))
-            .arg(sdk.join("tests/probe.c"))
-            .status()
-            .expect("a C compiler (cc)");
-        assert!(status.success(), "sdk/c does not compile");
+        common::sdk::build_c(&out, &["sdk/c/tests/probe.c"]);
         // And as C++, unchanged.
         let status = Process::new("g++")
             .args([

@@ -488,6 +488,18 @@ fn market_data_path_allocates_nothing() {
         ..FeedConfig::default()
     });
     let strategy = handler.subscribe(65_536);
+    // And the market-data file strategies in other processes read (a ring small enough to
+    // wrap many times).
+    let md_dir = tempfile::tempdir().unwrap();
+    let md_path = md_dir.path().join("md-0");
+    handler.attach_market_data(
+        keel::ipc::md::MdWriter::create(
+            &md_path,
+            FeedConfig::default().symbols.len() as u32,
+            1_024,
+        )
+        .unwrap(),
+    );
     let mut rig = FeedRig {
         reactor: Reactor::new(ReactorConfig::default()).unwrap(),
         handler,
@@ -575,6 +587,16 @@ fn market_data_path_allocates_nothing() {
     assert_eq!(
         allocations, 0,
         "allocations on the market-data path: {stats:?}"
+    );
+    // The file was written all along: every book in it, the trade ring wrapped.
+    let mut reader = keel::ipc::md::MdReader::open(&md_path).unwrap();
+    for symbol in 0..reader.symbols() as u16 {
+        assert!(reader.top(symbol).unwrap().seq > 0, "symbol {symbol}");
+    }
+    drop(rig);
+    assert!(
+        !reader.synced(),
+        "a dropped writer says it is no longer in step"
     );
 }
 

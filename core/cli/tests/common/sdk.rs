@@ -89,3 +89,23 @@ pub fn leave_slot_mid_write(path: &std::path::Path, symbol: u16) {
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     f.write_all_at(&1u64.to_le_bytes(), at).unwrap();
 }
+
+/// Compiles `sources` (paths from the repository's root) with sdk/c/keel.c into `out` with
+/// the system's C compiler, warnings as errors; panics naming the compiler's complaint.
+pub fn build_c(out: &std::path::Path, sources: &[&str]) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let output = std::process::Command::new("cc")
+        .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(root.join("sdk/c"))
+        .arg("-o")
+        .arg(out)
+        .arg(root.join("sdk/c/keel.c"))
+        .args(sources.iter().map(|s| root.join(s)))
+        .output()
+        .expect("a C compiler (cc)");
+    assert!(
+        output.status.success(),
+        "{sources:?} do not compile: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
