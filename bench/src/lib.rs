@@ -28,6 +28,35 @@ pub struct Summary {
     pub count: u64,
 }
 
+impl Summary {
+    /// The same quantiles in microseconds (the fields keep their names).
+    pub fn in_us(self) -> Self {
+        Self {
+            p50_ns: self.p50_ns / 1_000.0,
+            p99_ns: self.p99_ns / 1_000.0,
+            p999_ns: self.p999_ns / 1_000.0,
+            max_ns: self.max_ns / 1_000.0,
+            count: self.count,
+        }
+    }
+}
+
+/// The order the round-trip benchmarks time: buy 10 of symbol 1 at 50.0000 on venue 0, a
+/// day order that rests (nothing sells that low).
+pub fn resting_buy(id: keel::order::ClientOrderId) -> keel::order::NewOrder {
+    use keel::order::{NewOrder, Price, Side, SymbolId, TimeInForce, VenueId};
+    NewOrder {
+        id,
+        venue: VenueId(0),
+        symbol: SymbolId(1),
+        side: Side::Buy,
+        price: Price::from_units(50, 0),
+        qty: 10,
+        tif: TimeInForce::Day,
+        reduce_only: false,
+    }
+}
+
 /// Summarises a picosecond histogram.
 pub fn summary(h: &Histogram<u64>) -> Summary {
     let ns = |ps: u64| ps as f64 / 1_000.0;

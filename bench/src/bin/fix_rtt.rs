@@ -21,10 +21,7 @@ use keel::clock::{Clock, TscClock};
 use keel::dispatch::DispatcherConfig;
 use keel::engine::{EngineBuilder, EngineLoop};
 use keel::net::{Reactor, ReactorConfig, WaitMode};
-use keel::order::{
-    ClientOrderId, Command as Cmd, EventKind, NewOrder, Price, Side, StrategyId, SymbolId,
-    TimeInForce, VenueId,
-};
+use keel::order::{ClientOrderId, Command as Cmd, EventKind, StrategyId, VenueId};
 use keel::session::fix::FixSettings;
 use keel::session::{ProtocolConfig, VenueLinkConfig};
 use keel_bench::{arg_u64, flag, histogram, print_header_in, print_row, summary};
@@ -152,14 +149,7 @@ fn main() {
         "order round trip over FIX 4.4 on loopback against one QuickFIX/C++ acceptor (new order to its acknowledgement), {rounds} alternating rounds of {orders} orders"
     );
     print_header_in("round trip", "µs", "QuickFIX");
-    let us = |s: keel_bench::Summary| keel_bench::Summary {
-        p50_ns: s.p50_ns / 1_000.0,
-        p99_ns: s.p99_ns / 1_000.0,
-        p999_ns: s.p999_ns / 1_000.0,
-        max_ns: s.max_ns / 1_000.0,
-        count: s.count,
-    };
-    let (q, k) = (us(summary(&qf_h)), us(summary(&keel_h)));
+    let (q, k) = (summary(&qf_h).in_us(), summary(&keel_h).in_us());
     print_row("QuickFIX/C++ initiator (baseline)", &q, q.p50_ns);
     print_row("keel engine, FIX link", &k, q.p50_ns);
     println!(
@@ -204,7 +194,7 @@ fn main() {
         "order round trip on loopback against keel's venue, OUCH 5.0 and FIX 4.4 sessions on one exchange (new order to its acknowledgement), {rounds} alternating rounds of {orders} orders"
     );
     print_header_in("round trip", "µs", "OUCH");
-    let (o, f) = (us(summary(&ouch_h)), us(summary(&fix_h)));
+    let (o, f) = (summary(&ouch_h).in_us(), summary(&fix_h).in_us());
     print_row("keel engine, OUCH link (baseline)", &o, o.p50_ns);
     print_row("keel engine, FIX link", &f, o.p50_ns);
     println!(
@@ -289,16 +279,7 @@ fn round(
     for _ in 0..n {
         *seq += 1;
         let id = ClientOrderId::new(StrategyId(0), *seq).expect("an id");
-        let order = NewOrder {
-            id,
-            venue: VenueId(0),
-            symbol: SymbolId(1),
-            side: Side::Buy,
-            price: Price::from_units(50, 0),
-            qty: 10,
-            tif: TimeInForce::Day,
-            reduce_only: false,
-        };
+        let order = keel_bench::resting_buy(id);
         let t0 = clock.now_ns();
         strategy.commands.push(Cmd::New(order)).expect("ring room");
         let mut accepted = None;

@@ -87,7 +87,8 @@ enum Command {
     /// Restores the order journal first (orders open before a crash come back; orders sent
     /// and never answered are queried, never resent), connects and reconciles every venue, and
     /// serves each configured strategy at `<ipc.dir>/strategy-<id>` (layout: docs/ipc.md;
-    /// Python example: examples/python/keel_strategy.py). Stops on SIGINT/SIGTERM, syncs the
+    /// the strategy SDKs and their examples: docs/strategies.md), with each feed's market data
+    /// at `<ipc.dir>/md-<feed>`. Stops on SIGINT/SIGTERM, syncs the
     /// journal and prints its counters and every order still open.
     Run(run::RunArgs),
     /// Act on a running engine (`keel run`) through its admin socket: status, stats,

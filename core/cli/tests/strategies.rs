@@ -25,8 +25,8 @@ use serde_json::Value;
 
 const SYMBOLS: [&str; 4] = ["AAPL", "MSFT", "AMZN", "NVDA"];
 
-/// `keel venue` with its flow, and `keel run` with two strategies over shared memory and the
-/// venue's market data as its feed.
+/// `keel venue` with its flow, and `keel run` on examples/strategies.toml (the tutorial's
+/// configuration: three strategies over shared memory, the venue's market data as its feed).
 struct World {
     venue: peers::Venue,
     dir: tempfile::TempDir,
@@ -42,21 +42,25 @@ impl World {
             .trim_start_matches("ws://")
             .trim_end_matches("/md")
             .to_string();
+        // The tutorial's own configuration, on this run's ports and directory.
+        let tutorial = std::fs::read_to_string(repo("examples/strategies.toml")).unwrap();
+        for fixed in [
+            "/dev/shm/keel-tutorial",
+            "127.0.0.1:15000",
+            "127.0.0.1:15002",
+        ] {
+            assert!(
+                tutorial.contains(fixed),
+                "examples/strategies.toml: {fixed}"
+            );
+        }
         let config = dir.path().join("keel.toml");
         std::fs::write(
             &config,
-            format!(
-                "symbols = [\"AAPL\", \"MSFT\", \"AMZN\", \"NVDA\"]\n\
-                 [dispatcher]\nstrategies = 3\n\
-                 [engine]\nidle = \"backoff\"\n\
-                 [journal]\ndir = \"{dir}/journal\"\n\
-                 [ipc]\ndir = \"{dir}/ipc\"\nstrategy_timeout_ns = \"1s\"\n\
-                 [[venue]]\nname = \"sim\"\naddress = \"{entry}\"\nusername = \"keel\"\n\
-                 password = \"keel\"\n\
-                 [[feed]]\naddress = \"{md}\"\n",
-                dir = dir.path().display(),
-                entry = venue.entry,
-            ),
+            tutorial
+                .replace("/dev/shm/keel-tutorial", &dir.path().display().to_string())
+                .replace("127.0.0.1:15000", &venue.entry)
+                .replace("127.0.0.1:15002", &md),
         )
         .unwrap();
         let engine = peers::keel_run(&config, &dir.path().join("run.log"));

@@ -24,7 +24,7 @@ import struct
 import sys
 import time
 import zlib
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 from . import events as ev
 from .layout import (
@@ -175,6 +175,8 @@ class Channel:
         self._epoch = self._u64("ENGINE_EPOCH")
         self._beat_seen: Optional[int] = None
         self._beat_moved: Optional[float] = None
+        # The engine's process is looked up at most every 10 ms (a system call), not per poll.
+        self._pid_seen: Tuple[int, float, bool] = (0, -1.0, False)
         self._was_live = False
 
     # ----- words ---------------------------------------------------------------------------
@@ -236,8 +238,16 @@ class Channel:
                 self._beat_moved = now
             self._beat_seen = beat
         return (self._u64("ENGINE_STATE") == ENGINE_RUNNING and not self._u64("CHANNEL_FAULT")
-                and _pid_alive(self.engine_pid) and self._beat_moved is not None
+                and self._engine_alive(now) and self._beat_moved is not None
                 and now - self._beat_moved < self.stale_after_s)
+
+    def _engine_alive(self, now: float) -> bool:
+        pid = self.engine_pid
+        seen, at, alive = self._pid_seen
+        if pid != seen or now - at > 0.01:
+            alive = _pid_alive(pid)
+            self._pid_seen = (pid, now, alive)
+        return alive
 
     def wait_live(self, timeout: float = 20.0) -> None:
         """Beats and waits for a live engine; raises ChannelError after `timeout` seconds."""

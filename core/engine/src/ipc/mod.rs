@@ -3,7 +3,9 @@
 //! The file (under /dev/shm, mapped with memmap2 by both sides) holds a 4 KiB header and two
 //! rings of 64-byte records: commands (strategy → engine) and events (engine → strategy). The
 //! layout is fixed and documented in docs/ipc.md so that C, C++ and Python strategies can
-//! speak it; `examples/python/keel_strategy.py` does, with the standard library only.
+//! speak it; sdk/c (C and C++) and sdk/python (standard library only) do, and
+//! docs/strategies.md walks through them. Each feed's market data for these strategies is in
+//! [`md`].
 //!
 //! Each ring has a producer index and a consumer index (free-running counts, each on its own
 //! cache line, each written by one side only). A producer writes the whole record, then

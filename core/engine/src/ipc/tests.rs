@@ -832,7 +832,7 @@ fn names_and_fingerprint_are_published_and_resolved() {
     assert_ne!(fp, crate::ipc::fingerprint(&reordered, &venues));
     assert_ne!(fp, crate::ipc::fingerprint(&symbols, &["sim"]));
     assert_ne!(fp, 0);
-    // Pinned: examples/python/keel_strategy.py's `fingerprint` gives the same value.
+    // Pinned: the Python package's `keel.fingerprint` gives the same value (sdk_python.rs).
     assert_eq!(
         crate::ipc::fingerprint(
             &[*b"AAPL    ", *b"MSFT    ", *b"AMZN    ", *b"NVDA    "],
@@ -898,32 +898,41 @@ fn a_strategy_with_another_table_is_refused() {
     );
 }
 
-// Goal: the Python client names every refusal code the engine sends, with the docs' names
-// (a reason added to keel without its Python name fails here). Method: read its
-// `REFUSAL_NAMES` table's `code: "name"` pairs.
+// Goal: the Python package names every refusal code the engine sends, with the docs' names
+// and the engine's advice (a reason added to keel without its Python name fails here, even
+// where no interpreter runs: core/cli/tests/sdk_python.rs checks the whole layout through
+// one). Method: read sdk/python/keel/layout.py's `REFUSALS` table, `code: ("name", "advice")`.
 #[test]
-fn the_python_client_names_every_refusal_code() {
-    let py = include_str!("../../../../examples/python/keel_strategy.py");
+fn the_python_package_names_every_refusal_code() {
+    let py = include_str!("../../../../sdk/python/keel/layout.py");
     let table = py
-        .split("REFUSAL_NAMES = {")
+        .split("REFUSALS = {")
         .nth(1)
         .and_then(|rest| rest.split('}').next())
-        .expect("examples/python/keel_strategy.py has REFUSAL_NAMES");
-    let pairs: Vec<(u8, &str)> = table
+        .expect("sdk/python/keel/layout.py has REFUSALS");
+    let triples: Vec<(u8, &str, &str)> = table
         .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .flat_map(|l| l.split(','))
-        .filter_map(|pair| {
-            let (code, name) = pair.split_once(':')?;
-            Some((code.trim().parse().ok()?, name.trim().trim_matches('"')))
+        .filter_map(|l| {
+            let (code, rest) = l.split_once(':')?;
+            let rest = rest.trim().trim_start_matches('(').trim_end_matches("),");
+            let (name, advice) = rest.split_once(',')?;
+            Some((
+                code.trim().parse().ok()?,
+                name.trim().trim_matches('"'),
+                advice.trim().trim_matches('"'),
+            ))
         })
         .collect();
-    assert_eq!(pairs.len(), codec::REFUSAL_CODES.len(), "{pairs:?}");
+    assert_eq!(triples.len(), codec::REFUSAL_CODES.len(), "{triples:?}");
     for (reason, code) in codec::REFUSAL_CODES {
         let name = crate::log::refusal_name(reason);
+        let advice = match reason.advice() {
+            crate::order::RefusalAdvice::Pause => "pause",
+            crate::order::RefusalAdvice::Never => "never",
+        };
         assert!(
-            pairs.contains(&(code, name)),
-            "Python lacks `{code}: \"{name}\"`"
+            triples.contains(&(code, name, advice)),
+            "Python lacks `{code}: (\"{name}\", \"{advice}\")`"
         );
     }
 }

@@ -3,7 +3,7 @@
 //! none is ever renumbered), its name as logs, metrics and docs spell it, and what a strategy
 //! should do about it. Every list of reasons in the engine (the IPC code table, the metric
 //! labels, the per-reason counters, the retry advice) is derived from this one table; tests
-//! check the Python client (`examples/python/keel_strategy.py`), docs/ipc.md and
+//! check the C header (sdk/c/keel.h), the Python package (sdk/python), docs/ipc.md and
 //! docs/operations.md against it.
 
 /// What a strategy should do after a refusal.
