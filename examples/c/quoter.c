@@ -44,8 +44,8 @@ typedef struct quote {
 } quote;
 
 typedef struct counts {
-  unsigned long placed, accepted, canceled, filled, rejected, refused, cancel_rejected,
-      cancel_refused, unknown, moves;
+  unsigned long placed, accepted, canceled, withdrawn, filled, rejected, refused, cancel_rejected,
+      cancel_refused, unknown, moves, foreign;
   unsigned long long bought, sold;
 } counts;
 
@@ -121,7 +121,14 @@ int main(int argc, char **argv) {
   int64_t anchor_bid = 0, anchor_ask = 0; /* the top the live quotes were placed around */
   uint64_t backoff_ns = 0, resume_at = 0, stopped_at = 0;
   int final_refusal = 0, was_live = 1;
+  const char *final_reason = "";
   uint64_t epoch = keel_engine_epoch(&ch);
+  /* Ids below the first we allocate are a previous process's on this channel: the engine's
+   * answers to them (its cancels when that process was lost) may still be unread. */
+  uint64_t first_id = keel_next_id(&ch);
+  /* The market data's heartbeat, and when it last moved: a file whose engine is gone (or a
+   * stale copy) is never quoted on. */
+  uint64_t md_beat = keel_md_heartbeat(&md), md_moved = 0;
   const char *why = "done";
   char p1[24], p2[24];
   for (;;) {
@@ -130,6 +137,10 @@ int main(int argc, char **argv) {
     keel_event ev;
     int r;
     while ((r = keel_poll(&ch, &ev)) == KEEL_OK) {
+      if (ev.id < first_id && ev.kind != KEEL_EV_MALFORMED) {
+        c.foreign++;
+        continue;
+      }
       quote *o = find(q, ev.id);
       switch (ev.kind) {
         case KEEL_EV_ACCEPTED:
@@ -149,7 +160,10 @@ int main(int argc, char **argv) {
           }
           break;
         case KEEL_EV_CANCELED:
-          c.canceled++;
+          /* Canceled before the venue had it: withdrawn inside keel (our cancel overtook the
+           * queued new order), never at the venue. */
+          if (o && !o->accepted) c.withdrawn++;
+          else c.canceled++;
           if (o) o->id = 0;
           break;
         case KEEL_EV_CANCEL_REJECTED: /* too late: its fill is on the way */
@@ -174,8 +188,12 @@ int main(int argc, char **argv) {
           c.refused++;
           o->id = 0;
           fprintf(stderr, "quoter: refused: %s\n", keel_refusal_name(ev.reason));
-          if (keel_refusal_advice(ev.reason) == KEEL_ADVICE_NEVER) final_refusal = 1;
-          else back_off(&backoff_ns, &resume_at, now);
+          if (keel_refusal_advice(ev.reason) == KEEL_ADVICE_NEVER) {
+            final_refusal = 1;
+            final_reason = keel_refusal_name(ev.reason);
+          } else {
+            back_off(&backoff_ns, &resume_at, now);
+          }
           break;
         case KEEL_EV_SHED:
         case KEEL_EV_THROTTLED:
@@ -223,10 +241,18 @@ int main(int argc, char **argv) {
         break;
       }
     } else {
+      uint64_t beat = keel_md_heartbeat(&md);
+      if (beat != md_beat) {
+        md_beat = beat;
+        md_moved = now;
+      }
       keel_top top;
-      int usable = keel_md_synced(&md) && keel_md_top(&md, (uint16_t)symbol, &top) == KEEL_OK &&
-                   top.bids[0].qty > 0 && top.asks[0].qty > 0;
-      if (outstanding(q)) {
+      int read = keel_md_top(&md, (uint16_t)symbol, &top);
+      int usable = read == KEEL_OK && keel_md_synced(&md) && md_moved != 0 &&
+                   now - md_moved < 500000000u && top.bids[0].qty > 0 && top.asks[0].qty > 0;
+      if (read == KEEL_EMPTY) {
+        /* The writer was in the slot all along: decide on the next pass. */
+      } else if (outstanding(q)) {
         if (!usable || top.bids[0].price != anchor_bid || top.asks[0].price != anchor_ask) {
           if (!q[0].cancel_sent && !q[1].cancel_sent && usable) {
             c.moves++;
@@ -239,29 +265,34 @@ int main(int argc, char **argv) {
         anchor_bid = top.bids[0].price;
         anchor_ask = top.asks[0].price;
         uint64_t bid = keel_next_id(&ch), ask = keel_next_id(&ch);
+        int sent = 0;
         if (keel_place(&ch, bid, (uint16_t)venue, (uint16_t)symbol, KEEL_SIDE_BUY, qty,
                        anchor_bid - offset, KEEL_TIF_DAY, 0) == KEEL_OK) {
           q[0] = (quote){bid, KEEL_SIDE_BUY, 0, 0};
           c.placed++;
+          sent++;
         }
         if (keel_place(&ch, ask, (uint16_t)venue, (uint16_t)symbol, KEEL_SIDE_SELL, qty,
                        anchor_ask + offset, KEEL_TIF_DAY, 0) == KEEL_OK) {
           q[1] = (quote){ask, KEEL_SIDE_SELL, 0, 0};
           c.placed++;
+          sent++;
         }
-        fprintf(stderr, "quoter: quote %lu: buy %u @ %s, sell %u @ %s\n", c.placed / 2, qty,
+        if (sent == 2) fprintf(stderr, "quoter: quote %lu: buy %u @ %s, sell %u @ %s\n", c.placed / 2, qty,
                 px(anchor_bid - offset, p1), qty, px(anchor_ask + offset, p2));
       }
     }
     nanosleep(&(struct timespec){0, 100000}, NULL); /* idle 0.1 ms; spin here for latency */
   }
-  printf("{\"placed\": %lu, \"accepted\": %lu, \"canceled\": %lu, \"filled\": %lu, "
-         "\"bought\": %llu, \"sold\": %llu, \"rejected\": %lu, \"refused\": %lu, "
-         "\"cancel_rejected\": %lu, \"cancel_refused\": %lu, \"unknown\": %lu, \"moves\": %lu, "
-         "\"stopped\": \"%s\"}\n",
-         c.placed, c.accepted, c.canceled, c.filled, c.bought, c.sold, c.rejected, c.refused,
-         c.cancel_rejected, c.cancel_refused, c.unknown, c.moves,
-         final_refusal ? "final refusal" : why);
+  char stopped[96];
+  snprintf(stopped, sizeof stopped, "%s%s", final_refusal ? "final refusal: " : why,
+           final_refusal ? final_reason : "");
+  printf("{\"placed\": %lu, \"accepted\": %lu, \"canceled\": %lu, \"withdrawn\": %lu, "
+         "\"filled\": %lu, \"bought\": %llu, \"sold\": %llu, \"rejected\": %lu, "
+         "\"refused\": %lu, \"cancel_rejected\": %lu, \"cancel_refused\": %lu, "
+         "\"unknown\": %lu, \"moves\": %lu, \"foreign\": %lu, \"stopped\": \"%s\"}\n",
+         c.placed, c.accepted, c.canceled, c.withdrawn, c.filled, c.bought, c.sold, c.rejected,
+         c.refused, c.cancel_rejected, c.cancel_refused, c.unknown, c.moves, c.foreign, stopped);
   keel_md_detach(&md);
   keel_detach(&ch);
   if (!strcmp(why, "engine lost")) return 3;

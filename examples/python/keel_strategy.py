@@ -53,11 +53,15 @@ def main() -> int:
         if a.table:
             ch.declare_table(a.table.split(","), ch.venues)
         md = keel.MarketData(a.market_data)
-        ch.wait_live()
         symbol, venue = ch.symbol(a.symbol), ch.venue(a.venue)
     except keel.ChannelError as e:
-        print(f"keel_strategy: {e}", file=sys.stderr)
+        say(str(e))
         return 2
+    try:
+        ch.wait_live()
+    except keel.ChannelError as e:
+        say(str(e))
+        return 3
 
     stop = []
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -71,6 +75,13 @@ def main() -> int:
     n = Counter()
     refusals = Counter()
     final = None
+    why = "done"
+    # Ids below the first we allocate are a previous process's on this channel: the engine's
+    # answers to them (its cancels when that process was lost) may still be unread.
+    first_id = ch.next_id()
+    # The market data's heartbeat, and when it last moved: a file whose engine is gone (or a
+    # stale copy) is never quoted on.
+    md_beat, md_moved = md.heartbeat, None
 
     def back_off(now: float) -> None:
         nonlocal backoff, resume_at
@@ -81,6 +92,19 @@ def main() -> int:
         quotes.pop(order, None)
         accepted.discard(order)
         cancel_sent.discard(order)
+
+    def poll():
+        """The next event, None, or False when the channel is broken (a bad record is skipped,
+        said and counted: nothing was done for it)."""
+        while True:
+            try:
+                return ch.poll()
+            except keel.ChannelBroken as err:
+                say(str(err))
+                return False
+            except keel.ChannelError as err:
+                say(str(err))
+                n["bad_records"] += 1
 
     def cancel_open() -> None:
         for order in quotes:
@@ -94,12 +118,14 @@ def main() -> int:
     while True:
         ch.beat()
         now = time.monotonic()
-        try:
-            e = ch.poll()
-        except keel.ChannelBroken as err:
-            print(f"keel_strategy: {err}", file=sys.stderr)
+        e = poll()
+        if e is False:
             return 3
         while e is not None:
+            if getattr(e, "id", first_id) < first_id:
+                n["foreign"] += 1
+                e = poll()
+                continue
             side = quotes.get(getattr(e, "id", None))
             if isinstance(e, keel.Accepted):
                 n["accepted"] += 1
@@ -112,7 +138,9 @@ def main() -> int:
                     n["filled"] += 1
                     close(e.id)
             elif isinstance(e, keel.Canceled):
-                n["canceled"] += 1
+                # Canceled before the venue had it: withdrawn inside keel (our cancel overtook
+                # the queued new order), never at the venue.
+                n["canceled" if e.id in accepted or side is None else "withdrawn"] += 1
                 close(e.id)
             elif isinstance(e, keel.CancelRejected):
                 n["cancel_rejected"] += 1          # too late: its fill is on the way
@@ -147,8 +175,11 @@ def main() -> int:
                 cancel_open()
             elif isinstance(e, keel.EngineLost):
                 say(f"the engine is gone ({e.state})")
-                return 3
-            e = ch.poll()
+                why = "engine lost"
+                break
+            e = poll()
+        if why == "engine lost":
+            break
 
         if stop or final or n["placed"] >= 2 * a.quotes:
             stopped_at = stopped_at or now
@@ -156,12 +187,18 @@ def main() -> int:
             if not quotes:
                 break
             if now - stopped_at > 10:
-                print(f"keel_strategy: still open: {sorted(quotes)}", file=sys.stderr)
-                return 4
+                say(f"still open: {sorted(quotes)}")
+                why = "orders still open"
+                break
         else:
-            top = md.top(symbol) if md.synced else None
-            usable = top is not None and top.bids[0][1] > 0 and top.asks[0][1] > 0
-            if quotes:
+            if md.heartbeat != md_beat:
+                md_beat, md_moved = md.heartbeat, now
+            top = md.top(symbol)
+            usable = (top is not None and md.synced and md_moved is not None
+                      and now - md_moved < 0.5 and top.bids[0][1] > 0 and top.asks[0][1] > 0)
+            if top is None:
+                pass                            # the writer was in the slot: decide next pass
+            elif quotes:
                 if not usable or (top.bids[0][0], top.asks[0][0]) != anchor:
                     if usable and not cancel_sent & quotes.keys():
                         n["moves"] += 1
@@ -169,6 +206,7 @@ def main() -> int:
                     cancel_open()
             elif usable and now >= resume_at and ch.venue_synced(venue):
                 anchor = (top.bids[0][0], top.asks[0][0])
+                sent = 0
                 for side, px in ((keel.BUY, anchor[0] - a.offset), (keel.SELL, anchor[1] + a.offset)):
                     order = ch.next_id()
                     try:
@@ -177,17 +215,19 @@ def main() -> int:
                         break
                     quotes[order] = side
                     n["placed"] += 1
-                say(f"quote {n['placed'] // 2}: buy {a.qty} @ {fmt(anchor[0] - a.offset)}, "
-                    f"sell {a.qty} @ {fmt(anchor[1] + a.offset)}")
+                    sent += 1
+                if sent == 2:
+                    say(f"quote {n['placed'] // 2}: buy {a.qty} @ {fmt(anchor[0] - a.offset)}, "
+                        f"sell {a.qty} @ {fmt(anchor[1] + a.offset)}")
         time.sleep(0.0002)
 
-    summary = {k: n[k] for k in ("placed", "accepted", "canceled", "filled", "bought", "sold",
-                                 "rejected", "refused", "cancel_rejected", "cancel_refused",
-                                 "unknown", "moves")}
+    summary = {k: n[k] for k in ("placed", "accepted", "canceled", "withdrawn", "filled", "bought",
+                                 "sold", "rejected", "refused", "cancel_rejected",
+                                 "cancel_refused", "unknown", "moves", "foreign")}
+    summary["stopped"] = f"final refusal: {final}" if final else why
     summary["refusals"] = dict(refusals)
-    summary["stopped"] = f"final refusal: {final}" if final else "done"
     print(json.dumps(summary))
-    return 1 if final else 0
+    return {"engine lost": 3, "orders still open": 4}.get(why, 1 if final else 0)
 
 
 if __name__ == "__main__":

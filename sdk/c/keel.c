@@ -164,6 +164,8 @@ int keel_attach(keel_channel *ch, const char *path, char *err, size_t err_len) {
   }
   store(ch, KEEL_OFF_STRATEGY_PID, (uint64_t)getpid());
   ch->next_seq = 1;
+  /* The heartbeat as found: only a change after this counts as the engine being seen alive. */
+  ch->seen_heartbeat = keel_engine_heartbeat(ch);
   goto out;
 unmap:
   munmap(ch->base, ch->len);
@@ -216,22 +218,35 @@ int keel_venue_name(const keel_channel *ch, unsigned index, char *out) {
   return padded_name(ch->base + at, KEEL_VENUE_NAME_LEN, out);
 }
 
-int keel_symbol_id(const keel_channel *ch, const char *name) {
+/* "no symbol 'X': the engine's are A B C" into ch->error. */
+static int no_such_name(keel_channel *ch, const char *what, const char *name, unsigned n,
+                        int (*name_at)(const keel_channel *, unsigned, char *)) {
+  size_t at = (size_t)snprintf(ch->error, sizeof ch->error, "no %s '%.32s': the engine's are", what,
+                               name);
+  char have[KEEL_VENUE_NAME_LEN + 1];
+  for (unsigned i = 0; i < n && at < sizeof ch->error; i++) {
+    name_at(ch, i, have);
+    at += (size_t)snprintf(ch->error + at, sizeof ch->error - at, " %s", have);
+  }
+  return KEEL_ERR_NAME;
+}
+
+int keel_symbol_id(keel_channel *ch, const char *name) {
   char have[KEEL_VENUE_NAME_LEN + 1];
   for (unsigned i = 0; i < keel_symbol_count(ch); i++) {
     keel_symbol_name(ch, i, have);
     if (strcmp(have, name) == 0) return (int)i;
   }
-  return KEEL_ERR_NAME;
+  return no_such_name(ch, "symbol", name, keel_symbol_count(ch), keel_symbol_name);
 }
 
-int keel_venue_id(const keel_channel *ch, const char *name) {
+int keel_venue_id(keel_channel *ch, const char *name) {
   char have[KEEL_VENUE_NAME_LEN + 1];
   for (unsigned i = 0; i < keel_venue_count(ch); i++) {
     keel_venue_name(ch, i, have);
     if (strcmp(have, name) == 0) return (int)i;
   }
-  return KEEL_ERR_NAME;
+  return no_such_name(ch, "venue", name, keel_venue_count(ch), keel_venue_name);
 }
 
 static uint64_t fnv(uint64_t h, const uint8_t *p, size_t n) {
@@ -575,7 +590,8 @@ static uint64_t md_relaxed(const keel_md *md, size_t off) {
 int keel_md_attach(keel_md *md, const char *path, char *err, size_t err_len) {
   memset(md, 0, sizeof *md);
   int r = KEEL_OK;
-  int fd = open(path, O_RDWR | O_CLOEXEC);
+  /* Read only: a reader can never disturb the engine or another reader. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat st;
   if (fd < 0) {
     snprintf(md->error, sizeof md->error, "%s: %s", path, strerror(errno));
@@ -589,7 +605,7 @@ int keel_md_attach(keel_md *md, const char *path, char *err, size_t err_len) {
     r = KEEL_ERR_LAYOUT;
     goto out;
   }
-  void *base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void *base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED) {
     snprintf(md->error, sizeof md->error, "%s: mmap: %s", path, strerror(errno));
@@ -610,7 +626,8 @@ int keel_md_attach(keel_md *md, const char *path, char *err, size_t err_len) {
     snprintf(md->error, sizeof md->error, "%s: version %u, depth %u (this library reads %u, %u)",
              path, version, depth, KEEL_MD_VERSION, KEEL_MD_DEPTH);
     r = KEEL_ERR_LAYOUT;
-  } else if (symbols == 0 || !is_power_of_two(cap) || (uint64_t)st.st_size != want) {
+  } else if (symbols == 0 || symbols > KEEL_MD_SYMBOLS_MAX || !is_power_of_two(cap) ||
+             cap > KEEL_CAPACITY_MAX || (uint64_t)st.st_size != want) {
     snprintf(md->error, sizeof md->error, "%s: %u symbols, capacity %u, %lld bytes", path,
              symbols, cap, (long long)st.st_size);
     r = KEEL_ERR_LAYOUT;

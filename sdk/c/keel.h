@@ -226,9 +226,10 @@ typedef struct keel_channel {
 int keel_attach(keel_channel *ch, const char *path, char *err, size_t err_len);
 void keel_detach(keel_channel *ch);
 
-/* Symbols and venues by name, from the table the engine wrote (index, or KEEL_ERR_NAME). */
-int keel_symbol_id(const keel_channel *ch, const char *name);
-int keel_venue_id(const keel_channel *ch, const char *name);
+/* Symbols and venues by name, from the table the engine wrote: the index, or KEEL_ERR_NAME
+ * with ch->error listing the engine's names. */
+int keel_symbol_id(keel_channel *ch, const char *name);
+int keel_venue_id(keel_channel *ch, const char *name);
 unsigned keel_symbol_count(const keel_channel *ch);
 unsigned keel_venue_count(const keel_channel *ch);
 /* The listed name at `index` into `out` (at least 17 bytes), without padding; 0 or -1. */
@@ -288,6 +289,7 @@ const char *keel_result_name(int result);
 #define KEEL_MD_DEPTH 5u
 #define KEEL_MD_SLOT_LEN 192u
 #define KEEL_MD_TRADE_LEN 64u
+#define KEEL_MD_SYMBOLS_MAX 65535u
 #define KEEL_MD_OFF_VERSION 8u
 #define KEEL_MD_OFF_SYMBOLS 12u
 #define KEEL_MD_OFF_TRADE_CAPACITY 16u
@@ -326,7 +328,7 @@ typedef struct keel_md {
   char error[256];
 } keel_md;
 
-/* Maps the market-data file and checks it; starts at the newest trade. */
+/* Maps the market-data file read-only and checks it; starts at the newest trade. */
 int keel_md_attach(keel_md *md, const char *path, char *err, size_t err_len);
 void keel_md_detach(keel_md *md);
 /* Every book in step with the venue (1), or the feed connecting or resyncing, or the engine

@@ -492,6 +492,11 @@ fn bad_use_gets_a_clear_error_and_never_harms_the_engine() {
         line.starts_with("error channel in use") && line.contains("writes this channel already"),
         "{line}"
     );
+    // An engine whose heartbeat never moved is not live, however its header reads; once it
+    // moves, it is.
+    assert_eq!(first.ask("live 1000"), "live 0");
+    engine.beat_engine();
+    assert_eq!(first.ask("live 1000"), "live 1");
     // Another table: refused, naming both.
     let answer = first.ask("declare MSFT,AAPL sim");
     assert!(
@@ -600,6 +605,10 @@ fn c_reads_the_engine_s_market_data() {
     assert_eq!(num("KEEL_MD_DEPTH"), keel::feed::fanout::DEPTH as u64);
     assert_eq!(num("KEEL_MD_SLOT_LEN"), SLOT_LEN as u64);
     assert_eq!(num("KEEL_MD_TRADE_LEN"), TRADE_LEN as u64);
+    assert_eq!(
+        num("KEEL_MD_SYMBOLS_MAX"),
+        u64::from(keel::ipc::md::SYMBOLS_MAX)
+    );
     for (name, at) in [
         ("VERSION", md_offset::VERSION),
         ("SYMBOLS", md_offset::SYMBOLS),

@@ -403,6 +403,10 @@ print("second", second.stdout.strip(), second.stderr.strip())
 says("table", lambda: ch.declare_table(["MSFT", "AAPL"], ["sim"]))
 says("symbol", lambda: ch.symbol("IBM"))
 says("side", lambda: ch.place(ch.next_id(), 0, 0, 3, 1, 1))
+says("venue", lambda: ch.place(ch.next_id(), 70000, 0, keel.BUY, 1, 1))
+says("id", lambda: ch.cancel(-1))
+says("missing", lambda: keel.Channel(path + ".missing"))
+says("directory", lambda: keel.MarketData("/"))
 n = 0
 try:
     while True:
@@ -425,6 +429,21 @@ except keel.RingFull as e:
     assert!(find("table").contains("TableError") && find("table").contains("['AAPL', 'MSFT']"));
     assert!(find("symbol").contains("NameError_ no symbol 'IBM'"));
     assert!(find("side").contains("side 3"));
+    // Bad values and bad files are keel errors naming them, never a struct or OS exception.
+    assert!(
+        find("venue").contains("ChannelError venue 70000"),
+        "{lines:?}"
+    );
+    assert!(find("id").contains("ChannelError order id -1"), "{lines:?}");
+    assert!(
+        find("missing").contains("ChannelError")
+            && find("missing").contains(".missing: No such file"),
+        "{lines:?}"
+    );
+    assert!(
+        find("directory").starts_with("directory ChannelError"),
+        "{lines:?}"
+    );
     assert!(
         find("full").starts_with("full 8 the command ring is full"),
         "{lines:?}"

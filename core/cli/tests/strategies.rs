@@ -83,6 +83,26 @@ impl World {
         world
     }
 
+    /// How many times the engine declared `strategy` lost (`keel ctl status`).
+    fn lost(&self, strategy: u16) -> u64 {
+        let out = Process::new(peers::KEEL)
+            .args(["ctl", "--config"])
+            .arg(self.dir.path().join("keel.toml"))
+            .arg("status")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("strategy {strategy}:")))
+            .unwrap_or_else(|| panic!("strategy {strategy} in {text}"));
+        line.split(", ")
+            .find_map(|w| w.strip_prefix("lost "))
+            .unwrap_or_else(|| panic!("lost in {line}"))
+            .parse()
+            .unwrap()
+    }
+
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join("ipc").join(name)
     }
@@ -138,7 +158,8 @@ fn repo(path: &str) -> PathBuf {
 }
 
 /// The strategy's one JSON line, checked to be a clean stop with every order accounted for:
-/// each placed order was accepted or refused, each accepted one canceled or filled.
+/// each placed order was accepted, refused, or withdrawn inside keel (canceled before it
+/// left), each accepted one canceled or filled.
 fn summary(who: &str, out: &Output, quotes: u64) -> Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -153,7 +174,7 @@ fn summary(who: &str, out: &Output, quotes: u64) -> Value {
     assert_eq!(v["stopped"], "done", "{who}: {v}");
     assert_eq!(n("placed"), 2 * quotes, "{who}: {v}");
     assert_eq!(
-        n("accepted") + n("refused") + n("rejected"),
+        n("accepted") + n("refused") + n("rejected") + n("withdrawn"),
         n("placed"),
         "{who}: every order answered: {v}"
     );
@@ -298,6 +319,73 @@ fn the_example_strategies_trade_and_the_venue_agrees() {
     common::sdk::build_c(&probe, &["sdk/c/tests/probe.c"]);
     let md = world.path("md-0");
     const QUOTES: u64 = 12;
+
+    // Careless use, refused by name before anything is sent: an unknown symbol, and a market
+    // data file whose engine is gone (a stale copy: its heartbeat never moves), which is
+    // never quoted on.
+    let out = Process::new(&bin)
+        .arg(world.path("strategy-1"))
+        .arg(&md)
+        .args(["XXX", "sim", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no symbol 'XXX': the engine's are AAPL MSFT AMZN NVDA"),
+        "{stderr}"
+    );
+    let stale = world.dir.path().join("md-stale");
+    std::fs::copy(&md, &stale).unwrap();
+    let child = Process::new(&bin)
+        .arg(world.path("strategy-1"))
+        .arg(&stale)
+        .args(["NVDA", "sim", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It is live with the engine (its channel is real) and waits for market data that moves.
+    wait_until("the quoter attached", || {
+        strategy_pid(&world.path("strategy-1")) == u64::from(child.id())
+    });
+    std::thread::sleep(Duration::from_millis(1_500));
+    // SAFETY: a signal to our own child.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM)
+    };
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["placed"].as_u64(), v["stopped"].as_str()),
+        (Some(0), Some("done")),
+        "{v}"
+    );
+
+    // A quoter killed mid-run leaves the engine's answers (its cancels on the loss) in the
+    // channel: the next one on it counts only its own orders.
+    let before = world.venue_counts();
+    let mut doomed = Process::new(&bin)
+        .arg(world.path("strategy-1"))
+        .arg(&md)
+        .args(["NVDA", "sim", "100000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the doomed quoter's orders at the venue", || {
+        world.venue_counts()[0] >= before[0] + 6
+    });
+    let lost = world.lost(1);
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    wait_until("the engine declares the strategy lost", || {
+        world.lost(1) > lost
+    });
+    wait_until("the engine cancels a lost strategy's orders", || {
+        world.venue_counts()[4] == 0
+    });
 
     // C, on strategy 1.
     let before = world.venue_counts();

@@ -110,6 +110,30 @@ def fingerprint(symbols: Sequence[str], venues: Sequence[str]) -> int:
     return max(h, 1)
 
 
+def _map(path: str, header_len: int, writable: bool) -> mmap.mmap:
+    """Maps the whole file; an OS refusal (no such file, a directory, no permission) or a file
+    shorter than the header is a ChannelError naming the path."""
+    try:
+        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+    except OSError as e:
+        raise ChannelError(f"{path}: {e.strerror}") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size < header_len:
+            raise LayoutError(f"{path}: {size} bytes, shorter than the {header_len}-byte header")
+        try:
+            return mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+        except OSError as e:
+            raise ChannelError(f"{path}: mmap: {e.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _check_u(what: str, value: int, bits: int) -> None:
+    if not isinstance(value, int) or not 0 <= value < 1 << bits:
+        raise ChannelError(f"{what} {value!r}: not in 0..{(1 << bits) - 1}")
+
+
 def _pid_alive(pid: int) -> bool:
     if pid <= 0 or pid > 0x7FFFFFFF:
         return False
@@ -135,14 +159,10 @@ class Channel:
             raise ChannelError(f"this client needs x86-64 (its store order), not {platform.machine()}")
         self.path = path
         self.stale_after_s = stale_after_s
-        fd = os.open(path, os.O_RDWR)
-        try:
-            size = os.fstat(fd).st_size
-            if size < HEADER_LEN:
-                raise LayoutError(f"{path}: {size} bytes, shorter than the {HEADER_LEN}-byte header")
-            self._m = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
+        self._m = _map(path, HEADER_LEN, writable=True)
+        size = len(self._m)
+        if size % 8:
+            raise LayoutError(f"{path}: {size} bytes, not a keel channel (not whole words)")
         self._w = memoryview(self._m).cast("Q")
         if self._m[0:8] != MAGIC:
             raise LayoutError(f"{path}: not a keel channel (magic {bytes(self._m[0:8])!r})")
@@ -358,18 +378,27 @@ class Channel:
             raise ChannelError(f"time in force {tif}: keel.DAY or keel.IOC")
         if not 0 <= qty < 1 << 32 or not -(1 << 63) <= price < 1 << 63:
             raise ChannelError(f"qty {qty} or price {price} out of the record's range")
+        _check_u("order id", order_id, 64)
+        _check_u("venue", venue, 16)
+        _check_u("symbol", symbol, 16)
         r = bytearray(RECORD_LEN)
         r[4], r[5], r[6], r[7] = CMD_NEW, side, tif, FLAG_REDUCE_ONLY if reduce_only else 0
         struct.pack_into("<QHHxxxxIxxxxq", r, 16, order_id, venue, symbol, qty, price)
         self._push(r)
 
     def cancel(self, order_id: int) -> None:
+        _check_u("order id", order_id, 64)
         r = bytearray(RECORD_LEN)
         r[4] = CMD_CANCEL
         struct.pack_into("<Q", r, 16, order_id)
         self._push(r)
 
     def replace(self, order_id: int, new_id: int, qty: int, price: int) -> None:
+        _check_u("order id", order_id, 64)
+        _check_u("new id", new_id, 64)
+        _check_u("qty", qty, 32)
+        if not -(1 << 63) <= price < 1 << 63:
+            raise ChannelError(f"price {price} out of the record's range")
         r = bytearray(RECORD_LEN)
         r[4] = CMD_REPLACE
         struct.pack_into("<QQIxxxxq", r, 16, order_id, new_id, qty, price)
@@ -377,6 +406,8 @@ class Channel:
 
     def mass_cancel(self, symbol: Optional[int] = None) -> None:
         """Cancels every open order of this strategy, or only those in `symbol`."""
+        if symbol is not None:
+            _check_u("symbol", symbol, 16)
         r = bytearray(RECORD_LEN)
         r[4], r[5] = CMD_MASS_CANCEL, SCOPE_STRATEGY if symbol is None else SCOPE_SYMBOL
         struct.pack_into("<H", r, 26, 0 if symbol is None else symbol)

@@ -12,13 +12,11 @@ Words are read through a memoryview cast to 'Q' (one aligned 8-byte load each on
 loads keep their order: what a seqlock reader needs).
 """
 
-import mmap
-import os
 import struct
 from dataclasses import dataclass
 from typing import List, Optional, Tuple, Union
 
-from .channel import LayoutError, NameError_
+from .channel import LayoutError, NameError_, _map
 from .layout import HEADER_LEN
 
 MD_MAGIC = b"KEELMD\0\0"
@@ -63,21 +61,16 @@ class MarketData:
     """A reader of the engine's market-data file; starts at the newest trade."""
 
     def __init__(self, path: str):
-        fd = os.open(path, os.O_RDWR)
-        try:
-            size = os.fstat(fd).st_size
-            if size < HEADER_LEN:
-                raise LayoutError(f"{path}: {size} bytes, shorter than the header")
-            self._m = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        if self._m[0:8] != MD_MAGIC:
+        # Read only: a reader can never disturb the engine or another reader.
+        self._m = _map(path, HEADER_LEN, writable=False)
+        size = len(self._m)
+        if self._m[0:8] != MD_MAGIC or size % 8:
             raise LayoutError(f"{path}: not a keel market-data file")
         version, symbols, cap, depth = struct.unpack_from("<IIII", self._m, MD_OFFSETS["VERSION"])
         if version != MD_VERSION or depth != MD_DEPTH:
             raise LayoutError(f"{path}: version {version}, depth {depth} (this package reads {MD_VERSION}, {MD_DEPTH})")
         want = HEADER_LEN + symbols * MD_SLOT_LEN + cap * MD_TRADE_LEN
-        if symbols == 0 or cap == 0 or cap & (cap - 1) or size != want:
+        if not 0 < symbols <= 65_535 or cap == 0 or cap & (cap - 1) or cap > 1 << 20 or size != want:
             raise LayoutError(f"{path}: {symbols} symbols, capacity {cap}, {size} bytes")
         self._w = memoryview(self._m).cast("Q")
         self.symbols, self.trade_capacity = symbols, cap

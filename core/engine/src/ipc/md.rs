@@ -24,7 +24,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use memmap2::MmapMut;
+use memmap2::{Mmap, MmapMut};
 
 use super::{map, IpcError, HEADER_LEN};
 use crate::feed::fanout::{BookTop, TradeTick, DEPTH};
@@ -71,11 +71,20 @@ fn file_len(symbols: u32, capacity: u32) -> usize {
     HEADER_LEN + symbols as usize * SLOT_LEN + capacity as usize * TRADE_LEN
 }
 
+/// The writer's mapping (read-write) or a reader's (read-only: a reader can never disturb the
+/// engine or another reader). Held only to keep the mapping alive.
+#[derive(Debug)]
+#[allow(dead_code)]
+enum Mapping {
+    Write(MmapMut),
+    Read(Mmap),
+}
+
 /// The mapping and where things are in it.
 #[derive(Debug)]
 struct Mapped {
     base: *mut u8,
-    _map: MmapMut,
+    _map: Mapping,
     symbols: u32,
     capacity: u32,
 }
@@ -159,7 +168,7 @@ impl MdWriter {
         Ok(Self {
             m: Mapped {
                 base,
-                _map: map,
+                _map: Mapping::Write(map),
                 symbols,
                 capacity: trade_capacity,
             },
@@ -261,8 +270,7 @@ pub struct MdReader {
 }
 
 impl MdReader {
-    /// Maps the file read-only... in practice read-write (atomics need a writable mapping on
-    /// some platforms; this end never stores) and checks its header. Starts at the newest
+    /// Maps the file read-only and checks its header. Starts at the newest
     /// trade (history before attaching is not replayed).
     pub fn open(path: &Path) -> Result<Self, IpcError> {
         let bad = |what: String| IpcError::BadHeader {
@@ -271,7 +279,6 @@ impl MdReader {
         };
         let file = OpenOptions::new()
             .read(true)
-            .write(true)
             .open(path)
             .map_err(|source| IpcError::Io {
                 path: path.to_path_buf(),
@@ -281,7 +288,14 @@ impl MdReader {
         if len < HEADER_LEN as u64 {
             return Err(bad(format!("{len} bytes, shorter than the header")));
         }
-        let mut map = map(path, &file)?;
+        // SAFETY: as for every keel mapping (`super::map`): the file is shared on purpose, every
+        // shared word is read atomically, and keel never truncates a mapped file. This end only
+        // loads (a read-only mapping: an x86-64 load needs no write access).
+        #[allow(unsafe_code)]
+        let map = unsafe { Mmap::map(&file) }.map_err(|source| IpcError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let u32_at = |at: usize| u32::from_le_bytes(map[at..at + 4].try_into().expect("4"));
         if map[..8] != MD_MAGIC {
             return Err(bad(format!(
@@ -307,10 +321,11 @@ impl MdReader {
                 file_len(symbols, capacity)
             )));
         }
-        let base = map.as_mut_ptr();
+        // Only ever loaded through (`MdReader` stores nothing).
+        let base = map.as_ptr().cast_mut();
         let m = Mapped {
             base,
-            _map: map,
+            _map: Mapping::Read(map),
             symbols,
             capacity,
         };

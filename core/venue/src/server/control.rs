@@ -593,10 +593,13 @@ pub const CONTROL_COMMANDS: [(&str, &str); 37] = [
     ),
     ("refuse on|off", "close every new connection at once"),
     ("stall MS", "stop reading from clients for MS (0..=60000)"),
-    ("drop", "drop every connection now"),
+    (
+        "drop",
+        "drop every order-entry connection now (market data stays)",
+    ),
     (
         "restart",
-        "drop every connection; books and sequences are kept",
+        "drop every order-entry connection; books and sequences are kept",
     ),
     (
         "reject-burst N",
