@@ -6,6 +6,7 @@ mod ctl;
 mod drill;
 mod dump;
 mod fetch;
+pub mod preflight;
 mod run;
 mod stat;
 
@@ -121,6 +122,12 @@ enum Command {
     Journal(dump::JournalArgs),
     /// The wire log: `keel log dump FILE` prints every message to and from the venues.
     Log(dump::LogArgs),
+    /// Read the host and the configuration together: loop cores isolated, frequency governor,
+    /// C-states, transparent huge pages, swap, interrupts on the loop cores, io_uring allowed,
+    /// memory lockable, open files, clock synchronised, invariant TSC. One line per check
+    /// (`ok`, `warn`, `?`), what to do for each warning (docs/tuning.md); changes nothing.
+    /// `keel run` prints the same warnings at start. Exit 0 (1 with `--strict` and a warning).
+    Preflight(preflight::PreflightArgs),
     /// Print a complete configuration file with every key at its default value (one example
     /// venue and feed, to be edited; see docs/config.md).
     Defaults,
@@ -168,6 +175,7 @@ where
                 | Command::Fetch(_)
                 | Command::Journal(_)
                 | Command::Log(_)
+                | Command::Preflight(_)
         )
     {
         // A report to a reader that went away (`keel defaults | head`): end quietly, as
@@ -187,6 +195,7 @@ where
         Command::Gateway(args) => gateway::run(args),
         Command::Journal(args) => dump::journal(args),
         Command::Log(args) => dump::log(args),
+        Command::Preflight(args) => preflight::run(args),
         Command::Defaults => defaults(),
         Command::ConfigCheck { file } => config_check(&file),
         #[cfg(feature = "simulator")]

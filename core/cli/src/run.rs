@@ -260,6 +260,12 @@ fn load(
     for w in config.warnings() {
         keel::warn_line!("keel: warning: {w}");
     }
+    // The host against what the benchmarks assume: warnings only (docs/tuning.md).
+    for c in crate::preflight::for_config(&config) {
+        if let crate::preflight::Verdict::Warn(_) = c.verdict {
+            keel::warn_line!("keel: preflight: {}", crate::preflight::line(&c));
+        }
+    }
     let (Some(journal), Some(ipc)) = (config.journal.clone(), config.ipc.clone()) else {
         keel::warn_line!(
             "keel run: {}: needs a [journal] table (orders must survive a crash) and an [ipc] \

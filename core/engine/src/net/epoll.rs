@@ -338,6 +338,7 @@ impl EpollReactor {
             WaitMode::Blocking if self.pending.is_empty() => wait_ms(timeout_ns),
             WaitMode::Blocking | WaitMode::BusyPoll => 0,
         };
+        self.stats.kernel_entries += 1;
         // SAFETY: `ready` is a live buffer of EVENTS_PER_WAIT epoll_event the kernel may fill.
         let n = unsafe {
             libc::epoll_wait(

@@ -202,6 +202,10 @@ pub struct NetStats {
     pub retries: u64,
     /// Connections reset by the peer (ECONNRESET, or EPIPE on a write).
     pub resets: u64,
+    /// Times `poll` and `flush` entered the kernel (`io_uring_enter`, `epoll_wait`). A
+    /// busy-polling io_uring loop enters only with submissions queued or completions waiting
+    /// for it (the ring's task-run flag): an idle pass makes no system call.
+    pub kernel_entries: u64,
 }
 
 /// What the session, feed and venue drivers need from a transport: keel's io_uring

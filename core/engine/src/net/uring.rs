@@ -290,6 +290,7 @@ impl Reactor {
         if self.ring.submission().is_empty() {
             return Ok(());
         }
+        self.stats.kernel_entries += 1;
         match self.ring.submit() {
             Ok(_) => Ok(()),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => Ok(()),
@@ -336,11 +337,30 @@ impl Reactor {
             .map(|Reverse((d, _))| d.saturating_sub(now_ns));
         let wait_ns = next_timer.map_or(timeout_ns, |t| t.min(timeout_ns));
         let result = match self.config.wait {
-            WaitMode::BusyPoll => self.ring.submit(),
+            // Completions are read from the shared ring; the kernel is entered only to hand it
+            // submissions or to let it post completions it holds for this thread (cooperative
+            // task running raises the task-run flag then). Nothing to do: no system call.
+            // A blocking loop that must not wait (a timeout of 0, or completions already
+            // there) is the same.
+            WaitMode::BusyPoll | WaitMode::Blocking
+                if (self.config.wait == WaitMode::BusyPoll
+                    || wait_ns == 0
+                    || !self.ring.completion().is_empty())
+                    && self.ring.submission().is_empty()
+                    && !self.ring.submission().taskrun() =>
+            {
+                Ok(0)
+            }
+            WaitMode::BusyPoll => {
+                self.stats.kernel_entries += 1;
+                self.ring.submit()
+            }
             WaitMode::Blocking if wait_ns == 0 || !self.ring.completion().is_empty() => {
+                self.stats.kernel_entries += 1;
                 self.ring.submit()
             }
             WaitMode::Blocking => {
+                self.stats.kernel_entries += 1;
                 let ts = types::Timespec::new()
                     .sec(wait_ns / 1_000_000_000)
                     .nsec((wait_ns % 1_000_000_000) as u32);
@@ -735,18 +755,23 @@ impl Reactor {
     }
 }
 
-/// Builds the ring. Without SQPOLL, the owning thread enters the kernel on every poll, so
-/// completions need no inter-processor interrupt: task work runs on the next entry
-/// (cooperative task running, single issuer). That halves the loopback round trip on a VM
-/// (see docs/benchmarks.md, order round trip). Kernels without these flags (before 6.0) get
-/// a plain ring. The ring must be used by the thread that created it.
+/// Builds the ring. Without SQPOLL, completions need no inter-processor interrupt: task work
+/// runs on the owning thread's next entry (cooperative task running, single issuer), and the
+/// kernel raises the ring's task-run flag when it has some, so a busy-polling loop enters only
+/// then or with submissions queued. That halves the loopback round trip on a VM (see
+/// docs/benchmarks.md, order round trip). Kernels without these flags (before 6.0) get a plain
+/// ring, whose completions arrive by interrupt (the flag then never rises). The ring must be
+/// used by the thread that created it.
 fn build_ring(config: &ReactorConfig) -> std::io::Result<IoUring> {
     let mut builder = IoUring::builder();
     if let Some(idle) = config.sqpoll_idle_ms {
         builder.setup_sqpoll(idle);
         return builder.build(config.ring_entries);
     }
-    builder.setup_coop_taskrun().setup_single_issuer();
+    builder
+        .setup_coop_taskrun()
+        .setup_taskrun_flag()
+        .setup_single_issuer();
     match builder.build(config.ring_entries) {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::new(config.ring_entries),
         other => other,

@@ -70,3 +70,56 @@ fn setup_failure_names_the_cause() {
     );
     assert_eq!(crate::net::TransportKind::Epoll.fallback(&err), None);
 }
+
+// Goal: a busy-polling loop enters the kernel only when it has work: an idle pass makes no
+// system call (completions are read from the shared ring; the kernel is entered to submit or
+// when it raises the ring's task-run flag), and a busy loop's entries stay bounded by its
+// messages. Method: count the reactor's kernel entries over 100,000 idle passes (none), then
+// over 1,000 pings echoed (each one read and one written: one entry to submit the write, and
+// at most one each for the read's and the write's completions).
+#[test]
+fn a_busy_polling_loop_enters_the_kernel_only_with_work() {
+    let mut r = Reactor::new(ReactorConfig {
+        wait: WaitMode::BusyPoll,
+        ..config(2, 4096)
+    })
+    .expect("io_uring available on the test host");
+    let (_, addr) = r.listen(loopback()).unwrap();
+    let mut events = Vec::new();
+    let (mut peer, conn) = accept_one(&mut r, addr, &mut events);
+    peer.write_all(b"p").unwrap();
+    poll_until(&mut r, &mut events, |r, _| r.received(conn) == b"p");
+    r.consume(conn, 1);
+    r.poll(0, 0, &mut events).unwrap(); // hands the kernel the receive re-armed by consume
+
+    let idle_from = r.stats().kernel_entries;
+    for _ in 0..100_000 {
+        r.poll(0, 0, &mut events).unwrap();
+    }
+    assert_eq!(
+        r.stats().kernel_entries,
+        idle_from,
+        "an idle busy-polling loop entered the kernel"
+    );
+
+    const PINGS: usize = 1_000;
+    let busy_from = r.stats().kernel_entries;
+    let mut echoed = 0;
+    let mut got = [0u8; 1];
+    for _ in 0..PINGS {
+        peer.write_all(b"x").unwrap();
+        poll_until(&mut r, &mut events, |r, _| !r.received(conn).is_empty());
+        let n = r.received(conn).len();
+        r.consume(conn, n);
+        r.send(conn, b"y").unwrap();
+        r.flush().unwrap();
+        peer.read_exact(&mut got).unwrap();
+        echoed += n;
+    }
+    let entries = r.stats().kernel_entries - busy_from;
+    assert_eq!(echoed, PINGS);
+    assert!(
+        entries >= PINGS as u64 && entries <= 3 * PINGS as u64 + 10,
+        "{entries} kernel entries for {PINGS} pings echoed"
+    );
+}
