@@ -534,6 +534,22 @@ impl Storm {
     }
 }
 
+/// The open orders `keel ctl status` counts (pending ones included).
+fn keel_open_count(config: &Path) -> u64 {
+    let out = Process::new(common::peers::KEEL)
+        .args(["ctl", "--config"])
+        .arg(config)
+        .arg("status")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .next()
+        .and_then(|l| l.rsplit("open orders ").next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
 fn open_lines(report: &str) -> BTreeSet<String> {
     report
         .lines()
@@ -626,13 +642,22 @@ fn kill_dash_nine_mid_storm(layout: Layout) {
         storm.step(10);
         std::thread::sleep(Duration::from_millis(2));
     }
-    // Quiet: let every answer arrive, then stop the engine cleanly.
-    let quiet_until = Instant::now() + Duration::from_millis(1_500);
-    while Instant::now() < quiet_until {
+    // Quiet: wait for the fact that every answer arrived — as many orders open at keel
+    // (pending ones included) as at the venue; keel's are a superset until then — and stop
+    // the engine cleanly.
+    let venue_open_count = || -> u64 {
+        control(&control_addr, "open-orders")
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    wait_until("every answer at keel", Duration::from_secs(60), || {
         storm.channel.beat_strategy();
         storm.drain();
-        std::thread::sleep(Duration::from_millis(5));
-    }
+        keel_open_count(&config) == venue_open_count()
+    });
     let report = common::peers::stop_keel_run(engine, &log2);
     let ran = format!("keel run: executor transport {}", layout.transport);
     assert!(report.lines().any(|l| l == ran), "{report}");
