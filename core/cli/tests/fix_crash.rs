@@ -10,10 +10,7 @@
 use std::time::{Duration, Instant};
 
 use keel::ipc::{Channel, IpcEvent};
-use keel::order::{
-    ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
-    VenueId,
-};
+use keel::order::{Command, EventKind, NewOrder};
 
 mod common;
 
@@ -29,16 +26,7 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 fn order(seq: u64) -> NewOrder {
-    NewOrder {
-        id: ClientOrderId::new(StrategyId(0), seq).unwrap(),
-        venue: VenueId(0),
-        symbol: SymbolId(1),
-        side: Side::Buy,
-        price: Price::from_units(50, 0),
-        qty: 10,
-        tif: TimeInForce::Day,
-        reduce_only: false,
-    }
+    common::resting_buy(0, seq)
 }
 
 /// Collects events until every id in `ids` has one `want` accepts.

@@ -13,10 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::peers;
 use keel::ipc::{Channel, EngineState};
-use keel::order::{
-    ClientOrderId, Command, EventKind, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
-    VenueId,
-};
+use keel::order::{ClientOrderId, Command, EventKind, NewOrder, VenueId};
 
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -125,16 +122,7 @@ fn trace(
 }
 
 fn order(seq: u64) -> NewOrder {
-    NewOrder {
-        id: ClientOrderId::new(StrategyId(1), seq).unwrap(),
-        venue: VenueId(0),
-        symbol: SymbolId(1),
-        side: Side::Buy,
-        price: Price::from_units(50, 0),
-        qty: 10,
-        tif: TimeInForce::Day,
-        reduce_only: false,
-    }
+    common::resting_buy(1, seq)
 }
 
 /// Waits for `id`'s event of `kind` on the channel (beating meanwhile).

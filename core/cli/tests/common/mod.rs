@@ -24,6 +24,21 @@ use keel::order::{
     Side, StrategyId, SymbolId, TimeInForce, VenueId, VenueRequest,
 };
 
+/// Buy 10 of symbol 1 at 50.0000 on venue 0 for `strategy`, its `seq`th order: a day order
+/// that rests (nothing sells that low).
+pub fn resting_buy(strategy: u16, seq: u64) -> NewOrder {
+    NewOrder {
+        id: ClientOrderId::new(StrategyId(strategy), seq).unwrap(),
+        venue: VenueId(0),
+        symbol: SymbolId(1),
+        side: Side::Buy,
+        price: Price::from_units(50, 0),
+        qty: 10,
+        tif: TimeInForce::Day,
+        reduce_only: false,
+    }
+}
+
 pub const MS: u64 = 1_000_000;
 pub const SEC: u64 = 1_000_000_000;
 
