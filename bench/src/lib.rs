@@ -119,7 +119,10 @@ pub fn print_header_in(unit: &str, scale: &str, baseline: &str) {
 /// until `stop`; returns the thread and the venue's order-entry address.
 pub fn venue_thread(
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> (std::thread::JoinHandle<()>, std::net::SocketAddr) {
+) -> (
+    std::thread::JoinHandle<keel_venue::exchange::ExchangeStats>,
+    std::net::SocketAddr,
+) {
     let (thread, addr, _) = venue_thread_serving(stop, false);
     (thread, addr)
 }
@@ -129,15 +132,14 @@ pub fn venue_thread_serving(
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     fix: bool,
 ) -> (
-    std::thread::JoinHandle<()>,
+    std::thread::JoinHandle<keel_venue::exchange::ExchangeStats>,
     std::net::SocketAddr,
     Option<std::net::SocketAddr>,
 ) {
-    use keel::clock::{Clock, TscClock};
-    use keel_venue::server::{FixConfig, VenueConfig, VenueServer};
-    let (tx, rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let mut venue = VenueServer::new(VenueConfig {
+    use keel_venue::server::{FixConfig, VenueConfig};
+    let (thread, addr, fix_addr) = venue_thread_with(
+        stop,
+        VenueConfig {
             wait: keel::net::WaitMode::Blocking,
             flow: keel_venue::flow::FlowConfig {
                 events_per_sec: 0,
@@ -145,14 +147,33 @@ pub fn venue_thread_serving(
             },
             fix: fix.then(FixConfig::default),
             ..VenueConfig::default()
-        })
-        .expect("venue");
+        },
+    );
+    (thread, addr, fix_addr)
+}
+
+/// A venue with `config` stepped by a thread of its own until `stop`; the thread returns the
+/// exchange's counts at the end. Returns it, the order-entry address and the FIX address.
+pub fn venue_thread_with(
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    config: keel_venue::server::VenueConfig,
+) -> (
+    std::thread::JoinHandle<keel_venue::exchange::ExchangeStats>,
+    std::net::SocketAddr,
+    Option<std::net::SocketAddr>,
+) {
+    use keel::clock::{Clock, TscClock};
+    use keel_venue::server::VenueServer;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let mut venue = VenueServer::new(config).expect("venue");
         tx.send((venue.local_addr(), venue.fix_addr()))
             .expect("main waits");
         let clock = TscClock::new();
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             venue.step(clock.now_ns(), 1_000_000).expect("venue step");
         }
+        venue.exchange().stats()
     });
     let (addr, fix_addr) = rx.recv().expect("venue address");
     (thread, addr, fix_addr)

@@ -58,6 +58,10 @@ pub struct ExchangeConfig {
     /// Every symbol's reference price before its first trade (`None`: the collar starts with
     /// the first trade).
     pub reference_price: Option<i64>,
+    /// Sink mode (`keel venue --sink`), for throughput benchmarks: every valid order is
+    /// accepted and stays open until canceled, but never enters a book, so nothing matches,
+    /// trades or moves market data. Validation, sequencing, cancels and replay are as usual.
+    pub sink: bool,
 }
 
 /// The widest price collar, percent (100: anything from 0 to twice the reference).
@@ -82,6 +86,7 @@ impl Default for ExchangeConfig {
             price_max: PRICE_MAX_DEFAULT,
             price_band_pct: 0,
             reference_price: None,
+            sink: false,
         }
     }
 }
@@ -760,7 +765,9 @@ impl Exchange {
         };
         self.emit(account, &msg);
         let ioc = fields.tif == b'3';
-        self.match_order(now_ns, order_ref, !ioc);
+        if !self.config.sink {
+            self.match_order(now_ns, order_ref, !ioc);
+        }
         if ioc {
             self.close_unfilled(now_ns, order_ref, b'I');
         }
@@ -1045,9 +1052,13 @@ impl Exchange {
             );
         };
         let symbol = self.orders[&order_ref].symbol;
-        let taken = self.books[usize::from(symbol)]
-            .reduce(order_ref, leave_qty)
-            .unwrap_or(0);
+        let taken = if self.config.sink {
+            open - leave_qty // never booked: the whole difference comes off
+        } else {
+            self.books[usize::from(symbol)]
+                .reduce(order_ref, leave_qty)
+                .unwrap_or(0)
+        };
         let order = self.orders.get_mut(&order_ref).expect("looked up above");
         order.open_qty -= taken;
         self.stats.canceled += 1;

@@ -178,6 +178,11 @@ pub struct VenueArgs {
     /// counted (`stats`: `stream_full_drops`). About 50 bytes each: 4,000,000 is ~200 MB.
     #[arg(long, default_value_t = 4_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     stream_messages_max: u64,
+    /// Sink mode, for throughput benchmarks: accept every valid order and leave it open until
+    /// canceled, never booking or matching it (the synthetic flow, if any, still trades among
+    /// itself). Answers leave in batches, one write per session per pass.
+    #[arg(long)]
+    sink: bool,
     /// Seconds between pings to market-data clients (silent for 3 intervals: closed, 4002).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     md_ping_s: u64,
@@ -265,6 +270,7 @@ fn venue_config(
             price_max: args.price_max,
             price_band_pct: args.price_band_pct,
             stream_messages_max: args.stream_messages_max as usize,
+            sink: args.sink,
             reference_price: (args.price_band_pct > 0)
                 .then_some(FlowConfig::default().reference_price),
             ..ExchangeConfig::default()

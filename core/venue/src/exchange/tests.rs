@@ -621,3 +621,72 @@ fn a_full_stream_counts_what_it_drops() {
     assert_eq!(ex.stats().accepted, 4);
     assert_eq!(ex.stats().stream_full_drops, 2);
 }
+
+// Goal: a sink venue accepts and cancels like any venue but never books or matches, so a
+// crossing pair of orders stays open on both sides and no trade reaches market data.
+#[test]
+fn a_sink_accepts_and_cancels_without_matching() {
+    let mut ex = Exchange::new(ExchangeConfig {
+        sink: true,
+        ..ExchangeConfig::default()
+    });
+    let a = login(&mut ex, "alice");
+    enter(&mut ex, a, 1, fields(b'B', 100, 10_0000, b'0', "A1"));
+    enter(&mut ex, a, 2, fields(b'S', 100, 9_0000, b'0', "A2"));
+    ex.synthetic(3, 0, Side::Sell, 9_0000, 60, true);
+    assert_eq!(ex.order_of(a, 1).unwrap().open_qty, 100, "nothing traded");
+    assert_eq!(ex.order_of(a, 2).unwrap().open_qty, 100);
+    ex.handle(
+        4,
+        a,
+        &Inbound::CancelOrder {
+            user_ref: 1,
+            qty: 30,
+        },
+    );
+    ex.handle(
+        5,
+        a,
+        &Inbound::CancelOrder {
+            user_ref: 1,
+            qty: 0,
+        },
+    );
+    ex.handle(
+        6,
+        a,
+        &Inbound::CancelOrder {
+            user_ref: 1,
+            qty: 0,
+        },
+    );
+    // An order that was never valid is still rejected: sink mode keeps validation.
+    enter(&mut ex, a, 7, fields(b'B', 0, 10_0000, b'0', "A7"));
+    let s = stream(&ex, a);
+    assert!(matches!(s[0], Outbound::Accepted(o) if o.user_ref == 1));
+    assert!(matches!(s[1], Outbound::Accepted(o) if o.user_ref == 2));
+    assert!(matches!(
+        s[2],
+        Outbound::Canceled {
+            user_ref: 1,
+            qty: 70,
+            ..
+        }
+    ));
+    assert!(matches!(
+        s[3],
+        Outbound::Canceled {
+            user_ref: 1,
+            qty: 30,
+            ..
+        }
+    ));
+    assert!(matches!(s[4], Outbound::CancelReject { user_ref: 1, .. }));
+    assert!(matches!(s[5], Outbound::Rejected { user_ref: 7, .. }));
+    assert_eq!(s.len(), 6, "no execution reached the account");
+    assert_eq!(ex.stats().accepted, 2);
+    assert!(
+        ex.book(0).best().0.is_none(),
+        "the account's bid never booked"
+    );
+}
