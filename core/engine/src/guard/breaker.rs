@@ -337,7 +337,17 @@ impl Breaker {
     }
 
     /// Applies transitions that are due by time alone.
+    #[inline]
     fn tick(&mut self, now_ns: u64) {
+        // The common case, closed, costs one compare and no call.
+        if matches!(self.state, BreakerState::Closed) {
+            return;
+        }
+        self.tick_slow(now_ns);
+    }
+
+    #[cold]
+    fn tick_slow(&mut self, now_ns: u64) {
         match self.state {
             BreakerState::Open { until_ns } if now_ns >= until_ns => self.to_half_open(now_ns),
             BreakerState::HalfOpen { since_ns, .. }

@@ -197,6 +197,7 @@ struct Bucket {
 }
 
 impl Bucket {
+    #[inline]
     fn refill(&mut self, now_ns: u64, rate_permille: u64) {
         let elapsed = now_ns.saturating_sub(self.last_ns);
         self.last_ns = self.last_ns.max(now_ns);
