@@ -49,6 +49,63 @@ impl OpenLoop {
     }
 }
 
+/// The cancel-storm mix: a cancel of a random open order `cancel_pct`% of the time when one
+/// is open, else a new order (1 share at 100.00, symbols 0..4 in turn, sides alternating).
+/// Deterministic (xorshift); the caller adds the ids the venue accepted to `live`.
+#[derive(Debug)]
+pub struct StormMix {
+    /// Percent of commands that cancel, when an order is open.
+    pub cancel_pct: u64,
+    /// Accepted orders not yet canceled.
+    pub live: Vec<keel::order::ClientOrderId>,
+    rng: u64,
+    seq: u64,
+}
+
+impl StormMix {
+    /// A mix cancelling `cancel_pct`% of the time.
+    pub fn new(cancel_pct: u64) -> Self {
+        Self {
+            cancel_pct,
+            live: Vec::with_capacity(65_536),
+            rng: 0x2545_F491_4F6C_DD1D,
+            seq: 0,
+        }
+    }
+
+    /// The next command.
+    pub fn next_command(&mut self) -> keel::order::Command {
+        use keel::order::{
+            ClientOrderId, Command, NewOrder, Price, Side, StrategyId, SymbolId, TimeInForce,
+            VenueId,
+        };
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        if !self.live.is_empty() && self.rng % 100 < self.cancel_pct {
+            let i = (self.rng >> 32) as usize % self.live.len();
+            return Command::Cancel {
+                id: self.live.swap_remove(i),
+            };
+        }
+        self.seq += 1;
+        Command::New(NewOrder {
+            id: ClientOrderId::new(StrategyId(0), self.seq).expect("in range"),
+            venue: VenueId(0),
+            symbol: SymbolId((self.seq % 4) as u16),
+            side: if self.seq.is_multiple_of(2) {
+                Side::Buy
+            } else {
+                Side::Sell
+            },
+            price: Price::from_units(100, 0),
+            qty: 1,
+            tif: TimeInForce::Day,
+            reduce_only: false,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,10 +25,9 @@ use keel::clock::{Clock, TscClock};
 use keel::dispatch::{strategy_channel, venue_channel, Dispatcher, DispatcherConfig};
 use keel::guard::limiter::{LimiterConfig, RateLimiter, WindowLimit};
 use keel::order::{
-    ClientOrderId, Command, Event, EventKind, LinkMode, NewOrder, Outcome, OutcomeKind, Price,
-    RequestKind, Side, StrategyId, SymbolId, TimeInForce, VenueId,
+    Command, Event, EventKind, LinkMode, Outcome, OutcomeKind, RequestKind, VenueId,
 };
-use keel_bench::loadgen::OpenLoop;
+use keel_bench::loadgen::{OpenLoop, StormMix};
 use keel_bench::{arg_u64, flag, pin_or_warn};
 
 const RATE: WindowLimit = WindowLimit {
@@ -225,44 +224,25 @@ fn run(
     // and phase.
     let mut intended: Vec<(u64, u8)> = vec![(0, 0)];
     let mut cancel_intended: Vec<(u64, u8)> = vec![(0, 0)];
-    let mut live: Vec<ClientOrderId> = Vec::new();
+    let mut mix = StormMix::new(0);
     let mut events = Vec::with_capacity(65_536);
-    let mut rng = 0x2545_F491_4F6C_DD1Du64;
-    let mut seq = 0u64;
     for (p, &(rate, duration_ns, cancel_pct)) in [calm, storm].iter().enumerate() {
+        mix.cancel_pct = cancel_pct;
         let mut gen = OpenLoop::new(clock.now_ns(), rate, duration_ns);
         let end = clock.now_ns() + duration_ns + 200_000_000;
         loop {
             let now = clock.now_ns();
             while let Some(at) = gen.next_due(now) {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                let cancel = !live.is_empty() && rng % 100 < cancel_pct;
-                let command = if cancel {
-                    let i = (rng >> 32) as usize % live.len();
-                    let id = live.swap_remove(i);
-                    cancel_intended[id.sequence() as usize] = (at, p as u8);
-                    Command::Cancel { id }
-                } else {
-                    seq += 1;
-                    intended.push((at, p as u8));
-                    cancel_intended.push((0, 0));
-                    Command::New(NewOrder {
-                        id: ClientOrderId::new(StrategyId(0), seq).expect("in range"),
-                        venue: VenueId(0),
-                        symbol: SymbolId((seq % 4) as u16),
-                        side: if seq.is_multiple_of(2) {
-                            Side::Buy
-                        } else {
-                            Side::Sell
-                        },
-                        price: Price::from_units(100, 0),
-                        qty: 1,
-                        tif: TimeInForce::Day,
-                        reduce_only: false,
-                    })
-                };
+                let command = mix.next_command();
+                match command {
+                    Command::Cancel { id } => {
+                        cancel_intended[id.sequence() as usize] = (at, p as u8);
+                    }
+                    _ => {
+                        intended.push((at, p as u8));
+                        cancel_intended.push((0, 0));
+                    }
+                }
                 if !system.submit(now, command) {
                     phases[p].refused += 1;
                 }
@@ -278,7 +258,7 @@ fn run(
                         let _ = phases[usize::from(ph)]
                             .new
                             .record(done_at.saturating_sub(at).max(1));
-                        live.push(e.id);
+                        mix.live.push(e.id);
                     }
                     EventKind::Canceled => {
                         let (at, ph) = cancel_intended[s];

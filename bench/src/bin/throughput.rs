@@ -35,13 +35,13 @@ use keel::clock::{Clock, TscClock};
 use keel::config::EngineConfig;
 use keel::engine::{EngineBuilder, Topology};
 use keel::order::{
-    ClientOrderId, Command, EventKind, NewOrder, OutcomeKind, Price, RequestKind, Side, StrategyId,
-    SymbolId, TimeInForce, VenueId, VenueRequest,
+    Command, EventKind, OutcomeKind, RequestKind, StrategyId, VenueId, VenueRequest,
 };
 use keel::proto::ouch::Dialect;
 use keel::proto::soupbin::{alpha, frame};
 use keel::runtime::IdlePolicy;
 use keel::session::ouch::{ClientConfig, OuchClient};
+use keel_bench::loadgen::StormMix;
 use keel_bench::{arg_u64, flag, pin_or_warn, venue_thread_with};
 use keel_venue::exchange::{ExchangeConfig, ExchangeStats};
 use keel_venue::flow::FlowConfig;
@@ -55,54 +55,6 @@ const IDLE: IdlePolicy = IdlePolicy::BackoffPark {
     park_min_ns: 1_000,
     park_max_ns: 20_000,
 };
-
-/// The storm's mix: a cancel of a random open order `CANCEL_PCT`% of the time when one is
-/// open, else a new order. Deterministic (xorshift).
-struct Mix {
-    rng: u64,
-    seq: u64,
-    live: Vec<ClientOrderId>,
-}
-
-enum Next {
-    New(NewOrder),
-    Cancel(ClientOrderId),
-}
-
-impl Mix {
-    fn new() -> Self {
-        Self {
-            rng: 0x2545_F491_4F6C_DD1D,
-            seq: 0,
-            live: Vec::with_capacity(65_536),
-        }
-    }
-
-    fn next(&mut self) -> Next {
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        if !self.live.is_empty() && self.rng % 100 < CANCEL_PCT {
-            let i = (self.rng >> 32) as usize % self.live.len();
-            return Next::Cancel(self.live.swap_remove(i));
-        }
-        self.seq += 1;
-        Next::New(NewOrder {
-            id: ClientOrderId::new(StrategyId(0), self.seq).expect("in range"),
-            venue: VenueId(0),
-            symbol: SymbolId((self.seq % 4) as u16),
-            side: if self.seq.is_multiple_of(2) {
-                Side::Buy
-            } else {
-                Side::Sell
-            },
-            price: Price::from_units(100, 0),
-            qty: 1,
-            tif: TimeInForce::Day,
-            reduce_only: false,
-        })
-    }
-}
 
 /// A sink venue sized for `messages` answers, stepped by a thread of its own.
 fn sink(
@@ -196,7 +148,7 @@ fn keel_step(rate: u64, seconds: u64, grace_ns: u64, clock: &TscClock) -> Step {
     while !engine.venue_synced(VenueId(0)) {
         std::thread::yield_now();
     }
-    let mut mix = Mix::new();
+    let mut mix = StormMix::new(CANCEL_PCT);
     // Intended send times by order sequence: the new order's, then its cancel's.
     let mut new_at = vec![0u64; total as usize + 2];
     let mut cancel_at = vec![0u64; total as usize + 2];
@@ -210,16 +162,13 @@ fn keel_step(rate: u64, seconds: u64, grace_ns: u64, clock: &TscClock) -> Step {
     loop {
         let now = clock.now_ns();
         while let Some(at) = gen.next_due(now) {
-            backlog.push_back(match mix.next() {
-                Next::New(o) => {
-                    new_at[o.id.sequence() as usize] = at;
-                    Command::New(o)
-                }
-                Next::Cancel(id) => {
-                    cancel_at[id.sequence() as usize] = at;
-                    Command::Cancel { id }
-                }
-            });
+            let command = mix.next_command();
+            match command {
+                Command::New(o) => new_at[o.id.sequence() as usize] = at,
+                Command::Cancel { id } => cancel_at[id.sequence() as usize] = at,
+                _ => unreachable!("the mix makes new orders and cancels"),
+            }
+            backlog.push_back(command);
         }
         while let Some(&command) = backlog.front() {
             if strategy.commands.push(command).is_err() {
@@ -307,15 +256,16 @@ fn raw_client(addr: SocketAddr, window: u64, seconds: u64, clock: &TscClock) -> 
     stream.set_nonblocking(true).expect("nonblocking");
     let mut buf = vec![0u8; 1 << 20];
     let (mut len, mut used) = (0usize, 0usize);
-    let mut mix = Mix::new();
+    let mut mix = StormMix::new(CANCEL_PCT);
     let (mut in_flight, mut answered, mut logged_in) = (0u64, 0u64, false);
     let (mut start, mut end) = (0u64, u64::MAX);
     loop {
         let mut batch = 0;
         while logged_in && in_flight < window && batch + 128 < out.len() {
-            let kind = match mix.next() {
-                Next::New(o) => RequestKind::New(o),
-                Next::Cancel(id) => RequestKind::Cancel { id },
+            let kind = match mix.next_command() {
+                Command::New(o) => RequestKind::New(o),
+                Command::Cancel { id } => RequestKind::Cancel { id },
+                _ => unreachable!("the mix makes new orders and cancels"),
             };
             let request = VenueRequest {
                 venue: VenueId(0),
