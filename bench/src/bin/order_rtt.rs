@@ -7,7 +7,9 @@
 //! - floor: a raw busy-polled TCP ping-pong with the same message sizes (50 bytes out, 67
 //!   back) against a trivial echo loop on the server core;
 //! - keel's io_uring reactor, and keel's epoll transport, on both ends of the same ping-pong,
-//!   no venue logic (each transport's own cost against the floor);
+//!   no venue logic (each transport's own cost against the floor); and the io_uring client
+//!   with each of its shortcuts measured on its own (plain descriptors instead of the fixed
+//!   file table, unregistered buffers, no spin reads, multishot receive);
 //! - a raw busy-polled `std::net` client against keel's venue (what the venue itself costs);
 //! - keel's io_uring reactor, busy-polling, against keel's venue;
 //! - keel's io_uring reactor, blocking in the kernel until the answer;
@@ -28,7 +30,9 @@ use std::sync::Arc;
 use hdrhistogram::Histogram;
 use keel::clock::{Clock, TscClock};
 use keel::dispatch::venue_channel;
-use keel::net::{EpollReactor, NetEvent, Reactor, ReactorConfig, SocketTransport, WaitMode};
+use keel::net::{
+    EpollReactor, NetEvent, Reactor, ReactorConfig, SocketTransport, UringFeatures, WaitMode,
+};
 use keel::order::{
     ClientOrderId, NewOrder, OutcomeKind, Price, RequestKind, Side, StrategyId, SymbolId,
     TimeInForce, VenueId, VenueRequest,
@@ -129,13 +133,23 @@ struct Keel<T: SocketTransport> {
 
 /// A client transport (two slots, spin reads) with one connection to `addr`, established.
 fn connected<T: SocketTransport>(addr: SocketAddr, wait: WaitMode) -> (T, keel::net::ConnId) {
-    let mut reactor = T::open(ReactorConfig {
-        conns_max: 2,
-        wait,
-        spin_reads: true,
-        ..ReactorConfig::default()
-    })
-    .unwrap();
+    connected_with::<T>(
+        addr,
+        ReactorConfig {
+            conns_max: 2,
+            wait,
+            spin_reads: true,
+            ..ReactorConfig::default()
+        },
+    )
+}
+
+/// A client transport opened with `config`, with one connection to `addr`, established.
+fn connected_with<T: SocketTransport>(
+    addr: SocketAddr,
+    config: ReactorConfig,
+) -> (T, keel::net::ConnId) {
+    let mut reactor = T::open(config).unwrap();
     let conn = reactor.connect(addr).unwrap();
     let mut events = Vec::new();
     while !events
@@ -348,8 +362,26 @@ struct PingPong<T: SocketTransport> {
 
 impl<T: SocketTransport> PingPong<T> {
     fn connect(addr: SocketAddr, mode: &AtomicU8, echo_mode: u8) -> Self {
+        Self::connect_with(addr, mode, echo_mode, true, UringFeatures::default())
+    }
+
+    /// With `spin_reads` and the io_uring shortcuts `uring` (epoll ignores them).
+    fn connect_with(
+        addr: SocketAddr,
+        mode: &AtomicU8,
+        echo_mode: u8,
+        spin_reads: bool,
+        uring: UringFeatures,
+    ) -> Self {
         mode.store(echo_mode, Ordering::Relaxed);
-        let (reactor, conn) = connected::<T>(addr, WaitMode::BusyPoll);
+        let config = ReactorConfig {
+            conns_max: 2,
+            wait: WaitMode::BusyPoll,
+            spin_reads,
+            uring,
+            ..ReactorConfig::default()
+        };
+        let (reactor, conn) = connected_with::<T>(addr, config);
         Self {
             reactor,
             conn,
@@ -398,14 +430,14 @@ impl Contender for Floor {
 struct Echo<T: SocketTransport> {
     transport: T,
     addr: SocketAddr,
-    conn: Option<keel::net::ConnId>,
+    conns: Vec<keel::net::ConnId>,
     events: Vec<NetEvent>,
 }
 
 impl<T: SocketTransport> Echo<T> {
     fn new() -> Self {
         let mut transport = T::open(ReactorConfig {
-            conns_max: 2,
+            conns_max: 8,
             wait: WaitMode::BusyPoll,
             spin_reads: true,
             ..ReactorConfig::default()
@@ -415,7 +447,7 @@ impl<T: SocketTransport> Echo<T> {
         Self {
             transport,
             addr,
-            conn: None,
+            conns: Vec::with_capacity(8),
             events: Vec::new(),
         }
     }
@@ -425,16 +457,16 @@ impl<T: SocketTransport> Echo<T> {
         self.transport.poll(0, 0, &mut self.events).unwrap();
         for e in &self.events {
             if let NetEvent::Accepted { conn, .. } = e {
-                self.conn = Some(*conn);
+                self.conns.push(*conn);
             }
         }
-        if let Some(c) = self.conn {
+        for &c in &self.conns {
             while self.transport.received(c).len() >= REQUEST_BYTES {
                 self.transport.consume(c, REQUEST_BYTES);
                 self.transport.send(c, &[9u8; REPLY_BYTES]).unwrap();
             }
-            self.transport.flush().unwrap();
         }
+        self.transport.flush().unwrap();
     }
 }
 
@@ -558,6 +590,44 @@ fn main() {
     let mut uring_ping_pong = PingPong::<Reactor>::connect(addrs.uring_echo, &mode, URING_ECHO);
     let mut epoll_ping_pong =
         PingPong::<EpollReactor>::connect(addrs.epoll_echo, &mode, EPOLL_ECHO);
+    // Each io_uring shortcut measured on its own: one off at a time from the default (spin
+    // reads into registered buffers through fixed files), and multishot receive instead of
+    // spin reads against the completion-driven receive it replaces.
+    let shortcuts = UringFeatures::default();
+    let uring_variants: [(bool, UringFeatures); 4] = [
+        (
+            true,
+            UringFeatures {
+                fixed_files: false,
+                ..shortcuts
+            },
+        ),
+        (
+            true,
+            UringFeatures {
+                registered_buffers: false,
+                ..shortcuts
+            },
+        ),
+        (false, shortcuts),
+        (
+            false,
+            UringFeatures {
+                multishot_recv: true,
+                ..shortcuts
+            },
+        ),
+    ];
+    let mut variant_ping_pongs: Vec<PingPong<Reactor>> = uring_variants
+        .iter()
+        .map(|&(spin, features)| {
+            PingPong::<Reactor>::connect_with(addrs.uring_echo, &mode, URING_ECHO, spin, features)
+        })
+        .collect();
+    assert!(
+        variant_ping_pongs[3].reactor.features().multishot_recv,
+        "this kernel refused multishot receive's buffer ring"
+    );
 
     let names = [
         "raw busy-polled TCP ping-pong (floor)",
@@ -570,6 +640,10 @@ fn main() {
         "keel epoll, blocking wait",
         "std::net blocking client",
         "tokio client (current thread)",
+        "io_uring ping-pong: plain fds",
+        "io_uring ping-pong: unregistered bufs",
+        "io_uring ping-pong: no spin reads",
+        "io_uring ping-pong: multishot recv",
     ];
     let mut h: Vec<Histogram<u64>> = (0..names.len()).map(|_| histogram()).collect();
     for round in 0..=rounds {
@@ -601,6 +675,19 @@ fn main() {
             &clock,
             if round == 0 { &mut scratch } else { &mut h[2] },
         );
+        mode.store(URING_ECHO, Ordering::Relaxed);
+        for (i, c) in variant_ping_pongs.iter_mut().enumerate() {
+            measure(
+                c,
+                n,
+                &clock,
+                if round == 0 {
+                    &mut scratch
+                } else {
+                    &mut h[10 + i]
+                },
+            );
+        }
         mode.store(VENUE, Ordering::Relaxed);
         let contenders: [&mut dyn Contender; 7] = [
             &mut raw_client,
@@ -644,4 +731,17 @@ fn main() {
     println!("keel_busy_poll_vs_tokio_ratio: {:.2}", ratio(4, 9));
     println!("keel_epoll_busy_poll_vs_floor_ratio: {:.2}", ratio(6, 0));
     println!("keel_epoll_vs_io_uring_busy_poll_ratio: {:.2}", ratio(6, 4));
+    println!(
+        "uring_plain_descriptors_vs_fixed_files_ratio: {:.2}",
+        ratio(10, 1)
+    );
+    println!(
+        "uring_unregistered_vs_registered_buffers_ratio: {:.2}",
+        ratio(11, 1)
+    );
+    println!(
+        "uring_multishot_vs_single_receive_ratio: {:.2}",
+        ratio(13, 12)
+    );
+    println!("uring_multishot_vs_spin_reads_ratio: {:.2}", ratio(13, 1));
 }

@@ -449,7 +449,7 @@ impl FromStr for TransportKind {
 }
 
 pub use epoll::EpollReactor;
-pub use socket::{ReactorConfig, WaitMode, CONNS_MAX};
+pub use socket::{ReactorConfig, UringFeatures, WaitMode, CONNS_MAX};
 pub use tls::{Tls, TlsConfig, TlsError, TlsStats};
 pub use uring::Reactor;
 

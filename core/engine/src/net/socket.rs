@@ -48,6 +48,44 @@ pub struct ReactorConfig {
     /// (which autotunes up to `net.ipv4.tcp_wmem`). Set it to bound what a peer that stops
     /// reading can hold in the kernel on the server's behalf.
     pub socket_send_buffer: Option<u32>,
+    /// io_uring only: which of the kernel's shortcuts the reactor takes (each measured on its
+    /// own in `bench/order_rtt`, docs/benchmarks.md). epoll ignores it.
+    pub uring: UringFeatures,
+}
+
+/// The io_uring shortcuts, each on or off (see [`ReactorConfig::uring`]). A shortcut the
+/// kernel refuses at start is left off (the reactor's `features` says which are on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UringFeatures {
+    /// Reads and writes name buffers registered once at start (`READ_FIXED`/`WRITE_FIXED`:
+    /// the kernel pins and maps them once, not per operation). Off: socket `RECV`/`SEND` on
+    /// the same memory. Default on.
+    pub registered_buffers: bool,
+    /// Operations name the connection's entry in a registered file table instead of its
+    /// descriptor (no file lookup and reference count per operation). Default on.
+    pub fixed_files: bool,
+    /// One multishot receive per connection into a pool of provided buffers, copied into the
+    /// connection's receive buffer: no receive is re-armed per read, and with `spin_reads` no
+    /// read is tried on a quiet connection. Default off: it did not beat the plain receive on
+    /// the round trip (docs/benchmarks.md, "Transport shortcuts"). One connection whose owner
+    /// stops consuming can hold the whole pool; the others then wait for buffers.
+    pub multishot_recv: bool,
+    /// Provided buffers in the pool (a power of two, at most 32,768), with `multishot_recv`.
+    pub provided_buffers: u16,
+    /// Bytes of each provided buffer, with `multishot_recv`.
+    pub provided_buffer_bytes: u32,
+}
+
+impl Default for UringFeatures {
+    fn default() -> Self {
+        Self {
+            registered_buffers: true,
+            fixed_files: true,
+            multishot_recv: false,
+            provided_buffers: 64,
+            provided_buffer_bytes: 4096,
+        }
+    }
 }
 
 impl Default for ReactorConfig {
@@ -62,6 +100,7 @@ impl Default for ReactorConfig {
             timers_max: 1024,
             spin_reads: false,
             socket_send_buffer: None,
+            uring: UringFeatures::default(),
         }
     }
 }

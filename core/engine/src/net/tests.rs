@@ -10,12 +10,31 @@ use super::*;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 
-/// Runs each generic test below once per transport.
+/// Runs each generic test below once per transport, and on io_uring once more per set of
+/// shortcuts (plain descriptors and unregistered buffers; multishot receive).
 macro_rules! on_both_transports {
     ($($name:ident),* $(,)?) => {
         mod on_uring {
             $(#[test]
             fn $name() {
+                super::$name::<crate::net::Reactor>();
+            })*
+        }
+        mod on_uring_plain {
+            $(#[test]
+            fn $name() {
+                super::URING.set(super::UringFeatures {
+                    registered_buffers: false,
+                    fixed_files: false,
+                    ..super::UringFeatures::default()
+                });
+                super::$name::<crate::net::Reactor>();
+            })*
+        }
+        mod on_uring_multishot {
+            $(#[test]
+            fn $name() {
+                super::URING.set(super::MULTISHOT);
                 super::$name::<crate::net::Reactor>();
             })*
         }
@@ -47,13 +66,35 @@ on_both_transports!(
     impossible_buffers_are_refused,
 );
 
+std::thread_local! {
+    /// The io_uring shortcuts this test thread's transports take (set by the test's module).
+    static URING: std::cell::Cell<UringFeatures> = std::cell::Cell::new(UringFeatures::default());
+}
+
+/// Multishot receive with a pool small enough that the tests exhaust it.
+pub(crate) const MULTISHOT: UringFeatures = UringFeatures {
+    registered_buffers: true,
+    fixed_files: true,
+    multishot_recv: true,
+    provided_buffers: 8,
+    provided_buffer_bytes: 1024,
+};
+
+/// The defaults, with this test thread's io_uring shortcuts.
+fn base() -> ReactorConfig {
+    ReactorConfig {
+        uring: URING.get(),
+        ..ReactorConfig::default()
+    }
+}
+
 pub(crate) fn config(conns_max: u32, buffer: u32) -> ReactorConfig {
     ReactorConfig {
         conns_max,
         recv_buffer_bytes: buffer,
         send_buffer_bytes: buffer,
         wait: WaitMode::Blocking,
-        ..ReactorConfig::default()
+        ..base()
     }
 }
 
@@ -348,7 +389,7 @@ fn spin_reads_carry_data<T: SocketTransport>() {
         conns_max: 2,
         wait: WaitMode::BusyPoll,
         spin_reads: true,
-        ..ReactorConfig::default()
+        ..base()
     };
     let mut r = T::open(config).unwrap();
     let (_, addr) = r.listen(loopback()).unwrap();
@@ -378,7 +419,7 @@ fn busy_poll_without_spin_reads_carries_data<T: SocketTransport>() {
     let config = ReactorConfig {
         conns_max: 2,
         wait: WaitMode::BusyPoll,
-        ..ReactorConfig::default()
+        ..base()
     };
     let mut r = T::open(config).unwrap();
     let (_, addr) = r.listen(loopback()).unwrap();

@@ -24,9 +24,12 @@ use io_uring::{cqueue, opcode, types, IoUring};
 
 use super::socket::{set_nodelay, set_send_buffer, slot_buffers, sockaddr};
 use super::{
-    CloseReason, ConnId, ListenerId, NetError, NetEvent, NetStats, ReactorConfig, WaitMode,
-    CONNS_MAX,
+    CloseReason, ConnId, ListenerId, NetError, NetEvent, NetStats, ReactorConfig, UringFeatures,
+    WaitMode, CONNS_MAX,
 };
+
+mod provided;
+use provided::{Held, Provided};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -48,12 +51,19 @@ struct Conn {
     ops: u32,
     close_reason: CloseReason,
     addr: libc::sockaddr_in,
+    /// Multishot receive: armed (counted in `ops` until its last completion).
+    multishot: bool,
+    /// Multishot receive: completions held for want of room in the receive buffer.
+    held: u32,
+    /// Multishot receive: ended for want of provided buffers; re-armed when one comes back.
+    starved: bool,
 }
 
 const OP_ACCEPT: u64 = 1;
 const OP_CONNECT: u64 = 2;
 const OP_RECV: u64 = 3;
 const OP_SEND: u64 = 4;
+const OP_RECV_MULTI: u64 = 5;
 
 fn user_data(op: u64, generation: u32, slot: u32) -> u64 {
     op << 56 | u64::from(generation & 0x00FF_FFFF) << 32 | u64::from(slot)
@@ -79,9 +89,11 @@ pub struct Reactor {
     pending_close: Vec<u32>,
     multishot_accept: bool,
     timers: BinaryHeap<Reverse<(u64, u64)>>,
-    /// Connection fds are in the ring's fixed file table at their slot index.
-    fixed_files: bool,
+    /// The shortcuts in force (those asked for that the kernel allowed).
+    features: UringFeatures,
     stats: NetStats,
+    /// Multishot receive's provided buffers (dropped after `ring`: see its module docs).
+    provided: Option<Provided>,
 }
 
 impl std::fmt::Debug for Reactor {
@@ -111,6 +123,7 @@ impl Reactor {
         })?;
         let per_slot = config.recv_buffer_bytes as usize + config.send_buffer_bytes as usize;
         let mut buffers = slot_buffers(&config)?;
+        let mut features = config.uring;
         let iovecs: Vec<libc::iovec> = (0..config.conns_max as usize)
             .flat_map(|slot| {
                 let base = slot * per_slot;
@@ -128,20 +141,36 @@ impl Reactor {
                 iov_len: len as usize,
             })
             .collect();
-        // SAFETY: the iovecs point into `buffers`, a boxed slice that lives as long as the ring
-        // (both are fields of the Reactor, and the ring is dropped first) and never moves or
-        // reallocates.
-        unsafe { ring.submitter().register_buffers(&iovecs) }.map_err(|source| NetError::Io {
-            call: "io_uring_register(buffers)",
-            source,
-        })?;
+        if features.registered_buffers {
+            // SAFETY: the iovecs point into `buffers`, a boxed slice that lives as long as the
+            // ring (both are fields of the Reactor, and the ring is dropped first) and never
+            // moves or reallocates.
+            unsafe { ring.submitter().register_buffers(&iovecs) }.map_err(|source| {
+                NetError::Io {
+                    call: "io_uring_register(buffers)",
+                    source,
+                }
+            })?;
+        }
         // A fixed file table, one entry per slot: operations name the slot instead of the fd,
         // so the kernel skips a file lookup and reference count per operation. Kernels without
         // sparse tables (before 5.19) use plain descriptors.
-        let fixed_files = ring
-            .submitter()
-            .register_files_sparse(config.conns_max)
-            .is_ok();
+        features.fixed_files = features.fixed_files
+            && ring
+                .submitter()
+                .register_files_sparse(config.conns_max)
+                .is_ok();
+        let provided = features
+            .multishot_recv
+            .then(|| {
+                Provided::new(
+                    &ring,
+                    features.provided_buffers,
+                    features.provided_buffer_bytes,
+                )
+            })
+            .flatten();
+        features.multishot_recv = provided.is_some();
         let empty = Conn {
             fd: -1,
             generation: 0,
@@ -154,6 +183,9 @@ impl Reactor {
             close_reason: CloseReason::Local,
             // SAFETY: sockaddr_in is plain data; all-zero is a valid value.
             addr: unsafe { std::mem::zeroed() },
+            multishot: false,
+            held: 0,
+            starved: false,
         };
         Ok(Self {
             ring,
@@ -165,10 +197,17 @@ impl Reactor {
             pending_close: Vec::with_capacity(config.conns_max as usize),
             multishot_accept: true,
             timers: BinaryHeap::with_capacity(config.timers_max as usize),
-            fixed_files,
+            features,
             stats: NetStats::default(),
+            provided,
             config,
         })
+    }
+
+    /// The io_uring shortcuts in force: those the configuration asked for that the kernel
+    /// allowed.
+    pub fn features(&self) -> UringFeatures {
+        self.features
     }
 
     /// Counters.
@@ -257,7 +296,11 @@ impl Reactor {
         let len = c.recv_len as usize;
         assert!(n <= len, "consumed {n} of {len} received bytes");
         c.recv_len -= n as u32;
+        let held = c.held;
         self.buffers.copy_within(base + n..base + len, base);
+        if held > 0 {
+            self.drain_held(conn.slot);
+        }
         self.arm_recv(conn.slot);
     }
 
@@ -412,7 +455,19 @@ impl Reactor {
         }
         let conn = &mut self.conns[slot as usize];
         if conn.generation & 0x00FF_FFFF != generation || conn.state == State::Free {
-            return; // a completion for a previous occupant of the slot
+            // A completion for a previous occupant of the slot; a buffer it took goes back.
+            if let (Some(bid), Some(pool)) = (cqueue::buffer_select(flags), &mut self.provided) {
+                pool.give(bid);
+            }
+            return;
+        }
+        if op == OP_RECV_MULTI {
+            if !cqueue::more(flags) {
+                conn.ops -= 1;
+                conn.multishot = false;
+            }
+            self.on_recv_multi(slot, res, flags, events);
+            return self.finish_close_if_idle(slot, events);
         }
         debug_assert!(
             conn.ops > 0,
@@ -538,6 +593,122 @@ impl Reactor {
         }
     }
 
+    /// A multishot receive's completion (its `ops` and `multishot` already settled).
+    fn on_recv_multi(&mut self, slot: u32, res: i32, flags: u32, events: &mut Vec<NetEvent>) {
+        let conn = &self.conns[slot as usize];
+        let (generation, open) = (conn.generation, conn.state == State::Open);
+        let bid = cqueue::buffer_select(flags);
+        match (res, bid) {
+            (n, Some(bid)) if n > 0 => {
+                self.take_received(slot, bid, n as u32);
+                if open {
+                    events.push(NetEvent::Readable {
+                        conn: ConnId { slot, generation },
+                    });
+                }
+                self.arm_recv(slot); // if the kernel ended the receive (no-op while armed)
+            }
+            (n, None) if n > 0 => {
+                // Data without a buffer: the kernel broke the contract; trust nothing after.
+                self.begin_close(slot, generation, CloseReason::Error(libc::EINVAL));
+            }
+            (n, bid) => {
+                if let (Some(bid), Some(pool)) = (bid, &mut self.provided) {
+                    pool.give(bid);
+                }
+                match n {
+                    0 => self.begin_close(slot, generation, CloseReason::PeerClosed),
+                    e if e == -libc::ENOBUFS => {
+                        // Every buffer was taken. Those not held are back in the kernel's ring
+                        // (or on their way, in completions reaped this pass): re-arm now; if
+                        // all are held, when the owner's consume gives one back.
+                        self.stats.retries += 1;
+                        if self.provided.as_ref().is_some_and(Provided::all_held) {
+                            self.conns[slot as usize].starved = true;
+                        } else {
+                            self.arm_recv(slot);
+                        }
+                    }
+                    e if e == -libc::EAGAIN || e == -libc::EINTR => {
+                        self.stats.retries += 1;
+                        self.arm_recv(slot);
+                    }
+                    e if e == -libc::ECONNRESET => {
+                        self.stats.resets += 1;
+                        self.begin_close(slot, generation, CloseReason::Reset);
+                    }
+                    e => self.begin_close(slot, generation, CloseReason::Error(-e)),
+                }
+            }
+        }
+    }
+
+    /// `len` bytes arrived in provided buffer `bid` for `slot`: copied into the slot's receive
+    /// buffer and the buffer given back, or held (behind what the slot already holds) until
+    /// the owner makes room.
+    fn take_received(&mut self, slot: u32, bid: u16, len: u32) {
+        self.stats.bytes_received += u64::from(len);
+        let pool = self
+            .provided
+            .as_mut()
+            .expect("multishot receive runs with a pool");
+        pool.held.push_back(Held {
+            slot,
+            bid,
+            at: 0,
+            len,
+        });
+        self.conns[slot as usize].held += 1;
+        self.drain_held(slot);
+    }
+
+    /// Copies `slot`'s held completions, oldest first, into its receive buffer while they fit,
+    /// giving each buffer back once emptied; re-arms receives that starved for buffers. Held
+    /// completions number at most the pool's buffers, so the scan is bounded.
+    fn drain_held(&mut self, slot: u32) {
+        let cap = self.config.recv_buffer_bytes;
+        let base = self.recv_base(slot);
+        let Some(pool) = self.provided.as_mut() else {
+            return;
+        };
+        let conn = &mut self.conns[slot as usize];
+        let mut gave = false;
+        let mut i = 0;
+        while i < pool.held.len() && conn.held > 0 && conn.recv_len < cap {
+            let h = pool.held[i];
+            if h.slot != slot {
+                i += 1;
+                continue;
+            }
+            let n = (h.len - h.at).min(cap - conn.recv_len);
+            let at = base + conn.recv_len as usize;
+            self.buffers[at..at + n as usize].copy_from_slice(pool.bytes_of(h.bid, h.at, h.at + n));
+            conn.recv_len += n;
+            if h.at + n < h.len {
+                pool.held[i].at += n;
+                break; // the receive buffer is full
+            }
+            pool.held.remove(i);
+            pool.give(h.bid);
+            conn.held -= 1;
+            gave = true;
+        }
+        if gave {
+            self.rearm_starved();
+        }
+    }
+
+    /// Re-arms the multishot receives that ended for want of buffers (after buffers came
+    /// back). Bounded by the slots.
+    fn rearm_starved(&mut self) {
+        for slot in 0..self.conns.len() as u32 {
+            if self.conns[slot as usize].starved {
+                self.conns[slot as usize].starved = false;
+                self.arm_recv(slot);
+            }
+        }
+    }
+
     fn on_send(&mut self, slot: u32, res: i32) {
         let base = self.send_base(slot);
         let conn = &mut self.conns[slot as usize];
@@ -586,6 +757,9 @@ impl Reactor {
     }
 
     fn arm_recv(&mut self, slot: u32) {
+        if self.features.multishot_recv {
+            return self.arm_recv_multi(slot);
+        }
         let cap = self.config.recv_buffer_bytes;
         let base = self.recv_base(slot);
         let spinning = self.spinning();
@@ -601,16 +775,39 @@ impl Reactor {
         // call per pass either way, without the task-work hop (see docs/benchmarks.md).
         let rw_flags = if spinning { libc::RWF_NOWAIT } else { 0 };
         let (len, index) = (cap - conn.recv_len, (slot * 2) as u16);
-        let entry = if self.fixed_files {
-            opcode::ReadFixed::new(types::Fixed(slot), ptr, len, index)
+        let recv_flags = if spinning { libc::MSG_DONTWAIT } else { 0 };
+        let entry = match (self.features.fixed_files, self.features.registered_buffers) {
+            (true, true) => opcode::ReadFixed::new(types::Fixed(slot), ptr, len, index)
                 .rw_flags(rw_flags)
-                .build()
-        } else {
-            opcode::ReadFixed::new(types::Fd(conn.fd), ptr, len, index)
+                .build(),
+            (false, true) => opcode::ReadFixed::new(types::Fd(conn.fd), ptr, len, index)
                 .rw_flags(rw_flags)
-                .build()
+                .build(),
+            (true, false) => opcode::Recv::new(types::Fixed(slot), ptr, len)
+                .flags(recv_flags)
+                .build(),
+            (false, false) => opcode::Recv::new(types::Fd(conn.fd), ptr, len)
+                .flags(recv_flags)
+                .build(),
         };
         let entry = entry.user_data(user_data(OP_RECV, conn.generation, slot));
+        self.push(entry);
+    }
+
+    /// Arms the slot's multishot receive unless it is armed, closing, or waiting for buffers.
+    fn arm_recv_multi(&mut self, slot: u32) {
+        let conn = &mut self.conns[slot as usize];
+        if conn.state != State::Open || conn.multishot || conn.starved {
+            return;
+        }
+        conn.multishot = true;
+        conn.ops += 1;
+        let entry = if self.features.fixed_files {
+            opcode::RecvMulti::new(types::Fixed(slot), provided::GROUP).build()
+        } else {
+            opcode::RecvMulti::new(types::Fd(conn.fd), provided::GROUP).build()
+        };
+        let entry = entry.user_data(user_data(OP_RECV_MULTI, conn.generation, slot));
         self.push(entry);
     }
 
@@ -624,10 +821,15 @@ impl Reactor {
         conn.ops += 1;
         let ptr = self.buffers[base..].as_ptr();
         let (len, index) = (conn.send_len, (slot * 2 + 1) as u16);
-        let entry = if self.fixed_files {
-            opcode::WriteFixed::new(types::Fixed(slot), ptr, len, index).build()
-        } else {
-            opcode::WriteFixed::new(types::Fd(conn.fd), ptr, len, index).build()
+        let entry = match (self.features.fixed_files, self.features.registered_buffers) {
+            (true, true) => opcode::WriteFixed::new(types::Fixed(slot), ptr, len, index).build(),
+            (false, true) => opcode::WriteFixed::new(types::Fd(conn.fd), ptr, len, index).build(),
+            (true, false) => opcode::Send::new(types::Fixed(slot), ptr, len)
+                .flags(libc::MSG_NOSIGNAL)
+                .build(),
+            (false, false) => opcode::Send::new(types::Fd(conn.fd), ptr, len)
+                .flags(libc::MSG_NOSIGNAL)
+                .build(),
         };
         let entry = entry.user_data(user_data(OP_SEND, conn.generation, slot));
         self.push(entry);
@@ -667,7 +869,7 @@ impl Reactor {
     fn install(&mut self, slot: u32, owned: OwnedFd) {
         let fd = owned.as_raw_fd();
         self.fds[slot as usize] = Some(owned);
-        if self.fixed_files
+        if self.features.fixed_files
             && self
                 .ring
                 .submitter()
@@ -675,7 +877,7 @@ impl Reactor {
                 .is_err()
         {
             // Cannot happen with a sparse table of conns_max entries; plain fds still work.
-            self.fixed_files = false;
+            self.features.fixed_files = false;
         }
     }
 
@@ -691,8 +893,19 @@ impl Reactor {
             self.conns[slot as usize].state == State::Closing,
             "slot {slot} released without closing first"
         );
-        if self.fixed_files {
+        if self.features.fixed_files {
             let _ = self.ring.submitter().register_files_update(slot, &[-1]);
+        }
+        if self.conns[slot as usize].held > 0 {
+            // What the closed connection still held goes back to the pool.
+            let pool = self
+                .provided
+                .as_mut()
+                .expect("held completions imply a pool");
+            while let Some(i) = pool.held.iter().position(|h| h.slot == slot) {
+                let h = pool.held.remove(i).expect("found above");
+                pool.give(h.bid);
+            }
         }
         // No operation on the socket is in flight: dropping it closes it.
         self.fds[slot as usize] = None;
@@ -706,6 +919,9 @@ impl Reactor {
             send_len: 0,
             send_inflight: 0,
             ops: 0,
+            multishot: false,
+            held: 0,
+            starved: false,
             ..*conn
         };
         self.free.push(slot);
@@ -731,6 +947,11 @@ impl Reactor {
 
     fn spinning(&self) -> bool {
         self.config.spin_reads && self.config.wait == WaitMode::BusyPoll
+    }
+
+    #[cfg(test)]
+    fn held_total(&self) -> usize {
+        self.provided.as_ref().map_or(0, |p| p.held.len())
     }
 
     fn live(&self, id: ConnId) -> Option<&Conn> {
