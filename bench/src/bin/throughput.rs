@@ -88,6 +88,9 @@ struct Step {
     /// second of the step: each is one message the engine sent and one answer it took back.
     answered_per_sec: f64,
     latency: Histogram<u64>,
+    /// The engine loop's passes that found nothing to do, of all its passes in the step: its
+    /// spare time (0% means the core is the bottleneck).
+    idle_pct: f64,
 }
 
 impl Step {
@@ -208,6 +211,7 @@ fn keel_step(rate: u64, seconds: u64, grace_ns: u64, clock: &TscClock) -> Step {
             break;
         }
     }
+    let idle_pct = 100.0 * engine.idle_passes() as f64 / engine.passes().max(1) as f64;
     let report = engine.stop().expect("engine stop");
     stop.store(true, Ordering::Relaxed);
     let venue = venue.join().expect("venue thread");
@@ -228,6 +232,7 @@ fn keel_step(rate: u64, seconds: u64, grace_ns: u64, clock: &TscClock) -> Step {
         offered: rate,
         answered_per_sec: in_time as f64 / seconds as f64,
         latency,
+        idle_pct,
     }
 }
 
@@ -321,21 +326,30 @@ fn raw_client(addr: SocketAddr, window: u64, seconds: u64, clock: &TscClock) -> 
 fn row(name: &str, step: &Step) {
     let us = |q: f64| step.latency.value_at_quantile(q) as f64 / 1_000.0;
     println!(
-        "{name:<28} {:>10} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>9}",
+        "{name:<28} {:>10} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>9} {:>9.1}",
         step.offered,
         step.answered_per_sec,
         us(0.5),
         us(0.99),
         us(0.999),
         step.latency.max() as f64 / 1_000.0,
-        step.latency.len()
+        step.latency.len(),
+        step.idle_pct
     );
 }
 
 fn header() {
     println!(
-        "{:<28} {:>10} {:>12} {:>9} {:>9} {:>9} {:>10} {:>9}",
-        "(latency µs)", "offered/s", "answered/s", "p50", "p99", "p99.9", "max", "answers"
+        "{:<28} {:>10} {:>12} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9}",
+        "(latency µs)",
+        "offered/s",
+        "answered/s",
+        "p50",
+        "p99",
+        "p99.9",
+        "max",
+        "answers",
+        "loop idle%"
     );
 }
 

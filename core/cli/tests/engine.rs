@@ -209,6 +209,14 @@ fn in_process_strategy_trades_inline_and_split() {
         let mut seen = HashMap::new();
         let orders = (1..=50).map(|seq| resting(id(0, seq), (seq % 4) as u16));
         place_and_cancel(&mut strategy, &mut seen, orders, 50);
+        // The loop's spare time is counted: a quiet loop has idle passes, never more than its
+        // passes (read in that order, both only grow).
+        let idle = engine.idle_passes();
+        wait_until("idle passes", Duration::from_secs(10), || {
+            engine.idle_passes() > idle + 100
+        });
+        let idle = engine.idle_passes();
+        assert!(idle <= engine.passes(), "{topology}: {idle} idle passes");
         let report = engine.stop().unwrap();
         assert!(report.open_orders.is_empty(), "{topology}");
         assert_eq!(report.dispatch.sent_new, 50, "{topology}");

@@ -382,6 +382,9 @@ struct Shared {
     synced: AtomicU64,
     /// Dispatcher passes (liveness for the handle).
     passes: AtomicU64,
+    /// Dispatcher passes that found nothing to do (the loop's spare time, for benchmarks and
+    /// operators: `idle_passes / passes`).
+    idle_passes: AtomicU64,
     /// Open orders in the dispatcher's table (published when it changes).
     open_orders: AtomicU64,
     /// Cancel-on-stop asked: the dispatcher turns the kill switch on and cancels everything.
@@ -908,6 +911,7 @@ impl EngineBuilder {
                         if front.pass_clocked(clock.now_ns(), &clock) {
                             idler.work();
                         } else {
+                            front_shared.idle_passes.fetch_add(1, Ordering::Relaxed);
                             idler.idle();
                         }
                     }
@@ -1152,6 +1156,7 @@ impl Inline {
             if engine.pass_clocked(&clock) {
                 idler.work();
             } else {
+                self.shared.idle_passes.fetch_add(1, Ordering::Relaxed);
                 idler.idle();
             }
         }
@@ -1256,6 +1261,12 @@ impl RunningEngine {
     /// Dispatcher passes so far.
     pub fn passes(&self) -> u64 {
         self.shared.passes.load(Ordering::Relaxed)
+    }
+
+    /// Dispatcher passes that found nothing to do (of [`Self::passes`]): the loop's spare
+    /// time. A loop that is never idle under load is at its ceiling.
+    pub fn idle_passes(&self) -> u64 {
+        self.shared.idle_passes.load(Ordering::Relaxed)
     }
 
     /// What the journal gave back.
