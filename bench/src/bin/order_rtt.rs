@@ -9,7 +9,8 @@
 //! - keel's io_uring reactor, and keel's epoll transport, on both ends of the same ping-pong,
 //!   no venue logic (each transport's own cost against the floor); and the io_uring client
 //!   with each of its shortcuts measured on its own (plain descriptors instead of the fixed
-//!   file table, unregistered buffers, no spin reads, multishot receive);
+//!   file table, unregistered buffers, no spin reads, multishot receive, spin reads through
+//!   an io_uring read per pass instead of a direct `recv(2)`);
 //! - a raw busy-polled `std::net` client against keel's venue (what the venue itself costs);
 //! - keel's io_uring reactor, busy-polling, against keel's venue;
 //! - keel's io_uring reactor, blocking in the kernel until the answer;
@@ -590,11 +591,11 @@ fn main() {
     let mut uring_ping_pong = PingPong::<Reactor>::connect(addrs.uring_echo, &mode, URING_ECHO);
     let mut epoll_ping_pong =
         PingPong::<EpollReactor>::connect(addrs.epoll_echo, &mode, EPOLL_ECHO);
-    // Each io_uring shortcut measured on its own: one off at a time from the default (spin
-    // reads into registered buffers through fixed files), and multishot receive instead of
-    // spin reads against the completion-driven receive it replaces.
+    // Each io_uring shortcut measured on its own: one off at a time from the default (direct
+    // spin reads, registered buffers, fixed files), and multishot receive against the
+    // completion-driven receive it replaces.
     let shortcuts = UringFeatures::default();
-    let uring_variants: [(bool, UringFeatures); 4] = [
+    let uring_variants: [(bool, UringFeatures); 5] = [
         (
             true,
             UringFeatures {
@@ -614,6 +615,13 @@ fn main() {
             false,
             UringFeatures {
                 multishot_recv: true,
+                ..shortcuts
+            },
+        ),
+        (
+            true,
+            UringFeatures {
+                direct_spin_reads: false,
                 ..shortcuts
             },
         ),
@@ -644,6 +652,7 @@ fn main() {
         "io_uring ping-pong: unregistered bufs",
         "io_uring ping-pong: no spin reads",
         "io_uring ping-pong: multishot recv",
+        "io_uring ping-pong: ring spin reads",
     ];
     let mut h: Vec<Histogram<u64>> = (0..names.len()).map(|_| histogram()).collect();
     for round in 0..=rounds {
@@ -744,4 +753,5 @@ fn main() {
         ratio(13, 12)
     );
     println!("uring_multishot_vs_spin_reads_ratio: {:.2}", ratio(13, 1));
+    println!("uring_direct_vs_ring_spin_reads_ratio: {:.2}", ratio(1, 14));
 }

@@ -11,7 +11,8 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 
 /// Runs each generic test below once per transport, and on io_uring once more per set of
-/// shortcuts (plain descriptors and unregistered buffers; multishot receive).
+/// shortcuts (plain descriptors, unregistered buffers and spin reads through the ring;
+/// multishot receive).
 macro_rules! on_both_transports {
     ($($name:ident),* $(,)?) => {
         mod on_uring {
@@ -26,6 +27,7 @@ macro_rules! on_both_transports {
                 super::URING.set(super::UringFeatures {
                     registered_buffers: false,
                     fixed_files: false,
+                    direct_spin_reads: false,
                     ..super::UringFeatures::default()
                 });
                 super::$name::<crate::net::Reactor>();
@@ -76,6 +78,7 @@ pub(crate) const MULTISHOT: UringFeatures = UringFeatures {
     registered_buffers: true,
     fixed_files: true,
     multishot_recv: true,
+    direct_spin_reads: false,
     provided_buffers: 8,
     provided_buffer_bytes: 1024,
 };

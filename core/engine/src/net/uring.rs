@@ -171,6 +171,8 @@ impl Reactor {
             })
             .flatten();
         features.multishot_recv = provided.is_some();
+        // Multishot receive reads every connection already: never a second reader as well.
+        features.direct_spin_reads &= !features.multishot_recv;
         let empty = Conn {
             fd: -1,
             generation: 0,
@@ -431,10 +433,52 @@ impl Reactor {
             };
             self.complete(cqe.user_data(), cqe.result(), cqe.flags(), events);
         }
+        if self.features.direct_spin_reads && self.spinning() {
+            self.read_direct(events);
+        }
         while let Some(slot) = self.pending_close.pop() {
             self.finish_close_if_idle(slot, events);
         }
         Ok(())
+    }
+
+    /// Direct spin reads: one non-blocking `recv(2)` per open connection with room, straight
+    /// into its receive buffer (bounded by the slots).
+    fn read_direct(&mut self, events: &mut Vec<NetEvent>) {
+        let cap = self.config.recv_buffer_bytes;
+        for slot in 0..self.conns.len() as u32 {
+            let base = self.recv_base(slot);
+            let conn = &self.conns[slot as usize];
+            if conn.state != State::Open || conn.recv_len >= cap {
+                continue;
+            }
+            let (fd, at, generation) = (conn.fd, conn.recv_len as usize, conn.generation);
+            let room = (cap - conn.recv_len) as usize;
+            let ptr = self.buffers[base + at..].as_mut_ptr();
+            // SAFETY: `ptr` and `room` lie inside this slot's receive buffer, which no
+            // operation in flight writes (direct spin reads arm none), and `fd` is the slot's
+            // open socket.
+            let n = unsafe { libc::recv(fd, ptr.cast(), room, libc::MSG_DONTWAIT) };
+            let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            match n {
+                n if n > 0 => {
+                    self.conns[slot as usize].recv_len += n as u32;
+                    self.stats.bytes_received += n as u64;
+                    events.push(NetEvent::Readable {
+                        conn: ConnId { slot, generation },
+                    });
+                }
+                0 => self.begin_close(slot, generation, CloseReason::PeerClosed),
+                _ => match errno() {
+                    libc::EAGAIN | libc::EINTR => {}
+                    libc::ECONNRESET => {
+                        self.stats.resets += 1;
+                        self.begin_close(slot, generation, CloseReason::Reset);
+                    }
+                    e => self.begin_close(slot, generation, CloseReason::Error(e)),
+                },
+            }
+        }
     }
 
     /// Expires timers due at `now_ns` (`poll` does this with the time it is given).
@@ -759,6 +803,9 @@ impl Reactor {
     fn arm_recv(&mut self, slot: u32) {
         if self.features.multishot_recv {
             return self.arm_recv_multi(slot);
+        }
+        if self.features.direct_spin_reads && self.spinning() {
+            return; // read by `read_direct` every pass
         }
         let cap = self.config.recv_buffer_bytes;
         let base = self.recv_base(slot);
