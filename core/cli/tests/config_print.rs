@@ -122,6 +122,12 @@ spin_reads = true
 sqpoll_idle_ms = 60000
 ring_entries = 2
 socket_send_buffer_bytes = 4096
+uring_registered_buffers = false
+uring_fixed_files = false
+uring_direct_spin_reads = false
+uring_multishot_recv = true
+uring_provided_buffers = 32768
+uring_provided_buffer_bytes = 64
 
 [ipc]
 dir = "/tmp/keel \"quoted\" \\ dir"
@@ -467,6 +473,26 @@ fn transport_settings_are_read_and_checked() {
     assert_eq!(r.socket_send_buffer, Some(1 << 30));
     let d = engine("").unwrap().loops.reactor;
     assert_eq!(d, keel::net::ReactorConfig::default());
+    let u = engine(
+        "uring_registered_buffers = false\nuring_fixed_files = false\n\
+         uring_direct_spin_reads = false\nuring_multishot_recv = true\n\
+         uring_provided_buffers = 1\nuring_provided_buffer_bytes = 1048576",
+    )
+    .unwrap()
+    .loops
+    .reactor
+    .uring;
+    assert_eq!(
+        u,
+        keel::net::UringFeatures {
+            registered_buffers: false,
+            fixed_files: false,
+            direct_spin_reads: false,
+            multishot_recv: true,
+            provided_buffers: 1,
+            provided_buffer_bytes: 1 << 20,
+        }
+    );
     assert_eq!(
         engine("sqpoll_idle_ms = 0")
             .unwrap()
@@ -524,6 +550,26 @@ fn transport_settings_are_read_and_checked() {
         (
             "socket_send_buffer_bytes = -1",
             "engine.socket_send_buffer_bytes",
+        ),
+        (
+            "uring_provided_buffers = 0",
+            "engine.uring_provided_buffers",
+        ),
+        (
+            "uring_provided_buffers = 3",
+            "engine.uring_provided_buffers",
+        ),
+        (
+            "uring_provided_buffers = 65536",
+            "engine.uring_provided_buffers",
+        ),
+        (
+            "uring_provided_buffer_bytes = 63",
+            "engine.uring_provided_buffer_bytes",
+        ),
+        (
+            "uring_provided_buffer_bytes = 1048577",
+            "engine.uring_provided_buffer_bytes",
         ),
     ] {
         match engine(line) {

@@ -757,6 +757,36 @@ fn read_reactor(s: &mut Section<'_>, r: &mut crate::net::ReactorConfig) -> Resul
         });
     }
     r.socket_send_buffer = (send_buffer > 0).then_some(send_buffer);
+    read_uring(s, &mut r.uring)
+}
+
+/// Provided-buffer bounds for multishot receive: at most the kernel's 32,768 buffers, each
+/// 64 B to 1 MiB.
+const PROVIDED_BUFFERS_MAX: u16 = 32_768;
+const PROVIDED_BUFFER_BYTES: std::ops::RangeInclusive<u32> = 64..=1 << 20;
+
+/// The io_uring shortcuts, `uring_*` in `[engine]` (`net::UringFeatures`).
+fn read_uring(s: &mut Section<'_>, u: &mut crate::net::UringFeatures) -> Result<()> {
+    s.bool("uring_registered_buffers", &mut u.registered_buffers)?;
+    s.bool("uring_fixed_files", &mut u.fixed_files)?;
+    s.bool("uring_direct_spin_reads", &mut u.direct_spin_reads)?;
+    s.bool("uring_multishot_recv", &mut u.multishot_recv)?;
+    s.int("uring_provided_buffers", &mut u.provided_buffers)?;
+    if !u.provided_buffers.is_power_of_two() || u.provided_buffers > PROVIDED_BUFFERS_MAX {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("uring_provided_buffers"),
+            value: u.provided_buffers.to_string(),
+            allowed: "a power of two in 1..=32768",
+        });
+    }
+    s.int("uring_provided_buffer_bytes", &mut u.provided_buffer_bytes)?;
+    if !PROVIDED_BUFFER_BYTES.contains(&u.provided_buffer_bytes) {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("uring_provided_buffer_bytes"),
+            value: u.provided_buffer_bytes.to_string(),
+            allowed: "64..=1048576",
+        });
+    }
     Ok(())
 }
 

@@ -224,6 +224,13 @@ fn engine(out: &mut Out, c: &LoopConfig) {
         "socket_send_buffer_bytes",
         r.socket_send_buffer.unwrap_or(0),
     );
+    let u = &r.uring;
+    out.bool("uring_registered_buffers", u.registered_buffers);
+    out.bool("uring_fixed_files", u.fixed_files);
+    out.bool("uring_direct_spin_reads", u.direct_spin_reads);
+    out.bool("uring_multishot_recv", u.multishot_recv);
+    out.int("uring_provided_buffers", u.provided_buffers);
+    out.int("uring_provided_buffer_bytes", u.provided_buffer_bytes);
 }
 
 fn ipc(out: &mut Out, c: &IpcConfig) {
