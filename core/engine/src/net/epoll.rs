@@ -46,6 +46,10 @@ pub const ACCEPTS_PER_PASS: u32 = 64;
 /// The longest `Blocking` wait, ms (epoll_wait takes an int; -1 would mean forever).
 const WAIT_MS_MAX: u64 = i32::MAX as u64;
 
+/// With spin reads, passes between readiness checks while nothing waits for one (accepts and
+/// errors are seen within this many passes; reads and writes every pass).
+const SPIN_WAIT_EVERY: u64 = 64;
+
 /// Epoll data of a listener: its index with this bit set (slots stay below [`CONNS_MAX`]).
 const LISTENER_TAG: u32 = 1 << 31;
 
@@ -338,15 +342,20 @@ impl EpollReactor {
             WaitMode::Blocking if self.pending.is_empty() => wait_ms(timeout_ns),
             WaitMode::Blocking | WaitMode::BusyPoll => 0,
         };
-        self.stats.kernel_entries += 1;
-        // SAFETY: `ready` is a live buffer of EVENTS_PER_WAIT epoll_event the kernel may fill.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.epoll.as_raw_fd(),
-                self.ready.as_mut_ptr(),
-                EVENTS_PER_WAIT as i32,
-                timeout_ms,
-            )
+        let n = if self.needs_readiness() {
+            self.stats.kernel_entries += 1;
+            // SAFETY: `ready` is a live buffer of EVENTS_PER_WAIT epoll_event the kernel may
+            // fill.
+            unsafe {
+                libc::epoll_wait(
+                    self.epoll.as_raw_fd(),
+                    self.ready.as_mut_ptr(),
+                    EVENTS_PER_WAIT as i32,
+                    timeout_ms,
+                )
+            }
+        } else {
+            0
         };
         if n < 0 && errno() != libc::EINTR {
             return Err(io_error("epoll_wait"));
@@ -695,6 +704,19 @@ impl EpollReactor {
         if let Some(bytes) = self.config.socket_send_buffer {
             set_send_buffer(fd, bytes);
         }
+    }
+
+    /// Whether this pass asks epoll for readiness. Always, except with spin reads (which read
+    /// every connection anyway): then only while a connect or a blocked write waits for it,
+    /// and every [`SPIN_WAIT_EVERY`] passes for accepts and anything else, so a spinning
+    /// pass makes one system call a connection (its read), as a raw busy-polled socket does.
+    fn needs_readiness(&self) -> bool {
+        !self.spinning()
+            || self.pass.is_multiple_of(SPIN_WAIT_EVERY)
+            || self
+                .conns
+                .iter()
+                .any(|c| c.state == State::Connecting || c.send_blocked)
     }
 
     fn spinning(&self) -> bool {
