@@ -712,7 +712,7 @@ impl EpollReactor {
     /// pass makes one system call a connection (its read), as a raw busy-polled socket does.
     fn needs_readiness(&self) -> bool {
         !self.spinning()
-            || self.pass.is_multiple_of(SPIN_WAIT_EVERY)
+            || self.pass % SPIN_WAIT_EVERY == 0
             || self
                 .conns
                 .iter()
