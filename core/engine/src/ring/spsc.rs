@@ -25,7 +25,7 @@ use std::mem::MaybeUninit;
 use sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
 
 /// The largest ring: 16 Mi slots. A bigger one is a sizing mistake rather than a need (at
-/// keel's 48-byte commands it would pin more than 768 MiB), and the bound keeps every count a
+/// keel's 48-byte commands it would take 768 MiB), and the bound keeps every count a
 /// `u32` with room to spare.
 pub const SLOTS_MAX: u32 = 1 << 24;
 

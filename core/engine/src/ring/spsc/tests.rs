@@ -113,7 +113,11 @@ fn full_and_empty_edges() {
     assert!(tx.is_full());
     assert_eq!(tx.slots(), 0);
     assert_eq!(rx.len(), 4);
-    assert_eq!(tx.push_many(&mut [7, 8].into_iter()), 0, "no room for a batch");
+    assert_eq!(
+        tx.push_many(&mut [7, 8].into_iter()),
+        0,
+        "no room for a batch"
+    );
     assert_eq!(rx.pop(), Some(0));
     assert_eq!(tx.push(4), Ok(()));
     assert_eq!(tx.push(5), Err(Full(5)));
