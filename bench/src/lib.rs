@@ -4,6 +4,8 @@
 //! latencies in HdrHistogram, and prints p50/p99/p99.9/max plus ratios to the baseline.
 //! Pinning degrades gracefully: on a machine with too few cores it warns and runs unpinned.
 
+pub mod fix;
+pub mod guard;
 pub mod loadgen;
 
 use hdrhistogram::Histogram;

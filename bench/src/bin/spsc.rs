@@ -1,10 +1,15 @@
 //! SPSC hand-off round trip between two threads pinned to different cores: a message goes
 //! A → B on one queue and comes back B → A on another; A times each round trip with the TSC.
 //! Contenders, interleaved in one run: a raw atomic ping-pong (the floor), rtrb (what keel's
-//! in-process rings use), crossbeam's `ArrayQueue`, and `std::sync::mpsc::sync_channel`.
-//! Both sides busy-poll, so the queue's own cost is what differs.
+//! in-process rings use), keel's own ring (`keel::ring::spsc`), crossbeam's `ArrayQueue`, and
+//! `std::sync::mpsc::sync_channel`. Both sides busy-poll, so the queue's own cost is what
+//! differs.
 //!
-//! Usage: cargo run -p keel-bench --release --bin spsc -- [--round-trips=N] [--smoke]
+//! Then one-way throughput: a burst of messages from B to A through one ring of 1,024 slots,
+//! keel's ring and rtrb each pushed and popped one at a time and in batches of 64 (keel's
+//! `push_many`/`pop_many`, rtrb's write and read chunks), messages per second per round.
+//!
+//! Usage: cargo run -p keel-bench --release --bin spsc -- [--round-trips=N] [--burst=N] [--smoke]
 
 use std::hint::spin_loop;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +20,7 @@ use std::thread;
 use crossbeam_queue::ArrayQueue;
 use hdrhistogram::Histogram;
 use keel::clock::TscClock;
+use keel::ring::spsc;
 use keel_bench::{arg_u64, flag, histogram, pin_or_warn, print_header, print_row, summary};
 
 /// One direction of a raw ping-pong: a sequence number on its own cache line pair.
@@ -142,6 +148,38 @@ fn run_rtrb(n: u64, clock: &TscClock, h: &mut Histogram<u64>) {
     echo.join().expect("echo thread");
 }
 
+fn run_keel(n: u64, clock: &TscClock, h: &mut Histogram<u64>) {
+    let (mut there_tx, mut there_rx) = spsc::channel::<u64>(1024).expect("valid capacity");
+    let (mut back_tx, mut back_rx) = spsc::channel::<u64>(1024).expect("valid capacity");
+    let echo = thread::spawn(move || {
+        pin_or_warn(0);
+        for _ in 0..n {
+            let v = loop {
+                if let Some(v) = there_rx.pop() {
+                    break v;
+                }
+                spin_loop();
+            };
+            back_tx.push(v).expect("one in flight");
+        }
+    });
+    for i in 1..=n {
+        let t0 = clock.raw();
+        there_tx.push(i).expect("one in flight");
+        let v = loop {
+            if let Some(v) = back_rx.pop() {
+                break v;
+            }
+            spin_loop();
+        };
+        let t1 = clock.raw();
+        assert_eq!(v, i);
+        h.record(((clock.raw_to_ns(t1) - clock.raw_to_ns(t0)) * 1_000).max(1))
+            .expect("in range");
+    }
+    echo.join().expect("echo thread");
+}
+
 fn run_sync_channel(n: u64, clock: &TscClock, h: &mut Histogram<u64>) {
     let (there_tx, there_rx) = sync_channel::<u64>(1024);
     let (back_tx, back_rx) = sync_channel::<u64>(1024);
@@ -177,7 +215,8 @@ fn run_sync_channel(n: u64, clock: &TscClock, h: &mut Histogram<u64>) {
 }
 
 fn main() {
-    let total = if flag("smoke") {
+    let smoke = flag("smoke");
+    let total = if smoke {
         20_000
     } else {
         arg_u64("round-trips", 1_000_000)
@@ -186,7 +225,13 @@ fn main() {
     let per_round = total / rounds;
     pin_or_warn(1);
     let clock = TscClock::new();
-    let mut h = [histogram(), histogram(), histogram(), histogram()];
+    let mut h = [
+        histogram(),
+        histogram(),
+        histogram(),
+        histogram(),
+        histogram(),
+    ];
     // Interleave contenders in rounds so drift on a shared machine hits all of them alike.
     for _ in 0..rounds {
         let raw = Arc::new(Raw {
@@ -201,6 +246,7 @@ fn main() {
         });
         run_pair(cb, per_round, &clock, &mut h[2]);
         run_sync_channel(per_round, &clock, &mut h[3]);
+        run_keel(per_round, &clock, &mut h[4]);
     }
     let s: Vec<_> = h.iter().map(summary).collect();
     println!("SPSC round trip between two pinned threads, {total} round trips each, interleaved in {rounds} rounds");
@@ -210,8 +256,150 @@ fn main() {
         "rtrb (keel's in-process ring)",
         "crossbeam ArrayQueue",
         "std mpsc::sync_channel",
+        "keel ring (ring::spsc)",
     ];
     for (name, summary) in names.iter().zip(&s) {
         print_row(name, summary, s[0].p50_ns);
     }
+    println!("rtrb_vs_raw_ratio: {:.2}", s[1].p50_ns / s[0].p50_ns);
+    println!("keel_ring_vs_raw_ratio: {:.2}", s[4].p50_ns / s[0].p50_ns);
+    println!("keel_ring_vs_rtrb_ratio: {:.2}", s[4].p50_ns / s[1].p50_ns);
+    throughput(&clock, rounds);
+}
+
+/// Messages per burst batch: the most either side moves per publish.
+const BURST_BATCH: u32 = 64;
+
+/// How a throughput contender moves messages.
+#[derive(Clone, Copy)]
+enum Burst {
+    KeelOne,
+    KeelBatch,
+    RtrbOne,
+    RtrbBatch,
+}
+
+/// One burst of `n` messages B → A through a ring of 1,024; A checks every value arrives in
+/// order and returns the burst's time in ns, from A's first look at the ring to the last value.
+fn burst(kind: Burst, n: u64, clock: &TscClock) -> u64 {
+    let (t0, t1) = match kind {
+        Burst::KeelOne | Burst::KeelBatch => burst_keel(matches!(kind, Burst::KeelBatch), n, clock),
+        Burst::RtrbOne | Burst::RtrbBatch => burst_rtrb(matches!(kind, Burst::RtrbBatch), n, clock),
+    };
+    clock.raw_to_ns(t1) - clock.raw_to_ns(t0)
+}
+
+fn burst_keel(batch: bool, n: u64, clock: &TscClock) -> (u64, u64) {
+    let (mut tx, mut rx) = spsc::channel::<u64>(1024).expect("valid capacity");
+    let producer = thread::spawn(move || {
+        pin_or_warn(0);
+        let mut next = 0u64;
+        while next < n {
+            if batch {
+                let mut values = next..(next + u64::from(BURST_BATCH)).min(n);
+                next += u64::from(tx.push_many(&mut values));
+            } else if tx.push(next).is_ok() {
+                next += 1;
+            }
+            spin_loop();
+        }
+    });
+    let t0 = clock.raw();
+    let mut expected = 0u64;
+    while expected < n {
+        if batch {
+            rx.pop_many(BURST_BATCH, |v| {
+                assert_eq!(v, expected, "keel ring burst out of order");
+                expected += 1;
+            });
+        } else if let Some(v) = rx.pop() {
+            assert_eq!(v, expected, "keel ring burst out of order");
+            expected += 1;
+        }
+    }
+    let t1 = clock.raw();
+    producer.join().expect("producer thread");
+    (t0, t1)
+}
+
+fn burst_rtrb(batch: bool, n: u64, clock: &TscClock) -> (u64, u64) {
+    let (mut tx, mut rx) = rtrb::RingBuffer::<u64>::new(1024);
+    let producer = thread::spawn(move || {
+        pin_or_warn(0);
+        let mut next = 0u64;
+        while next < n {
+            if batch {
+                let want = (n - next).min(u64::from(BURST_BATCH)) as usize;
+                let room = tx.slots().min(want);
+                if room > 0 {
+                    let chunk = tx.write_chunk_uninit(room).expect("room was counted");
+                    next += chunk.fill_from_iter(next..) as u64;
+                }
+            } else if tx.push(next).is_ok() {
+                next += 1;
+            }
+            spin_loop();
+        }
+    });
+    let t0 = clock.raw();
+    let mut expected = 0u64;
+    while expected < n {
+        if batch {
+            let ready = rx.slots().min(BURST_BATCH as usize);
+            if ready > 0 {
+                for v in rx.read_chunk(ready).expect("ready was counted") {
+                    assert_eq!(v, expected, "rtrb burst out of order");
+                    expected += 1;
+                }
+            }
+        } else if let Ok(v) = rx.pop() {
+            assert_eq!(v, expected, "rtrb burst out of order");
+            expected += 1;
+        }
+    }
+    let t1 = clock.raw();
+    producer.join().expect("producer thread");
+    (t0, t1)
+}
+
+/// One-way throughput, contenders interleaved round by round; prints each one's median round
+/// in messages per second and keel's batch rate over rtrb's.
+fn throughput(clock: &TscClock, rounds: u64) {
+    let n = if flag("smoke") {
+        100_000
+    } else {
+        arg_u64("burst", 1_000_000)
+    };
+    let kinds = [
+        (Burst::RtrbOne, "rtrb push/pop"),
+        (Burst::RtrbBatch, "rtrb chunks of 64"),
+        (Burst::KeelOne, "keel ring push/pop"),
+        (Burst::KeelBatch, "keel ring push_many/pop_many 64"),
+    ];
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
+    for _ in 0..rounds {
+        for (i, (kind, _)) in kinds.iter().enumerate() {
+            let ns = burst(*kind, n, clock).max(1);
+            rates[i].push(n as f64 * 1e9 / ns as f64);
+        }
+    }
+    let medians: Vec<f64> = rates
+        .iter_mut()
+        .map(|r| {
+            r.sort_by(f64::total_cmp);
+            r[r.len() / 2]
+        })
+        .collect();
+    println!("SPSC one-way burst of {n} messages through 1,024 slots, median of {rounds} interleaved rounds");
+    for ((_, name), rate) in kinds.iter().zip(&medians) {
+        println!(
+            "{name:<34} {:>14.0} msg/s {:>9.2}x",
+            rate,
+            rate / medians[0]
+        );
+    }
+    println!(
+        "keel_ring_batch_vs_rtrb_batch_throughput_ratio: {:.2}",
+        medians[3] / medians[1]
+    );
 }

@@ -1,5 +1,8 @@
 //! The rings that join the dispatcher to strategies and venue sessions (rtrb SPSC rings,
-//! sized at start, never grown).
+//! sized at start, never grown), and keel's own SPSC ring ([`spsc`]), measured against rtrb
+//! before it replaces them.
+
+pub mod spsc;
 
 use rtrb::{Consumer, Producer, RingBuffer};
 
