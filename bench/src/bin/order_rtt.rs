@@ -542,6 +542,60 @@ fn server(mode: Arc<AtomicU8>, addrs: std::sync::mpsc::Sender<ServerAddrs>, echo
     }
 }
 
+/// The io_uring client ping-pongs of the shortcut block, connected to the io_uring echo at
+/// `echo`: the defaults (the block's control), then each shortcut changed on its own.
+fn shortcut_ping_pongs(echo: SocketAddr, mode: &AtomicU8) -> Vec<PingPong<Reactor>> {
+    // Each io_uring shortcut measured on its own: one off at a time from the default (direct
+    // spin reads, registered buffers, fixed files), and multishot receive against the
+    // completion-driven receive it replaces.
+    let shortcuts = UringFeatures::default();
+    // The first is the defaults again, measured beside the others as their control (the row
+    // above is measured right after the floor, in another place in each round).
+    let uring_variants: [(bool, UringFeatures); 6] = [
+        (true, shortcuts),
+        (
+            true,
+            UringFeatures {
+                fixed_files: false,
+                ..shortcuts
+            },
+        ),
+        (
+            true,
+            UringFeatures {
+                registered_buffers: false,
+                ..shortcuts
+            },
+        ),
+        (false, shortcuts),
+        (
+            false,
+            UringFeatures {
+                multishot_recv: true,
+                ..shortcuts
+            },
+        ),
+        (
+            true,
+            UringFeatures {
+                direct_spin_reads: false,
+                ..shortcuts
+            },
+        ),
+    ];
+    let pongs: Vec<PingPong<Reactor>> = uring_variants
+        .iter()
+        .map(|&(spin, features)| {
+            PingPong::<Reactor>::connect_with(echo, mode, URING_ECHO, spin, features)
+        })
+        .collect();
+    assert!(
+        pongs[4].reactor.features().multishot_recv,
+        "this kernel refused multishot receive's buffer ring"
+    );
+    pongs
+}
+
 fn measure(c: &mut dyn Contender, n: u64, clock: &TscClock, h: &mut Histogram<u64>) {
     for _ in 0..n {
         let t0 = clock.raw();
@@ -591,54 +645,7 @@ fn main() {
     let mut uring_ping_pong = PingPong::<Reactor>::connect(addrs.uring_echo, &mode, URING_ECHO);
     let mut epoll_ping_pong =
         PingPong::<EpollReactor>::connect(addrs.epoll_echo, &mode, EPOLL_ECHO);
-    // Each io_uring shortcut measured on its own: one off at a time from the default (direct
-    // spin reads, registered buffers, fixed files), and multishot receive against the
-    // completion-driven receive it replaces.
-    let shortcuts = UringFeatures::default();
-    // The first is the defaults again, measured beside the others as their control (the row
-    // above is measured right after the floor, in another place in each round).
-    let uring_variants: [(bool, UringFeatures); 6] = [
-        (true, shortcuts),
-        (
-            true,
-            UringFeatures {
-                fixed_files: false,
-                ..shortcuts
-            },
-        ),
-        (
-            true,
-            UringFeatures {
-                registered_buffers: false,
-                ..shortcuts
-            },
-        ),
-        (false, shortcuts),
-        (
-            false,
-            UringFeatures {
-                multishot_recv: true,
-                ..shortcuts
-            },
-        ),
-        (
-            true,
-            UringFeatures {
-                direct_spin_reads: false,
-                ..shortcuts
-            },
-        ),
-    ];
-    let mut variant_ping_pongs: Vec<PingPong<Reactor>> = uring_variants
-        .iter()
-        .map(|&(spin, features)| {
-            PingPong::<Reactor>::connect_with(addrs.uring_echo, &mode, URING_ECHO, spin, features)
-        })
-        .collect();
-    assert!(
-        variant_ping_pongs[4].reactor.features().multishot_recv,
-        "this kernel refused multishot receive's buffer ring"
-    );
+    let mut variant_ping_pongs = shortcut_ping_pongs(addrs.uring_echo, &mode);
 
     let names = [
         "raw busy-polled TCP ping-pong (floor)",
