@@ -20,6 +20,7 @@ pub mod epoll;
 pub mod socket;
 pub mod tls;
 pub mod uring;
+pub mod xdp;
 
 use std::net::SocketAddr;
 use std::str::FromStr;
@@ -121,6 +122,9 @@ pub enum NetError {
         /// The error.
         source: std::io::Error,
     },
+    /// The AF_XDP transport could not start (docs/config.md, "[engine.af_xdp]").
+    #[error("af_xdp: {0}")]
+    Xdp(xdp::XdpError),
     /// Every connection slot is taken.
     #[error("all {conns_max} connection slots in use")]
     NoFreeSlot {
@@ -281,6 +285,7 @@ macro_rules! socket_transport {
 
 socket_transport!(Reactor);
 socket_transport!(EpollReactor);
+socket_transport!(XdpReactor);
 
 /// A transport over real sockets, built from a [`ReactorConfig`]: what a driver that opens its
 /// own transport (the venue servers; the engine) is generic over, so the same code runs on
@@ -311,6 +316,16 @@ impl SocketTransport for EpollReactor {
     }
     fn stats(&self) -> NetStats {
         EpollReactor::stats(self)
+    }
+}
+
+impl SocketTransport for XdpReactor {
+    const KIND: TransportKind = TransportKind::AfXdp;
+    fn open(config: ReactorConfig) -> Result<Self, NetError> {
+        XdpReactor::new(config)
+    }
+    fn stats(&self) -> NetStats {
+        XdpReactor::stats(self)
     }
 }
 
@@ -380,6 +395,7 @@ macro_rules! transports {
 transports! {
     "io_uring" => IoUring(Reactor),
     "epoll" => Epoll(EpollReactor),
+    "af_xdp" => AfXdp(XdpReactor),
 }
 
 /// A transport name that names no transport.
@@ -452,6 +468,7 @@ pub use epoll::EpollReactor;
 pub use socket::{ReactorConfig, UringFeatures, WaitMode, CONNS_MAX};
 pub use tls::{Tls, TlsConfig, TlsError, TlsStats};
 pub use uring::Reactor;
+pub use xdp::XdpReactor;
 
 #[cfg(test)]
 mod tests;

@@ -51,6 +51,9 @@ pub struct ReactorConfig {
     /// io_uring only: which of the kernel's shortcuts the reactor takes (each measured on its
     /// own in `bench/order_rtt`, docs/benchmarks.md). epoll ignores it.
     pub uring: UringFeatures,
+    /// AF_XDP only: the interface, queue, address and UMEM (`[engine.af_xdp]`). The socket
+    /// transports ignore it.
+    pub xdp: super::xdp::XdpConfig,
 }
 
 /// The io_uring shortcuts, each on or off (see [`ReactorConfig::uring`]). A shortcut the
@@ -108,6 +111,7 @@ impl Default for ReactorConfig {
             spin_reads: false,
             socket_send_buffer: None,
             uring: UringFeatures::default(),
+            xdp: super::xdp::XdpConfig::default(),
         }
     }
 }

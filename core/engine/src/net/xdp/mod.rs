@@ -1,0 +1,1076 @@
+//! The AF_XDP transport ([`XdpReactor`], `transport = "af_xdp"`): kernel bypass for the venue
+//! links. keel's XDP program ([`bpf`]) sends the frames addressed to keel's own IPv4 address
+//! on one queue of one interface into an AF_XDP socket ([`sys`]); smoltcp, a userspace TCP/IP
+//! stack, runs ARP, IPv4 and TCP over it; this module gives its connections the same
+//! [`Transport`](super::Transport) behaviour as the io_uring and epoll transports (slots and
+//! generations, a receive buffer per slot, all-or-nothing sends, the same events).
+//!
+//! keel's address is its own, not the kernel's: the kernel keeps the interface and every
+//! frame not addressed to keel (its own address, SSH, other processes), and keel answers ARP
+//! and ICMP echo for its address. A busy-polling pass that finds nothing makes no system call
+//! (the rings are shared memory); sending makes one `sendto` per pass in copy mode (the
+//! kernel's cue to send), none in zero-copy mode unless the driver asks.
+//!
+//! What it does not do: IPv6, IP fragments, more than one queue per process, TLS (market data
+//! over TLS needs a socket transport). Its TCP is smoltcp's (docs/architecture.md, "The AF_XDP
+//! transport"): Nagle off and no delayed ACK on every connection, a retransmission timeout
+//! between 10 ms and 10 s (initially about 700 ms), no SACK.
+//!
+//! Nothing is allocated after [`XdpReactor::new`]: the UMEM, the socket table, every socket's
+//! buffers, the slot buffers and the event queues are sized there.
+
+#![allow(unsafe_code)]
+
+mod bpf;
+mod sys;
+#[cfg(test)]
+mod tests;
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+use smoltcp::iface::{Config as IfaceConfig, Interface, SocketHandle, SocketSet, SocketStorage};
+use smoltcp::phy::{Checksum, Device, DeviceCapabilities, Medium, RxToken, TxToken};
+use smoltcp::socket::tcp;
+use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint};
+
+use super::{
+    CloseReason, ConnId, ListenerId, NetError, NetEvent, NetStats, ReactorConfig, WaitMode,
+    CONNS_MAX,
+};
+pub use bpf::XdpAttach;
+pub use sys::{XdpCopy, XskKernelStats};
+
+/// Listeners per reactor (the venue side's tests; an engine's links only connect).
+pub const LISTENERS_MAX: u32 = 4;
+/// Handshakes one listener can have in flight at once (its listening sockets).
+pub const LISTEN_BACKLOG: u32 = 4;
+/// How long a locally closed connection may take to finish its FIN exchange before its
+/// socket is aborted and its slot reused.
+const DRAIN_MAX_MS: i64 = 2_000;
+
+/// An interface name, at most 15 bytes (the kernel's IFNAMSIZ less its NUL), kept inline so
+/// the configuration stays `Copy`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IfName {
+    bytes: [u8; 15],
+    len: u8,
+}
+
+impl IfName {
+    /// The name, checked: 1 to 15 bytes, no `/`, whitespace, `:` or NUL.
+    pub fn new(name: &str) -> Result<Self, XdpError> {
+        let bad = name.is_empty()
+            || name.len() > 15
+            || name
+                .bytes()
+                .any(|b| b == b'/' || b == b':' || b == 0 || b.is_ascii_whitespace());
+        if bad {
+            return Err(XdpError::BadConfig {
+                key: "interface",
+                value: name.to_string(),
+                why: "an interface name is 1 to 15 bytes without '/', ':' or spaces",
+            });
+        }
+        let mut bytes = [0u8; 15];
+        bytes[..name.len()].copy_from_slice(name.as_bytes());
+        Ok(Self {
+            bytes,
+            len: name.len() as u8,
+        })
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or("?")
+    }
+}
+
+impl std::fmt::Debug for IfName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl std::fmt::Display for IfName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The AF_XDP transport's settings (`[engine.af_xdp]`, docs/config.md). The socket
+/// transports ignore them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XdpConfig {
+    /// The interface the venue links leave by. Required.
+    pub interface: Option<IfName>,
+    /// Its receive queue the XDP program serves (steer the venue's flows there: with one
+    /// queue, or `ethtool -N` flow rules). Default 0.
+    pub queue: u32,
+    /// keel's own IPv4 address and prefix length on that link (not the kernel's). Required.
+    pub address: Option<(Ipv4Addr, u8)>,
+    /// The next hop for destinations outside the prefix; `None`: on-link only.
+    pub gateway: Option<Ipv4Addr>,
+    /// keel's hardware address; `None`: the interface's.
+    pub mac: Option<[u8; 6]>,
+    /// UMEM frames (a power of two, 64 to 65,536): half receive, half transmit.
+    pub frames: u32,
+    /// Bytes per frame: 2048 or 4096, at least the interface's MTU plus its Ethernet header.
+    pub frame_bytes: u32,
+    /// Entries of each of the four rings (a power of two, at least `frames / 2`).
+    pub ring_entries: u32,
+    /// Copy or zero-copy. Zero-copy refused by the driver is an error, never a fallback.
+    pub copy: XdpCopy,
+    /// Native (driver) or generic XDP.
+    pub attach: XdpAttach,
+    /// Verify IPv4 and TCP checksums of received frames. Turn off only on veth (whose frames
+    /// from the local kernel carry checksums it never finished) or behind a NIC that verified
+    /// them.
+    pub verify_checksums: bool,
+    /// The local ports keel's connections take, first and last.
+    pub local_ports: (u16, u16),
+    /// Frames taken from the receive ring per pass at most (bounded work per pass).
+    pub rx_batch: u32,
+}
+
+impl Default for XdpConfig {
+    fn default() -> Self {
+        Self {
+            interface: None,
+            queue: 0,
+            address: None,
+            gateway: None,
+            mac: None,
+            frames: 2048,
+            frame_bytes: 2048,
+            ring_entries: 1024,
+            copy: XdpCopy::Copy,
+            attach: XdpAttach::Native,
+            verify_checksums: true,
+            local_ports: (49_152, 65_535),
+            rx_batch: 64,
+        }
+    }
+}
+
+/// Why the AF_XDP transport could not start (or, for `Sys`, went on), with the values.
+#[derive(Debug, thiserror::Error)]
+pub enum XdpError {
+    /// A required setting is missing.
+    #[error("[engine.af_xdp] {key} is not set: the AF_XDP transport needs it")]
+    NotConfigured {
+        /// Which.
+        key: &'static str,
+    },
+    /// A setting out of its range.
+    #[error("[engine.af_xdp] {key} = {value}: {why}")]
+    BadConfig {
+        /// Which.
+        key: &'static str,
+        /// The value given.
+        value: String,
+        /// What it must be.
+        why: &'static str,
+    },
+    /// No interface of that name in this network namespace.
+    #[error("no interface '{name}' in this network namespace (ip link show)")]
+    NoInterface {
+        /// The name given.
+        name: String,
+    },
+    /// The process lacks a capability.
+    #[error("{call}: {source}: the AF_XDP transport needs {needs} (or root)")]
+    Privilege {
+        /// Which call was refused.
+        call: &'static str,
+        /// The capabilities it needs.
+        needs: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The UMEM does not fit the locked-memory limit.
+    #[error(
+        "a UMEM of {umem_bytes} bytes does not fit the locked-memory limit of {limit_bytes} \
+         bytes (ulimit -l): raise it (LimitMEMLOCK=, tuning/limits.conf), give the process \
+         CAP_IPC_LOCK, or lower frames x frame_bytes"
+    )]
+    MemoryLock {
+        /// The UMEM's size.
+        umem_bytes: u64,
+        /// RLIMIT_MEMLOCK.
+        limit_bytes: u64,
+    },
+    /// Zero-copy asked for, refused by the driver.
+    #[error(
+        "zero-copy refused on queue {queue}: the driver has no AF_XDP zero-copy (veth, most \
+         virtual NICs): set copy = \"copy\""
+    )]
+    ZeroCopyRefused {
+        /// The queue.
+        queue: u32,
+    },
+    /// The XDP program could not be attached.
+    #[error(
+        "attaching keel's XDP program to {interface} ({attach} mode): {source} (EBUSY or \
+         EEXIST: another XDP program is attached, `ip link set dev {interface} xdp off`; \
+         EOPNOTSUPP or EINVAL in native mode: try attach = \"generic\")"
+    )]
+    AttachRefused {
+        /// The interface.
+        interface: String,
+        /// The mode asked for.
+        attach: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The kernel's verifier refused the program.
+    #[error("the kernel refused keel's XDP program: {source}\n{log}")]
+    Verifier {
+        /// The verifier's log.
+        log: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The kernel has no AF_XDP ring flags (older than 5.4).
+    #[error("this kernel's AF_XDP is too old (ring flags appeared in Linux 5.4)")]
+    KernelTooOld,
+    /// Another system call failed.
+    #[error("{call}: {source}")]
+    Sys {
+        /// Which call.
+        call: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl XdpError {
+    fn sys(call: &'static str) -> Self {
+        XdpError::Sys {
+            call,
+            source: std::io::Error::last_os_error(),
+        }
+    }
+
+    fn privileged(call: &'static str, needs: &'static str) -> Self {
+        let source = std::io::Error::last_os_error();
+        match source.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => XdpError::Privilege {
+                call,
+                needs,
+                source,
+            },
+            _ => XdpError::Sys { call, source },
+        }
+    }
+
+    fn bpf(call: &'static str, source: std::io::Error) -> Self {
+        match source.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => XdpError::Privilege {
+                call,
+                needs: "CAP_BPF and CAP_NET_ADMIN",
+                source,
+            },
+            _ => XdpError::Sys { call, source },
+        }
+    }
+}
+
+impl From<XdpError> for NetError {
+    fn from(e: XdpError) -> Self {
+        NetError::Xdp(e)
+    }
+}
+
+/// AF_XDP counters beyond [`NetStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct XdpStats {
+    /// Frames taken from the receive ring.
+    pub rx_frames: u64,
+    /// Frames put on the transmit ring.
+    pub tx_frames: u64,
+    /// Frames the stack wrote when no transmit frame was free: dropped, sent again by TCP.
+    pub tx_dropped: u64,
+    /// The kernel's own counters for the socket.
+    pub kernel: XskKernelStats,
+}
+
+/// The AF_XDP socket as smoltcp's device: received frames go back to the fill ring once read;
+/// transmitted frames come back through the completion ring.
+struct Link {
+    xsk: sys::Xsk,
+    /// Frames this pass may still take from the receive ring.
+    budget: u32,
+    caps: DeviceCapabilities,
+    /// Where a reply is written when no transmit frame is free (then dropped, counted).
+    scratch: Box<[u8]>,
+}
+
+struct LinkRx<'a> {
+    rx: &'a mut sys::RxHalf,
+    desc: sys::Desc,
+}
+
+struct LinkTx<'a> {
+    tx: &'a mut sys::TxHalf,
+    scratch: &'a mut [u8],
+}
+
+impl RxToken for LinkRx<'_> {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        let r = f(self.rx.bytes(self.desc));
+        self.rx.recycle(self.desc);
+        r
+    }
+}
+
+impl TxToken for LinkTx<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        self.tx.send(len, f, self.scratch)
+    }
+}
+
+impl Device for Link {
+    type RxToken<'a> = LinkRx<'a>;
+    type TxToken<'a> = LinkTx<'a>;
+
+    fn receive(
+        &mut self,
+        _now: smoltcp::time::Instant,
+    ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        if self.budget == 0 {
+            return None;
+        }
+        let desc = self.xsk.rx.next()?;
+        self.budget -= 1;
+        self.xsk.reclaim();
+        let sys::Xsk { rx, tx, .. } = &mut self.xsk;
+        Some((
+            LinkRx { rx, desc },
+            LinkTx {
+                tx,
+                scratch: &mut self.scratch,
+            },
+        ))
+    }
+
+    fn transmit(&mut self, _now: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
+        if self.xsk.tx.free_frames() == 0 {
+            self.xsk.reclaim();
+            if self.xsk.tx.free_frames() == 0 {
+                return None; // the stack keeps the segment and tries again next pass
+            }
+        }
+        Some(LinkTx {
+            tx: &mut self.xsk.tx,
+            scratch: &mut self.scratch,
+        })
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        self.caps.clone()
+    }
+}
+
+/// Where a slot is (a table in [`XdpReactor::scan_slot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    Free,
+    /// SYN sent.
+    Connecting,
+    /// Established; its owner reads and writes.
+    Open,
+    /// Closed for its owner (the id is stale), the socket finishing its FIN exchange.
+    Draining {
+        since_ms: i64,
+    },
+}
+
+#[derive(Debug)]
+struct Slot {
+    handle: SocketHandle,
+    generation: u32,
+    state: SlotState,
+    /// Unconsumed received bytes are `start..end` of the slot's receive buffer.
+    start: u32,
+    end: u32,
+}
+
+#[derive(Debug)]
+struct Listener {
+    port: u16,
+    handles: [SocketHandle; LISTEN_BACKLOG as usize],
+}
+
+/// The AF_XDP transport: one AF_XDP socket on one queue, keel's XDP program on the interface,
+/// smoltcp's TCP over it. See the module's documentation.
+pub struct XdpReactor {
+    link: Link,
+    iface: Interface,
+    sockets: SocketSet<'static>,
+    slots: Box<[Slot]>,
+    free: Vec<u32>,
+    /// Receive buffers, `recv_buffer_bytes` per slot.
+    buffers: Box<[u8]>,
+    listeners: Vec<Listener>,
+    /// Sockets for listeners not yet created.
+    spares: Vec<SocketHandle>,
+    /// Events of calls made between polls (a local close, a connect refused at once).
+    pending: Vec<NetEvent>,
+    config: ReactorConfig,
+    address: Ipv4Addr,
+    next_port: u16,
+    stats: NetStats,
+    origin: std::time::Instant,
+    /// Dropped last: the link's descriptor; closing it detaches the program.
+    _attached: bpf::Attached,
+}
+
+impl std::fmt::Debug for XdpReactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpReactor")
+            .field("xsk", &self.link.xsk)
+            .field("address", &self.address)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The checked settings.
+struct Checked {
+    interface: IfName,
+    address: Ipv4Addr,
+    prefix: u8,
+}
+
+fn check(config: &ReactorConfig) -> Result<Checked, NetError> {
+    let x = &config.xdp;
+    if config.conns_max > CONNS_MAX {
+        return Err(NetError::TooManyConnections {
+            conns_max: config.conns_max,
+            limit: CONNS_MAX,
+        });
+    }
+    let bad = |key, value: u64, why| {
+        Err(NetError::Xdp(XdpError::BadConfig {
+            key,
+            value: value.to_string(),
+            why,
+        }))
+    };
+    let interface = x
+        .interface
+        .ok_or(XdpError::NotConfigured { key: "interface" })?;
+    let (address, prefix) = x
+        .address
+        .ok_or(XdpError::NotConfigured { key: "address" })?;
+    if prefix == 0 || prefix > 32 {
+        return bad("address", u64::from(prefix), "the prefix length is 1 to 32");
+    }
+    if address.is_unspecified() || address.is_broadcast() || address.is_multicast() {
+        return Err(NetError::Xdp(XdpError::BadConfig {
+            key: "address",
+            value: address.to_string(),
+            why: "keel's address must be a unicast address",
+        }));
+    }
+    if !x.frames.is_power_of_two() || !(64..=65_536).contains(&x.frames) {
+        return bad(
+            "frames",
+            u64::from(x.frames),
+            "a power of two from 64 to 65536",
+        );
+    }
+    if x.frame_bytes != 2048 && x.frame_bytes != 4096 {
+        return bad("frame_bytes", u64::from(x.frame_bytes), "2048 or 4096");
+    }
+    if !x.ring_entries.is_power_of_two()
+        || x.ring_entries < x.frames / 2
+        || x.ring_entries > 1 << 20
+    {
+        return bad(
+            "ring_entries",
+            u64::from(x.ring_entries),
+            "a power of two, at least frames / 2 (the fill ring holds every receive frame)",
+        );
+    }
+    if x.local_ports.0 == 0 || x.local_ports.0 > x.local_ports.1 {
+        return bad(
+            "local_ports",
+            u64::from(x.local_ports.0),
+            "first port 1 to the last port",
+        );
+    }
+    if x.rx_batch == 0 {
+        return bad("rx_batch", 0, "at least 1");
+    }
+    Ok(Checked {
+        interface,
+        address,
+        prefix,
+    })
+}
+
+impl XdpReactor {
+    /// Opens the transport: checks the settings, looks the interface up, opens the AF_XDP
+    /// socket and its UMEM, loads and attaches the XDP program, and sizes every socket and
+    /// buffer. Each refusal is a typed error naming the cause (docs/config.md,
+    /// "[engine.af_xdp]").
+    pub fn new(config: ReactorConfig) -> Result<Self, NetError> {
+        let c = check(&config)?;
+        let x = config.xdp;
+        let buffers = super::socket::slot_buffers(&config)?;
+        let facts = sys::interface(c.interface.as_str())?;
+        if facts.mtu + 14 > x.frame_bytes {
+            return Err(NetError::Xdp(XdpError::BadConfig {
+                key: "frame_bytes",
+                value: x.frame_bytes.to_string(),
+                why: "smaller than the interface's MTU plus its 14-byte Ethernet header",
+            }));
+        }
+        let xsk = sys::Xsk::open(sys::XskParams {
+            ifindex: facts.index,
+            queue: x.queue,
+            frames: x.frames,
+            frame_bytes: x.frame_bytes,
+            ring_entries: x.ring_entries,
+            copy: x.copy,
+        })?;
+        let attached = bpf::attach(
+            c.interface.as_str(),
+            facts.index,
+            x.queue,
+            c.address,
+            x.attach,
+        )?;
+        attached.register(x.queue, xsk.fd())?;
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = Medium::Ethernet;
+        caps.max_transmission_unit = (facts.mtu as usize + 14).min(x.frame_bytes as usize);
+        if !x.verify_checksums {
+            caps.checksum.ipv4 = Checksum::Tx;
+            caps.checksum.tcp = Checksum::Tx;
+            caps.checksum.icmpv4 = Checksum::Tx;
+        }
+        let mut link = Link {
+            xsk,
+            budget: 0,
+            caps,
+            scratch: vec![0u8; x.frame_bytes as usize].into_boxed_slice(),
+        };
+        #[allow(clippy::disallowed_methods)] // the stack's own clock: a driver's edge
+        let origin = std::time::Instant::now();
+        let mac = x.mac.unwrap_or(facts.mac);
+        let mut iface_config = IfaceConfig::new(HardwareAddress::Ethernet(EthernetAddress(mac)));
+        iface_config.random_seed = seed();
+        let mut iface = Interface::new(iface_config, &mut link, smoltcp::time::Instant::ZERO);
+        iface.update_ip_addrs(|addrs| {
+            let _ = addrs.push(IpCidr::new(IpAddress::Ipv4(c.address), c.prefix));
+        });
+        if let Some(gateway) = x.gateway {
+            let _ = iface.routes_mut().add_default_ipv4_route(gateway);
+        }
+        let (sockets, handles) = Self::sockets(&config);
+        let (slot_handles, spares) = handles.split_at(config.conns_max as usize);
+        Ok(Self {
+            link,
+            iface,
+            sockets,
+            slots: slot_handles
+                .iter()
+                .map(|&handle| Slot {
+                    handle,
+                    generation: 0,
+                    state: SlotState::Free,
+                    start: 0,
+                    end: 0,
+                })
+                .collect(),
+            free: (0..config.conns_max).rev().collect(),
+            buffers,
+            listeners: Vec::with_capacity(LISTENERS_MAX as usize),
+            spares: spares.to_vec(),
+            pending: Vec::with_capacity(
+                (config.conns_max + LISTENERS_MAX * LISTEN_BACKLOG) as usize,
+            ),
+            address: c.address,
+            next_port: x.local_ports.0,
+            stats: NetStats::default(),
+            origin,
+            config,
+            _attached: attached,
+        })
+    }
+
+    /// Every socket the transport will ever use: one per slot and `LISTEN_BACKLOG` per
+    /// listener, each with its buffers.
+    fn sockets(config: &ReactorConfig) -> (SocketSet<'static>, Vec<SocketHandle>) {
+        let n = (config.conns_max + LISTENERS_MAX * LISTEN_BACKLOG) as usize;
+        let mut set = SocketSet::new((0..n).map(|_| SocketStorage::EMPTY).collect::<Vec<_>>());
+        let handles = (0..n)
+            .map(|_| {
+                let rx = tcp::SocketBuffer::new(vec![0u8; config.recv_buffer_bytes as usize]);
+                let tx = tcp::SocketBuffer::new(vec![0u8; config.send_buffer_bytes as usize]);
+                let mut s = tcp::Socket::new(rx, tx);
+                s.set_nagle_enabled(false);
+                s.set_ack_delay(None);
+                set.add(s)
+            })
+            .collect();
+        (set, handles)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> NetStats {
+        self.stats
+    }
+
+    /// AF_XDP counters, the kernel's included (one `getsockopt`: not for every pass).
+    pub fn xdp_stats(&self) -> XdpStats {
+        XdpStats {
+            rx_frames: self.link.xsk.rx.frames,
+            tx_frames: self.link.xsk.tx.frames,
+            tx_dropped: self.link.xsk.tx.dropped,
+            kernel: self.link.xsk.kernel_stats(),
+        }
+    }
+
+    /// keel's address on the link.
+    pub fn address(&self) -> Ipv4Addr {
+        self.address
+    }
+
+    fn now(&self) -> smoltcp::time::Instant {
+        smoltcp::time::Instant::from_micros(self.origin.elapsed().as_micros() as i64)
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.origin.elapsed().as_millis() as i64
+    }
+
+    fn tcp(&mut self, handle: SocketHandle) -> &mut tcp::Socket<'static> {
+        self.sockets.get_mut::<tcp::Socket>(handle)
+    }
+
+    /// The slot of a live id, or `None` for a stale one.
+    fn slot_of(&self, conn: ConnId) -> Option<usize> {
+        let i = conn.slot as usize;
+        let s = self.slots.get(i)?;
+        (s.generation == conn.generation
+            && matches!(s.state, SlotState::Connecting | SlotState::Open))
+        .then_some(i)
+    }
+
+    fn id(&self, slot: usize) -> ConnId {
+        ConnId::new(slot as u32, self.slots[slot].generation)
+    }
+
+    /// Takes a free slot for a new connection (a new generation).
+    fn take_slot(&mut self) -> Option<usize> {
+        let i = self.free.pop()? as usize;
+        let s = &mut self.slots[i];
+        s.generation = s.generation.wrapping_add(1);
+        s.start = 0;
+        s.end = 0;
+        Some(i)
+    }
+
+    fn free_slot(&mut self, i: usize) {
+        self.slots[i].state = SlotState::Free;
+        self.slots[i].start = 0;
+        self.slots[i].end = 0;
+        self.free.push(i as u32);
+    }
+
+    /// A local port no connection or listener of this transport holds.
+    fn local_port(&mut self) -> u16 {
+        let (first, last) = self.config.xdp.local_ports;
+        let span = u32::from(last - first) + 1;
+        for _ in 0..span {
+            let port = self.next_port;
+            self.next_port = if port >= last { first } else { port + 1 };
+            if !self.port_in_use(port) {
+                return port;
+            }
+        }
+        first // every port taken: more slots than ports; the connect is refused by the peer
+    }
+
+    fn port_in_use(&self, port: u16) -> bool {
+        self.listeners.iter().any(|l| l.port == port)
+            || self.slots.iter().any(|s| {
+                s.state != SlotState::Free
+                    && self
+                        .sockets
+                        .get::<tcp::Socket>(s.handle)
+                        .local_endpoint()
+                        .is_some_and(|e| e.port == port)
+            })
+    }
+
+    /// Listens on `addr` (keel's address or 0.0.0.0; port 0 takes one from `local_ports`).
+    pub fn listen(&mut self, addr: SocketAddr) -> Result<(ListenerId, SocketAddr), NetError> {
+        let SocketAddr::V4(v4) = addr else {
+            return Err(NetError::NotIpv4(addr));
+        };
+        let refused = |errno| NetError::Listen {
+            addr,
+            source: std::io::Error::from_raw_os_error(errno),
+        };
+        if !(v4.ip().is_unspecified() || *v4.ip() == self.address) {
+            return Err(refused(libc::EADDRNOTAVAIL));
+        }
+        if self.spares.len() < LISTEN_BACKLOG as usize {
+            return Err(refused(libc::EMFILE));
+        }
+        let port = match v4.port() {
+            0 => self.local_port(),
+            p if self.port_in_use(p) => return Err(refused(libc::EADDRINUSE)),
+            p => p,
+        };
+        let mut handles = [self.spares[0]; LISTEN_BACKLOG as usize];
+        for h in &mut handles {
+            *h = self.spares.pop().unwrap_or(*h);
+            let _ = self.tcp(*h).listen(port);
+        }
+        self.listeners.push(Listener { port, handles });
+        let id = ListenerId(self.listeners.len() as u32 - 1);
+        Ok((id, SocketAddr::V4(SocketAddrV4::new(self.address, port))))
+    }
+
+    /// Starts connecting; `Connected` or `ConnectFailed` follows from `poll`.
+    pub fn connect(&mut self, addr: SocketAddr) -> Result<ConnId, NetError> {
+        let SocketAddr::V4(v4) = addr else {
+            return Err(NetError::NotIpv4(addr));
+        };
+        let Some(i) = self.take_slot() else {
+            return Err(NetError::NoFreeSlot {
+                conns_max: self.config.conns_max,
+            });
+        };
+        let conn = self.id(i);
+        let ip = *v4.ip();
+        if ip.is_broadcast() || ip.is_multicast() || ip.is_unspecified() || v4.port() == 0 {
+            self.pending.push(NetEvent::ConnectFailed {
+                conn,
+                errno: libc::ENETUNREACH,
+            });
+            self.free_slot(i);
+            return Ok(conn);
+        }
+        let port = self.local_port();
+        let handle = self.slots[i].handle;
+        let Self { iface, sockets, .. } = self;
+        let socket = sockets.get_mut::<tcp::Socket>(handle);
+        socket.abort();
+        match socket.connect(
+            iface.context(),
+            IpEndpoint::new(IpAddress::Ipv4(ip), v4.port()),
+            port,
+        ) {
+            Ok(()) => self.slots[i].state = SlotState::Connecting,
+            Err(_) => {
+                // No route to it from keel's address.
+                self.pending.push(NetEvent::ConnectFailed {
+                    conn,
+                    errno: libc::ENETUNREACH,
+                });
+                self.free_slot(i);
+            }
+        }
+        Ok(conn)
+    }
+
+    /// Queues bytes, all or nothing.
+    pub fn send(&mut self, conn: ConnId, bytes: &[u8]) -> Result<(), NetError> {
+        let Some(i) = self
+            .slot_of(conn)
+            .filter(|&i| self.slots[i].state == SlotState::Open)
+        else {
+            return Err(NetError::NotOpen);
+        };
+        let handle = self.slots[i].handle;
+        let socket = self.tcp(handle);
+        if !socket.may_send() {
+            return Err(NetError::NotOpen);
+        }
+        let free = socket.send_capacity() - socket.send_queue();
+        if bytes.len() > free {
+            return Err(NetError::SendBufferFull {
+                len: bytes.len().min(u32::MAX as usize) as u32,
+                free: free as u32,
+            });
+        }
+        let n = socket.send_slice(bytes).unwrap_or(0);
+        debug_assert_eq!(n, bytes.len(), "room checked above");
+        self.stats.bytes_sent += n as u64;
+        Ok(())
+    }
+
+    /// Bytes received and not yet consumed.
+    pub fn received(&self, conn: ConnId) -> &[u8] {
+        let Some(i) = self.slot_of(conn) else {
+            return &[];
+        };
+        let s = &self.slots[i];
+        let base = i * self.config.recv_buffer_bytes as usize;
+        &self.buffers[base + s.start as usize..base + s.end as usize]
+    }
+
+    /// Drops the first `n` received bytes.
+    pub fn consume(&mut self, conn: ConnId, n: usize) {
+        let Some(i) = self.slot_of(conn) else {
+            return;
+        };
+        let s = &mut self.slots[i];
+        s.start = (s.start as usize + n).min(s.end as usize) as u32;
+        if s.start == s.end {
+            s.start = 0;
+            s.end = 0;
+        }
+    }
+
+    /// Closes a connection: `Closed { Local }` follows from the next poll. An open one sends
+    /// its queued bytes and a FIN first.
+    pub fn close(&mut self, conn: ConnId) {
+        let Some(i) = self.slot_of(conn) else {
+            return;
+        };
+        let handle = self.slots[i].handle;
+        self.pending.push(NetEvent::Closed {
+            conn,
+            reason: CloseReason::Local,
+        });
+        match self.slots[i].state {
+            SlotState::Connecting => {
+                self.tcp(handle).abort();
+                self.free_slot(i);
+            }
+            _ => {
+                self.tcp(handle).close();
+                self.slots[i].generation = self.slots[i].generation.wrapping_add(1);
+                self.slots[i].state = SlotState::Draining {
+                    since_ms: self.now_ms(),
+                };
+            }
+        }
+    }
+
+    /// Bytes queued for `conn` and not yet acknowledged by the peer.
+    pub fn send_pending(&self, conn: ConnId) -> u32 {
+        match self.slot_of(conn) {
+            Some(i) => self
+                .sockets
+                .get::<tcp::Socket>(self.slots[i].handle)
+                .send_queue() as u32,
+            None => 0,
+        }
+    }
+
+    /// Runs the stack: frames in, segments out, the kernel told; then reports what changed.
+    /// With `Blocking` and nothing to report, waits on the socket up to `timeout_ns` (or the
+    /// stack's next timer) and runs once more.
+    pub fn poll(
+        &mut self,
+        _now_ns: u64,
+        timeout_ns: u64,
+        events: &mut Vec<NetEvent>,
+    ) -> Result<(), NetError> {
+        let before = events.len();
+        self.pass(events)?;
+        if events.len() == before && self.config.wait == WaitMode::Blocking && timeout_ns > 0 {
+            self.wait(timeout_ns);
+            self.pass(events)?;
+        }
+        Ok(())
+    }
+
+    /// Hands queued bytes to the network now.
+    pub fn flush(&mut self) -> Result<(), NetError> {
+        let now = self.now();
+        self.iface
+            .poll_egress(now, &mut self.link, &mut self.sockets);
+        self.kick()
+    }
+
+    fn kick(&mut self) -> Result<(), NetError> {
+        if self.link.xsk.kick()? {
+            self.stats.kernel_entries += 1;
+        }
+        if self.link.xsk.wake_fill() {
+            self.stats.kernel_entries += 1;
+        }
+        Ok(())
+    }
+
+    fn pass(&mut self, events: &mut Vec<NetEvent>) -> Result<(), NetError> {
+        self.link.xsk.reclaim();
+        self.link.budget = self.config.xdp.rx_batch;
+        let now = self.now();
+        self.iface.poll(now, &mut self.link, &mut self.sockets);
+        self.kick()?;
+        events.append(&mut self.pending);
+        let now_ms = self.now_ms();
+        for i in 0..self.slots.len() {
+            self.scan_slot(i, now_ms, events);
+        }
+        for l in 0..self.listeners.len() {
+            self.scan_listener(l, events);
+        }
+        Ok(())
+    }
+
+    /// Sleeps until a frame arrives, the timeout, or the stack's next timer.
+    fn wait(&mut self, timeout_ns: u64) {
+        if self.link.xsk.rx_ready() {
+            return;
+        }
+        let now = self.now();
+        let timer_ms = self
+            .iface
+            .poll_delay(now, &self.sockets)
+            .map_or(u64::MAX, |d| d.total_millis());
+        let ms = (timeout_ns.div_ceil(1_000_000))
+            .min(timer_ms)
+            .min(i32::MAX as u64) as i32;
+        let mut fd = libc::pollfd {
+            fd: self.link.xsk.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        self.stats.kernel_entries += 1;
+        // SAFETY: poll(2) on one live pollfd.
+        unsafe { libc::poll(&mut fd, 1, ms) };
+    }
+
+    /// One slot's row of the table: what its socket's state means for its owner.
+    fn scan_slot(&mut self, i: usize, now_ms: i64, events: &mut Vec<NetEvent>) {
+        let handle = self.slots[i].handle;
+        let state = self.tcp(handle).state();
+        use tcp::State as T;
+        match (self.slots[i].state, state) {
+            (SlotState::Free, _) => {}
+            (SlotState::Connecting, T::SynSent | T::SynReceived) => {}
+            (SlotState::Connecting, T::Closed) => {
+                // Refused (RST) or given up by the stack.
+                events.push(NetEvent::ConnectFailed {
+                    conn: self.id(i),
+                    errno: libc::ECONNREFUSED,
+                });
+                self.free_slot(i);
+            }
+            (SlotState::Connecting, _) => {
+                self.slots[i].state = SlotState::Open;
+                events.push(NetEvent::Connected { conn: self.id(i) });
+                self.read(i, events);
+            }
+            (SlotState::Open, _) => {
+                let read = self.read(i, events);
+                let socket = self.tcp(handle);
+                // The peer's FIN or RST, once every byte before it was read (and announced
+                // in an earlier pass, so the owner could consume it).
+                if read == 0 && !socket.may_recv() && socket.recv_queue() == 0 {
+                    let reason = if state == T::Closed {
+                        CloseReason::Reset
+                    } else {
+                        CloseReason::PeerClosed
+                    };
+                    if reason == CloseReason::Reset {
+                        self.stats.resets += 1;
+                    }
+                    events.push(NetEvent::Closed {
+                        conn: self.id(i),
+                        reason,
+                    });
+                    self.tcp(handle).close();
+                    self.slots[i].generation = self.slots[i].generation.wrapping_add(1);
+                    self.slots[i].state = SlotState::Draining { since_ms: now_ms };
+                }
+            }
+            (SlotState::Draining { .. }, T::Closed | T::TimeWait) => {
+                self.tcp(handle).abort();
+                self.free_slot(i);
+            }
+            (SlotState::Draining { since_ms }, _) if now_ms - since_ms > DRAIN_MAX_MS => {
+                // The peer never finished the close: reset it.
+                self.tcp(handle).abort();
+                self.free_slot(i);
+            }
+            (SlotState::Draining { .. }, _) => {}
+        }
+    }
+
+    /// Moves what the stack received into the slot's buffer, while it has room; announces
+    /// new bytes once. Returns the bytes moved.
+    fn read(&mut self, i: usize, events: &mut Vec<NetEvent>) -> usize {
+        let cap = self.config.recv_buffer_bytes as usize;
+        let base = i * cap;
+        let (start, end) = (self.slots[i].start as usize, self.slots[i].end as usize);
+        let (start, end) = if start > 0 && end == cap {
+            self.buffers.copy_within(base + start..base + end, base);
+            (0, end - start)
+        } else {
+            (start, end)
+        };
+        let handle = self.slots[i].handle;
+        let socket = self.sockets.get_mut::<tcp::Socket>(handle);
+        let mut n = 0;
+        while end + n < cap && socket.can_recv() {
+            match socket.recv_slice(&mut self.buffers[base + end + n..base + cap]) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => n += k,
+            }
+        }
+        self.slots[i].start = start as u32;
+        self.slots[i].end = (end + n) as u32;
+        if n > 0 {
+            self.stats.bytes_received += n as u64;
+            events.push(NetEvent::Readable { conn: self.id(i) });
+        }
+        n
+    }
+
+    /// A listener's row: a finished handshake becomes a connection in a free slot (the slot's
+    /// idle socket takes its place in the backlog), or is reset and counted when none is free.
+    fn scan_listener(&mut self, l: usize, events: &mut Vec<NetEvent>) {
+        let port = self.listeners[l].port;
+        for b in 0..LISTEN_BACKLOG as usize {
+            let handle = self.listeners[l].handles[b];
+            use tcp::State as T;
+            match self.tcp(handle).state() {
+                T::Listen | T::SynReceived => {}
+                T::Closed => {
+                    let _ = self.tcp(handle).listen(port);
+                }
+                _ => match self.take_slot() {
+                    Some(i) => {
+                        self.listeners[l].handles[b] = self.slots[i].handle;
+                        self.slots[i].handle = handle;
+                        self.slots[i].state = SlotState::Open;
+                        self.stats.accepted += 1;
+                        let _ = self.tcp(self.listeners[l].handles[b]).listen(port);
+                        events.push(NetEvent::Accepted {
+                            listener: ListenerId(l as u32),
+                            conn: self.id(i),
+                        });
+                        self.read(i, events);
+                    }
+                    None => {
+                        // Reset now; listening again on a later pass, once the RST left.
+                        self.tcp(handle).abort();
+                        self.stats.accept_refused += 1;
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// A seed for the stack's initial sequence numbers and ports: the clock's nanoseconds and the
+/// process id (not secret; different on every start).
+#[allow(clippy::disallowed_methods)] // the start-up seed, not loop time
+fn seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    t ^ (u64::from(std::process::id()) << 32)
+}
