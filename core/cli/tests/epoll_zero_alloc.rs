@@ -3,16 +3,18 @@
 //! reconnect into a reused slot, and a refused connect. Method: a client and a server
 //! transport on the test's thread over loopback; a counting allocator armed on this thread
 //! counts every allocation during 200 such cycles after one warm-up cycle. The count must be
-//! zero. Run against the epoll transport and, for comparison, the io_uring one.
+//! zero. Run against the epoll transport, the io_uring one, and the AF_XDP one (two AF_XDP
+//! transports, one at each end of a veth pair between two network namespaces).
 
 mod common;
 
 use std::net::{SocketAddr, TcpListener};
 
 use common::alloc::{CountingAllocator, ALLOCATIONS, ARMED};
+use keel::net::xdp::netns::Pair;
 use keel::net::{
     CloseReason, EpollReactor, NetError, NetEvent, Reactor, ReactorConfig, SocketTransport,
-    UringFeatures, WaitMode,
+    UringFeatures, WaitMode, XdpReactor,
 };
 
 #[global_allocator]
@@ -31,23 +33,33 @@ struct Rig<T> {
     message: [u8; 100],
 }
 
+fn config(uring: UringFeatures) -> ReactorConfig {
+    ReactorConfig {
+        uring,
+        conns_max: 2,
+        recv_buffer_bytes: 4096,
+        send_buffer_bytes: 4096,
+        wait: WaitMode::Blocking,
+        ..ReactorConfig::default()
+    }
+}
+
 impl<T: SocketTransport> Rig<T> {
+    /// Both ends over loopback.
     fn new(uring: UringFeatures) -> Self {
-        let config = ReactorConfig {
-            uring,
-            conns_max: 2,
-            recv_buffer_bytes: 4096,
-            send_buffer_bytes: 4096,
-            wait: WaitMode::Blocking,
-            ..ReactorConfig::default()
-        };
+        let config = config(uring);
         let client = T::open(config).unwrap();
-        let mut server = T::open(config).unwrap();
-        let (_, addr) = server.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let server = T::open(config).unwrap();
         let dead = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap();
+        Self::with(client, server, "127.0.0.1:0", dead)
+    }
+
+    /// `server` listening on `listen`; `dead`: an address nobody listens on.
+    fn with(client: T, mut server: T, listen: &str, dead: SocketAddr) -> Self {
+        let (_, addr) = server.listen(listen.parse().unwrap()).unwrap();
         Self {
             client,
             server,
@@ -155,7 +167,10 @@ fn events<T>(r: &Rig<T>, server: bool) -> &[NetEvent] {
 }
 
 fn allocations_over_cycles<T: SocketTransport>(uring: UringFeatures) -> u64 {
-    let mut rig = Rig::<T>::new(uring);
+    count_cycles(Rig::<T>::new(uring))
+}
+
+fn count_cycles<T: SocketTransport>(mut rig: Rig<T>) -> u64 {
     rig.cycle(false);
     rig.cycle(true);
     ALLOCATIONS.with(|n| n.set(0));
@@ -200,4 +215,28 @@ fn io_uring_transport_allocates_nothing_with_other_shortcuts() {
         ..UringFeatures::default()
     };
     assert_eq!(allocations_over_cycles::<Reactor>(multishot), 0);
+}
+
+// Two AF_XDP transports, one at each end of a veth pair: the UMEM's frames recycled through
+// the fill and completion rings, smoltcp's sockets reused by slot and by listener, ARP and
+// the RST of a refused connect, all without an allocation.
+#[test]
+fn af_xdp_transport_allocates_nothing_after_setup() {
+    let Some(pair) = Pair::create("af_xdp_transport_allocates_nothing_after_setup") else {
+        return;
+    };
+    let open = |ns: &str, xdp| {
+        Pair::within(ns, || {
+            XdpReactor::new(ReactorConfig {
+                xdp,
+                ..config(UringFeatures::default())
+            })
+        })
+        .unwrap()
+    };
+    let client = open(&pair.a, pair.xdp_a());
+    let server = open(&pair.b, pair.xdp_b());
+    let dead = SocketAddr::from((pair.keel_ip_b, 9));
+    let rig = Rig::with(client, server, "0.0.0.0:0", dead);
+    assert_eq!(count_cycles(rig), 0);
 }

@@ -22,6 +22,7 @@
 #![allow(unsafe_code)]
 
 mod bpf;
+pub mod netns;
 mod sys;
 #[cfg(test)]
 mod tests;
