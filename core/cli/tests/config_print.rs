@@ -587,6 +587,106 @@ fn transport_settings_are_read_and_checked() {
     ));
 }
 
+// Goal: `[engine.af_xdp]` is read into the AF_XDP transport's settings, printed back equal,
+// required with `transport = "af_xdp"`, and refused out of range with the key, the value and
+// what is allowed.
+#[test]
+fn af_xdp_settings_are_read_and_checked() {
+    use keel::net::xdp::{IfName, XdpAttach, XdpConfig, XdpCopy};
+    let engine = |lines: &str| {
+        EngineConfig::from_toml(&format!(
+            "{MINIMAL}\n[engine]\ntransport = \"af_xdp\"\n[engine.af_xdp]\n{lines}"
+        ))
+    };
+    let all = "interface = \"eth1\"\nqueue = 3\naddress = \"192.168.7.2/24\"\n\
+               gateway = \"192.168.7.1\"\nmac = \"02:aa:bb:cc:dd:ee\"\nframes = 4096\n\
+               frame_bytes = 4096\nring_entries = 2048\nrx_batch = 16\n\
+               local_port_first = 40000\nlocal_port_last = 40999\ncopy = \"zero-copy\"\n\
+               attach = \"generic\"\nverify_checksums = false";
+    let c = engine(all).unwrap();
+    assert_eq!(c.loops.transport, keel::net::TransportKind::AfXdp);
+    assert_eq!(
+        c.loops.reactor.xdp,
+        XdpConfig {
+            interface: Some(IfName::new("eth1").unwrap()),
+            queue: 3,
+            address: Some(("192.168.7.2".parse().unwrap(), 24)),
+            gateway: Some("192.168.7.1".parse().unwrap()),
+            mac: Some([0x02, 0xaa, 0xbb, 0xcc, 0xdd, 0xee]),
+            frames: 4096,
+            frame_bytes: 4096,
+            ring_entries: 2048,
+            copy: XdpCopy::ZeroCopy,
+            attach: XdpAttach::Generic,
+            verify_checksums: false,
+            local_ports: (40_000, 40_999),
+            rx_batch: 16,
+        }
+    );
+    let printed = to_toml(&c);
+    assert!(printed.contains("[engine.af_xdp]"), "{printed}");
+    assert_eq!(EngineConfig::from_toml(&printed).unwrap(), c);
+    let minimal = "interface = \"eth1\"\naddress = \"10.0.0.2/24\"";
+    assert!(engine(minimal).is_ok());
+    for (lines, key) in [
+        ("address = \"10.0.0.2/24\"", "engine.af_xdp.interface"),
+        ("interface = \"eth1\"", "engine.af_xdp.address"),
+    ] {
+        match engine(lines) {
+            Err(FileConfigError::Missing(k)) => assert_eq!(k, key, "{lines}"),
+            other => panic!("{lines}: {other:?}"),
+        }
+    }
+    for (line, key) in [
+        ("interface = \"sixteen-bytes-xx\"", "interface"),
+        ("interface = \"a/b\"", "interface"),
+        ("address = \"10.0.0.2\"", "address"),
+        ("address = \"10.0.0.2/33\"", "address"),
+        ("address = \"10.0.0.2/0\"", "address"),
+        ("address = \"255.255.255.255/24\"", "address"),
+        ("address = \"::1/64\"", "address"),
+        ("gateway = \"10.0.0\"", "gateway"),
+        ("mac = \"02:aa:bb:cc:dd\"", "mac"),
+        ("mac = \"02:aa:bb:cc:dd:ee:ff\"", "mac"),
+        ("mac = \"zz:aa:bb:cc:dd:ee\"", "mac"),
+        ("frames = 1000", "frames"),
+        ("frames = 32", "frames"),
+        ("frames = 131072", "frames"),
+        ("frame_bytes = 1500", "frame_bytes"),
+        ("ring_entries = 512", "ring_entries"),
+        ("ring_entries = 1000", "ring_entries"),
+        ("rx_batch = 0", "rx_batch"),
+        ("local_port_first = 0", "local_port_first"),
+        (
+            "local_port_first = 60000\nlocal_port_last = 50000",
+            "local_port_first",
+        ),
+        ("copy = \"zerocopy\"", "copy"),
+        ("attach = \"driver\"", "attach"),
+    ] {
+        // The line replaces the minimal settings' own key where it names one.
+        let lines = match key {
+            "interface" => format!("address = \"10.0.0.2/24\"\n{line}"),
+            "address" => format!("interface = \"eth1\"\n{line}"),
+            _ => format!("{minimal}\n{line}"),
+        };
+        match engine(&lines) {
+            Err(FileConfigError::OutOfRange { key: k, .. }) => {
+                assert_eq!(k, format!("engine.af_xdp.{key}"), "{line}")
+            }
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        engine(&format!("{minimal}\nqueue = -1")),
+        Err(FileConfigError::OutOfRange { key, .. }) if key == "engine.af_xdp.queue"
+    ));
+    assert!(matches!(
+        engine(&format!("{minimal}\nnot_a_key = 1")),
+        Err(FileConfigError::UnknownKey(key)) if key == "engine.af_xdp.not_a_key"
+    ));
+}
+
 // Goal: a pinned core the machine lacks and a directory whose parent is missing are warned
 // about (naming the core count and the missing parent), and a machine that has them is not.
 #[test]

@@ -651,7 +651,7 @@ fn read_loops(mut s: Section<'_>) -> Result<LoopConfig> {
         Some(name) => name.parse().map_err(|_| FileConfigError::OutOfRange {
             key: s.key("transport"),
             value: format!("\"{name}\""),
-            allowed: "\"io_uring\" or \"epoll\"",
+            allowed: "\"io_uring\", \"epoll\" or \"af_xdp\"",
         })?,
     };
     let idle = read_idle(&mut s, "idle")?.unwrap_or(IdlePolicy::BusySpin);
@@ -695,8 +695,125 @@ fn read_loops(mut s: Section<'_>) -> Result<LoopConfig> {
         });
     }
     read_reactor(&mut s, &mut c.reactor)?;
+    if let Some(t) = s.subtable("af_xdp")? {
+        read_af_xdp(Section::new("engine.af_xdp", t), &mut c.reactor.xdp)?;
+    }
+    if c.transport == crate::net::TransportKind::AfXdp {
+        for (key, missing) in [
+            ("interface", c.reactor.xdp.interface.is_none()),
+            ("address", c.reactor.xdp.address.is_none()),
+        ] {
+            if missing {
+                return Err(FileConfigError::Missing(format!("engine.af_xdp.{key}")));
+            }
+        }
+    }
     s.finish()?;
     Ok(c)
+}
+
+/// `[engine.af_xdp]`: the AF_XDP transport's interface, address and UMEM
+/// (`net::xdp::XdpConfig`, docs/config.md). Ranges are the transport's own
+/// (`XdpConfig::validate`).
+fn read_af_xdp(mut s: Section<'_>, x: &mut crate::net::xdp::XdpConfig) -> Result<()> {
+    use crate::net::xdp::{IfName, XdpAttach, XdpCopy};
+    let out_of_range = |s: &Section<'_>, key: &str, value: &str, allowed: &'static str| {
+        FileConfigError::OutOfRange {
+            key: s.key(key),
+            value: format!("\"{value}\""),
+            allowed,
+        }
+    };
+    if let Some(name) = s.string("interface")?.filter(|n| !n.is_empty()) {
+        x.interface = Some(IfName::new(name).map_err(|_| {
+            out_of_range(&s, "interface", name, "an interface name of 1 to 15 bytes")
+        })?);
+    }
+    s.int("queue", &mut x.queue)?;
+    if let Some(text) = s.string("address")?.filter(|t| !t.is_empty()) {
+        let parsed = text
+            .split_once('/')
+            .and_then(|(ip, len)| Some((ip.parse().ok()?, len.parse().ok()?)));
+        x.address = Some(parsed.ok_or_else(|| {
+            out_of_range(
+                &s,
+                "address",
+                text,
+                "an IPv4 address and prefix length: \"10.0.0.2/24\"",
+            )
+        })?);
+    }
+    if let Some(text) = s.string("gateway")?.filter(|t| !t.is_empty()) {
+        x.gateway = Some(
+            text.parse()
+                .map_err(|_| out_of_range(&s, "gateway", text, "an IPv4 address, or \"\""))?,
+        );
+    }
+    if let Some(text) = s.string("mac")?.filter(|t| !t.is_empty()) {
+        x.mac = Some(parse_mac(text).ok_or_else(|| {
+            out_of_range(
+                &s,
+                "mac",
+                text,
+                "six hex bytes: \"02:00:00:00:00:01\", or \"\"",
+            )
+        })?);
+    }
+    s.int("frames", &mut x.frames)?;
+    s.int("frame_bytes", &mut x.frame_bytes)?;
+    s.int("ring_entries", &mut x.ring_entries)?;
+    s.int("rx_batch", &mut x.rx_batch)?;
+    s.int("local_port_first", &mut x.local_ports.0)?;
+    s.int("local_port_last", &mut x.local_ports.1)?;
+    if let Some(text) = s.string("copy")? {
+        x.copy = match text {
+            "copy" => XdpCopy::Copy,
+            "zero-copy" => XdpCopy::ZeroCopy,
+            _ => return Err(out_of_range(&s, "copy", text, "\"copy\" or \"zero-copy\"")),
+        };
+    }
+    if let Some(text) = s.string("attach")? {
+        x.attach = match text {
+            "native" => XdpAttach::Native,
+            "generic" => XdpAttach::Generic,
+            _ => {
+                return Err(out_of_range(
+                    &s,
+                    "attach",
+                    text,
+                    "\"native\" or \"generic\"",
+                ))
+            }
+        };
+    }
+    s.bool("verify_checksums", &mut x.verify_checksums)?;
+    x.validate().map_err(|e| match e {
+        crate::net::xdp::XdpError::BadConfig { key, value, why } => FileConfigError::OutOfRange {
+            key: s.key(key),
+            value,
+            allowed: why,
+        },
+        other => FileConfigError::OutOfRange {
+            key: s.key("?"),
+            value: other.to_string(),
+            allowed: "",
+        },
+    })?;
+    s.finish()
+}
+
+/// `02:00:00:00:00:01` as six bytes.
+fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = text.split(':');
+    for byte in &mut mac {
+        let part = parts.next()?;
+        if part.len() != 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
 }
 
 /// Largest io_uring submission queue (the kernel's IORING_MAX_ENTRIES).

@@ -231,6 +231,44 @@ fn engine(out: &mut Out, c: &LoopConfig) {
     out.bool("uring_multishot_recv", u.multishot_recv);
     out.int("uring_provided_buffers", u.provided_buffers);
     out.int("uring_provided_buffer_bytes", u.provided_buffer_bytes);
+    af_xdp(out, &r.xdp);
+}
+
+/// `x` written as `[engine.af_xdp]` (read only with `transport = "af_xdp"`).
+fn af_xdp(out: &mut Out, x: &crate::net::xdp::XdpConfig) {
+    use crate::net::xdp::XdpCopy;
+    out.section("[engine.af_xdp]");
+    out.comment("read with transport = \"af_xdp\" (docs/config.md, \"[engine.af_xdp]\")");
+    out.string("interface", x.interface.as_ref().map_or("", |n| n.as_str()));
+    out.int("queue", x.queue);
+    let address = x
+        .address
+        .map_or(String::new(), |(ip, len)| format!("{ip}/{len}"));
+    out.string("address", &address);
+    out.string(
+        "gateway",
+        &x.gateway.map_or(String::new(), |g| g.to_string()),
+    );
+    let mac = x.mac.map_or(String::new(), |m| {
+        m.iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    });
+    out.string("mac", &mac);
+    out.int("frames", x.frames);
+    out.int("frame_bytes", x.frame_bytes);
+    out.int("ring_entries", x.ring_entries);
+    out.int("rx_batch", x.rx_batch);
+    out.int("local_port_first", x.local_ports.0);
+    out.int("local_port_last", x.local_ports.1);
+    let copy = match x.copy {
+        XdpCopy::Copy => "copy",
+        XdpCopy::ZeroCopy => "zero-copy",
+    };
+    out.string("copy", copy);
+    out.string("attach", x.attach.name());
+    out.bool("verify_checksums", x.verify_checksums);
 }
 
 fn ipc(out: &mut Out, c: &IpcConfig) {

@@ -444,71 +444,80 @@ struct Checked {
 }
 
 fn check(config: &ReactorConfig) -> Result<Checked, NetError> {
-    let x = &config.xdp;
     if config.conns_max > CONNS_MAX {
         return Err(NetError::TooManyConnections {
             conns_max: config.conns_max,
             limit: CONNS_MAX,
         });
     }
-    let bad = |key, value: u64, why| {
-        Err(NetError::Xdp(XdpError::BadConfig {
-            key,
-            value: value.to_string(),
-            why,
-        }))
-    };
+    let x = &config.xdp;
+    x.validate()?;
     let interface = x
         .interface
         .ok_or(XdpError::NotConfigured { key: "interface" })?;
     let (address, prefix) = x
         .address
         .ok_or(XdpError::NotConfigured { key: "address" })?;
-    if prefix == 0 || prefix > 32 {
-        return bad("address", u64::from(prefix), "the prefix length is 1 to 32");
-    }
-    if address.is_unspecified() || address.is_broadcast() || address.is_multicast() {
-        return Err(NetError::Xdp(XdpError::BadConfig {
-            key: "address",
-            value: address.to_string(),
-            why: "keel's address must be a unicast address",
-        }));
-    }
-    if !x.frames.is_power_of_two() || !(64..=65_536).contains(&x.frames) {
-        return bad(
-            "frames",
-            u64::from(x.frames),
-            "a power of two from 64 to 65536",
-        );
-    }
-    if x.frame_bytes != 2048 && x.frame_bytes != 4096 {
-        return bad("frame_bytes", u64::from(x.frame_bytes), "2048 or 4096");
-    }
-    if !x.ring_entries.is_power_of_two()
-        || x.ring_entries < x.frames / 2
-        || x.ring_entries > 1 << 20
-    {
-        return bad(
-            "ring_entries",
-            u64::from(x.ring_entries),
-            "a power of two, at least frames / 2 (the fill ring holds every receive frame)",
-        );
-    }
-    if x.local_ports.0 == 0 || x.local_ports.0 > x.local_ports.1 {
-        return bad(
-            "local_ports",
-            u64::from(x.local_ports.0),
-            "first port 1 to the last port",
-        );
-    }
-    if x.rx_batch == 0 {
-        return bad("rx_batch", 0, "at least 1");
-    }
     Ok(Checked {
         interface,
         address,
         prefix,
     })
+}
+
+impl XdpConfig {
+    /// Checks every setting against its range (the configuration file's reader and the
+    /// transport's start both call it; a missing interface or address is the start's error).
+    pub fn validate(&self) -> Result<(), XdpError> {
+        let bad = |key, value: &dyn std::fmt::Display, why| {
+            Err(XdpError::BadConfig {
+                key,
+                value: value.to_string(),
+                why,
+            })
+        };
+        if let Some((address, prefix)) = self.address {
+            if prefix == 0 || prefix > 32 {
+                return bad(
+                    "address",
+                    &format!("{address}/{prefix}"),
+                    "a prefix length of 1 to 32",
+                );
+            }
+            if address.is_unspecified() || address.is_broadcast() || address.is_multicast() {
+                return bad(
+                    "address",
+                    &address,
+                    "keel's address must be a unicast address",
+                );
+            }
+        }
+        if !self.frames.is_power_of_two() || !(64..=65_536).contains(&self.frames) {
+            return bad("frames", &self.frames, "a power of two from 64 to 65536");
+        }
+        if self.frame_bytes != 2048 && self.frame_bytes != 4096 {
+            return bad("frame_bytes", &self.frame_bytes, "2048 or 4096");
+        }
+        if !self.ring_entries.is_power_of_two()
+            || self.ring_entries < self.frames / 2
+            || self.ring_entries > 1 << 20
+        {
+            return bad(
+                "ring_entries",
+                &self.ring_entries,
+                "a power of two up to 1048576, at least frames / 2 (the fill ring holds every \
+                 receive frame)",
+            );
+        }
+        let (first, last) = self.local_ports;
+        if first == 0 || first > last {
+            return bad("local_port_first", &first, "1 to local_port_last");
+        }
+        if self.rx_batch == 0 || self.rx_batch > self.ring_entries {
+            return bad("rx_batch", &self.rx_batch, "1 to ring_entries");
+        }
+        Ok(())
+    }
 }
 
 impl XdpReactor {
