@@ -1,6 +1,7 @@
 //! The engine as a user runs it: the builder with in-process strategies in both topologies,
 //! restart from the journal, `keel run` serving strategies over shared memory (the Python
-//! example and a Rust strategy), and kill -9 in the middle of a storm.
+//! example and a Rust strategy), and kill -9 in the middle of a storm (on io_uring, epoll, and
+//! AF_XDP across a veth pair between network namespaces, lossless and lossy).
 
 // A test driver waits on other processes by the wall clock; the core never does.
 #![allow(clippy::disallowed_methods)]
@@ -542,9 +543,56 @@ impl Storm {
     }
 }
 
+/// Where the engine runs: on this host's network, or on AF_XDP at one end of a veth pair
+/// (the venue, the test's thread and its control connections at the other end).
+enum Net {
+    Host,
+    Xdp { pair: keel::net::xdp::netns::Pair },
+}
+
+impl Net {
+    /// A `keel` command that runs in the engine's namespace.
+    fn keel(&self) -> Process {
+        match self {
+            Net::Host => Process::new(common::peers::KEEL),
+            Net::Xdp { pair } => {
+                let mut c = Process::new("ip");
+                c.args(["netns", "exec", &pair.a, common::peers::KEEL]);
+                c
+            }
+        }
+    }
+
+    /// `keel venue` where the engine reaches it: (process, order entry, control).
+    fn venue(&self) -> (Proc, String, String) {
+        match self {
+            Net::Host => venue_process(),
+            Net::Xdp { pair } => {
+                let v = common::peers::venue_at(
+                    &format!("{}:0", pair.peer_ip),
+                    &["--flow-rate", "400"],
+                );
+                (v.proc, v.entry, v.control)
+            }
+        }
+    }
+
+    /// The configuration's `[engine.af_xdp]` section, if any.
+    fn config_section(&self) -> String {
+        match self {
+            Net::Host => String::new(),
+            Net::Xdp { pair } => format!(
+                "[engine.af_xdp]\ninterface = \"{}\"\naddress = \"{}/24\"\nverify_checksums = false\n",
+                pair.a_if, pair.keel_ip
+            ),
+        }
+    }
+}
+
 /// The open orders `keel ctl status` counts (pending ones included).
-fn keel_open_count(config: &Path) -> u64 {
-    let out = Process::new(common::peers::KEEL)
+fn keel_open_count(net: &Net, config: &Path) -> u64 {
+    let out = net
+        .keel()
         .args(["ctl", "--config"])
         .arg(config)
         .arg("status")
@@ -590,12 +638,65 @@ fn kill_dash_nine_mid_storm_loses_and_duplicates_nothing_on_epoll() {
     });
 }
 
+// Goal: the same crash test with the engine on AF_XDP across a veth pair, its venue on the
+// kernel's TCP in another network namespace: the venue drops the session once mid-storm (keel
+// reconnects and reconciles), the kill -9 leaves no XDP program behind, and the restart
+// attaches again.
+#[test]
+fn kill_dash_nine_mid_storm_on_af_xdp() {
+    let Some(pair) = keel::net::xdp::netns::Pair::create("kill_dash_nine_mid_storm_on_af_xdp")
+    else {
+        return;
+    };
+    let b = pair.b.clone();
+    let net = Net::Xdp { pair };
+    keel::net::xdp::netns::Pair::within(&b, || {
+        kill_dash_nine_mid_storm_on(AF_XDP, &net);
+    });
+}
+
+// Goal: the crash test on AF_XDP over a link that loses 5% of the packets each way: TCP
+// (smoltcp's at keel, the kernel's at the venue) sends again, and still no order reaches the
+// venue twice and none is lost.
+#[test]
+fn kill_dash_nine_mid_storm_on_a_lossy_af_xdp_link() {
+    let Some(pair) =
+        keel::net::xdp::netns::Pair::create("kill_dash_nine_mid_storm_on_a_lossy_af_xdp_link")
+    else {
+        return;
+    };
+    pair.lose_percent(5);
+    let b = pair.b.clone();
+    let net = Net::Xdp { pair };
+    keel::net::xdp::netns::Pair::within(&b, || {
+        kill_dash_nine_mid_storm_on(AF_XDP, &net);
+    });
+    let Net::Xdp { pair } = &net else {
+        unreachable!()
+    };
+    assert!(pair.frames_lost() > 0, "the loss rules dropped nothing");
+}
+
+const AF_XDP: Layout = Layout {
+    topology: "inline",
+    transport: TransportKind::AfXdp,
+};
+
 fn kill_dash_nine_mid_storm(layout: Layout) {
-    let (_venue, entry, control_addr) = venue_process();
+    kill_dash_nine_mid_storm_on(layout, &Net::Host);
+}
+
+fn kill_dash_nine_mid_storm_on(layout: Layout, net: &Net) {
+    let (_venue, entry, control_addr) = net.venue();
     let (dir, config) = keel_run_config(&entry, layout);
+    std::fs::write(
+        &config,
+        std::fs::read_to_string(&config).unwrap() + &net.config_section(),
+    )
+    .unwrap();
     let path = dir.path().join("ipc").join("strategy-0");
     let log1 = dir.path().join("run1.log");
-    let engine = common::peers::keel_run(&config, &log1);
+    let engine = common::peers::keel_run_with(&mut net.keel(), &config, &log1);
     let channel = open_channel(&path, 0);
     wait_synced(&channel);
     let mut storm = Storm {
@@ -624,6 +725,29 @@ fn kill_dash_nine_mid_storm(layout: Layout) {
             std::thread::sleep(Duration::from_micros(200));
         }
     }
+    if let Net::Xdp { .. } = net {
+        // The venue drops the session: keel reconnects over AF_XDP (a new login at the venue:
+        // a fact that cannot un-happen) and reconciles.
+        let logins = || -> u64 {
+            control(&control_addr, "sessions")
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("logins="))
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let before = logins();
+        control(&control_addr, "drop");
+        wait_until("keel logged in again", Duration::from_secs(60), || {
+            storm.step(1);
+            logins() > before
+        });
+        wait_synced(&storm.channel);
+        for _ in 0..20 {
+            storm.step(10);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
     // Hold the venue's answers (for longer than the rest of the run before the kill takes,
     // however loaded the machine) so that orders are surely in flight at the kill.
     control(&control_addr, "latency 5000");
@@ -632,13 +756,16 @@ fn kill_dash_nine_mid_storm(layout: Layout) {
         std::thread::sleep(Duration::from_millis(4));
     }
     drop(engine); // SIGKILL
+    if let Net::Xdp { pair } = net {
+        pair.wait_detached(); // the kernel dropped the program with the process's link
+    }
     control(&control_addr, "latency 0"); // the held answers go to the dead connection
     let before_restart = control(&control_addr, "stats");
     // The strategy keeps going while the engine is down: its commands wait in the ring.
     storm.step(30);
 
     let log2 = dir.path().join("run2.log");
-    let engine = common::peers::keel_run(&config, &log2);
+    let engine = common::peers::keel_run_with(&mut net.keel(), &config, &log2);
     storm.channel = open_channel(&path, 1);
     wait_synced(&storm.channel);
     for _ in 0..50 {
@@ -669,7 +796,7 @@ fn kill_dash_nine_mid_storm(layout: Layout) {
     wait_until("every answer at keel", Duration::from_secs(60), || {
         storm.channel.beat_strategy();
         storm.drain();
-        keel_open_count(&config) == venue_open_count()
+        keel_open_count(net, &config) == venue_open_count()
     });
     let report = common::peers::stop_keel_run(engine, &log2);
     let ran = format!("keel run: executor transport {}", layout.transport);
