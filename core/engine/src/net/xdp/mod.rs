@@ -43,8 +43,9 @@ pub use sys::{XdpCopy, XskKernelStats};
 
 /// Listeners per reactor (the venue side's tests; an engine's links only connect).
 pub const LISTENERS_MAX: u32 = 4;
-/// Handshakes one listener can have in flight at once (its listening sockets).
-pub const LISTEN_BACKLOG: u32 = 4;
+/// Free slots one listener keeps listening at once: the handshakes it can take at the same
+/// moment (a kernel's listen backlog). A connect takes a listening slot when no other is free.
+pub const LISTEN_BACKLOG: u32 = 64;
 /// How long a locally closed connection may take to finish its FIN exchange before its
 /// socket is aborted and its slot reused.
 const DRAIN_MAX_MS: i64 = 2_000;
@@ -380,6 +381,10 @@ enum SlotState {
     Connecting,
     /// Established; its owner reads and writes.
     Open,
+    /// Free, its socket listening for listener `listener` (a handshake lands here directly).
+    Listening {
+        listener: u32,
+    },
     /// Closed for its owner (the id is stale), the socket finishing its FIN exchange.
     Draining {
         since_ms: i64,
@@ -396,10 +401,12 @@ struct Slot {
     end: u32,
 }
 
+/// A listening port: the free slots it arms (`SlotState::Listening`) and a reserve socket of
+/// its own that takes handshakes when no slot is free, to reset them and count the refusal.
 #[derive(Debug)]
 struct Listener {
     port: u16,
-    handles: [SocketHandle; LISTEN_BACKLOG as usize],
+    reserve: SocketHandle,
 }
 
 /// The AF_XDP transport: one AF_XDP socket on one queue, keel's XDP program on the interface,
@@ -413,7 +420,7 @@ pub struct XdpReactor {
     /// Receive buffers, `recv_buffer_bytes` per slot.
     buffers: Box<[u8]>,
     listeners: Vec<Listener>,
-    /// Sockets for listeners not yet created.
+    /// Reserve sockets for listeners not yet created.
     spares: Vec<SocketHandle>,
     /// Events of calls made between polls (a local close, a connect refused at once).
     pending: Vec<NetEvent>,
@@ -599,9 +606,7 @@ impl XdpReactor {
             buffers,
             listeners: Vec::with_capacity(LISTENERS_MAX as usize),
             spares: spares.to_vec(),
-            pending: Vec::with_capacity(
-                (config.conns_max + LISTENERS_MAX * LISTEN_BACKLOG) as usize,
-            ),
+            pending: Vec::with_capacity((config.conns_max + LISTENERS_MAX) as usize),
             address: c.address,
             next_port: x.local_ports.0,
             stats: NetStats::default(),
@@ -611,10 +616,11 @@ impl XdpReactor {
         })
     }
 
-    /// Every socket the transport will ever use: one per slot and `LISTEN_BACKLOG` per
-    /// listener, each with its buffers.
+    /// Every socket the transport will ever use: one per slot and a reserve per listener,
+    /// each with its buffers (slots first: the stack offers a SYN to the first socket
+    /// listening on its port, so a free slot takes it before a reserve does).
     fn sockets(config: &ReactorConfig) -> (SocketSet<'static>, Vec<SocketHandle>) {
-        let n = (config.conns_max + LISTENERS_MAX * LISTEN_BACKLOG) as usize;
+        let n = (config.conns_max + LISTENERS_MAX) as usize;
         let mut set = SocketSet::new((0..n).map(|_| SocketStorage::EMPTY).collect::<Vec<_>>());
         let handles = (0..n)
             .map(|_| {
@@ -674,8 +680,26 @@ impl XdpReactor {
         ConnId::new(slot as u32, self.slots[slot].generation)
     }
 
-    /// Takes a free slot for a new connection (a new generation).
+    /// Takes a free slot for a new connection (a new generation). With none free, a slot
+    /// whose closed connection is still finishing its FIN exchange is taken (its socket reset):
+    /// its owner was told `Closed` already, and a new connection matters more than the
+    /// politeness of an old one's ending.
     fn take_slot(&mut self) -> Option<usize> {
+        if self.free.is_empty() {
+            // A listening slot first (its listener arms another later), then a draining one.
+            let spare = self
+                .slots
+                .iter()
+                .position(|s| matches!(s.state, SlotState::Listening { .. }))
+                .or_else(|| {
+                    self.slots
+                        .iter()
+                        .position(|s| matches!(s.state, SlotState::Draining { .. }))
+                })?;
+            let handle = self.slots[spare].handle;
+            self.tcp(handle).abort();
+            self.free_slot(spare);
+        }
         let i = self.free.pop()? as usize;
         let s = &mut self.slots[i];
         s.generation = s.generation.wrapping_add(1);
@@ -729,20 +753,20 @@ impl XdpReactor {
         if !(v4.ip().is_unspecified() || *v4.ip() == self.address) {
             return Err(refused(libc::EADDRNOTAVAIL));
         }
-        if self.spares.len() < LISTEN_BACKLOG as usize {
+        let Some(reserve) = self.spares.pop() else {
             return Err(refused(libc::EMFILE));
-        }
+        };
         let port = match v4.port() {
             0 => self.local_port(),
-            p if self.port_in_use(p) => return Err(refused(libc::EADDRINUSE)),
+            p if self.port_in_use(p) => {
+                self.spares.push(reserve);
+                return Err(refused(libc::EADDRINUSE));
+            }
             p => p,
         };
-        let mut handles = [self.spares[0]; LISTEN_BACKLOG as usize];
-        for h in &mut handles {
-            *h = self.spares.pop().unwrap_or(*h);
-            let _ = self.tcp(*h).listen(port);
-        }
-        self.listeners.push(Listener { port, handles });
+        let _ = self.tcp(reserve).listen(port);
+        self.listeners.push(Listener { port, reserve });
+        self.arm(self.listeners.len() - 1);
         let id = ListenerId(self.listeners.len() as u32 - 1);
         Ok((id, SocketAddr::V4(SocketAddrV4::new(self.address, port))))
     }
@@ -959,6 +983,26 @@ impl XdpReactor {
         use tcp::State as T;
         match (self.slots[i].state, state) {
             (SlotState::Free, _) => {}
+            (SlotState::Listening { .. }, T::Listen | T::SynReceived) => {}
+            (SlotState::Listening { listener }, T::Closed) => {
+                // A handshake reset half-way: listen again.
+                let port = self.listeners[listener as usize].port;
+                let _ = self.tcp(handle).listen(port);
+            }
+            (SlotState::Listening { listener }, _) => {
+                // A handshake finished on this slot: it is the new connection.
+                let s = &mut self.slots[i];
+                s.generation = s.generation.wrapping_add(1);
+                s.state = SlotState::Open;
+                s.start = 0;
+                s.end = 0;
+                self.stats.accepted += 1;
+                events.push(NetEvent::Accepted {
+                    listener: ListenerId(listener),
+                    conn: self.id(i),
+                });
+                self.read(i, events);
+            }
             (SlotState::Connecting, T::SynSent | T::SynReceived) => {}
             (SlotState::Connecting, T::Closed) => {
                 // Refused (RST) or given up by the stack.
@@ -1039,38 +1083,55 @@ impl XdpReactor {
         n
     }
 
-    /// A listener's row: a finished handshake becomes a connection in a free slot (the slot's
-    /// idle socket takes its place in the backlog), or is reset and counted when none is free.
+    /// A listener's row: a handshake its reserve socket took (no slot was listening) moves
+    /// into a slot a closed connection is still draining (the reserve takes that slot's
+    /// socket), or is reset and counted when every slot is in use; free slots are armed up to
+    /// the backlog.
     fn scan_listener(&mut self, l: usize, events: &mut Vec<NetEvent>) {
-        let port = self.listeners[l].port;
-        for b in 0..LISTEN_BACKLOG as usize {
-            let handle = self.listeners[l].handles[b];
-            use tcp::State as T;
-            match self.tcp(handle).state() {
-                T::Listen | T::SynReceived => {}
-                T::Closed => {
-                    let _ = self.tcp(handle).listen(port);
-                }
-                _ => match self.take_slot() {
-                    Some(i) => {
-                        self.listeners[l].handles[b] = self.slots[i].handle;
-                        self.slots[i].handle = handle;
-                        self.slots[i].state = SlotState::Open;
-                        self.stats.accepted += 1;
-                        let _ = self.tcp(self.listeners[l].handles[b]).listen(port);
-                        events.push(NetEvent::Accepted {
-                            listener: ListenerId(l as u32),
-                            conn: self.id(i),
-                        });
-                        self.read(i, events);
-                    }
-                    None => {
-                        // Reset now; listening again on a later pass, once the RST left.
-                        self.tcp(handle).abort();
-                        self.stats.accept_refused += 1;
-                    }
-                },
+        let Listener { port, reserve } = self.listeners[l];
+        use tcp::State as T;
+        match self.tcp(reserve).state() {
+            T::Listen | T::SynReceived => {}
+            // Listening again once the reset below has left (a pass later).
+            T::Closed => {
+                let _ = self.tcp(reserve).listen(port);
             }
+            _ => match self.take_slot() {
+                Some(i) => {
+                    self.listeners[l].reserve = self.slots[i].handle;
+                    self.slots[i].handle = reserve;
+                    self.slots[i].state = SlotState::Open;
+                    self.stats.accepted += 1;
+                    events.push(NetEvent::Accepted {
+                        listener: ListenerId(l as u32),
+                        conn: self.id(i),
+                    });
+                    self.read(i, events);
+                }
+                None => {
+                    self.tcp(reserve).abort();
+                    self.stats.accept_refused += 1;
+                }
+            },
+        }
+        self.arm(l);
+    }
+
+    /// Puts free slots to listen for listener `l`, up to the backlog.
+    fn arm(&mut self, l: usize) {
+        let port = self.listeners[l].port;
+        let armed = self
+            .slots
+            .iter()
+            .filter(|s| s.state == SlotState::Listening { listener: l as u32 })
+            .count();
+        for _ in armed..LISTEN_BACKLOG as usize {
+            let Some(i) = self.free.pop() else {
+                return;
+            };
+            let handle = self.slots[i as usize].handle;
+            let _ = self.tcp(handle).listen(port);
+            self.slots[i as usize].state = SlotState::Listening { listener: l as u32 };
         }
     }
 }
