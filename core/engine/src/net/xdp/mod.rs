@@ -192,8 +192,8 @@ pub enum XdpError {
     /// The UMEM does not fit the locked-memory limit.
     #[error(
         "a UMEM of {umem_bytes} bytes does not fit the locked-memory limit of {limit_bytes} \
-         bytes (ulimit -l): raise it (LimitMEMLOCK=, tuning/limits.conf), give the process \
-         CAP_IPC_LOCK, or lower frames x frame_bytes"
+         bytes (ulimit -l): raise it (LimitMEMLOCK=, tuning/limits.d/90-keel.conf), give the \
+         process CAP_IPC_LOCK, or lower frames x frame_bytes"
     )]
     MemoryLock {
         /// The UMEM's size.
@@ -207,6 +207,12 @@ pub enum XdpError {
          virtual NICs): set copy = \"copy\""
     )]
     ZeroCopyRefused {
+        /// The queue.
+        queue: u32,
+    },
+    /// Another AF_XDP socket is bound to the queue.
+    #[error("queue {queue} already has an AF_XDP socket (another process): one per queue")]
+    QueueBusy {
         /// The queue.
         queue: u32,
     },
@@ -544,6 +550,16 @@ impl XdpReactor {
                 why: "smaller than the interface's MTU plus its 14-byte Ethernet header",
             }));
         }
+        // The program first: an interface that has one already (another keel) is refused
+        // with that cause before any socket is bound. Until the socket is registered below,
+        // the program passes keel's frames to the kernel, which drops them.
+        let attached = bpf::attach(
+            c.interface.as_str(),
+            facts.index,
+            x.queue,
+            c.address,
+            x.attach,
+        )?;
         let xsk = sys::Xsk::open(sys::XskParams {
             ifindex: facts.index,
             queue: x.queue,
@@ -552,13 +568,6 @@ impl XdpReactor {
             ring_entries: x.ring_entries,
             copy: x.copy,
         })?;
-        let attached = bpf::attach(
-            c.interface.as_str(),
-            facts.index,
-            x.queue,
-            c.address,
-            x.attach,
-        )?;
         attached.register(x.queue, xsk.fd())?;
         let mut caps = DeviceCapabilities::default();
         caps.medium = Medium::Ethernet;

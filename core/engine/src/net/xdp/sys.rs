@@ -432,6 +432,7 @@ impl Xsk {
             (XdpCopy::ZeroCopy, Some(libc::EOPNOTSUPP | libc::EPROTONOSUPPORT)) => {
                 XdpError::ZeroCopyRefused { queue: p.queue }
             }
+            (_, Some(libc::EBUSY)) => XdpError::QueueBusy { queue: p.queue },
             _ => XdpError::Sys {
                 call: "bind(AF_XDP)",
                 source,
