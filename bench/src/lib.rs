@@ -7,6 +7,7 @@
 pub mod fix;
 pub mod guard;
 pub mod loadgen;
+pub mod ouch;
 
 use hdrhistogram::Histogram;
 
