@@ -53,7 +53,7 @@ pub struct ReactorConfig {
     pub uring: UringFeatures,
     /// AF_XDP only: the interface, queue, address and UMEM (`[engine.af_xdp]`). The socket
     /// transports ignore it.
-    pub xdp: super::xdp::XdpConfig,
+    pub xdp: super::xdp::config::XdpConfig,
 }
 
 /// The io_uring shortcuts, each on or off (see [`ReactorConfig::uring`]). A shortcut the
@@ -111,7 +111,7 @@ impl Default for ReactorConfig {
             spin_reads: false,
             socket_send_buffer: None,
             uring: UringFeatures::default(),
-            xdp: super::xdp::XdpConfig::default(),
+            xdp: super::xdp::config::XdpConfig::default(),
         }
     }
 }

@@ -22,7 +22,7 @@
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use super::XdpError;
+use super::{XdpAttach, XdpError};
 
 const BPF_MAP_CREATE: i32 = 0;
 const BPF_MAP_UPDATE_ELEM: i32 = 2;
@@ -38,26 +38,6 @@ const HELPER_REDIRECT_MAP: i32 = 51;
 const XDP_PASS: i32 = 2;
 /// `src_reg` of a 64-bit immediate load that names a map by descriptor.
 const PSEUDO_MAP_FD: u8 = 1;
-
-/// Where the program runs (`[engine.af_xdp] attach`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum XdpAttach {
-    /// In the driver, before any socket buffer is built (`XDP_FLAGS_DRV_MODE`): the fast
-    /// path; every common NIC driver and veth have it.
-    Native,
-    /// After the kernel built its socket buffer (`XDP_FLAGS_SKB_MODE`): any interface, slower.
-    Generic,
-}
-
-impl XdpAttach {
-    /// The name operators write.
-    pub fn name(self) -> &'static str {
-        match self {
-            XdpAttach::Native => "native",
-            XdpAttach::Generic => "generic",
-        }
-    }
-}
 
 /// One eBPF instruction, as the kernel reads it.
 #[repr(C)]

@@ -11,7 +11,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::XdpError;
+use super::{XdpCopy, XdpError};
 
 /// The address family of AF_XDP sockets.
 const AF_XDP: i32 = 44;
@@ -97,16 +97,6 @@ pub struct XskKernelStats {
     pub rx_fill_ring_empty_descs: u64,
     /// Times the kernel found the transmit ring empty when asked to send.
     pub tx_ring_empty_descs: u64,
-}
-
-/// Copy or zero-copy, as the socket is bound (`[engine.af_xdp] copy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum XdpCopy {
-    /// The kernel copies each frame between the driver's buffers and the UMEM: every driver.
-    Copy,
-    /// The NIC reads and writes the UMEM itself: drivers with AF_XDP zero-copy support only;
-    /// refused (an error at start, never a silent fallback) elsewhere, veth included.
-    ZeroCopy,
 }
 
 /// One mapped ring shared with the kernel, of `D` descriptors.
