@@ -20,6 +20,10 @@
 #![allow(unsafe_code)]
 
 use std::net::Ipv4Addr;
+
+// The program compares frame bytes read by little-endian loads with constants written for them.
+#[cfg(target_endian = "big")]
+compile_error!("keel's XDP program is written for little-endian hosts");
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::{XdpAttach, XdpError};

@@ -5,6 +5,9 @@
 
 use std::net::Ipv4Addr;
 
+/// Queues an interface may have (the XSKMAP has one entry per queue up to the one served).
+pub const QUEUES_MAX: u32 = 4096;
+
 /// An interface name, at most 15 bytes (the kernel's IFNAMSIZ less its NUL), kept inline so
 /// the configuration stays `Copy`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -165,6 +168,35 @@ pub enum XdpError {
         /// The queue.
         queue: u32,
     },
+    /// The interface is not Ethernet (a tunnel, WireGuard, loopback): keel's program reads
+    /// Ethernet frames.
+    #[error("interface {name} is not an Ethernet interface (hardware type {hardware_type})")]
+    NotEthernet {
+        /// The interface.
+        name: String,
+        /// Its ARPHRD_ type.
+        hardware_type: u16,
+    },
+    /// keel's address is one the kernel has on the interface: every frame to it would go to
+    /// keel, the kernel's own traffic (SSH) included.
+    #[error(
+        "[engine.af_xdp] address {address} is the kernel's own on {interface}: keel needs an \
+         address of its own there (the kernel keeps its address and its traffic)"
+    )]
+    KernelsAddress {
+        /// The address.
+        address: Ipv4Addr,
+        /// The interface.
+        interface: String,
+    },
+    /// The queue could not be bound (EINVAL: a queue the interface does not have).
+    #[error("binding an AF_XDP socket to queue {queue}: {source} (a queue the interface does not have?)")]
+    Bind {
+        /// The queue.
+        queue: u32,
+        /// The error.
+        source: std::io::Error,
+    },
     /// Another AF_XDP socket is bound to the queue.
     #[error("queue {queue} already has an AF_XDP socket (another process): one per queue")]
     QueueBusy {
@@ -175,7 +207,8 @@ pub enum XdpError {
     #[error(
         "attaching keel's XDP program to {interface} ({attach} mode): {source} (EBUSY or \
          EEXIST: another XDP program is attached, `ip link set dev {interface} xdp off`; \
-         EOPNOTSUPP or EINVAL in native mode: try attach = \"generic\")"
+         EOPNOTSUPP in native mode: try attach = \"generic\"; EINVAL: a kernel older than 5.9 \
+         (no XDP through BPF links), or no native XDP: try attach = \"generic\")"
     )]
     AttachRefused {
         /// The interface.
@@ -311,6 +344,33 @@ impl XdpConfig {
                 "a power of two up to 1048576, at least frames / 2 (the fill ring holds every \
                  receive frame)",
             );
+        }
+        if self.queue >= QUEUES_MAX {
+            return bad(
+                "queue",
+                &self.queue,
+                "a queue of the interface (below 4096)",
+            );
+        }
+        if let (Some(gateway), Some((address, prefix))) = (self.gateway, self.address) {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            if u32::from(gateway) & mask != u32::from(address) & mask || gateway == address {
+                return bad(
+                    "gateway",
+                    &gateway,
+                    "a gateway inside keel's prefix, other than keel's address",
+                );
+            }
+        }
+        if let Some(mac) = self.mac {
+            if mac[0] & 1 == 1 || mac == [0; 6] {
+                let text = mac.map(|b| format!("{b:02x}")).join(":");
+                return bad(
+                    "mac",
+                    &text,
+                    "a unicast hardware address (first byte even), not zero",
+                );
+            }
         }
         let (first, last) = self.local_ports;
         if first == 0 || first > last {

@@ -50,6 +50,16 @@ pub const LISTEN_BACKLOG: u32 = 64;
 /// How long a locally closed connection may take to finish its FIN exchange before its
 /// socket is aborted and its slot reused.
 const DRAIN_MAX_MS: i64 = 2_000;
+/// How long a connect may wait for the peer's SYN-ACK before it fails with ETIMEDOUT (the
+/// kernel tries for minutes; a venue link would rather reconnect with its own backoff).
+pub const CONNECT_TIMEOUT_MS: i64 = 5_000;
+/// How long a listening slot may sit in SYN-RECEIVED (a handshake whose last ACK never
+/// comes: a SYN flood) before it listens again.
+const HANDSHAKE_TIMEOUT: smoltcp::time::Duration = smoltcp::time::Duration::from_secs(3);
+/// Transmit frames kept for the stack's own segments: replies made while receiving (ACKs,
+/// RSTs, ARP and ICMP answers) may not take the last of them, so a flood of segments that
+/// each ask for a reply cannot starve keel's data.
+const TX_RESERVE_DIVISOR: usize = 8;
 
 impl From<XdpError> for NetError {
     fn from(e: XdpError) -> Self {
@@ -89,6 +99,8 @@ struct LinkRx<'a> {
 struct LinkTx<'a> {
     tx: &'a mut sys::TxHalf,
     scratch: &'a mut [u8],
+    /// Free frames this token may not take (the reserve, for a reply made while receiving).
+    reserve: usize,
 }
 
 impl RxToken for LinkRx<'_> {
@@ -101,7 +113,7 @@ impl RxToken for LinkRx<'_> {
 
 impl TxToken for LinkTx<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        self.tx.send(len, f, self.scratch)
+        self.tx.send(len, f, self.scratch, self.reserve)
     }
 }
 
@@ -123,6 +135,7 @@ impl Device for Link {
         Some((
             LinkRx { rx, desc },
             LinkTx {
+                reserve: tx.frames_total() / TX_RESERVE_DIVISOR,
                 tx,
                 scratch: &mut self.scratch,
             },
@@ -139,6 +152,7 @@ impl Device for Link {
         Some(LinkTx {
             tx: &mut self.xsk.tx,
             scratch: &mut self.scratch,
+            reserve: 0,
         })
     }
 
@@ -151,8 +165,10 @@ impl Device for Link {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SlotState {
     Free,
-    /// SYN sent.
-    Connecting,
+    /// SYN sent at `since_ms`.
+    Connecting {
+        since_ms: i64,
+    },
     /// Established; its owner reads and writes.
     Open,
     /// Free, its socket listening for listener `listener` (a handshake lands here directly).
@@ -256,11 +272,20 @@ impl XdpReactor {
         let x = config.xdp;
         let buffers = super::socket::slot_buffers(&config)?;
         let facts = sys::interface(c.interface.as_str())?;
-        if facts.mtu + 14 > x.frame_bytes {
+        if sys::kernel_has_address(c.interface.as_str(), c.address) {
+            return Err(NetError::Xdp(XdpError::KernelsAddress {
+                address: c.address,
+                interface: c.interface.as_str().to_string(),
+            }));
+        }
+        // The kernel keeps XDP_PACKET_HEADROOM (256 bytes) at the start of every frame it
+        // receives into: a frame holds at most frame_bytes - 256 bytes of packet.
+        if facts.mtu + 14 + 256 > x.frame_bytes {
             return Err(NetError::Xdp(XdpError::BadConfig {
                 key: "frame_bytes",
                 value: x.frame_bytes.to_string(),
-                why: "smaller than the interface's MTU plus its 14-byte Ethernet header",
+                why: "smaller than the interface's MTU plus its 14-byte Ethernet header plus the \
+                      kernel's 256-byte headroom (2048 holds an MTU of 1778, 4096 one of 3826)",
             }));
         }
         // The program first: an interface that has one already (another keel) is refused
@@ -330,7 +355,10 @@ impl XdpReactor {
             spares: spares.to_vec(),
             pending: Vec::with_capacity((config.conns_max + LISTENERS_MAX) as usize),
             address: c.address,
-            next_port: x.local_ports.0,
+            // A different first port on every start: a restart does not reuse the tuples the
+            // venue may still hold for the connections of the run before.
+            next_port: x.local_ports.0
+                + (seed() % (u64::from(x.local_ports.1 - x.local_ports.0) + 1)) as u16,
             stats: NetStats::default(),
             origin,
             config,
@@ -394,7 +422,7 @@ impl XdpReactor {
         let i = conn.slot as usize;
         let s = self.slots.get(i)?;
         (s.generation == conn.generation
-            && matches!(s.state, SlotState::Connecting | SlotState::Open))
+            && matches!(s.state, SlotState::Connecting { .. } | SlotState::Open))
         .then_some(i)
     }
 
@@ -438,17 +466,24 @@ impl XdpReactor {
     }
 
     /// A local port no connection or listener of this transport holds.
-    fn local_port(&mut self) -> u16 {
+    fn local_port(&mut self) -> Option<u16> {
         let (first, last) = self.config.xdp.local_ports;
         let span = u32::from(last - first) + 1;
         for _ in 0..span {
             let port = self.next_port;
             self.next_port = if port >= last { first } else { port + 1 };
             if !self.port_in_use(port) {
-                return port;
+                return Some(port);
             }
         }
-        first // every port taken: more slots than ports; the connect is refused by the peer
+        None // every port taken (more connections than ports)
+    }
+
+    /// Whether `ip` is in keel's prefix (reachable without a gateway).
+    fn on_link(&self, ip: Ipv4Addr) -> bool {
+        let (address, prefix) = self.config.xdp.address.unwrap_or((self.address, 32));
+        let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+        u32::from(ip) & mask == u32::from(address) & mask
     }
 
     fn port_in_use(&self, port: u16) -> bool {
@@ -479,13 +514,20 @@ impl XdpReactor {
             return Err(refused(libc::EMFILE));
         };
         let port = match v4.port() {
-            0 => self.local_port(),
+            0 => match self.local_port() {
+                Some(p) => p,
+                None => {
+                    self.spares.push(reserve);
+                    return Err(refused(libc::EADDRINUSE));
+                }
+            },
             p if self.port_in_use(p) => {
                 self.spares.push(reserve);
                 return Err(refused(libc::EADDRINUSE));
             }
             p => p,
         };
+        self.tcp(reserve).set_timeout(Some(HANDSHAKE_TIMEOUT));
         let _ = self.tcp(reserve).listen(port);
         self.listeners.push(Listener { port, reserve });
         self.arm(self.listeners.len() - 1);
@@ -505,32 +547,57 @@ impl XdpReactor {
         };
         let conn = self.id(i);
         let ip = *v4.ip();
-        if ip.is_broadcast() || ip.is_multicast() || ip.is_unspecified() || v4.port() == 0 {
-            self.pending.push(NetEvent::ConnectFailed {
-                conn,
-                errno: libc::ENETUNREACH,
-            });
+        let unreachable = ip.is_broadcast()
+            || ip.is_multicast()
+            || ip.is_unspecified()
+            || v4.port() == 0
+            || (self.config.xdp.gateway.is_none() && !self.on_link(ip));
+        let port = if unreachable { None } else { self.local_port() };
+        let Some(port) = port else {
+            // Refused before a packet leaves (ENETUNREACH: no route from keel's address;
+            // EADDRNOTAVAIL: every local port in use), said by the next poll. The queue of
+            // such events is bounded by the slots: one more is refused now.
             self.free_slot(i);
+            if self.pending.len() == self.pending.capacity() {
+                return Err(NetError::NoFreeSlot {
+                    conns_max: self.config.conns_max,
+                });
+            }
+            let errno = if unreachable {
+                libc::ENETUNREACH
+            } else {
+                libc::EADDRNOTAVAIL
+            };
+            self.pending.push(NetEvent::ConnectFailed { conn, errno });
             return Ok(conn);
-        }
-        let port = self.local_port();
+        };
         let handle = self.slots[i].handle;
         let Self { iface, sockets, .. } = self;
         let socket = sockets.get_mut::<tcp::Socket>(handle);
         socket.abort();
+        socket.set_timeout(None); // the connect's own deadline applies (CONNECT_TIMEOUT_MS)
         match socket.connect(
             iface.context(),
             IpEndpoint::new(IpAddress::Ipv4(ip), v4.port()),
             port,
         ) {
-            Ok(()) => self.slots[i].state = SlotState::Connecting,
+            Ok(()) => {
+                self.slots[i].state = SlotState::Connecting {
+                    since_ms: self.now_ms(),
+                }
+            }
             Err(_) => {
-                // No route to it from keel's address.
+                // No source address for it (not reached with the checks above).
+                self.free_slot(i);
+                if self.pending.len() == self.pending.capacity() {
+                    return Err(NetError::NoFreeSlot {
+                        conns_max: self.config.conns_max,
+                    });
+                }
                 self.pending.push(NetEvent::ConnectFailed {
                     conn,
                     errno: libc::ENETUNREACH,
                 });
-                self.free_slot(i);
             }
         }
         Ok(conn)
@@ -578,7 +645,7 @@ impl XdpReactor {
             return;
         };
         let s = &mut self.slots[i];
-        s.start = (s.start as usize + n).min(s.end as usize) as u32;
+        s.start = (s.start as usize).saturating_add(n).min(s.end as usize) as u32;
         if s.start == s.end {
             s.start = 0;
             s.end = 0;
@@ -597,7 +664,7 @@ impl XdpReactor {
             reason: CloseReason::Local,
         });
         match self.slots[i].state {
-            SlotState::Connecting => {
+            SlotState::Connecting { .. } => {
                 self.tcp(handle).abort();
                 self.free_slot(i);
             }
@@ -649,9 +716,7 @@ impl XdpReactor {
     }
 
     fn kick(&mut self) -> Result<(), NetError> {
-        if self.link.xsk.kick()? {
-            self.stats.kernel_entries += 1;
-        }
+        self.stats.kernel_entries += u64::from(self.link.xsk.kick()?);
         if self.link.xsk.wake_fill() {
             self.stats.kernel_entries += 1;
         }
@@ -663,7 +728,9 @@ impl XdpReactor {
         self.link.budget = self.config.xdp.rx_batch;
         let now = self.now();
         self.iface.poll(now, &mut self.link, &mut self.sockets);
-        self.kick()?;
+        // Every event of the pass is reported even when the kernel refused the send cue; the
+        // error is returned after them.
+        let kicked = self.kick();
         events.append(&mut self.pending);
         let now_ms = self.now_ms();
         for i in 0..self.slots.len() {
@@ -672,13 +739,13 @@ impl XdpReactor {
         for l in 0..self.listeners.len() {
             self.scan_listener(l, events);
         }
-        Ok(())
+        kicked
     }
 
     /// Sleeps until a frame arrives, the timeout, or the stack's next timer.
     fn wait(&mut self, timeout_ns: u64) {
-        if self.link.xsk.rx_ready() {
-            return;
+        if self.link.xsk.rx_ready() || self.link.xsk.tx.queued > 0 {
+            return; // work waiting: no sleep
         }
         let now = self.now();
         let timer_ms = self
@@ -713,6 +780,7 @@ impl XdpReactor {
             }
             (SlotState::Listening { listener }, _) => {
                 // A handshake finished on this slot: it is the new connection.
+                self.tcp(handle).set_timeout(None);
                 let s = &mut self.slots[i];
                 s.generation = s.generation.wrapping_add(1);
                 s.state = SlotState::Open;
@@ -725,8 +793,20 @@ impl XdpReactor {
                 });
                 self.read(i, events);
             }
-            (SlotState::Connecting, T::SynSent | T::SynReceived) => {}
-            (SlotState::Connecting, T::Closed) => {
+            (SlotState::Connecting { since_ms }, T::SynSent | T::SynReceived)
+                if now_ms - since_ms >= CONNECT_TIMEOUT_MS =>
+            {
+                // No answer (a host that is down, no ARP reply, every SYN lost): given up, as
+                // the kernel gives up, but sooner.
+                self.tcp(handle).abort();
+                events.push(NetEvent::ConnectFailed {
+                    conn: self.id(i),
+                    errno: libc::ETIMEDOUT,
+                });
+                self.free_slot(i);
+            }
+            (SlotState::Connecting { .. }, T::SynSent | T::SynReceived) => {}
+            (SlotState::Connecting { .. }, T::Closed) => {
                 // Refused (RST) or given up by the stack.
                 events.push(NetEvent::ConnectFailed {
                     conn: self.id(i),
@@ -734,7 +814,7 @@ impl XdpReactor {
                 });
                 self.free_slot(i);
             }
-            (SlotState::Connecting, _) => {
+            (SlotState::Connecting { .. }, _) => {
                 self.slots[i].state = SlotState::Open;
                 events.push(NetEvent::Connected { conn: self.id(i) });
                 self.read(i, events);
@@ -820,7 +900,10 @@ impl XdpReactor {
             }
             _ => match self.take_slot() {
                 Some(i) => {
+                    self.tcp(reserve).set_timeout(None);
                     self.listeners[l].reserve = self.slots[i].handle;
+                    self.tcp(self.slots[i].handle)
+                        .set_timeout(Some(HANDSHAKE_TIMEOUT));
                     self.slots[i].handle = reserve;
                     self.slots[i].state = SlotState::Open;
                     self.stats.accepted += 1;
@@ -852,7 +935,9 @@ impl XdpReactor {
                 return;
             };
             let handle = self.slots[i as usize].handle;
-            let _ = self.tcp(handle).listen(port);
+            let socket = self.tcp(handle);
+            socket.set_timeout(Some(HANDSHAKE_TIMEOUT));
+            let _ = socket.listen(port);
             self.slots[i as usize].state = SlotState::Listening { listener: l as u32 };
         }
     }

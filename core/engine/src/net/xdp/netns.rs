@@ -227,6 +227,12 @@ impl Pair {
             .args(["-n", &self.a, "-d", "link", "show", &self.a_if])
             .output()
             .expect("ip link show");
+        assert!(
+            out.status.success(),
+            "ip link show {}: {}",
+            self.a_if,
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }

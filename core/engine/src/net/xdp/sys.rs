@@ -2,8 +2,8 @@
 //! mapping of equal frames, registered with the socket), its fill and completion rings, the
 //! socket's receive and transmit rings, and the interface facts the transport needs (index,
 //! hardware address, MTU). Every ring is a single-producer single-consumer ring shared with
-//! the kernel: this side caches the other side's index and publishes its own once per batch.
-//! Nothing here allocates after [`Xsk::open`].
+//! the kernel: this side caches the other side's index and publishes its own after each
+//! descriptor. Nothing here allocates after [`Xsk::open`].
 
 #![allow(unsafe_code)]
 
@@ -34,6 +34,8 @@ const XDP_ZEROCOPY: u16 = 1 << 2;
 const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
 /// A ring's flag: the kernel needs a system call to go on with it.
 const XDP_RING_NEED_WAKEUP: u32 = 1;
+/// Send cues per pass at most (bounded work per pass).
+const KICKS_PER_PASS: u32 = 8;
 
 #[repr(C)]
 struct UmemReg {
@@ -246,8 +248,7 @@ pub(crate) struct TxHalf {
 pub(crate) struct Xsk {
     pub rx: RxHalf,
     pub tx: TxHalf,
-    umem: *mut u8,
-    umem_len: usize,
+    umem: Umem,
     need_wakeup: bool,
     fd: OwnedFd,
 }
@@ -260,7 +261,7 @@ impl std::fmt::Debug for Xsk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Xsk")
             .field("fd", &self.fd.as_raw_fd())
-            .field("umem_len", &self.umem_len)
+            .field("umem_len", &self.umem.len)
             .finish_non_exhaustive()
     }
 }
@@ -302,8 +303,11 @@ impl Xsk {
         if umem == libc::MAP_FAILED {
             return Err(XdpError::sys("mmap of the UMEM"));
         }
-        let umem = umem.cast::<u8>();
-        let mut xsk = Self::mapped(fd, umem, umem_len, p)?;
+        let umem = Umem {
+            ptr: umem.cast::<u8>(),
+            len: umem_len,
+        };
+        let mut xsk = Self::mapped(fd, umem, p)?;
         xsk.bind(p)?;
         for i in 0..p.frames / 2 {
             let pushed = xsk.rx.fill.push(u64::from(i) * u64::from(p.frame_bytes));
@@ -314,10 +318,11 @@ impl Xsk {
     }
 
     /// Registers the UMEM and maps the four rings.
-    fn mapped(fd: OwnedFd, umem: *mut u8, umem_len: usize, p: XskParams) -> Result<Self, XdpError> {
+    fn mapped(fd: OwnedFd, umem: Umem, p: XskParams) -> Result<Self, XdpError> {
+        let (umem_ptr, umem_len) = (umem.ptr, umem.len);
         let raw = fd.as_raw_fd();
         let reg = UmemReg {
-            addr: umem as u64,
+            addr: umem_ptr as u64,
             len: umem_len as u64,
             chunk_size: p.frame_bytes,
             headroom: 0,
@@ -325,8 +330,6 @@ impl Xsk {
             tx_metadata_len: 0,
         };
         if let Err(e) = set_option(raw, XDP_UMEM_REG, &reg) {
-            // SAFETY: the mapping made by the caller, not yet owned by anything.
-            unsafe { libc::munmap(umem.cast(), umem_len) };
             return Err(match e.raw_os_error() {
                 Some(libc::ENOBUFS | libc::ENOMEM | libc::EPERM) => XdpError::MemoryLock {
                     umem_bytes: umem_len as u64,
@@ -363,14 +366,14 @@ impl Xsk {
             rx: RxHalf {
                 rx: Ring::map(raw, off.rx, n, PGOFF_RX_RING)?,
                 fill: Ring::map(raw, off.fill, n, PGOFF_FILL_RING)?,
-                umem,
+                umem: umem_ptr,
                 frame_mask,
                 frames: 0,
             },
             tx: TxHalf {
                 tx: Ring::map(raw, off.tx, n, PGOFF_TX_RING)?,
                 completion: Ring::map(raw, off.completion, n, PGOFF_COMPLETION_RING)?,
-                umem,
+                umem: umem_ptr,
                 frame_bytes: p.frame_bytes,
                 free,
                 queued: 0,
@@ -378,7 +381,6 @@ impl Xsk {
                 dropped: 0,
             },
             umem,
-            umem_len,
             need_wakeup: false,
             fd,
         })
@@ -423,6 +425,10 @@ impl Xsk {
                 XdpError::ZeroCopyRefused { queue: p.queue }
             }
             (_, Some(libc::EBUSY)) => XdpError::QueueBusy { queue: p.queue },
+            (_, Some(libc::EINVAL)) => XdpError::Bind {
+                queue: p.queue,
+                source,
+            },
             _ => XdpError::Sys {
                 call: "bind(AF_XDP)",
                 source,
@@ -450,41 +456,48 @@ impl Xsk {
         }
     }
 
-    /// Tells the kernel there is something to send, when it needs telling. Returns whether a
-    /// system call was made. A busy device (EAGAIN, EBUSY, ENOBUFS) is tried again next pass.
-    pub fn kick(&mut self) -> Result<bool, XdpError> {
-        if self.tx.queued == 0 {
-            return Ok(false);
-        }
-        if self.need_wakeup && !self.tx.tx.needs_wakeup() {
-            self.tx.queued = 0;
-            return Ok(false);
-        }
-        // SAFETY: sendto(2) with no data on the socket: the kernel's cue to send the ring.
-        let rc = unsafe {
-            libc::sendto(
-                self.fd(),
-                std::ptr::null(),
-                0,
-                libc::MSG_DONTWAIT,
-                std::ptr::null(),
-                0,
-            )
-        };
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR) => return Ok(true),
-                _ => {
-                    return Err(XdpError::Sys {
-                        call: "sendto(AF_XDP)",
-                        source: e,
-                    })
+    /// Tells the kernel there is something to send, when it needs telling; returns the system
+    /// calls made. In copy mode one call sends a batch of frames (32 in Linux), so it is
+    /// repeated while frames wait, up to `KICKS_PER_PASS`. A busy device (EAGAIN, EBUSY,
+    /// ENOBUFS, ENETDOWN while a link renegotiates) is tried again next pass; the frames stay
+    /// on the ring.
+    pub fn kick(&mut self) -> Result<u32, XdpError> {
+        let mut calls = 0;
+        while self.tx.queued > 0 && calls < KICKS_PER_PASS {
+            if self.need_wakeup && !self.tx.tx.needs_wakeup() {
+                self.tx.queued = 0;
+                break;
+            }
+            calls += 1;
+            // SAFETY: sendto(2) with no data on the socket: the kernel's cue to send the ring.
+            let rc = unsafe {
+                libc::sendto(
+                    self.fd(),
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+            if rc < 0 {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN | libc::EBUSY | libc::EINTR) => continue,
+                    Some(libc::ENOBUFS | libc::ENETDOWN) => break,
+                    _ => {
+                        return Err(XdpError::Sys {
+                            call: "sendto(AF_XDP)",
+                            source: e,
+                        })
+                    }
                 }
             }
+            // Frames the kernel has not taken from the ring yet are still queued.
+            let taken = self.tx.tx.consumer().load(Ordering::Acquire);
+            self.tx.queued = self.tx.tx.local.wrapping_sub(taken);
         }
-        self.tx.queued = 0;
-        Ok(true)
+        Ok(calls)
     }
 
     /// Wakes the kernel for the fill ring when it asks (zero-copy drivers).
@@ -534,12 +547,19 @@ impl Xsk {
     }
 }
 
-impl Drop for Xsk {
+/// The UMEM mapping, unmapped when dropped (on every error path of `Xsk::open` too). The
+/// kernel holds its own reference to the pages while the socket lives, so dropping it before
+/// the socket (field order in `Xsk`) is sound.
+struct Umem {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Drop for Umem {
     fn drop(&mut self) {
-        // SAFETY: the UMEM mapping made in `open`; the rings (unmapped with their fields) and
-        // the socket (closed with `fd`) are the kernel's only other users of it, and the
-        // kernel holds its own reference to the pages while the socket lives.
-        unsafe { libc::munmap(self.umem.cast(), self.umem_len) };
+        // SAFETY: the anonymous mapping made in `Xsk::open`, unmapped once; the rings and the
+        // halves only hold copies of its address and are dropped with the same `Xsk`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
 
@@ -570,9 +590,20 @@ impl RxHalf {
 
 impl TxHalf {
     /// Writes one frame of `len` bytes with `f` and queues it, or drops it (counted) when no
-    /// frame or ring entry is free or it is longer than a frame.
-    pub fn send<R>(&mut self, len: usize, f: impl FnOnce(&mut [u8]) -> R, scratch: &mut [u8]) -> R {
-        let Some(addr) = self.free.pop().filter(|_| len <= self.frame_bytes as usize) else {
+    /// frame beyond `reserve` or no ring entry is free (the frame is written to `scratch`,
+    /// which holds a whole frame: the device's MTU is at most a frame).
+    pub fn send<R>(
+        &mut self,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+        scratch: &mut [u8],
+        reserve: usize,
+    ) -> R {
+        let fits = len <= self.frame_bytes as usize;
+        let Some(addr) = (fits && self.free.len() > reserve)
+            .then(|| self.free.pop())
+            .flatten()
+        else {
             self.dropped += 1;
             let n = len.min(scratch.len());
             return f(&mut scratch[..n]);
@@ -599,6 +630,11 @@ impl TxHalf {
     /// Frames free to write.
     pub fn free_frames(&self) -> usize {
         self.free.len()
+    }
+
+    /// Transmit frames in all.
+    pub fn frames_total(&self) -> usize {
+        self.free.capacity()
     }
 }
 
@@ -696,7 +732,18 @@ pub(crate) fn interface(name: &str) -> Result<InterfaceFacts, XdpError> {
         return Err(XdpError::sys("ioctl(SIOCGIFHWADDR)"));
     }
     // SAFETY: the union holds the hardware address just written.
-    let data = unsafe { req.ifr_ifru.ifru_hwaddr.sa_data };
+    let (family, data) = unsafe {
+        (
+            req.ifr_ifru.ifru_hwaddr.sa_family,
+            req.ifr_ifru.ifru_hwaddr.sa_data,
+        )
+    };
+    if family != libc::ARPHRD_ETHER {
+        return Err(XdpError::NotEthernet {
+            name: name.to_string(),
+            hardware_type: family,
+        });
+    }
     let mut mac = [0u8; 6];
     for (m, d) in mac.iter_mut().zip(data.iter()) {
         *m = *d as u8;
@@ -708,4 +755,33 @@ pub(crate) fn interface(name: &str) -> Result<InterfaceFacts, XdpError> {
     // SAFETY: the union holds the MTU just written.
     let mtu = unsafe { req.ifr_ifru.ifru_mtu }.max(0) as u32;
     Ok(InterfaceFacts { index, mac, mtu })
+}
+
+/// Whether the kernel has `address` on interface `name` (this thread's namespace).
+pub(crate) fn kernel_has_address(name: &str, address: std::net::Ipv4Addr) -> bool {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list freed below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return false;
+    }
+    let mut found = false;
+    let mut at = list;
+    while !at.is_null() {
+        // SAFETY: a node of the list getifaddrs returned, alive until freeifaddrs.
+        let node = unsafe { &*at };
+        // SAFETY: ifa_name is a NUL-terminated string of the node.
+        let node_name = unsafe { std::ffi::CStr::from_ptr(node.ifa_name) };
+        let addr = node.ifa_addr;
+        // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its type.
+        if !addr.is_null() && unsafe { (*addr).sa_family } == libc::AF_INET as libc::sa_family_t {
+            // SAFETY: an AF_INET sockaddr is a sockaddr_in.
+            let v4 = unsafe { &*addr.cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr));
+            found |= node_name.to_bytes() == name.as_bytes() && ip == address;
+        }
+        at = node.ifa_next;
+    }
+    // SAFETY: the list getifaddrs returned, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    found
 }
