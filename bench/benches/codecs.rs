@@ -205,27 +205,11 @@ fn ouch(c: &mut Criterion) {
 
 // ----- FIX ----------------------------------------------------------------------------------
 
-/// `YYYYMMDD-HH:MM:SS.sss` from Unix nanoseconds, the calendar done by hand (no chrono here).
+/// `YYYYMMDD-HH:MM:SS.sss` from Unix nanoseconds, as a `String` (the peer holds strings); the
+/// calendar is keel's own (`session::fix::time`), so the two sides differ only in how they
+/// build the message.
 fn peer_timestamp(unix_ns: u64) -> String {
-    let ms = unix_ns / 1_000_000;
-    let (days, ms_of_day) = ((ms / 86_400_000) as i64, ms % 86_400_000);
-    // Days to civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}{m:02}{d:02}-{:02}:{:02}:{:02}.{:03}",
-        ms_of_day / 3_600_000,
-        ms_of_day / 60_000 % 60,
-        ms_of_day / 1_000 % 60,
-        ms_of_day % 1_000
-    )
+    String::from_utf8_lossy(&keel::session::fix::time::utc_timestamp(unix_ns)).into_owned()
 }
 
 /// The NewOrderSingle keel's `keel_encode` writes, with `write!` into a `String`.

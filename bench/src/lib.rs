@@ -198,3 +198,62 @@ pub fn flag(name: &str) -> bool {
     let want = format!("--{name}");
     std::env::args().any(|a| a == want)
 }
+
+/// The round trips a round-trip benchmark runs: `--round-trips=N` (default `default`), 2,000
+/// with `--smoke`; in 5 interleaved rounds. Returns (total, rounds, per round).
+pub fn round_trips(default: u64) -> (u64, u64, u64) {
+    let total = if flag("smoke") {
+        2_000
+    } else {
+        arg_u64("round-trips", default)
+    };
+    let rounds = 5;
+    (total, rounds, total / rounds)
+}
+
+/// One side of a round-trip benchmark: `round_trip` sends, waits for the answer, and says
+/// whether it was the right one.
+pub trait Contender {
+    /// One round trip.
+    fn round_trip(&mut self) -> bool;
+}
+
+/// Times `n` round trips of `c` into `h` (picoseconds), checking each.
+pub fn measure(
+    c: &mut dyn Contender,
+    n: u64,
+    clock: &keel::clock::TscClock,
+    h: &mut Histogram<u64>,
+) {
+    for _ in 0..n {
+        let t0 = clock.raw();
+        assert!(c.round_trip(), "round trip did not complete correctly");
+        let t1 = clock.raw();
+        h.record(((clock.raw_to_ns(t1) - clock.raw_to_ns(t0)) * 1_000).max(1))
+            .unwrap();
+    }
+}
+
+/// A client transport opened with `config`, with one connection to `addr`, established.
+pub fn connected_with<T: keel::net::SocketTransport>(
+    addr: std::net::SocketAddr,
+    config: keel::net::ReactorConfig,
+) -> (T, keel::net::ConnId) {
+    let mut reactor = T::open(config).expect("the client's transport");
+    let conn = reactor.connect(addr).expect("a connect");
+    let mut events = Vec::new();
+    for _ in 0..10_000_000 {
+        reactor.poll(0, 1_000_000, &mut events).expect("a poll");
+        for e in &events {
+            match *e {
+                keel::net::NetEvent::Connected { conn: c } if c == conn => return (reactor, conn),
+                keel::net::NetEvent::ConnectFailed { conn: c, errno } if c == conn => {
+                    panic!("{:?}: connect to {addr} failed: errno {errno}", T::KIND)
+                }
+                _ => {}
+            }
+        }
+        events.clear();
+    }
+    panic!("{:?}: no connection to {addr}", T::KIND);
+}

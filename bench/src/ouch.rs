@@ -2,12 +2,12 @@
 //! use over any of keel's transports ([`Keel`]), a raw `std::net` client through the same
 //! codecs ([`StdBlocking`]), and the order they send (`order_rtt`, `xdp_rtt`).
 
+pub use crate::{connected_with, measure, Contender};
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 
-use hdrhistogram::Histogram;
-use keel::clock::TscClock;
 use keel::net::{NetEvent, ReactorConfig, SocketTransport, WaitMode};
 use keel::order::{
     ClientOrderId, NewOrder, OutcomeKind, Price, RequestKind, Side, StrategyId, SymbolId,
@@ -88,13 +88,6 @@ pub fn take_packets(c: &mut OuchClient, buf: &[u8], used: &mut usize) -> bool {
     accepted
 }
 
-/// One side of a round-trip benchmark: `round_trip` sends, waits for the answer, and says
-/// whether it was the right one.
-pub trait Contender {
-    /// One round trip.
-    fn round_trip(&mut self) -> bool;
-}
-
 /// keel's client over transport `T` (the session client and codecs keel's links use).
 #[allow(missing_debug_implementations)] // a benchmark contender
 pub struct Keel<T: SocketTransport> {
@@ -104,23 +97,6 @@ pub struct Keel<T: SocketTransport> {
     seq: u64,
     events: Vec<NetEvent>,
     timeout_ns: u64,
-}
-
-/// A client transport opened with `config`, with one connection to `addr`, established.
-pub fn connected_with<T: SocketTransport>(
-    addr: SocketAddr,
-    config: ReactorConfig,
-) -> (T, keel::net::ConnId) {
-    let mut reactor = T::open(config).unwrap();
-    let conn = reactor.connect(addr).unwrap();
-    let mut events = Vec::new();
-    while !events
-        .iter()
-        .any(|e| matches!(e, NetEvent::Connected { .. }))
-    {
-        reactor.poll(0, 1_000_000, &mut events).unwrap();
-    }
-    (reactor, conn)
 }
 
 impl<T: SocketTransport> Keel<T> {
@@ -260,16 +236,5 @@ impl Contender for StdBlocking {
                 return true;
             }
         }
-    }
-}
-
-/// Times `n` round trips of `c` into `h` (picoseconds), checking each.
-pub fn measure(c: &mut dyn Contender, n: u64, clock: &TscClock, h: &mut Histogram<u64>) {
-    for _ in 0..n {
-        let t0 = clock.raw();
-        assert!(c.round_trip(), "round trip did not complete correctly");
-        let t1 = clock.raw();
-        h.record(((clock.raw_to_ns(t1) - clock.raw_to_ns(t0)) * 1_000).max(1))
-            .unwrap();
     }
 }

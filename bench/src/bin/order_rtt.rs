@@ -40,7 +40,7 @@ use keel_bench::ouch::{
     client, connected_with, measure, next_order, take_packets, Contender, Keel, StdBlocking,
     ORDERS_MAX, REPLY_BYTES, REQUEST_BYTES,
 };
-use keel_bench::{arg_u64, flag, histogram, pin_or_warn, print_header, print_row, summary};
+use keel_bench::{histogram, pin_or_warn, print_header, print_row, round_trips, summary};
 use keel_venue::flow::FlowConfig;
 use keel_venue::server::{VenueConfig, VenueServer};
 
@@ -363,13 +363,7 @@ fn shortcut_ping_pongs(echo: SocketAddr, mode: &AtomicU8) -> Vec<PingPong<Reacto
 }
 
 fn main() {
-    let total = if flag("smoke") {
-        2_000
-    } else {
-        arg_u64("round-trips", 50_000)
-    };
-    let rounds = 5;
-    let per_round = total / rounds;
+    let (total, rounds, per_round) = round_trips(50_000);
     let orders = u32::try_from(total + 1_000).expect("round trips fit u32");
     ORDERS_MAX.store(orders.next_power_of_two(), Ordering::Relaxed);
     let mode = Arc::new(AtomicU8::new(VENUE));

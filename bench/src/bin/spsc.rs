@@ -13,7 +13,7 @@
 
 use std::hint::spin_loop;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, TryRecvError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::thread;
 
@@ -116,26 +116,42 @@ fn run_pair<P: Pair>(pair: Arc<P>, n: u64, clock: &TscClock, h: &mut Histogram<u
     echo.join().expect("echo thread");
 }
 
-fn run_rtrb(n: u64, clock: &TscClock, h: &mut Histogram<u64>) {
-    let (mut there_tx, mut there_rx) = rtrb::RingBuffer::<u64>::new(1024);
-    let (mut back_tx, mut back_rx) = rtrb::RingBuffer::<u64>::new(1024);
+/// A ring with separate ends, as the ping-pong drives it: `push` never fails with one value
+/// in flight, `pop` is `None` while empty.
+struct Split<Tx, Rx> {
+    channel: fn() -> (Tx, Rx),
+    push: fn(&mut Tx, u64),
+    pop: fn(&mut Rx) -> Option<u64>,
+}
+
+/// Round trips through two rings of `ring`'s kind: out on one, echoed back on the other by a
+/// thread on core 0.
+fn run_split<Tx: Send + 'static, Rx: Send + 'static>(
+    ring: &Split<Tx, Rx>,
+    n: u64,
+    clock: &TscClock,
+    h: &mut Histogram<u64>,
+) {
+    let (mut there_tx, mut there_rx) = (ring.channel)();
+    let (mut back_tx, mut back_rx) = (ring.channel)();
+    let (push, pop) = (ring.push, ring.pop);
     let echo = thread::spawn(move || {
         pin_or_warn(0);
         for _ in 0..n {
             let v = loop {
-                if let Ok(v) = there_rx.pop() {
+                if let Some(v) = pop(&mut there_rx) {
                     break v;
                 }
                 spin_loop();
             };
-            back_tx.push(v).expect("one in flight");
+            push(&mut back_tx, v);
         }
     });
     for i in 1..=n {
         let t0 = clock.raw();
-        there_tx.push(i).expect("one in flight");
+        push(&mut there_tx, i);
         let v = loop {
-            if let Ok(v) = back_rx.pop() {
+            if let Some(v) = pop(&mut back_rx) {
                 break v;
             }
             spin_loop();
@@ -148,71 +164,27 @@ fn run_rtrb(n: u64, clock: &TscClock, h: &mut Histogram<u64>) {
     echo.join().expect("echo thread");
 }
 
-fn run_keel(n: u64, clock: &TscClock, h: &mut Histogram<u64>) {
-    let (mut there_tx, mut there_rx) = spsc::channel::<u64>(1024).expect("valid capacity");
-    let (mut back_tx, mut back_rx) = spsc::channel::<u64>(1024).expect("valid capacity");
-    let echo = thread::spawn(move || {
-        pin_or_warn(0);
-        for _ in 0..n {
-            let v = loop {
-                if let Some(v) = there_rx.pop() {
-                    break v;
-                }
-                spin_loop();
-            };
-            back_tx.push(v).expect("one in flight");
-        }
-    });
-    for i in 1..=n {
-        let t0 = clock.raw();
-        there_tx.push(i).expect("one in flight");
-        let v = loop {
-            if let Some(v) = back_rx.pop() {
-                break v;
-            }
-            spin_loop();
-        };
-        let t1 = clock.raw();
-        assert_eq!(v, i);
-        h.record(((clock.raw_to_ns(t1) - clock.raw_to_ns(t0)) * 1_000).max(1))
-            .expect("in range");
-    }
-    echo.join().expect("echo thread");
-}
+const RTRB: Split<rtrb::Producer<u64>, rtrb::Consumer<u64>> = Split {
+    channel: || rtrb::RingBuffer::new(1024),
+    push: |tx, v| tx.push(v).expect("one in flight"),
+    pop: |rx| rx.pop().ok(),
+};
 
-fn run_sync_channel(n: u64, clock: &TscClock, h: &mut Histogram<u64>) {
-    let (there_tx, there_rx) = sync_channel::<u64>(1024);
-    let (back_tx, back_rx) = sync_channel::<u64>(1024);
-    let echo = thread::spawn(move || {
-        pin_or_warn(0);
-        for _ in 0..n {
-            let v = loop {
-                match there_rx.try_recv() {
-                    Ok(v) => break v,
-                    Err(TryRecvError::Empty) => spin_loop(),
-                    Err(TryRecvError::Disconnected) => panic!("sender gone"),
-                }
-            };
-            back_tx.send(v).expect("receiver alive");
-        }
-    });
-    for i in 1..=n {
-        let t0 = clock.raw();
-        there_tx.send(i).expect("receiver alive");
-        let v = loop {
-            match back_rx.try_recv() {
-                Ok(v) => break v,
-                Err(TryRecvError::Empty) => spin_loop(),
-                Err(TryRecvError::Disconnected) => panic!("echo gone"),
-            }
-        };
-        let t1 = clock.raw();
-        assert_eq!(v, i);
-        h.record(((clock.raw_to_ns(t1) - clock.raw_to_ns(t0)) * 1_000).max(1))
-            .expect("in range");
-    }
-    echo.join().expect("echo thread");
-}
+const KEEL: Split<spsc::Producer<u64>, spsc::Consumer<u64>> = Split {
+    channel: || spsc::channel(1024).expect("valid capacity"),
+    push: |tx, v| tx.push(v).expect("one in flight"),
+    pop: |rx| rx.pop(),
+};
+
+const SYNC_CHANNEL: Split<SyncSender<u64>, Receiver<u64>> = Split {
+    channel: || sync_channel(1024),
+    push: |tx, v| tx.send(v).expect("receiver alive"),
+    pop: |rx| match rx.try_recv() {
+        Ok(v) => Some(v),
+        Err(TryRecvError::Empty) => None,
+        Err(TryRecvError::Disconnected) => panic!("the other end is gone"),
+    },
+};
 
 fn main() {
     let smoke = flag("smoke");
@@ -239,14 +211,14 @@ fn main() {
             back: Slot(AtomicU64::new(0)),
         });
         run_pair(raw, per_round, &clock, &mut h[0]);
-        run_rtrb(per_round, &clock, &mut h[1]);
+        run_split(&RTRB, per_round, &clock, &mut h[1]);
         let cb = Arc::new(Crossbeam {
             there: ArrayQueue::new(1024),
             back: ArrayQueue::new(1024),
         });
         run_pair(cb, per_round, &clock, &mut h[2]);
-        run_sync_channel(per_round, &clock, &mut h[3]);
-        run_keel(per_round, &clock, &mut h[4]);
+        run_split(&SYNC_CHANNEL, per_round, &clock, &mut h[3]);
+        run_split(&KEEL, per_round, &clock, &mut h[4]);
     }
     let s: Vec<_> = h.iter().map(summary).collect();
     println!("SPSC round trip between two pinned threads, {total} round trips each, interleaved in {rounds} rounds");

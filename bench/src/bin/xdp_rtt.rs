@@ -33,8 +33,11 @@ use keel::net::xdp::netns::Pair;
 use keel::net::{
     ConnId, EpollReactor, NetEvent, Reactor, ReactorConfig, SocketTransport, WaitMode, XdpReactor,
 };
-use keel_bench::ouch::{measure, Contender, Keel as OuchKeel, StdBlocking, ORDERS_MAX};
-use keel_bench::{arg_u64, flag, histogram, pin_or_warn, print_header, print_row, summary};
+use keel_bench::ouch::{Keel as OuchKeel, StdBlocking, ORDERS_MAX};
+use keel_bench::{
+    connected_with, histogram, measure, pin_or_warn, print_header, print_row, round_trips, summary,
+    Contender,
+};
 use keel_venue::server::{VenueConfig, VenueServer};
 
 const MESSAGE_BYTES: usize = 64;
@@ -61,27 +64,24 @@ impl Contender for Raw {
 }
 
 /// A keel transport, busy-polling, one connection.
-struct Keel<T> {
+struct PingPong<T> {
     t: T,
     conn: ConnId,
     events: Vec<NetEvent>,
 }
 
-impl<T: SocketTransport> Keel<T> {
-    fn connect(mut t: T, echo: SocketAddr) -> Self {
-        let conn = t.connect(echo).unwrap();
-        let mut events = Vec::with_capacity(64);
-        for _ in 0..10_000_000 {
-            t.poll(0, 0, &mut events).unwrap();
-            if events.contains(&NetEvent::Connected { conn }) {
-                return Self { t, conn, events };
-            }
+impl<T: SocketTransport> PingPong<T> {
+    fn connect(echo: SocketAddr, config: ReactorConfig) -> Self {
+        let (t, conn) = connected_with::<T>(echo, config);
+        Self {
+            t,
+            conn,
+            events: Vec::with_capacity(64),
         }
-        panic!("{:?}: no connection to {echo}: {events:?}", T::KIND);
     }
 }
 
-impl<T: SocketTransport> Contender for Keel<T> {
+impl<T: SocketTransport> Contender for PingPong<T> {
     fn round_trip(&mut self) -> bool {
         let out = [9u8; MESSAGE_BYTES];
         self.t.send(self.conn, &out).unwrap();
@@ -196,13 +196,7 @@ fn busy() -> ReactorConfig {
 }
 
 fn main() {
-    let total = if flag("smoke") {
-        2_000
-    } else {
-        arg_u64("round-trips", 50_000)
-    };
-    let rounds = 5;
-    let per_round = total / rounds;
+    let (total, rounds, per_round) = round_trips(50_000);
     let Some(pair) = Pair::create("xdp_rtt") else {
         eprintln!("xdp_rtt: needs root and iproute2 (network namespaces, XDP)");
         std::process::exit(2);
@@ -270,9 +264,9 @@ fn main() {
         raw.set_nonblocking(true).unwrap();
         let pongs: Vec<Box<dyn Contender>> = vec![
             Box::new(Raw(raw)),
-            Box::new(Keel::connect(Reactor::open(busy()).unwrap(), echo)),
-            Box::new(Keel::connect(EpollReactor::open(busy()).unwrap(), echo)),
-            Box::new(Keel::connect(XdpReactor::open(xdp()).unwrap(), echo)),
+            Box::new(PingPong::<Reactor>::connect(echo, busy())),
+            Box::new(PingPong::<EpollReactor>::connect(echo, busy())),
+            Box::new(PingPong::<XdpReactor>::connect(echo, xdp())),
         ];
         run_block(pongs, &mut hists[4..], rounds, per_round, &clock);
     });

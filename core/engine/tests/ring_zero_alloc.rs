@@ -7,46 +7,15 @@
 #![cfg(not(keel_loom))]
 #![allow(unsafe_code)] // the counting allocator; the ring itself is what is under test
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use keel::ring::spsc;
 
-struct CountingAllocator;
+// The counting allocator of the command line's zero-allocation tests, the same file.
+#[path = "../../cli/tests/common/alloc.rs"]
+mod alloc;
 
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count_if_armed() {
-    // try_with: the thread-local may be gone during thread teardown.
-    let _ = ARMED.try_with(|armed| {
-        if armed.get() {
-            ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        }
-    });
-}
-
-// SAFETY: delegates every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_if_armed();
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_if_armed();
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use alloc::{CountingAllocator, ALLOCATIONS, ARMED};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;

@@ -236,6 +236,8 @@ pub(crate) struct TxHalf {
     frame_bytes: u32,
     /// Frames this side may write (preallocated to their number; never grows).
     free: Vec<u64>,
+    /// Transmit frames in all.
+    frames_total: usize,
     /// Descriptors pushed and not yet announced with a wake-up.
     pub queued: u32,
     /// Frames sent.
@@ -375,6 +377,7 @@ impl Xsk {
                 completion: Ring::map(raw, off.completion, n, PGOFF_COMPLETION_RING)?,
                 umem: umem_ptr,
                 frame_bytes: p.frame_bytes,
+                frames_total: free.len(),
                 free,
                 queued: 0,
                 frames: 0,
@@ -446,7 +449,7 @@ impl Xsk {
         let tx = &mut self.tx;
         let mut n = 0;
         while let Some(addr) = tx.completion.pop() {
-            if tx.free.len() < tx.free.capacity() {
+            if tx.free.len() < tx.frames_total {
                 tx.free.push(addr);
             }
             n += 1;
@@ -634,7 +637,7 @@ impl TxHalf {
 
     /// Transmit frames in all.
     pub fn frames_total(&self) -> usize {
-        self.free.capacity()
+        self.frames_total
     }
 }
 
