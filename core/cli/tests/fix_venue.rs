@@ -320,7 +320,7 @@ impl Raw {
     fn next(&mut self) -> String {
         let deadline = self.clock.now_ns() + 10_000_000_000;
         loop {
-            if let Frame::Whole { len } = codec::frame(&self.inbox, &Limits::default()).unwrap() {
+            if let Frame::Whole { len } = codec::frame(&self.inbox, &Limits::default()) {
                 let msg: Vec<u8> = self.inbox.drain(..len).collect();
                 let mut table = FieldTable::default();
                 table.parse(&msg, &Limits::default()).unwrap();
@@ -334,7 +334,7 @@ impl Raw {
     /// The next whole message if one has come (a few passes of the venue).
     fn try_next(&mut self) -> Option<String> {
         for _ in 0..100 {
-            if let Ok(Frame::Whole { len }) = codec::frame(&self.inbox, &Limits::default()) {
+            if let Frame::Whole { len } = codec::frame(&self.inbox, &Limits::default()) {
                 let msg: Vec<u8> = self.inbox.drain(..len).collect();
                 return Some(String::from_utf8(msg).unwrap().replace('\x01', "|"));
             }

@@ -119,6 +119,27 @@ pub enum LogRecord {
         /// The first: keel's figure and the venue's.
         mismatch: crate::order::PositionMismatch,
     },
+    /// A venue report contradicted keel's view (the link is READ-ONLY until an operator
+    /// clears it): what, and the execution the venue stated if it could not be applied to its
+    /// order (booked into the position all the same).
+    Contradiction {
+        /// The venue.
+        venue: VenueId,
+        /// What the venue reported.
+        what: crate::order::Contradiction,
+        /// Contradictions this session has seen so far.
+        total: u64,
+        /// The execution booked outside its order, if the report stated one.
+        booked: Option<crate::order::Execution>,
+    },
+    /// keel's own loop stood still for `ns` (a pass came that long after the one before):
+    /// the venue is not blamed for the silence this caused.
+    LoopStalled {
+        /// The venue whose link noticed it.
+        venue: VenueId,
+        /// How long, ns.
+        ns: u64,
+    },
     /// Records the loop could not hand over (its ring was full), since the last such record.
     Dropped {
         /// How many.
@@ -462,6 +483,53 @@ impl Logger {
                     sessions.journal
                 )
             }
+            LogRecord::Contradiction {
+                venue,
+                what,
+                total,
+                booked: Some(e),
+            } => tracing::error!(
+                target: "keel::venue",
+                venue = self.venue(venue),
+                contradiction = %what,
+                total,
+                symbol_id = e.symbol.0,
+                side = ?e.side,
+                qty = e.qty,
+                price = e.price.0,
+                "contradiction {what}: the venue reported an execution of {} at {} (price units \
+                 of 1/10,000; {:?}, symbol id {}) that its order cannot take; booked into the \
+                 position (risk counts it), not into the order. READ-ONLY (new orders refused, \
+                 cancels flow) until an operator who checked the account runs `keel ctl \
+                 reconcile` (docs/operations.md, \"When the venue contradicts keel\")",
+                e.qty,
+                e.price.0,
+                e.side,
+                e.symbol.0
+            ),
+            LogRecord::Contradiction {
+                venue,
+                what,
+                total,
+                booked: None,
+            } => tracing::error!(
+                target: "keel::venue",
+                venue = self.venue(venue),
+                contradiction = %what,
+                total,
+                "contradiction {what}: a venue report keel's view cannot take; READ-ONLY (new \
+                 orders refused, cancels flow) until an operator who checked the account runs \
+                 `keel ctl reconcile` (docs/operations.md, \"When the venue contradicts keel\")"
+            ),
+            LogRecord::LoopStalled { venue, ns } => tracing::warn!(
+                target: "keel::engine",
+                venue = self.venue(venue),
+                stalled_ms = ns / 1_000_000,
+                "keel's own loop stood still for {} ms (descheduled, stopped, or a blocked \
+                 core): the venue's silence in that time is keel's, not the venue's; what arrived \
+                 is read before the link judges silence (docs/tuning.md: isolate the core)",
+                ns / 1_000_000
+            ),
             LogRecord::PositionMismatch {
                 venue,
                 differ,

@@ -584,7 +584,7 @@ fn fix_messages(bytes: &[u8]) -> Vec<&[u8]> {
     };
     let mut out = Vec::new();
     let mut rest = bytes;
-    while let Ok(Frame::Whole { len } | Frame::Garbled { len, .. }) = frame(rest, &limits) {
+    while let Frame::Whole { len } | Frame::Garbled { len, .. } = frame(rest, &limits) {
         out.push(&rest[..len]);
         rest = &rest[len..];
     }

@@ -45,6 +45,9 @@ pub struct RestoreReport {
     pub live: u32,
     /// Orders sent and never answered: `Unknown`, a status query queued for each.
     pub unknown: u32,
+    /// Symbols whose filled position (every fill on record) is not flat: what risk and
+    /// reduce-only start from.
+    pub positions: u32,
 }
 
 /// Why a journal could not be restored; each names the order.
@@ -71,6 +74,9 @@ pub enum RestoreError {
     /// A journaled position names a venue or symbol this configuration lacks.
     #[error("journaled position of venue {} in symbol {}: not configured", .0.0, .1.0)]
     UnknownPosition(VenueId, crate::order::SymbolId),
+    /// The journaled fills of one symbol net past what a signed 64-bit position holds.
+    #[error("journaled position in symbol {}: beyond 2^63 shares", .0.0)]
+    PositionTooLarge(crate::order::SymbolId),
 }
 
 /// One venue link as the dispatcher sees it.
@@ -475,6 +481,21 @@ impl Dispatcher {
                 }
                 report.unknown += 1;
             }
+        }
+        // Risk's position is every fill on record, of closed orders too (the restored open
+        // orders' fills above are part of it): summed over the venues' accounts per symbol.
+        let mut net = vec![0i128; usize::from(self.config.symbols)];
+        for (&(venue, symbol), position) in &recovery.positions {
+            if usize::from(venue.0) >= self.venues.len() || symbol.0 >= self.config.symbols {
+                return Err(RestoreError::UnknownPosition(venue, symbol));
+            }
+            net[usize::from(symbol.0)] += position.net();
+        }
+        for (symbol, net) in net.into_iter().enumerate() {
+            let symbol = crate::order::SymbolId(symbol as u16);
+            let net = i64::try_from(net).map_err(|_| RestoreError::PositionTooLarge(symbol))?;
+            self.guards.restore_position(symbol, net);
+            report.positions += u32::from(net != 0);
         }
         Ok(report)
     }
@@ -1350,6 +1371,14 @@ impl Dispatcher {
             OutcomeKind::ProtocolState { state } => {
                 let venue = VenueId(v as u16);
                 self.journal(crate::journal::JournalRecord::ProtocolState { venue, state });
+            }
+            OutcomeKind::UnmatchedExecution { execution } => {
+                // The contradiction came just before (the link is read-only); the shares moved
+                // all the same, so risk and reduce-only count them.
+                if execution.symbol.0 < self.config.symbols {
+                    self.guards.book_unmatched(&execution);
+                    self.stats.unmatched_executions += 1;
+                }
             }
             OutcomeKind::PositionBaseline { symbol, position } => {
                 // Counted by the session (`ClientStats::positions_adopted`).

@@ -36,6 +36,9 @@ pub struct DispatchStats {
     pub contradictions: u64,
     /// The most recent contradiction, for the operator's first look.
     pub last_contradiction: Option<crate::order::Contradiction>,
+    /// Executions a session could not apply to their order (each after a contradiction),
+    /// booked into risk's position all the same.
+    pub unmatched_executions: u64,
     /// Cancels keel answered itself because their order closed first (filled, rejected or
     /// refused while the cancel waited in its lane, was on the wire, or was lost with a
     /// dropped connection): answered `CancelRejected { TooLateToCancel }` at the close.

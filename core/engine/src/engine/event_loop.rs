@@ -333,6 +333,10 @@ struct LinkSeen {
     position_mismatches: u64,
     /// The session's reconciliations as last seen: each new one republishes its verdict.
     reconciliations: u64,
+    /// The session's contradictions as last said.
+    contradictions: u64,
+    /// The link's loop stalls as last said.
+    loop_stalls: u64,
 }
 
 impl<T: Transport> Executor<T> {
@@ -365,6 +369,8 @@ impl<T: Transport> Executor<T> {
                 reconcile_stuck: 0,
                 position_mismatches: 0,
                 reconciliations: 0,
+                contradictions: 0,
+                loop_stalls: 0,
                 causes: [0; 5],
             })
             .collect();
@@ -437,6 +443,7 @@ impl<T: Transport> Executor<T> {
     fn watch(&mut self, now: u64) {
         for (v, (link, seen)) in self.links.iter().zip(&mut self.seen).enumerate() {
             watch_positions(&self.shared, &mut self.log, VenueId(v as u16), link, seen);
+            watch_contradictions(&mut self.log, VenueId(v as u16), link, seen);
             let state = link.state();
             let failures = link.connect_failures();
             let session = link.session_stats();
@@ -766,6 +773,34 @@ impl<T: Transport> EngineLoop<T> {
             transport_poll_errors: poll_errors,
             transport: None,
         }
+    }
+}
+
+/// A contradiction (with the execution it booked outside its order, if any) and a stall of
+/// keel's own loop are each said once.
+fn watch_contradictions(log: &mut LogTx, venue: VenueId, link: &EngineLink, seen: &mut LinkSeen) {
+    use crate::session::protocol::VenueProtocol;
+    let client = link.client().stats();
+    if client.contradictions > seen.contradictions {
+        seen.contradictions = client.contradictions;
+        if let Some(what) = client.last_contradiction {
+            log.send(LogRecord::Contradiction {
+                venue,
+                what,
+                total: client.contradictions,
+                booked: client.last_unmatched_execution.filter(|_| {
+                    !matches!(what, crate::order::Contradiction::DuplicateExecution)
+                }),
+            });
+        }
+    }
+    let stats = link.stats();
+    if stats.loop_stalls > seen.loop_stalls {
+        seen.loop_stalls = stats.loop_stalls;
+        log.send(LogRecord::LoopStalled {
+            venue,
+            ns: stats.last_loop_stall_ns,
+        });
     }
 }
 

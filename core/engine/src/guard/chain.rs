@@ -147,6 +147,18 @@ impl GuardChain {
         Ok(())
     }
 
+    /// The venue stated an execution no open order can take (see
+    /// `OutcomeKind::UnmatchedExecution`): the position moves.
+    pub fn book_unmatched(&mut self, execution: &crate::order::Execution) {
+        self.risk
+            .book_unmatched(execution.symbol, execution.side, execution.qty);
+    }
+
+    /// Journal restore: the filled position on `symbol`, from every fill on record.
+    pub fn restore_position(&mut self, symbol: crate::order::SymbolId, position: i64) {
+        self.risk.restore_position(symbol, position);
+    }
+
     /// The order table applied `event` (with `qty` shares for a fill, at `price`) to an
     /// order: what each guard holds for it follows. Called for every change, restored orders
     /// included.

@@ -184,6 +184,22 @@ impl Risk {
         };
     }
 
+    /// Books an execution that belongs to no open order (the venue stated it after the order
+    /// closed, or past its quantity): the position moves, no open quantity is released.
+    pub fn book_unmatched(&mut self, symbol: SymbolId, side: Side, qty: Qty) {
+        let e = &mut self.symbols[usize::from(symbol.0)];
+        e.position += match side {
+            Side::Buy => i64::from(qty),
+            Side::Sell => -i64::from(qty),
+        };
+    }
+
+    /// Journal restore: the filled position on `symbol` is `position` (every fill on record,
+    /// of open and closed orders alike).
+    pub fn restore_position(&mut self, symbol: SymbolId, position: i64) {
+        self.symbols[usize::from(symbol.0)].position = position;
+    }
+
     /// An order on `symbol` became `Unknown` (+1) or was resolved (−1).
     pub fn unknown_changed(&mut self, symbol: SymbolId, became_unknown: bool) {
         let e = &mut self.symbols[usize::from(symbol.0)];

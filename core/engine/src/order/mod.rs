@@ -16,7 +16,8 @@ pub mod table;
 pub use id::{ClientOrderId, IdAllocator, IdError, StrategyId, VenueId, CLIENT_ORDER_ID_TEXT_LEN};
 pub use lifecycle::{LifecycleError, OrderEvent, OrderState};
 pub use msg::{
-    CancelRejectReason, Command, Contradiction, Event, EventKind, LinkMode, MassCancelScope,
+    CancelRejectReason, Command, Contradiction, Event, EventKind, Execution, LinkMode,
+    MassCancelScope,
     NewOrder, Outcome, OutcomeKind, ProtocolState, RejectReason, Replace, RequestKind,
     TaggedCommand, UnsentRequest, VenueRequest, PROTOCOL_STATE_MAX,
 };

@@ -306,6 +306,16 @@ pub enum OutcomeKind {
         /// What the venue reported.
         what: Contradiction,
     },
+    /// An execution the venue stated that the session could not apply to its order (it came
+    /// after the order closed, past its quantity, or through its limit: a contradiction,
+    /// reported just before this). The order table cannot take it, but the venue says shares
+    /// moved: the dispatcher books it into the symbol's position (risk, reduce-only), the
+    /// session into its own (and journals that figure with a `PositionBaseline`). A duplicate
+    /// execution (an ExecID already applied) is not one: it moved nothing.
+    UnmatchedExecution {
+        /// What the venue stated.
+        execution: Execution,
+    },
     /// The session took the venue's figure as its position in `symbol` (it had no journaled
     /// figure of its own: the account traded before this journal began, or an operator
     /// settled a position mismatch): the dispatcher books it and journals it, so fills after
@@ -385,6 +395,19 @@ pub enum LinkMode {
     Trading,
 }
 
+/// An execution as a venue stated it, outside any order keel can apply it to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Execution {
+    /// The symbol.
+    pub symbol: SymbolId,
+    /// The side of the order it executed.
+    pub side: Side,
+    /// Shares executed.
+    pub qty: Qty,
+    /// Execution price.
+    pub price: Price,
+}
+
 /// A venue report that cannot be true given what keel sent and was told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Contradiction {
@@ -403,6 +426,9 @@ pub enum Contradiction {
     ImpossibleSequence,
     /// A verdict (report or reconciliation answer) the engine's order table refused.
     TableRefused,
+    /// An execution whose ExecID keel already applied, sent again without PossDupFlag: the
+    /// venue reports one trade twice (never booked twice).
+    DuplicateExecution,
 }
 
 impl std::fmt::Display for Contradiction {
@@ -416,6 +442,7 @@ impl std::fmt::Display for Contradiction {
             Self::SequenceGap => "SequenceGap",
             Self::ImpossibleSequence => "ImpossibleSequence",
             Self::TableRefused => "TableRefused",
+            Self::DuplicateExecution => "DuplicateExecution",
         })
     }
 }

@@ -83,6 +83,12 @@ pub struct LinkStats {
     pub operator_reconnects: u64,
     /// Contradictions an operator cleared (`keel ctl reconcile`).
     pub contradictions_cleared: u64,
+    /// Passes that came more than a heartbeat interval after the one before: keel's own loop
+    /// stood still (descheduled, a stopped process, a blocked core). Silence is then judged
+    /// from the resume, after reading what arrived: the venue is not blamed for keel's stall.
+    pub loop_stalls: u64,
+    /// How long the latest of them stood still, ns.
+    pub last_loop_stall_ns: u64,
 }
 
 /// A venue link speaking protocol `P`. See the module docs.
@@ -100,6 +106,11 @@ pub struct VenueLink<P> {
     reconcile_at_ns: Option<u64>,
     last_rx_ns: u64,
     last_tx_ns: u64,
+    /// When the link last stepped (0: never): a longer gap than a heartbeat interval is a
+    /// stall of keel's own loop.
+    last_step_ns: u64,
+    /// The venue's silence is counted from here at the earliest: the resume after a stall.
+    silence_from_ns: u64,
     scratch: [u8; 512],
     /// Outcomes the outcome ring could not take yet (link state, unknowns), sent first on the
     /// next step; bounded by the client's order capacity plus one link state.
@@ -136,6 +147,8 @@ impl<P: VenueProtocol> VenueLink<P> {
             reconcile_at_ns: None,
             last_rx_ns: 0,
             last_tx_ns: 0,
+            last_step_ns: 0,
+            silence_from_ns: 0,
             scratch: [0; 512],
             backlog: Vec::with_capacity(4_096),
             stats: LinkStats::default(),
@@ -293,6 +306,13 @@ impl<P: VenueProtocol> VenueLink<P> {
 
     /// One pass: backlog, timers, venue packets, requests, heartbeats.
     pub fn step(&mut self, now_ns: u64, reactor: &mut impl Transport) {
+        let gap_ns = now_ns.saturating_sub(self.last_step_ns);
+        if self.last_step_ns != 0 && gap_ns > self.config.heartbeat_interval_ns {
+            self.stats.loop_stalls += 1;
+            self.stats.last_loop_stall_ns = gap_ns;
+            self.silence_from_ns = now_ns;
+        }
+        self.last_step_ns = now_ns;
         self.flush_backlog();
         if self.reconnect_at_ns.is_some_and(|at| now_ns >= at) {
             self.reconnect_at_ns = None;
@@ -323,15 +343,21 @@ impl<P: VenueProtocol> VenueLink<P> {
         }) else {
             return;
         };
+        // What arrived is read before silence is judged: after a stall of keel's own loop the
+        // venue's heartbeats wait in the socket, and they are its answer.
+        self.read(now_ns, reactor, conn);
+        if self.conn != Some(conn) {
+            return;
+        }
         let silent_ns = self
             .config
             .heartbeat_interval_ns
             .saturating_mul(u64::from(self.config.silent_intervals_max));
-        if now_ns.saturating_sub(self.last_rx_ns) > silent_ns {
+        let heard_ns = self.last_rx_ns.max(self.silence_from_ns);
+        if now_ns.saturating_sub(heard_ns) > silent_ns {
             self.stats.heartbeat_timeouts += 1;
             return self.event(now_ns, reactor, SessionEvent::HeartbeatTimeout);
         }
-        self.read(now_ns, reactor, conn);
         if matches!(
             self.machine.state(),
             LinkState::Synced | LinkState::ReadOnly
@@ -512,7 +538,9 @@ impl<P: VenueProtocol> VenueLink<P> {
             );
             let news = match decoded {
                 Ok(Some(message)) => {
-                    self.last_rx_ns = now_ns;
+                    if message.news != SessionNews::Unreadable {
+                        self.last_rx_ns = now_ns;
+                    }
                     if let Some(tap) = &mut self.wire {
                         let bytes = reactor.received(conn);
                         let whole = &bytes[..message.len.min(bytes.len())];
@@ -536,7 +564,7 @@ impl<P: VenueProtocol> VenueLink<P> {
                     unresolved: r.unresolved(),
                 },
                 SessionNews::Contradicted(_) => SessionEvent::Contradiction,
-                SessionNews::Nothing => continue,
+                SessionNews::Nothing | SessionNews::Unreadable => continue,
             };
             self.event(now_ns, reactor, event);
             if self.conn != Some(conn) {

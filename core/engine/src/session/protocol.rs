@@ -195,6 +195,12 @@ pub struct ClientStats {
     /// Times the session took the venue's positions as its own (no figure of its own yet, or
     /// an operator settled a mismatch).
     pub positions_adopted: u64,
+    /// Executions the venue stated that keel could not apply to their order (after it
+    /// closed, past its quantity, through its limit): each a contradiction, booked into the
+    /// position all the same.
+    pub unmatched_executions: u64,
+    /// The latest of them, until an operator clears the contradictions.
+    pub last_unmatched_execution: Option<crate::order::Execution>,
 }
 
 /// Why a request could not be encoded.
@@ -254,6 +260,9 @@ pub enum SessionNews {
     Contradicted(Contradiction),
     /// Nothing for the session state (data, heartbeat, debug).
     Nothing,
+    /// Bytes that were not a good message, discarded (FIX: a garbled frame, resynced at the
+    /// next BeginString): nothing for the session state, and no sign that the venue lives.
+    Unreadable,
 }
 
 /// Why a protocol refuses the state a journal holds for its venue (the engine does not start:

@@ -15,8 +15,7 @@
 //! | logged on | MsgSeqNum below expected, PossDupFlag Y | ignored (counted) | logged on |
 //! | logged on | MsgSeqNum below expected, no PossDupFlag | Logout naming both numbers | closed |
 //! | logged on | ResendRequest | application messages again (PossDupFlag Y, OrigSendingTime), session messages as SequenceReset-GapFill | logged on |
-//! | logged on | garbled (CheckSum, trailer) | ignored (counted), the number not taken | logged on |
-//! | any | BeginString or BodyLength unreadable (the stream cannot be cut) | Logout | closed |
+//! | any | garbled (CheckSum, trailer, BodyLength unreadable or too long, no BeginString) | discarded up to the next `8=FIX.4.4` (counted), the number not taken | as before |
 //! | logged on | fields unreadable, the number the expected one | Reject, the number taken | logged on |
 //! | logged on | silent for HeartBtInt + 20% | TestRequest | logged on |
 //! | logged on | silent for twice HeartBtInt + 20% | Logout | closed |
@@ -514,19 +513,15 @@ impl FixEndpoint {
             }
             let buf = srv.reactor.received(conn);
             let len = match codec::frame(buf, &self.config.limits) {
-                Ok(Frame::Incomplete) => return,
-                Ok(Frame::Garbled { len, .. }) => {
+                Frame::Incomplete => return,
+                Frame::Garbled { len, .. } => {
+                    // Discarded up to the next BeginString; the session stays up (a number
+                    // lost with it is a gap, asked for again).
                     srv.reactor.consume(conn, len);
                     self.stats.garbled += 1;
                     continue;
                 }
-                Ok(Frame::Whole { len }) => len,
-                Err(e) => {
-                    // The stream cannot be cut: nothing after this can be read.
-                    self.stats.malformed += 1;
-                    let text = format!("unreadable message: {e}");
-                    return self.logout(srv, now_ns, conn, &text);
-                }
+                Frame::Whole { len } => len,
             };
             self.inbuf[..len].copy_from_slice(&buf[..len]);
             srv.reactor.consume(conn, len);

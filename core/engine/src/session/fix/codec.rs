@@ -213,20 +213,52 @@ pub enum Frame {
         /// Its length, header to trailer.
         len: usize,
     },
-    /// One whole message of `len` bytes, cut where BodyLength says, whose trailer or CheckSum
-    /// is wrong: a garbled message, ignored (its sequence number is not taken) and counted.
+    /// Bytes that are not one good message — a wrong CheckSum, a trailer not where
+    /// BodyLength says, a BodyLength unreadable or past `message_max`, anything but
+    /// `8=FIX.4.4` where a message must begin: garbled, ignored (no sequence number is taken)
+    /// and counted. `len` runs to the next `8=FIX.4.4<SOH>` after the first byte (the parser
+    /// resyncs there), or to the end of the bytes less a tail that may begin one.
     Garbled {
-        /// Its length.
+        /// Bytes to discard (at least 1).
         len: usize,
         /// What is wrong.
         error: FixError,
     },
 }
 
-/// Finds the first message in `buf`: its BeginString and BodyLength must be readable (else
-/// the stream cannot be cut and the error ends the connection); a wrong trailer or CheckSum
-/// makes it [`Frame::Garbled`].
-pub fn frame(buf: &[u8], limits: &Limits) -> Result<Frame, FixError> {
+/// Finds the first message in `buf`: a whole one, not yet one, or garbled bytes to discard
+/// up to where the next message may begin (the session stays up; a number the garbled
+/// message carried is asked for again as a gap).
+pub fn frame(buf: &[u8], limits: &Limits) -> Frame {
+    match cut(buf, limits) {
+        Ok(Frame::Garbled { error, .. }) | Err(error) => Frame::Garbled {
+            len: resync_len(buf),
+            error,
+        },
+        Ok(whole_or_incomplete) => whole_or_incomplete,
+    }
+}
+
+/// Bytes to discard from the front of `buf` (not a good message) to reach the next
+/// `8=FIX.4.4<SOH>` after its first byte; without one, all but a tail that may begin it.
+fn resync_len(buf: &[u8]) -> usize {
+    if let Some(at) = buf
+        .windows(BEGIN_STRING.len())
+        .skip(1)
+        .position(|w| w == BEGIN_STRING)
+    {
+        return at + 1;
+    }
+    let keep = (1..BEGIN_STRING.len())
+        .rev()
+        .find(|&k| k < buf.len() && buf.ends_with(&BEGIN_STRING[..k]))
+        .unwrap_or(0);
+    buf.len() - keep
+}
+
+/// The first message in `buf` as its BeginString and BodyLength cut it: an error when they
+/// cannot be read, garbled when its trailer or CheckSum is wrong.
+fn cut(buf: &[u8], limits: &Limits) -> Result<Frame, FixError> {
     let have = buf.len().min(BEGIN_STRING.len());
     if buf[..have] != BEGIN_STRING[..have] {
         return Err(FixError::BeginString {

@@ -47,7 +47,15 @@ pub struct FixSettings {
     pub limits: Limits,
     /// What the venue's OrdRejReason (103) codes mean (`reject_codes_*`).
     pub rejects: RejectTable,
+    /// How far a message's SendingTime (52) may be from keel's clock, seconds
+    /// (`sending_time_tolerance_s`, default 120; 0: not checked). Past it the message is
+    /// rejected (SessionRejectReason 10) and the session ended: a stale or replayed stream,
+    /// or a clock one side cannot trust.
+    pub sending_time_tolerance_s: u32,
 }
+
+/// The default of `sending_time_tolerance_s`.
+pub const SENDING_TIME_TOLERANCE_S: u32 = 120;
 
 impl Default for FixSettings {
     fn default() -> Self {
@@ -59,6 +67,7 @@ impl Default for FixSettings {
             reconcile: FixReconcile::MassStatus,
             limits: Limits::default(),
             rejects: keel_table(),
+            sending_time_tolerance_s: SENDING_TIME_TOLERANCE_S,
         }
     }
 }
@@ -187,6 +196,15 @@ pub fn read(s: &mut Section<'_>) -> Result<FixSettings> {
         16..=4096,
         "16 to 4096 bytes",
     )?;
+    let mut tolerance = i64::from(settings.sending_time_tolerance_s);
+    bounded(
+        s,
+        "sending_time_tolerance_s",
+        &mut tolerance,
+        0..=86_400,
+        "0 (not checked) to 86400 seconds",
+    )?;
+    settings.sending_time_tolerance_s = tolerance as u32;
     settings.rejects = rejects::read_codes(s, keel_table())?;
     Ok(settings)
 }
@@ -217,6 +235,7 @@ pub fn write(out: &mut Out, settings: &FixSettings) {
     out.int("message_max", settings.limits.message_max);
     out.int("tags_max", settings.limits.tags_max);
     out.int("field_max", settings.limits.field_max);
+    out.int("sending_time_tolerance_s", settings.sending_time_tolerance_s);
     rejects::write_codes(
         out,
         &settings.rejects,

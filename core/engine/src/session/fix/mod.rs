@@ -46,6 +46,9 @@ pub const OUT_SEQ_BLOCK: u64 = 1 << 16;
 const PENDING_MAX: usize = 8;
 /// The protocol state's layout version.
 const STATE_VERSION: u8 = 1;
+/// ExecIDs of applied executions remembered, to know a report sent twice: a duplicate of an
+/// older one than this is not recognised by its ExecID (its order's quantity still bounds it).
+pub const EXEC_IDS_KEPT: usize = 8_192;
 
 /// A session message keel owes the venue, written at the next flush.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,8 +59,13 @@ enum Pending {
     TestRequest(u64),
     /// A ResendRequest from `begin` to infinity.
     ResendRequest(u64),
-    /// A SequenceReset-GapFill with MsgSeqNum `begin` up to keel's next number.
-    GapFill(u64),
+    /// A SequenceReset-GapFill with MsgSeqNum `begin`, up to `end` (exclusive; 0: keel's next
+    /// number when it is written).
+    GapFill { begin: u64, end: u64 },
+    /// The reconciliation query again, under a new request id: the venue asked for the one
+    /// sent (a ResendRequest covering it) and keel filled it with a gap, so the venue never
+    /// read it. A query may be asked twice; an order never is.
+    ReconcileQuery,
     /// A session-level Reject of the venue's message `ref_seq`.
     Reject {
         ref_seq: u64,
@@ -101,6 +109,17 @@ pub struct FixStats {
     pub logouts_received: u64,
     /// Messages of a type keel does not read, refused with a Reject.
     pub unsupported: u64,
+    /// Status answers to a request this process did not issue (an earlier process's, resent
+    /// after a restart, or an id keel never used): ignored, never taken as the answer.
+    pub stale_answers: u64,
+    /// Reconciliation queries asked again because a ResendRequest covered the one sent (the
+    /// venue never read it).
+    pub reconcile_queries_reissued: u64,
+    /// Messages whose SendingTime (52) was missing the tolerance of keel's clock: rejected
+    /// (SessionRejectReason 10), then the session ended.
+    pub sending_time_rejects: u64,
+    /// Executions whose ExecID keel had applied, sent again with PossDupFlag: skipped.
+    pub duplicate_executions_skipped: u64,
 }
 
 impl ProtocolStats for FixStats {
@@ -123,6 +142,10 @@ impl ProtocolStats for FixStats {
             ("logouts_sent", self.logouts_sent),
             ("logouts_received", self.logouts_received),
             ("unsupported", self.unsupported),
+            ("stale_answers", self.stale_answers),
+            ("reconcile_queries_reissued", self.reconcile_queries_reissued),
+            ("sending_time_rejects", self.sending_time_rejects),
+            ("duplicate_executions_skipped", self.duplicate_executions_skipped),
         ] {
             f(name, value);
         }
@@ -176,10 +199,23 @@ pub struct FixClient {
     logout_sent: bool,
     /// A ResendRequest is out and the gap not yet filled (up to this number).
     resend_through: Option<u64>,
-    /// The session began with a reset (or keel had no sequence of its own): the venue will
-    /// not replay what keel missed, so an order it does not list is in doubt, never "not
-    /// received".
-    replay_incomplete: bool,
+    /// The MsgSeqNum of this connection's Logon: a GapFill answering a ResendRequest that
+    /// begins at or below it ends right after it, so it never skips what keel sent after the
+    /// Logon (the reconciliation query the venue may hold until the gap is filled).
+    logon_seq: u64,
+    /// The MsgSeqNum of the reconciliation query being answered (0: none).
+    reconcile_seq: u64,
+    /// Request ids (MassStatusReqID, OrdStatusReqID, the replay barrier's TestReqID) are this
+    /// base plus a count: the wall clock at the process's start in microseconds (16 digits,
+    /// within the 18 FIX integers keel reads), so no two processes of one session issue the
+    /// same id — an earlier process would have had to ask more than once a microsecond over
+    /// its whole life — and an answer to an earlier process's request (resent after a
+    /// restart) is known for what it is.
+    request_id_base: u64,
+    /// ExecIDs of the executions applied, the most recent [`EXEC_IDS_KEPT`] (fingerprints),
+    /// and the order they came in (the oldest is forgotten first).
+    exec_ids: crate::hash::FxHashSet<u64>,
+    exec_order: std::collections::VecDeque<u64>,
     pending: [Option<Pending>; PENDING_MAX],
     /// TestRequests sent; the number of the one unanswered (0: none).
     test_requests: u64,
@@ -199,9 +235,6 @@ pub struct FixClient {
     /// far in it, and the reports it announced.
     mass_status: u64,
     venue_open: Vec<u32>,
-    /// Reconciliation's list of orders found never received (kept: no allocation on a
-    /// reconnect).
-    not_received: Vec<u32>,
     venue_unknown_open: u32,
     orphan_contradictions: u32,
     positions: Vec<Position>,
@@ -228,7 +261,14 @@ impl FixClient {
             logged_on: false,
             logout_sent: false,
             resend_through: None,
-            replay_incomplete: true,
+            logon_seq: 0,
+            reconcile_seq: 0,
+            request_id_base: link.unix_ns_at_origin / 1_000,
+            exec_ids: crate::hash::FxHashSet::with_capacity_and_hasher(
+                EXEC_IDS_KEPT * 2,
+                Default::default(),
+            ),
+            exec_order: std::collections::VecDeque::with_capacity(EXEC_IDS_KEPT),
             pending: [None; PENDING_MAX],
             test_requests: 0,
             test_request_out: 0,
@@ -242,7 +282,6 @@ impl FixClient {
             status_requests: 0,
             mass_status: 0,
             venue_open: Vec::with_capacity(link.orders_max as usize),
-            not_received: Vec::with_capacity(link.orders_max as usize),
             venue_unknown_open: 0,
             orphan_contradictions: 0,
             positions: vec![Position::default(); link.symbols.len()],
@@ -324,9 +363,10 @@ impl FixClient {
         if self.settings.reset_on_logon {
             self.out_seq = 1;
             self.in_seq = 1;
-            self.replay_incomplete = true;
             self.state_due = true;
         }
+        self.logon_seq = self.out_seq;
+        self.reconcile_seq = 0;
         let mut e = self.begin(out, now_ns, b"A");
         e.uint(98, 0).uint(108, self.heartbeat_secs());
         if self.settings.reset_on_logon {
@@ -352,9 +392,9 @@ impl FixClient {
     ) -> Result<usize, EncodeError> {
         self.venue_open.clear();
         self.venue_unknown_open = 0;
-        self.status_requests += 1;
-        let id = self.status_requests;
+        let id = self.next_request_id();
         self.mass_status = id;
+        self.reconcile_seq = self.out_seq;
         match self.settings.reconcile {
             FixReconcile::MassStatus => {
                 let mut e = self.begin(out, now_ns, b"AF");
@@ -362,11 +402,23 @@ impl FixClient {
                 e.finish()
             }
             FixReconcile::Replay => {
+                let (text, n) = reconcile_test_req_id(id);
                 let mut e = self.begin(out, now_ns, b"1");
-                e.bytes(112, &reconcile_test_req_id(id));
+                e.bytes(112, &text[..n]);
                 e.finish()
             }
         }
+    }
+
+    /// A new request id (see `request_id_base`).
+    fn next_request_id(&mut self) -> u64 {
+        self.status_requests += 1;
+        self.request_id_base.saturating_add(self.status_requests)
+    }
+
+    /// Whether this process issued request `id`.
+    fn issued(&self, id: u64) -> bool {
+        id > self.request_id_base && id - self.request_id_base <= self.status_requests
     }
 
     /// The next session message keel owes the venue, if any.
@@ -391,17 +443,22 @@ impl FixClient {
                 e.uint(7, begin).uint(16, 0);
                 e.finish()
             }
-            Pending::GapFill(begin) => {
+            Pending::GapFill { begin, end } => {
                 // Sent with the first number asked for, as a possible duplicate; it moves the
-                // venue's expectation to keel's next number and takes none itself.
+                // venue's expectation to the end of the range and takes no number itself.
+                let end = if end == 0 { self.out_seq } else { end };
                 let mut e = Encoder::new(out, b"4");
                 let stamp = self.stamp(now_ns);
                 self.header(&mut e, &stamp, begin);
                 e.flag(43, true)
                     .bytes(122, &stamp)
                     .flag(123, true)
-                    .uint(36, self.out_seq);
+                    .uint(36, end);
                 e.finish()
+            }
+            Pending::ReconcileQuery => {
+                self.fix_stats.reconcile_queries_reissued += 1;
+                self.encode_reconcile_query(now_ns, out)
             }
             Pending::Reject {
                 ref_seq,
@@ -513,7 +570,6 @@ impl FixClient {
         self.out_seq = reserved;
         self.out_reserved = reserved;
         self.in_seq = self.in_seq.max(in_seq);
-        self.replay_incomplete = false;
         self.state_due = true;
         Ok(())
     }
@@ -522,7 +578,6 @@ impl FixClient {
     pub fn resume_after(&mut self, seq: u64) {
         if seq > 0 && seq < u64::MAX / 2 {
             self.in_seq = self.in_seq.max(seq + 1);
-            self.replay_incomplete = false;
         }
     }
 
@@ -542,15 +597,14 @@ impl FixClient {
                 .min(u32::from(max_len).max(64)),
             ..self.settings.limits
         };
-        let frame = codec::frame(received, &limits).map_err(fix_error)?;
-        let len = match frame {
+        let len = match codec::frame(received, &limits) {
             Frame::Incomplete => return Ok(None),
             Frame::Garbled { len, .. } => {
+                // Discarded up to where the next message may begin; not a sign of life.
                 self.fix_stats.garbled += 1;
-                self.last_rx_ns = now_ns;
                 return Ok(Some(Message {
                     len,
-                    news: SessionNews::Nothing,
+                    news: SessionNews::Unreadable,
                 }));
             }
             Frame::Whole { len } => len,
@@ -616,6 +670,9 @@ impl FixClient {
             return Ok(self.on_sequence_reset(msg, seq, false));
         }
         if msg_type == b"A" {
+            if self.sending_time_off(now_ns, msg) {
+                return Ok(self.refuse_sending_time(msg, seq));
+            }
             return self.on_logon(msg, seq);
         }
         if seq < self.in_seq {
@@ -653,6 +710,11 @@ impl FixClient {
             self.gap_filled_through();
             self.reject(msg, seq, tag, 1, text);
             return Ok(SessionNews::Nothing);
+        }
+        if self.sending_time_off(now_ns, msg) {
+            self.in_seq = seq + 1;
+            self.gap_filled_through();
+            return Ok(self.refuse_sending_time(msg, seq));
         }
         if msg_type == b"4" {
             return Ok(self.on_sequence_reset(msg, seq, true));
@@ -695,6 +757,29 @@ impl FixClient {
                 SessionNews::Nothing
             }
         })
+    }
+
+    /// Whether the message's SendingTime is unreadable or farther from keel's clock than the
+    /// tolerance (`sending_time_tolerance_s`; 0: never).
+    fn sending_time_off(&self, now_ns: u64, msg: &Msg<'_>) -> bool {
+        let tolerance_ns = u64::from(self.settings.sending_time_tolerance_s) * 1_000_000_000;
+        if tolerance_ns == 0 {
+            return false;
+        }
+        let now_unix = self.unix_ns_at_origin.saturating_add(now_ns);
+        match msg.get(52).and_then(time::parse_utc_timestamp) {
+            Some(sent) => sent.abs_diff(now_unix) > tolerance_ns,
+            None => true,
+        }
+    }
+
+    /// A SendingTime keel cannot accept: a Reject (SessionRejectReason 10, "SendingTime
+    /// accuracy problem"), then a Logout: a stream stamped that far from now is stale or
+    /// replayed, or one of the two clocks is wrong, and neither is traded on.
+    fn refuse_sending_time(&mut self, msg: &Msg<'_>, seq: u64) -> SessionNews {
+        self.fix_stats.sending_time_rejects += 1;
+        self.reject(msg, seq, 52, 10, "SendingTime accuracy problem");
+        self.end("SendingTime accuracy problem")
     }
 
     /// The venue's Logon: heartbeat interval checked, a reset applied, then a gap asked for.
@@ -755,12 +840,37 @@ impl FixClient {
             Ok(_) => return self.reject(msg, seq, 7, 5, "BeginSeqNo (7) not a number keel sent"),
             Err(_) => return self.reject(msg, seq, 7, 1, "BeginSeqNo (7) missing or bad"),
         };
-        match msg.require_uint(16) {
-            Ok(end) if end == 0 || end >= begin => {}
+        let asked_end = match msg.require_uint(16) {
+            Ok(end) if end == 0 || end >= begin => end,
             _ => return self.reject(msg, seq, 16, 5, "EndSeqNo (16) below BeginSeqNo"),
+        };
+        // What the venue asks for up to the Logon is filled up to just after it; what keel
+        // sent after the Logon the venue may hold until that gap is filled, so the fill never
+        // skips it. Asked for again (the venue dropped it), it is filled too: an order is
+        // never sent twice (it times out and is queried), the reconciliation query is asked
+        // again under a new id.
+        let mut end = if begin <= self.logon_seq && self.logon_seq < self.out_seq {
+            self.logon_seq + 1
+        } else {
+            0
+        };
+        if asked_end != 0 {
+            let through = asked_end.saturating_add(1).min(self.out_seq);
+            end = if end == 0 { through } else { end.min(through) };
         }
-        if !self.owe(Pending::GapFill(begin)) {
+        let fill_end = if end == 0 { self.out_seq } else { end };
+        let query_lost = self.mass_status != 0
+            && self.reconcile_seq >= begin
+            && self.reconcile_seq < fill_end;
+        if !self.owe(Pending::GapFill { begin, end }) {
             self.end("too many session messages owed");
+            return;
+        }
+        if query_lost {
+            self.reconcile_seq = 0;
+            if !self.owe(Pending::ReconcileQuery) {
+                self.end("too many session messages owed");
+            }
         }
     }
 
@@ -816,9 +926,10 @@ impl FixClient {
                 self.test_request_out = 0;
             }
         }
+        let (barrier, n) = reconcile_test_req_id(self.mass_status);
         if self.settings.reconcile == FixReconcile::Replay
             && self.mass_status != 0
-            && id == reconcile_test_req_id(self.mass_status)
+            && id == &barrier[..n]
         {
             // Everything the venue replayed came before this Heartbeat.
             self.mass_status = 0;
@@ -908,33 +1019,13 @@ impl FixClient {
     }
 }
 
-/// The TestReqID of the replay barrier `n`.
-fn reconcile_test_req_id(n: u64) -> [u8; 24] {
-    let mut id = *b"keel-reconcile-000000000";
-    let mut v = n;
-    for b in id[15..].iter_mut().rev() {
-        *b = b'0' + (v % 10) as u8;
-        v /= 10;
-    }
-    id
-}
-
-/// A FIX framing error as the link's decode error (the connection is closed and counted).
-fn fix_error(e: FixError) -> DecodeError {
-    let value = match e {
-        FixError::TooLong { len, .. } => len,
-        FixError::BodyLength { .. } => 9,
-        FixError::BeginString { .. } => 8,
-        _ => 0,
-    };
-    DecodeError::BadField {
-        field: match e {
-            FixError::TooLong { .. } => "FIX message length",
-            FixError::BodyLength { .. } => "FIX BodyLength (9)",
-            _ => "FIX BeginString (8)",
-        },
-        value,
-    }
+/// The TestReqID of the replay barrier with request id `n`, and its length.
+fn reconcile_test_req_id(n: u64) -> ([u8; 36], usize) {
+    const PREFIX: &[u8] = b"keel-reconcile-";
+    let mut id = [0u8; 36];
+    id[..PREFIX.len()].copy_from_slice(PREFIX);
+    let len = PREFIX.len() + codec::write_uint(&mut id[PREFIX.len()..], n);
+    (id, len)
 }
 
 impl RegisteredProtocol for FixClient {
@@ -953,16 +1044,19 @@ impl RegisteredProtocol for FixClient {
         Self::new(settings.clone(), link)
     }
     /// Bytes [`FixClient::new`] allocates for `orders_max`: both maps at twice the bound with
-    /// their control bytes, the deadline and close queues, the two reconciliation lists, the
-    /// field table.
+    /// their control bytes, the deadline and close queues, the reconciliation list, the
+    /// remembered ExecIDs, the field table.
     fn memory_bytes(_: &FixSettings, orders_max: u32) -> u64 {
         let cap = u64::from(orders_max) * 2;
         let buckets = (cap * 8 / 7).next_power_of_two();
         let by_ref = std::mem::size_of::<(u32, FixOrder)>() as u64 + 1;
         let by_id = std::mem::size_of::<(ClientOrderId, u32)>() as u64 + 1;
+        let exec_buckets = (EXEC_IDS_KEPT as u64 * 2 * 8 / 7).next_power_of_two();
         buckets * (by_ref + by_id)
             + cap * 16
-            + u64::from(orders_max) * (4 + 4 + 4)
+            + u64::from(orders_max) * (4 + 4)
+            + exec_buckets * (8 + 1)
+            + EXEC_IDS_KEPT as u64 * 8
             + std::mem::size_of::<FieldTable>() as u64
     }
     fn describe_state(state: &ProtocolState) -> String {

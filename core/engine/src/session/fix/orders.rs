@@ -7,7 +7,8 @@
 use super::codec::{parse_decimal, Msg};
 use super::*;
 use crate::order::{
-    CancelRejectReason, Contradiction, Price, RejectReason, RequestKind, Side, TimeInForce,
+    CancelRejectReason, Contradiction, Execution, Price, RejectReason, RequestKind, Side,
+    TimeInForce,
 };
 use crate::session::protocol::Reconciliation;
 
@@ -129,10 +130,9 @@ impl FixClient {
                 let wire_ref = self.wire_ref(id).ok_or(RequestError::UnknownOrder(id))?;
                 let o = self.by_ref[&wire_ref];
                 self.await_answer(wire_ref, now);
-                self.status_requests += 1;
+                let req = self.next_request_id();
                 let symbol = self.symbols[usize::from(o.symbol.0)];
                 let (id, n) = cl_ord_id(wire_ref, 0);
-                let req = self.status_requests;
                 let mut e = self.begin(out, now, b"H");
                 e.uint(790, req)
                     .bytes(11, &id[..n])
@@ -230,6 +230,10 @@ impl FixClient {
             if let Some(order) = self.by_ref.remove(&wire_ref) {
                 self.by_id.remove(&order.id);
                 self.stats.forgotten += 1;
+                // Forgetting the order does not settle its contradiction.
+                if order.contradicted {
+                    self.orphan_contradictions = self.orphan_contradictions.saturating_add(1);
+                }
             }
         }
         Ok(())
@@ -344,6 +348,7 @@ impl FixClient {
         emit: &mut impl FnMut(Outcome),
     ) -> u32 {
         let mut cleared = std::mem::take(&mut self.orphan_contradictions);
+        self.stats.last_unmatched_execution = None;
         for order in self.by_ref.values_mut().filter(|o| o.contradicted) {
             order.contradicted = false;
             cleared += 1;
@@ -425,14 +430,8 @@ impl FixClient {
         }
         let Some(wire_ref) = self.answered(msg) else {
             if exec_type == b"F" {
-                self.orphan_contradictions += 1;
-                self.stats.contradictions += 1;
-                self.stats.last_contradiction = Some(Contradiction::UnknownOrder);
-                emit(OutcomeKind::Contradiction {
-                    id: None,
-                    what: Contradiction::UnknownOrder,
-                });
-                return Ok(SessionNews::Contradicted(Contradiction::UnknownOrder));
+                self.orphan_contradictions = self.orphan_contradictions.saturating_add(1);
+                return Ok(self.contradiction(None, Contradiction::UnknownOrder, None, emit));
             }
             self.stats.informational += 1;
             return Ok(SessionNews::Nothing);
@@ -440,6 +439,22 @@ impl FixClient {
         let order = self.by_ref[&wire_ref];
         let id = order.id;
         self.stats.mapped += 1;
+        if exec_type == b"F" {
+            let exec_id = exec_id_fingerprint(msg.require(17)?);
+            if self.exec_ids.contains(&exec_id) {
+                if msg.flag(43)? {
+                    // The same execution sent again, said to be a possible duplicate.
+                    self.fix_stats.duplicate_executions_skipped += 1;
+                    self.stats.duplicates_skipped += 1;
+                    return Ok(SessionNews::Nothing);
+                }
+                let what = Contradiction::DuplicateExecution;
+                return Ok(self.contradiction(Some(id), what, None, emit));
+            }
+            let news = self.on_trade(msg, wire_ref, emit)?;
+            self.remember_exec_id(exec_id);
+            return Ok(news);
+        }
         match exec_type {
             b"0" => {
                 if !order.accepted && !order.closed {
@@ -450,7 +465,6 @@ impl FixClient {
                     emit(OutcomeKind::Accepted { id });
                 }
             }
-            b"F" => return self.on_trade(msg, wire_ref, emit),
             b"4" | b"C" | b"3" => {
                 if !order.closed {
                     self.close(wire_ref);
@@ -461,7 +475,8 @@ impl FixClient {
                 // Replaced: the ClOrdID is the replacement, the OrigClOrdID the original.
                 let orig = msg.get(41).and_then(wire_ref_of);
                 let Some(orig_order) = orig.and_then(|r| self.by_ref.get(&r).copied()) else {
-                    return Ok(self.contradiction(Some(id), Contradiction::UnknownOrder, emit));
+                    let what = Contradiction::UnknownOrder;
+                    return Ok(self.contradiction(Some(id), what, None, emit));
                 };
                 self.update(wire_ref, |o| {
                     o.accepted = true;
@@ -477,11 +492,8 @@ impl FixClient {
             }
             b"8" => {
                 if order.accepted || order.closed {
-                    return Ok(self.contradiction(
-                        Some(id),
-                        Contradiction::ImpossibleSequence,
-                        emit,
-                    ));
+                    let what = Contradiction::ImpossibleSequence;
+                    return Ok(self.contradiction(Some(id), what, None, emit));
                 }
                 let code = msg.uint(103)?.unwrap_or(0).min(u64::from(u16::MAX)) as u16;
                 self.close(wire_ref);
@@ -512,20 +524,31 @@ impl FixClient {
         if qty == 0 {
             return Err(codec_value(32, "a positive LastQty"));
         }
-        if order.closed {
-            return Ok(self.contradiction(Some(order.id), Contradiction::AfterClose, emit));
-        }
+        // An execution keel cannot apply to its order is still one the venue says happened:
+        // booked into the position, never into the order.
+        let execution = Execution {
+            symbol: order.symbol,
+            side: if order.buy { Side::Buy } else { Side::Sell },
+            qty,
+            price: Price(price),
+        };
         let absorbed = qty.min(order.inferred);
-        if order.executed + qty - absorbed > order.qty {
-            return Ok(self.contradiction(Some(order.id), Contradiction::Overfill, emit));
-        }
         let through = if order.buy {
             price > order.price
         } else {
             price < order.price
         };
-        if through {
-            return Ok(self.contradiction(Some(order.id), Contradiction::ExecutionPrice, emit));
+        let what = if order.closed {
+            Some(Contradiction::AfterClose)
+        } else if order.executed + qty - absorbed > order.qty {
+            Some(Contradiction::Overfill)
+        } else if through {
+            Some(Contradiction::ExecutionPrice)
+        } else {
+            None
+        };
+        if let Some(what) = what {
+            return Ok(self.contradiction(Some(order.id), what, Some(execution), emit));
         }
         if !order.accepted {
             emit(OutcomeKind::Accepted { id: order.id });
@@ -568,6 +591,19 @@ impl FixClient {
         let open = OPEN_STATUSES.contains(&status);
         let last = msg.flag(912)?;
         let listed = msg.uint(911)?;
+        // The request this answers: taken only if this process issued it. An earlier
+        // process's (resent after a restart, its numbering started again) says what was
+        // true then, and an unsolicited status resent as a possible duplicate is as stale.
+        let query = msg.get(790).map(|v| codec::parse_uint(790, v).unwrap_or(0));
+        let ours = match mass.or(query) {
+            Some(request) => self.issued(request),
+            None => !msg.flag(43)?,
+        };
+        if !ours {
+            self.fix_stats.stale_answers += 1;
+            self.stats.informational += 1;
+            return Ok(SessionNews::Nothing);
+        }
         let wire_ref = msg
             .get(11)
             .and_then(wire_ref_of)
@@ -581,7 +617,7 @@ impl FixClient {
             }
         }
         if let Some(r) = wire_ref {
-            self.settle(msg, r, open, emit)?;
+            self.settle(msg, r, open, query.is_some() || mass.is_some(), emit)?;
         } else if mass.is_none() {
             self.stats.unknown_order_ref += 1;
         }
@@ -600,6 +636,7 @@ impl FixClient {
         msg: &Msg<'_>,
         wire_ref: u32,
         open: bool,
+        answers_query: bool,
         emit: &mut impl FnMut(OutcomeKind),
     ) -> Result<(), FixError> {
         let order = self.by_ref[&wire_ref];
@@ -613,7 +650,9 @@ impl FixClient {
             if !order.accepted && !order.closed {
                 self.close(wire_ref);
                 self.stats.resolutions += 1;
-                let reason = if code == UNKNOWN_ORDER {
+                // "Not received" only from the venue's answer to keel's own question about
+                // this order.
+                let reason = if code == UNKNOWN_ORDER && answers_query {
                     RejectReason::NotReceived
                 } else {
                     self.settings.rejects.reason(code)
@@ -635,7 +674,7 @@ impl FixClient {
         let cum =
             u32::try_from(cum - before).map_err(|_| codec_value(14, "a quantity below 2^32"))?;
         if cum > order.qty {
-            self.contradiction(Some(order.id), Contradiction::Overfill, emit);
+            self.contradiction(Some(order.id), Contradiction::Overfill, None, emit);
             return Ok(());
         }
         if !order.accepted && !order.closed {
@@ -758,30 +797,70 @@ impl FixClient {
 
     /// A report that cannot be true: the order's state is in doubt until an operator settles
     /// it, and the link stops trusting itself.
+    /// An execution the venue stated (`booked`) is booked into this session's position and
+    /// journaled with it (`PositionBaseline`); the dispatcher books it for risk
+    /// (`UnmatchedExecution`).
     fn contradiction(
         &mut self,
         id: Option<ClientOrderId>,
         what: Contradiction,
+        booked: Option<Execution>,
         emit: &mut impl FnMut(OutcomeKind),
     ) -> SessionNews {
         if let Some(r) = id.and_then(|id| self.wire_ref(id)) {
-            self.update(r, |o| o.contradicted = true);
+            self.update(r, |o| {
+                o.contradicted = true;
+                o.awaiting_since_ns = None;
+            });
         }
         self.stats.contradictions += 1;
         self.stats.last_contradiction = Some(what);
         emit(OutcomeKind::Contradiction { id, what });
+        if let Some(e) = booked {
+            emit(OutcomeKind::UnmatchedExecution { execution: e });
+            self.stats.unmatched_executions += 1;
+            self.stats.last_unmatched_execution = Some(e);
+            if let Some(p) = self.positions.get_mut(usize::from(e.symbol.0)) {
+                p.book(e.side, e.qty);
+                emit(OutcomeKind::PositionBaseline {
+                    symbol: e.symbol,
+                    position: *p,
+                });
+            }
+        }
         SessionNews::Contradicted(what)
     }
 
+    /// Contradictions not settled: every flagged order, open or closed, and reports for
+    /// orders this session never sent (or has forgotten). Only an operator settles them.
+    pub(super) fn contradictions_open(&self) -> u32 {
+        let flagged = self.by_ref.values().filter(|o| o.contradicted).count();
+        self.orphan_contradictions
+            .saturating_add(u32::try_from(flagged).unwrap_or(u32::MAX))
+    }
+
+    /// Remembers an applied execution's ExecID; the oldest is forgotten past
+    /// [`EXEC_IDS_KEPT`].
+    fn remember_exec_id(&mut self, fingerprint: u64) {
+        if self.exec_order.len() == EXEC_IDS_KEPT {
+            if let Some(old) = self.exec_order.pop_front() {
+                self.exec_ids.remove(&old);
+            }
+        }
+        if self.exec_ids.insert(fingerprint) {
+            self.exec_order.push_back(fingerprint);
+        }
+    }
+
     /// Compares this session's open orders with the venue's list. An order the venue does not
-    /// list is not received only if the venue replayed everything keel missed; otherwise it
-    /// is in doubt and queried.
+    /// list is in doubt and queried, never declared "not received" from the list: a list can
+    /// be stale (an answer resent from before a restart, a replay not yet complete), and only
+    /// the venue's answer about that order itself (OrderStatusRequest: "unknown order")
+    /// closes it as never received.
     pub(super) fn reconcile(&mut self, emit: &mut impl FnMut(OutcomeKind)) -> Reconciliation {
         let mut result = Reconciliation::default();
         let listed = self.settings.reconcile == FixReconcile::MassStatus;
         self.venue_open.sort_unstable();
-        let mut not_received = std::mem::take(&mut self.not_received);
-        not_received.clear();
         for (&wire_ref, order) in self.by_ref.iter() {
             if order.closed || order.contradicted || !listed {
                 continue;
@@ -789,34 +868,25 @@ impl FixClient {
             if self.venue_open.binary_search(&wire_ref).is_ok() {
                 continue;
             }
-            if self.replay_incomplete || order.accepted {
-                result.in_doubt += 1;
-                emit(OutcomeKind::Timeout { id: order.id });
-            } else {
-                not_received.push(wire_ref);
-            }
+            result.in_doubt += 1;
+            emit(OutcomeKind::Timeout { id: order.id });
         }
-        for &wire_ref in &not_received {
-            let id = self.by_ref[&wire_ref].id;
-            self.close(wire_ref);
-            result.not_received += 1;
-            emit(OutcomeKind::Rejected {
-                id,
-                reason: RejectReason::NotReceived,
-            });
-        }
-        self.not_received = not_received;
         result.unknown_at_keel = self.venue_unknown_open;
-        result.contradictions = self.orphan_contradictions
-            + self
-                .by_ref
-                .values()
-                .filter(|o| o.contradicted && !o.closed)
-                .count() as u32;
+        result.contradictions = self.contradictions_open();
         self.stats.reconciliations += 1;
         self.stats.last_reconciliation = result;
         result
     }
+}
+
+/// An ExecID's fingerprint (FNV-1a over its bytes, then its length mixed in): what the
+/// session remembers of an applied execution.
+fn exec_id_fingerprint(exec_id: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in exec_id {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    (h ^ exec_id.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 fn codec_value(tag: u32, expected: &'static str) -> FixError {

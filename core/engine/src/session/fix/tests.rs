@@ -45,7 +45,7 @@ fn parse(bytes: &[u8]) -> Result<Vec<(u32, Vec<u8>)>, FixError> {
 #[test]
 fn a_message_written_by_hand_frames_and_parses() {
     let m = by_hand("0", "49=VENUE|56=KEEL|34=7|52=20261202-06:30:00.001|");
-    assert_eq!(codec::frame(&m, &LIMITS), Ok(Frame::Whole { len: m.len() }));
+    assert_eq!(codec::frame(&m, &LIMITS), Frame::Whole { len: m.len() });
     let fields = parse(&m).unwrap();
     let tags: Vec<u32> = fields.iter().map(|f| f.0).collect();
     assert_eq!(tags, [8, 9, 35, 49, 56, 34, 52, 10]);
@@ -90,7 +90,7 @@ fn every_prefix_of_a_message_is_incomplete() {
     for end in 0..m.len() {
         assert_eq!(
             codec::frame(&m[..end], &LIMITS),
-            Ok(Frame::Incomplete),
+            Frame::Incomplete,
             "prefix of {end} bytes"
         );
     }
@@ -107,8 +107,17 @@ fn framing_errors_name_what_is_wrong() {
         (b"8=FIX.4.4\x019=999999\x01", "exceeds message_max"),
     ];
     for (bytes, what) in cases {
-        let e = codec::frame(bytes, &LIMITS).unwrap_err();
-        assert!(e.to_string().contains(what), "{e} for {bytes:?}");
+        let Frame::Garbled { error, len } = codec::frame(bytes, &LIMITS) else {
+            panic!("{bytes:?} not garbled")
+        };
+        assert!(error.to_string().contains(what), "{error} for {bytes:?}");
+        // Discarded up to the next BeginString, or all of them when none follows.
+        let next = bytes
+            .windows(codec::BEGIN_STRING.len())
+            .skip(1)
+            .position(|w| w == codec::BEGIN_STRING)
+            .map_or(bytes.len(), |at| at + 1);
+        assert_eq!(len, next, "{bytes:?}");
     }
 }
 
@@ -119,7 +128,7 @@ fn a_wrong_checksum_or_misplaced_trailer_is_a_garbled_message() {
     m[at] = if m[at] == b'9' { b'0' } else { b'9' };
     assert!(matches!(
         codec::frame(&m, &LIMITS),
-        Ok(Frame::Garbled { error: FixError::CheckSum { .. }, len }) if len == m.len()
+        Frame::Garbled { error: FixError::CheckSum { .. }, len } if len == m.len()
     ));
     // BodyLength one short: the trailer is not where it says.
     let good = by_hand("0", "49=VENUE|56=KEEL|34=1|");
@@ -129,10 +138,10 @@ fn a_wrong_checksum_or_misplaced_trailer_is_a_garbled_message() {
     let short = text.as_bytes().to_vec();
     assert!(matches!(
         codec::frame(&short, &LIMITS),
-        Ok(Frame::Garbled {
+        Frame::Garbled {
             error: FixError::Trailer { .. },
             ..
-        })
+        }
     ));
 }
 
@@ -244,8 +253,9 @@ proptest! {
         let mut with_header = b"8=FIX.4.4\x019=".to_vec();
         with_header.extend_from_slice(&bytes);
         for input in [&bytes, &with_header] {
-            if let Ok(Frame::Whole { len } | Frame::Garbled { len, .. }) = codec::frame(input, &LIMITS) {
+            if let Frame::Whole { len } | Frame::Garbled { len, .. } = codec::frame(input, &LIMITS) {
                 prop_assert!(len <= input.len());
+                prop_assert!(len >= 1);
                 let mut table = FieldTable::default();
                 let _ = table.parse(&input[..len], &LIMITS);
             }
@@ -264,7 +274,7 @@ proptest! {
         }
         e.decimal(44, price, Price::SCALE);
         let n = e.finish().unwrap();
-        prop_assert_eq!(codec::frame(&out[..n], &LIMITS), Ok(Frame::Whole { len: n }));
+        prop_assert_eq!(codec::frame(&out[..n], &LIMITS), Frame::Whole { len: n });
         let mut table = FieldTable::default();
         let msg = table.parse(&out[..n], &LIMITS).unwrap();
         let got: Vec<(u32, Vec<u8>)> = msg.fields().skip(3).map(|(t, v)| (t, v.to_vec())).collect();
@@ -330,7 +340,7 @@ fn owed(c: &mut FixClient) -> Vec<(String, Vec<(u32, String)>)> {
 fn fields_of(bytes: &[u8]) -> (String, Vec<(u32, String)>) {
     assert_eq!(
         codec::frame(bytes, &LIMITS),
-        Ok(Frame::Whole { len: bytes.len() })
+        Frame::Whole { len: bytes.len() }
     );
     let f = parse(bytes).unwrap();
     let msg_type = String::from_utf8(f[2].1.clone()).unwrap();
@@ -343,6 +353,12 @@ fn fields_of(bytes: &[u8]) -> (String, Vec<(u32, String)>) {
 
 fn get(fields: &[(u32, String)], tag: u32) -> Option<&str> {
     fields.iter().find(|f| f.0 == tag).map(|f| f.1.as_str())
+}
+
+/// The id of the `n`th request a client of [`setup`] issues (the wall clock at its start in
+/// microseconds, plus `n`).
+fn id_of(n: u64) -> u64 {
+    setup().unix_ns_at_origin / 1_000 + n
 }
 
 /// A client logged on: Logon sent (its number 1) and the venue's Logon (number 1) read.
@@ -473,7 +489,7 @@ fn a_garbled_message_is_ignored_and_its_number_not_taken() {
     let at = m.len() - 3;
     m[at] = if m[at] == b'1' { b'2' } else { b'1' };
     let (news, out) = feed(&mut c, &m);
-    assert_eq!((news, out.len()), (SessionNews::Nothing, 0));
+    assert_eq!((news, out.len()), (SessionNews::Unreadable, 0));
     assert_eq!(c.fix_stats().garbled, 1);
     assert_eq!(c.in_seq(), 2);
     feed(&mut c, &venue("0", 2, ""));
@@ -614,8 +630,33 @@ fn an_order_is_accepted_filled_in_parts_and_a_second_canceled() {
         &er(5, "11=7|150=F|39=2|32=1|31=100.4|151=0|14=101|6=100.46|"),
     );
     assert_eq!(news, SessionNews::Contradicted(Contradiction::AfterClose));
-    assert!(matches!(out[..], [OutcomeKind::Contradiction { .. }]));
-    assert_eq!(c.position(SymbolId(0)).bought, 100);
+    // Never into the order; into the position all the same (the venue says shares moved),
+    // journaled with it, and handed to the dispatcher for risk.
+    let booked = crate::order::Execution {
+        symbol: SymbolId(0),
+        side: Side::Buy,
+        qty: 1,
+        price: Price::from_units(100, 4000),
+    };
+    assert_eq!(
+        out,
+        [
+            OutcomeKind::Contradiction {
+                id: Some(o.id),
+                what: Contradiction::AfterClose
+            },
+            OutcomeKind::UnmatchedExecution { execution: booked },
+            OutcomeKind::PositionBaseline {
+                symbol: SymbolId(0),
+                position: Position {
+                    bought: 101,
+                    sold: 0
+                }
+            },
+        ]
+    );
+    assert_eq!(c.position(SymbolId(0)).bought, 101);
+    assert_eq!(c.stats().last_unmatched_execution, Some(booked));
 
     let second = order(2, 10);
     send(&mut c, RequestKind::New(second), 8);
@@ -648,7 +689,7 @@ fn an_overfill_and_a_price_through_the_limit_are_contradictions() {
         &venue(
             "8",
             2,
-            "37=X|17=E|11=1|150=F|39=2|32=11|31=100|151=0|14=11|6=100|",
+            "37=X|17=E1|11=1|150=F|39=2|32=11|31=100|151=0|14=11|6=100|",
         ),
     );
     assert_eq!(news, SessionNews::Contradicted(Contradiction::Overfill));
@@ -659,7 +700,7 @@ fn an_overfill_and_a_price_through_the_limit_are_contradictions() {
         &venue(
             "8",
             3,
-            "37=X|17=E|11=2|150=F|39=1|32=1|31=100.5001|151=9|14=1|6=100|",
+            "37=X|17=E2|11=2|150=F|39=1|32=1|31=100.5001|151=9|14=1|6=100|",
         ),
     );
     assert_eq!(
@@ -745,7 +786,7 @@ fn a_status_of_a_replaced_order_counts_its_own_shares_not_the_chains() {
         &venue(
             "8",
             4,
-            "790=1|37=X|17=E|11=2|150=I|39=1|38=80|151=45|14=35|6=100|",
+            &format!("790={}|37=X|17=E|11=2|150=I|39=1|38=80|151=45|14=35|6=100|", id_of(1)),
         ),
     );
     assert_eq!(
@@ -974,30 +1015,45 @@ fn a_resent_message_without_orig_sending_time_is_rejected() {
 }
 
 #[test]
-fn a_body_length_too_long_or_too_short_never_takes_a_number() {
+fn a_body_length_too_long_or_too_short_is_discarded_and_the_parser_resyncs() {
+    // Goal (issue 38): a frame whose BodyLength lies is garbled — discarded up to the next
+    // BeginString, its number not taken — and the message after it is read; the session stays
+    // up and asks for the lost number as a gap. Worst legal neighbour: the next message right
+    // behind it; worst illegal: a BodyLength past message_max, and bytes with no BeginString.
     let mut c = logged_on();
     let good = venue("0", 2, "");
     let text = String::from_utf8_lossy(&good).to_string();
     let digits = text.split('\u{1}').nth(1).unwrap()[2..]
         .parse::<usize>()
         .unwrap();
-    // One short: the trailer is not where BodyLength says — garbled, skipped by the length it
-    // announced (what follows is then cut where that ends: the next message's BeginString is
-    // not there, and the connection ends — a stream that lies about lengths is not trusted).
-    let short = text.replacen(&format!("9={digits}"), &format!("9={}", digits - 1), 1);
-    let m = c
-        .decode(5, short.as_bytes(), 4096, &mut |_| {})
-        .unwrap()
-        .unwrap();
-    assert_eq!((m.len, m.news), (short.len() - 1, SessionNews::Nothing));
-    assert_eq!((c.fix_stats().garbled, c.in_seq()), (1, 2));
-    assert!(c
-        .decode(5, &short.as_bytes()[m.len..], 4096, &mut |_| {})
-        .is_err());
-    // Far too long (beyond message_max): the stream cannot be cut, the connection ends.
-    let long = text.replacen(&format!("9={digits}"), "9=999999", 1);
-    let e = c.decode(5, long.as_bytes(), 4096, &mut |_| {}).unwrap_err();
-    assert!(format!("{e}").contains("FIX message length"), "{e}");
+    let next = venue("0", 3, "");
+    for lie in [
+        format!("9={}", digits - 1),
+        format!("9={}", digits + 1),
+        "9=999999".to_string(),
+        "9=x".to_string(),
+    ] {
+        let mut c = logged_on();
+        let mut stream = text.replacen(&format!("9={digits}"), &lie, 1).into_bytes();
+        stream.extend_from_slice(&next);
+        let m = c.decode(5, &stream, 4096, &mut |_| {}).unwrap().unwrap();
+        assert_eq!(
+            (m.len, m.news),
+            (stream.len() - next.len(), SessionNews::Unreadable),
+            "{lie}"
+        );
+        assert_eq!((c.fix_stats().garbled, c.in_seq()), (1, 2), "{lie}");
+        let (news, _) = feed(&mut c, &stream[m.len..]);
+        assert_eq!(news, SessionNews::Nothing, "{lie}: the session goes on");
+        let asked = owed(&mut c);
+        assert_eq!(asked[0].0, "2", "{lie}: the lost number is asked for");
+        assert_eq!(get(&asked[0].1, 7), Some("2"));
+    }
+    // Bytes that begin no message at all: discarded (all but a tail that may begin one).
+    let junk = b"garbage\x01more8=FI";
+    let m = c.decode(5, junk, 4096, &mut |_| {}).unwrap().unwrap();
+    assert_eq!((m.len, m.news), (junk.len() - 4, SessionNews::Unreadable));
+    assert_eq!(c.in_seq(), 2);
 }
 
 #[test]
@@ -1057,8 +1113,15 @@ fn quickfix_s_own_messages_frame_parse_and_map() {
         target_comp_id: "VENUE".into(),
         ..FixSettings::default()
     };
+    // Recorded messages: stamped when recorded, answering a request numbered 1 (a client
+    // whose ids start from 0; its clock is not checked against the stamps).
+    let settings = FixSettings {
+        sending_time_tolerance_s: 0,
+        ..settings
+    };
     let setup = LinkSetup {
         heartbeat_interval_ns: 1_000_000_000,
+        unix_ns_at_origin: 0,
         ..setup()
     };
     let mut c = FixClient::new(settings, &setup);
@@ -1066,7 +1129,7 @@ fn quickfix_s_own_messages_frame_parse_and_map() {
     c.encode_login(0, &mut out).unwrap();
     let golden: Vec<Vec<u8>> = QUICKFIX_GOLDEN.iter().map(|m| soh(m)).collect();
     for m in &golden {
-        assert_eq!(codec::frame(m, &LIMITS), Ok(Frame::Whole { len: m.len() }));
+        assert_eq!(codec::frame(m, &LIMITS), Frame::Whole { len: m.len() });
     }
     assert_eq!(
         feed(&mut c, &golden[0]).0,
@@ -1116,16 +1179,20 @@ fn executions_booked_from_two_status_answers_are_absorbed_when_their_reports_com
         &mut c,
         &venue("8", 2, "37=X|17=E|11=1|150=0|39=0|151=100|14=0|6=0|"),
     );
-    let status = |seq, cum| {
+    // Each answers a query of keel's (the first and the second request it issued).
+    let status = |seq: u64, cum| {
         venue(
             "8",
             seq,
             &format!(
-                "790=9|37=X|17=E|11=1|150=I|39=1|151={}|14={cum}|6=100|",
+                "790={}|37=X|17=E|11=1|150=I|39=1|151={}|14={cum}|6=100|",
+                id_of(seq - 2),
                 100 - cum
             ),
         )
     };
+    send(&mut c, RequestKind::Query { id: o.id }, 0);
+    send(&mut c, RequestKind::Query { id: o.id }, 0);
     let fill = |qty| OutcomeKind::Fill {
         id: o.id,
         qty,
@@ -1173,7 +1240,11 @@ fn a_status_answer_finding_an_order_open_after_a_cancel_settles_the_cancel_as_no
     send(&mut c, RequestKind::Query { id: o.id }, 1);
     let (_, out) = feed(
         &mut c,
-        &venue("8", 3, "790=1|37=X|17=E|11=1|150=I|39=0|151=10|14=0|6=0|"),
+        &venue(
+            "8",
+            3,
+            &format!("790={}|37=X|17=E|11=1|150=I|39=0|151=10|14=0|6=0|", id_of(1)),
+        ),
     );
     assert_eq!(
         out,
@@ -1186,7 +1257,11 @@ fn a_status_answer_finding_an_order_open_after_a_cancel_settles_the_cancel_as_no
     send(&mut c, RequestKind::Query { id: o.id }, 1);
     let (_, out) = feed(
         &mut c,
-        &venue("8", 4, "790=2|37=X|17=E|11=1|150=I|39=0|151=10|14=0|6=0|"),
+        &venue(
+            "8",
+            4,
+            &format!("790={}|37=X|17=E|11=1|150=I|39=0|151=10|14=0|6=0|", id_of(2)),
+        ),
     );
     assert_eq!(out, [OutcomeKind::StillOpen { id: o.id }]);
 }

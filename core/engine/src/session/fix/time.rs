@@ -27,6 +27,59 @@ pub fn utc_timestamp(unix_ns: u64) -> [u8; UTC_TIMESTAMP_LEN] {
     out
 }
 
+/// A UTCTimestamp (`YYYYMMDD-HH:MM:SS`, optionally `.` and 1 to 9 digits of fraction) as Unix
+/// nanoseconds; `None` for anything else (a date before 1970 or past 2500, a month 13, a
+/// 25th hour, a 61st second, stray bytes). No allocation.
+pub fn parse_utc_timestamp(text: &[u8]) -> Option<u64> {
+    if text.len() < 17 || text[8] != b'-' || text[11] != b':' || text[14] != b':' {
+        return None;
+    }
+    let num = |range: std::ops::Range<usize>| -> Option<u64> {
+        let digits = &text[range];
+        digits.iter().try_fold(0u64, |n, &d| {
+            d.is_ascii_digit().then(|| n * 10 + u64::from(d - b'0'))
+        })
+    };
+    let (y, m, d) = (num(0..4)?, num(4..6)?, num(6..8)?);
+    let (h, min, sec) = (num(9..11)?, num(12..14)?, num(15..17)?);
+    let days_in_month = match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) => 29,
+        2 => 28,
+        _ => return None,
+    };
+    let in_range = (1970..=2500).contains(&y)
+        && (1..=days_in_month).contains(&d)
+        && h < 24
+        && min < 60
+        && sec <= 60;
+    if !in_range {
+        return None;
+    }
+    let frac_ns = match &text[17..] {
+        [] => 0,
+        [b'.', digits @ ..] if (1..=9).contains(&digits.len()) => {
+            let value = num(18..text.len())?;
+            value * 10u64.pow(9 - digits.len() as u32)
+        }
+        _ => return None,
+    };
+    let secs = days_from_civil(y, m, d) * 86_400 + h * 3_600 + min * 60 + sec;
+    Some(secs * 1_000_000_000 + frac_ns)
+}
+
+/// Days from 1970-01-01 to the civil date (the inverse of `civil_from_days`).
+fn days_from_civil(y: u64, m: u64, d: u64) -> u64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// `value` as zero-padded decimal filling `out`.
 fn put(out: &mut [u8], mut value: u64) {
     for b in out.iter_mut().rev() {
@@ -53,6 +106,45 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Goal: every timestamp keel writes reads back to its millisecond, and malformed or
+    // impossible ones (the worst illegal values) are refused, never misread.
+    #[test]
+    fn a_written_timestamp_parses_back_and_bad_ones_are_refused() {
+        for unix_ns in [
+            0u64,
+            951_782_400_123_000_000,
+            1_796_193_000_001_000_000,
+            16_725_225_599_999_000_000,
+        ] {
+            let text = utc_timestamp(unix_ns);
+            assert_eq!(parse_utc_timestamp(&text), Some(unix_ns), "{unix_ns}");
+        }
+        assert_eq!(
+            parse_utc_timestamp(b"20261202-06:30:00"),
+            parse_utc_timestamp(b"20261202-06:30:00.000")
+        );
+        assert_eq!(
+            parse_utc_timestamp(b"20261202-06:30:00.123456789").map(|n| n % 1_000_000_000),
+            Some(123_456_789)
+        );
+        for bad in [
+            &b""[..],
+            b"20261202-06:30",
+            b"20261302-06:30:00",
+            b"20260230-06:30:00",
+            b"20261202-24:00:00",
+            b"20261202 06:30:00",
+            b"20261202-06:30:00.",
+            b"20261202-06:30:00.1234567890",
+            b"19691231-23:59:59",
+            b"25010101-00:00:00",
+            b"2026120x-06:30:00",
+            b"20261202-06:30:00Z",
+        ] {
+            assert_eq!(parse_utc_timestamp(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
 
     #[test]
     fn known_instants() {

@@ -999,7 +999,7 @@ impl RegisteredProtocol for OuchClient {
         config::write(out, settings);
     }
     fn build(settings: &OuchSettings, link: &LinkSetup<'_>) -> Self {
-        Self::new(
+        let mut client = Self::new(
             ClientConfig {
                 username: link.username.to_string(),
                 password: link.password.to_string(),
@@ -1011,7 +1011,13 @@ impl RegisteredProtocol for OuchClient {
                 ack_timeout_ns: link.ack_timeout_ns,
             },
             link.venue,
-        )
+        );
+        // Tokens count on from the process's start in milliseconds (mod 2^32): a restarted
+        // engine never asks with a token an earlier process used, so the earlier process's
+        // answer, replayed to it, is known as stale and never taken as its own (one
+        // reconciliation a millisecond would have to run for 49 days to meet it again).
+        client.reconcile_token = (link.unix_ns_at_origin / 1_000_000) as u32;
+        client
     }
     /// Bytes [`OuchClient::new`] allocates for `orders_max` (both maps at twice the bound,
     /// their control bytes, the deadline and close queues, the reconciliation list).
