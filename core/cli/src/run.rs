@@ -347,21 +347,25 @@ fn print_report(report: &EngineReport, venues: &[String], symbols: &[String]) {
         let _ = writeln!(
             out,
             "venue {name}: {}; {} connects, {} synced, {} reconciliations ({} not received, \
-             {} unresolved), {} duplicates skipped, {} timeouts",
+             {} unresolved, {} reconciliation timeouts), {} duplicates skipped, {} timeouts, \
+             {} stalls of keel's own loop",
             l.state,
             l.session.connects,
             l.session.synced,
             l.client.reconciliations,
             l.client.last_reconciliation.not_received,
             l.session.unreconciled,
+            l.session.reconcile_timeouts,
             l.client.duplicates_skipped,
-            l.client.timeouts
+            l.client.timeouts,
+            l.link.loop_stalls
         );
         let r = l.client.last_reconciliation;
         let _ = writeln!(
             out,
             "venue {name}: contradictions {} (last {}), last reconciliation: {} in doubt, {} \
-             unknown at keel, {} contradictions open; {} late reports absorbed; {} decode errors \
+             unknown at keel, {} contradictions open; {} executions booked outside their order; \
+             {} late reports absorbed; {} decode errors \
              (last {}); {} reconciliation queries, {} refused read-only; wire references \
              adopted {}; logins refused for a new venue session {}",
             l.client.contradictions,
@@ -371,6 +375,7 @@ fn print_report(report: &EngineReport, venues: &[String], symbols: &[String]) {
             r.in_doubt,
             r.unknown_at_keel,
             r.contradictions,
+            l.client.unmatched_executions,
             l.client.late_reports_absorbed,
             l.link.decode_errors,
             l.link

@@ -29,6 +29,7 @@ on_every_transport!(
     gateway_restart_mid_reconciliation_on_sockets,
     reconciliation_timeout_then_synced_on_sockets,
     breaker_drill_on_sockets,
+    a_stall_of_keel_s_own_loop_is_not_blamed_on_the_venue,
 );
 
 // Goal: the shortest session scenario, as the test world's docs show it: an order accepted,
@@ -357,4 +358,40 @@ fn breaker_drill_on_sockets<T: SocketTransport>() {
     }
     let stats = rig.dispatcher().guards().venues[0].breaker.stats();
     assert_eq!((stats.opened, stats.half_opened, stats.closed), (1, 1, 1));
+}
+
+// Goal (issue 38, point 7): keel's own loop stands still for four times the link's silence
+// window while the venue keeps heartbeating. On resume the link reads what arrived before it
+// judges silence: no heartbeat timeout, no reconnect, and the stall is counted as keel's own
+// (the executor logs it). Method: the world steps only the venue for the stall.
+fn a_stall_of_keel_s_own_loop_is_not_blamed_on_the_venue<T: SocketTransport>() {
+    let mut w = WorldBuilder::new()
+        .tweak(|_, link| {
+            link.heartbeat_interval_ns = 50 * MS;
+            link.silent_intervals_max = 3;
+        })
+        .venue(|v| {
+            v.heartbeat_interval_ns = 20 * MS;
+            v.client_timeout_ns = 10_000 * MS;
+        })
+        .build::<T>();
+    w.until("SYNCED", |w| w.dispatcher().is_synced(VenueId(0)));
+    let connects = w.link().session_stats().connects;
+    let until = w.clock.now_ns() + 600 * MS;
+    while w.clock.now_ns() < until {
+        let now = w.clock.now_ns();
+        w.venue().step(now, 0).expect("the venue steps");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    w.until("the stall counted", |w| w.link().stats().loop_stalls >= 1);
+    let deadline = w.clock.now_ns() + 300 * MS;
+    while w.clock.now_ns() < deadline {
+        w.step();
+    }
+    let stats = w.link().stats();
+    assert_eq!(stats.heartbeat_timeouts, 0, "the venue was blamed: {stats:?}");
+    assert!(stats.last_loop_stall_ns >= 600 * MS, "{stats:?}");
+    assert_eq!(w.link().session_stats().connects, connects, "reconnected");
+    assert_eq!(w.link().session_stats().disconnects, 0);
+    assert!(w.dispatcher().is_synced(VenueId(0)));
 }

@@ -12,6 +12,8 @@
 //   disconnect                     drop the connection (no Logout)
 //   logout                         a Logout from the venue
 //   testrequest <id>               a TestRequest
+//   hold                           keep the next NewOrderSingle without answering it (its
+//                                  acknowledgement lost: the order rests, keel never hears)
 // stdout, one event per line (the test waits for them): "ready", "logon", "logout",
 // "new <ClOrdID> <qty> <price>", "cancel <ClOrdID>", "replace <ClOrdID> <OrigClOrdID> <qty>",
 // "status <ClOrdID>", "mass-status <n open>", "admin <MsgType> <MsgSeqNum> [TestReqID]" for
@@ -126,6 +128,11 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
       return;
     }
     orders_[key(id.getValue())] = o;
+    if (hold_next_) {
+      hold_next_ = false;
+      say("held " + id.getValue());
+      return;
+    }
     say("new " + id.getValue() + " " + std::to_string(o.qty) + " " + price.getString());
     report(id.getValue(), "", o, FIX::ExecType_NEW, FIX::OrdStatus_NEW, 0, 0, -1);
   }
@@ -260,6 +267,10 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
       m.setField(FIX::TestReqID(id));
       FIX::Session::sendToTarget(m, session_);
       say("sent-testrequest " + id);
+    } else if (verb == "hold") {
+      std::lock_guard<std::mutex> guard(lock_);
+      hold_next_ = true;
+      say("holding");
     } else if (verb == "next") {
       if (s) {
         say("next " + std::to_string(s->getExpectedSenderNum()) + " " +
@@ -271,6 +282,7 @@ class Venue : public FIX::Application, public FIX::MessageCracker {
   }
 
  private:
+  bool hold_next_ = false;
   std::string exec_id() { return "E" + std::to_string(++next_exec_); }
 
   void report(const std::string& id, const std::string& orig, const Order& o, char exec_type,

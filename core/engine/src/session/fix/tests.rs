@@ -1331,3 +1331,201 @@ fn a_request_encoded_again_after_a_full_send_buffer_keeps_its_order() {
         "{again:?}"
     );
 }
+
+// ----- issue 38: restarts, stale answers, contradictions, SendingTime -----------------------
+
+/// A client restarted on a journal: keel sent up to 4 before (its reservation says it sends
+/// from 100 now) and applied the venue's messages through 6.
+fn restarted() -> FixClient {
+    let mut c = client();
+    let mut bytes = [0u8; 20];
+    bytes[..8].copy_from_slice(&100u64.to_le_bytes());
+    bytes[8..16].copy_from_slice(&7u64.to_le_bytes());
+    bytes[16..20].copy_from_slice(&FixSettings::default().fingerprint().to_le_bytes());
+    let state = ProtocolState::new(FixClient::STATE_TAG, 1, &bytes).unwrap();
+    c.restore_state(&state).unwrap();
+    c
+}
+
+#[test]
+fn after_a_restart_the_gap_fill_never_skips_the_reconciliation_query() {
+    // Goal (issue 38, point 1): the venue expects 5; keel logs on at 100 and sends its mass
+    // status at 101. The venue's ResendRequest from 5 is filled up to 101 (just after the
+    // Logon), so a venue that held 101 reads it; one that dropped it asks from 101, and that
+    // fill asks the query again under a new id — never an order.
+    let mut c = restarted();
+    let mut out = [0u8; 512];
+    let n = c.encode_login(0, &mut out).unwrap();
+    assert_eq!(get(&fields_of(&out[..n]).1, 34), Some("100"));
+    feed(&mut c, &venue("A", 7, "98=0|108=30|"));
+    let n = c.encode_reconcile_query(1, &mut out).unwrap();
+    let (_, query) = fields_of(&out[..n]);
+    assert_eq!(get(&query, 34), Some("101"));
+    let first_id = get(&query, 584).unwrap().to_string();
+    assert_eq!(first_id, id_of(1).to_string());
+    feed(&mut c, &venue("2", 8, "7=5|16=0|"));
+    let fill = owed(&mut c);
+    assert_eq!(fill.len(), 1, "a gap fill, nothing else: {fill:?}");
+    assert_eq!(
+        (get(&fill[0].1, 34), get(&fill[0].1, 36)),
+        (Some("5"), Some("101"))
+    );
+    // The venue dropped 101 after all: asked for, it is filled, and the query asked again.
+    feed(&mut c, &venue("2", 9, "7=101|16=0|"));
+    let again = owed(&mut c);
+    assert_eq!(again.len(), 2, "{again:?}");
+    assert_eq!(
+        (again[0].0.as_str(), get(&again[0].1, 34), get(&again[0].1, 36)),
+        ("4", Some("101"), Some("102"))
+    );
+    assert_eq!(again[1].0, "AF");
+    assert_eq!(get(&again[1].1, 34), Some("102"));
+    assert_eq!(get(&again[1].1, 584), Some(id_of(2).to_string().as_str()));
+    assert_eq!(c.fix_stats().reconcile_queries_reissued, 1);
+    // An EndSeqNo bounds the fill.
+    feed(&mut c, &venue("2", 10, "7=5|16=20|"));
+    assert_eq!(get(&owed(&mut c)[0].1, 36), Some("21"));
+}
+
+#[test]
+fn an_answer_to_an_earlier_process_is_never_taken_and_a_list_never_says_not_received() {
+    // Goal (issue 38, point 1): the restarted process's order 1 was sent and never
+    // acknowledged. The venue resends the earlier process's mass-status answer ("no orders",
+    // its id 1): ignored. This process's own answer does not list the order either: it is in
+    // doubt (queried), not "not received"; only the venue's answer to keel's query about that
+    // order ("unknown order") closes it as never received.
+    let mut c = restarted();
+    let mut out = [0u8; 512];
+    let o = order(1, 10);
+    c.restore_order(&o, 1, 0, false).unwrap();
+    c.encode_login(0, &mut out).unwrap();
+    feed(&mut c, &venue("A", 7, "98=0|108=30|"));
+    c.encode_reconcile_query(1, &mut out).unwrap();
+    let mine = id_of(1);
+    let (news, kinds) = feed(
+        &mut c,
+        &venue(
+            "8",
+            8,
+            "43=Y|122=20261202-06:29:00.000|584=1|911=0|912=Y|37=NONE|17=S1|150=I|39=8|151=0|14=0|6=0|",
+        ),
+    );
+    assert_eq!((news, kinds), (SessionNews::Nothing, vec![]));
+    assert_eq!(c.fix_stats().stale_answers, 1);
+    // An id this process never issued, even without PossDup, is as stale.
+    let never = format!("584={}|911=0|912=Y|37=NONE|17=S2|150=I|39=8|151=0|14=0|6=0|", mine + 7);
+    assert_eq!(feed(&mut c, &venue("8", 9, &never)).0, SessionNews::Nothing);
+    assert_eq!(c.fix_stats().stale_answers, 2);
+    let own = format!("584={mine}|911=0|912=Y|37=NONE|17=S3|150=I|39=8|151=0|14=0|6=0|");
+    let (news, kinds) = feed(&mut c, &venue("8", 10, &own));
+    let SessionNews::Reconciled(r) = news else {
+        panic!("{news:?}")
+    };
+    assert_eq!((r.in_doubt, r.not_received), (1, 0));
+    assert_eq!(kinds, [OutcomeKind::Timeout { id: o.id }]);
+    // A stale "unknown order" about it (an earlier process's query, resent) settles nothing.
+    let stale = "43=Y|122=20261202-06:29:00.000|790=3|37=X|17=S4|11=1|150=I|39=8|103=5|151=0|14=0|6=0|";
+    assert!(feed(&mut c, &venue("8", 11, stale)).1.is_empty());
+    let (_, f) = send(&mut c, RequestKind::Query { id: o.id }, 0);
+    let asked = get(&f, 790).unwrap().to_string();
+    let answer = format!("790={asked}|37=X|17=S5|11=1|150=I|39=8|103=5|151=0|14=0|6=0|");
+    assert_eq!(
+        feed(&mut c, &venue("8", 12, &answer)).1,
+        [OutcomeKind::Rejected {
+            id: o.id,
+            reason: RejectReason::NotReceived
+        }]
+    );
+}
+
+#[test]
+fn a_contradiction_on_a_closed_order_holds_until_an_operator_clears_it() {
+    // Goal (issue 38, point 2): a fill after the venue's own Canceled is a contradiction that
+    // every reconciliation keeps counting (the link stays READ-ONLY) until cleared; the fill
+    // is booked into the position. The same for a duplicate ExecID, which is never booked.
+    let mut c = logged_on();
+    let o = order(1, 10);
+    send(&mut c, RequestKind::New(o), 1);
+    feed(&mut c, &venue("8", 2, "37=X|17=A1|11=1|150=0|39=0|151=10|14=0|6=0|"));
+    feed(&mut c, &venue("8", 3, "37=X|17=C1|11=1|150=4|39=4|151=0|14=0|6=0|"));
+    let (news, _) = feed(
+        &mut c,
+        &venue("8", 4, "37=X|17=F1|11=1|150=F|39=1|32=3|31=100|151=7|14=3|6=100|"),
+    );
+    assert_eq!(news, SessionNews::Contradicted(Contradiction::AfterClose));
+    assert_eq!(c.position(SymbolId(0)).bought, 3);
+    let mut out = [0u8; 512];
+    for (round, seq) in [(1u64, 5u64), (2, 6)] {
+        c.encode_reconcile_query(10, &mut out).unwrap();
+        let id = id_of(round);
+        let answer = format!("584={id}|911=0|912=Y|37=NONE|17=R{seq}|150=I|39=8|151=0|14=0|6=0|");
+        let (news, _) = feed(&mut c, &venue("8", seq, &answer));
+        let SessionNews::Reconciled(r) = news else {
+            panic!("{news:?}")
+        };
+        assert_eq!(r.contradictions, 1, "round {round}: still held");
+    }
+    assert_eq!(c.clear_contradictions(20, &mut |_| {}), 1);
+    c.encode_reconcile_query(30, &mut out).unwrap();
+    let answer = format!(
+        "584={}|911=0|912=Y|37=NONE|17=R7|150=I|39=8|151=0|14=0|6=0|",
+        id_of(3)
+    );
+    let SessionNews::Reconciled(r) = feed(&mut c, &venue("8", 7, &answer)).0 else {
+        panic!()
+    };
+    assert_eq!(r.unresolved(), 0);
+
+    // A second order: a fill, then the same ExecID again without PossDup, then with it.
+    let o2 = order(2, 10);
+    send(&mut c, RequestKind::New(o2), 2);
+    let fill = "37=X|17=DUP|11=2|150=F|39=1|32=2|31=100|151=8|14=2|6=100|";
+    assert_eq!(feed(&mut c, &venue("8", 8, fill)).1.len(), 2, "accepted, filled");
+    let (news, kinds) = feed(&mut c, &venue("8", 9, fill));
+    assert_eq!(news, SessionNews::Contradicted(Contradiction::DuplicateExecution));
+    assert_eq!(
+        kinds,
+        [OutcomeKind::Contradiction {
+            id: Some(o2.id),
+            what: Contradiction::DuplicateExecution
+        }]
+    );
+    assert_eq!(c.position(SymbolId(0)).bought, 5, "3 after close + 2, never 7");
+    let resent = format!("43=Y|122=20261202-06:30:00.000|{fill}");
+    assert_eq!(feed(&mut c, &venue("8", 10, &resent)).0, SessionNews::Nothing);
+    assert_eq!(c.fix_stats().duplicate_executions_skipped, 1);
+    assert_eq!(c.position(SymbolId(0)).bought, 5);
+    assert_eq!(c.contradictions_open(), 1);
+}
+
+#[test]
+fn a_sending_time_past_the_tolerance_is_rejected_and_the_session_ended() {
+    // Goal (issue 38, point 4): a Heartbeat stamped 2000-01-01 (worst illegal: decades off;
+    // an unreadable stamp too) is refused with SessionRejectReason 10 and a Logout; one at
+    // the tolerance's edge (worst legal) is taken.
+    let mut c = logged_on();
+    let now_unix = setup().unix_ns_at_origin + 5;
+    let edge = time::utc_timestamp(now_unix - 119_000_000_000);
+    let edge = String::from_utf8(edge.to_vec()).unwrap();
+    let m = by_hand("0", &format!("49=VENUE|56=KEEL|34=2|52={edge}|"));
+    assert_eq!(feed(&mut c, &m).0, SessionNews::Nothing);
+    assert!(owed(&mut c).is_empty());
+    for stamp in ["20000101-00:00:00.000", "2026-12-02T06:30:00"] {
+        let mut c = logged_on();
+        let m = by_hand("0", &format!("49=VENUE|56=KEEL|34=2|52={stamp}|"));
+        assert_eq!(feed(&mut c, &m).0, SessionNews::EndOfSession, "{stamp}");
+        let sent = owed(&mut c);
+        let types: Vec<&str> = sent.iter().map(|m| m.0.as_str()).collect();
+        assert_eq!(types, ["3", "5"], "{stamp}");
+        assert_eq!(get(&sent[0].1, 373), Some("10"));
+        assert_eq!(get(&sent[0].1, 371), Some("52"));
+        assert_eq!(c.fix_stats().sending_time_rejects, 1);
+        assert_eq!(c.in_seq(), 3, "its number taken");
+    }
+    // Out of sequence (a gap first), it is asked for again, not judged yet.
+    let mut c = logged_on();
+    let m = by_hand("0", "49=VENUE|56=KEEL|34=4|52=20000101-00:00:00.000|");
+    assert_eq!(feed(&mut c, &m).0, SessionNews::Nothing);
+    assert_eq!(owed(&mut c)[0].0, "2");
+    assert_eq!(c.fix_stats().sending_time_rejects, 0);
+}
