@@ -190,8 +190,14 @@ fn a_restart_never_declares_dead_an_order_the_venue_holds() {
     // It is live and keel's: it cancels.
     assert!(channel.push_command(&Command::Cancel { id: order(1).id }));
     await_events(&channel, &mut after, &[1], |k| *k == EventKind::Canceled);
+    // Before the kill it said "logout" once (the connection dropped); a graceful stop now
+    // logs out (issue 38, point 4): keel's Logout reaches the venue, whose answer ends it.
+    assert!(!venue.saw("admin 5 "), "{:?}", venue.seen);
     let report = stop_keel_run(engine, &log);
     assert!(report.contains(" 0 reconciliation timeouts"), "{report}");
+    venue.wait_while("admin 5 ", 0, || std::thread::sleep(Duration::from_millis(1)));
+    let said = std::fs::read_to_string(log.with_extension("err")).unwrap();
+    assert!(said.contains("logged out of 1 venue session(s), each answered"), "{said}");
 }
 
 // Goal (issue 38, point 5): a position survives a restart for risk and reduce-only. With

@@ -532,6 +532,32 @@ impl<T: Transport> Executor<T> {
         }
     }
 
+    /// A graceful stop: every logged-on link says goodbye the protocol's way (FIX: a Logout)
+    /// and the loop keeps passing until the venues answered (each such link DISCONNECTED) or
+    /// [`LOGOUT_WAIT_NS`] passed; no link connects again. Returns how many links said goodbye
+    /// and how many of them saw the session end in time. Cold path: runs once, at stop.
+    pub fn log_out<C: crate::clock::Clock>(&mut self, clock: &C) -> (u32, u32) {
+        let now = clock.now_ns();
+        let said: Vec<bool> = self
+            .links
+            .iter_mut()
+            .map(|link| link.log_out(now, &mut self.transport))
+            .collect();
+        let deadline = now.saturating_add(LOGOUT_WAIT_NS);
+        let waiting = |links: &[EngineLink]| {
+            said.iter()
+                .zip(links)
+                .filter(|(s, l)| **s && l.state() != LinkState::Disconnected)
+                .count()
+        };
+        while waiting(&self.links) > 0 && clock.now_ns() < deadline {
+            self.pass(clock.now_ns());
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let asked = said.iter().filter(|s| **s).count() as u32;
+        (asked, asked - waiting(&self.links) as u32)
+    }
+
     /// One pass: the transport's events to every link and feed, then each one's step (reads,
     /// writes, timers). Returns whether anything moved (an event, or a request sent).
     pub fn pass(&mut self, now: u64) -> bool {
@@ -775,6 +801,10 @@ impl<T: Transport> EngineLoop<T> {
         }
     }
 }
+
+/// Longest a graceful stop waits for the venues to answer keel's Logout: a venue that does
+/// not answer by then is left (the connection closes with the process).
+pub const LOGOUT_WAIT_NS: u64 = 2_000_000_000;
 
 /// A contradiction (with the execution it booked outside its order, if any) and a stall of
 /// keel's own loop are each said once.

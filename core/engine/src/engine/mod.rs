@@ -1160,7 +1160,8 @@ impl Inline {
                 idler.idle();
             }
         }
-        let (front, exec) = engine.into_halves();
+        let (front, mut exec) = engine.into_halves();
+        log_out(&mut exec, &clock);
         Ok(Halves::of(Some(front), exec, kind, clock.now_ns()))
     }
 }
@@ -1198,7 +1199,30 @@ impl ExecutorOnly {
                 idler.idle();
             }
         }
+        log_out(&mut exec, &clock);
         Ok(Halves::of(None, exec, kind, clock.now_ns()))
+    }
+}
+
+/// A graceful stop's goodbye to every venue (see `Executor::log_out`), said in the log.
+fn log_out<T: Transport>(exec: &mut Executor<T>, clock: &TscClock) {
+    let (asked, answered) = exec.log_out(clock);
+    if asked > answered {
+        tracing::warn!(
+            target: "keel::stop",
+            logouts_sent = asked,
+            answered,
+            wait_ms = event_loop::LOGOUT_WAIT_NS / 1_000_000,
+            "stopping: {} venue(s) did not answer keel's Logout in time; their connections close \
+             with the process",
+            asked - answered
+        );
+    } else if asked > 0 {
+        tracing::info!(
+            target: "keel::stop",
+            logouts_sent = asked,
+            "stopping: logged out of {asked} venue session(s), each answered"
+        );
     }
 }
 

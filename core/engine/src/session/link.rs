@@ -111,6 +111,8 @@ pub struct VenueLink<P> {
     last_step_ns: u64,
     /// The venue's silence is counted from here at the earliest: the resume after a stall.
     silence_from_ns: u64,
+    /// keel is stopping: the link never connects again.
+    stopping: bool,
     scratch: [u8; 512],
     /// Outcomes the outcome ring could not take yet (link state, unknowns), sent first on the
     /// next step; bounded by the client's order capacity plus one link state.
@@ -149,6 +151,7 @@ impl<P: VenueProtocol> VenueLink<P> {
             last_tx_ns: 0,
             last_step_ns: 0,
             silence_from_ns: 0,
+            stopping: false,
             scratch: [0; 512],
             backlog: Vec::with_capacity(4_096),
             stats: LinkStats::default(),
@@ -275,6 +278,25 @@ impl<P: VenueProtocol> VenueLink<P> {
         self.event(now_ns, reactor, SessionEvent::OperatorReconcile);
         self.flush_backlog();
         Some(cleared)
+    }
+
+    /// keel is stopping gracefully: the link never connects again, and a logged-on session
+    /// says goodbye the protocol's way (FIX: a Logout now; the venue's Logout closes the
+    /// session on a later pass). Returns whether a goodbye went out (then the caller keeps
+    /// stepping the link, for a bounded time, until it is DISCONNECTED).
+    pub fn log_out(&mut self, now_ns: u64, reactor: &mut impl Transport) -> bool {
+        self.stopping = true;
+        self.reconnect_at_ns = None;
+        let logged_on = matches!(
+            self.machine.state(),
+            LinkState::Reconciling | LinkState::Synced | LinkState::ReadOnly
+        );
+        if !logged_on || self.conn.is_none() || !self.client.begin_logout() {
+            return false;
+        }
+        self.send_owed(now_ns, reactor);
+        let _ = reactor.flush();
+        true
     }
 
     /// Starts the session (first connection attempt).
@@ -448,7 +470,8 @@ impl<P: VenueProtocol> VenueLink<P> {
             }
             Action::ScheduleReconnect { at_ns } => {
                 self.reconcile_at_ns = None;
-                self.reconnect_at_ns = Some(at_ns);
+                // A stopping link stays down.
+                self.reconnect_at_ns = (!self.stopping).then_some(at_ns);
             }
             Action::ScheduleReconcile { at_ns } => self.reconcile_at_ns = Some(at_ns),
             Action::Report { mode } => self.report_mode(now_ns, mode),

@@ -53,6 +53,12 @@ pub trait VenueProtocol {
     fn encode_session(&mut self, _now_ns: u64, _out: &mut [u8]) -> Option<usize> {
         None
     }
+    /// keel is stopping gracefully: owe the venue the protocol's goodbye (FIX: a Logout, then
+    /// the venue's Logout ends the session). `false`: the protocol has none to say (OUCH: the
+    /// connection simply closes), or the session is not logged on.
+    fn begin_logout(&mut self) -> bool {
+        false
+    }
     /// One dispatcher request on the wire (a request the wire cannot carry is an error the
     /// link answers to the dispatcher, never a silent drop).
     fn encode_request(

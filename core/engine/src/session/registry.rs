@@ -207,6 +207,9 @@ macro_rules! protocols {
             fn encode_session(&mut self, now_ns: u64, out: &mut [u8]) -> Option<usize> {
                 match self { $(Self::$variant(p) => VenueProtocol::encode_session(p, now_ns, out),)+ }
             }
+            fn begin_logout(&mut self) -> bool {
+                match self { $(Self::$variant(p) => VenueProtocol::begin_logout(p),)+ }
+            }
             fn encode_request(
                 &mut self,
                 request: &VenueRequest,

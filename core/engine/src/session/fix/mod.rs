@@ -1095,6 +1095,9 @@ impl VenueProtocol for FixClient {
     fn encode_session(&mut self, now_ns: u64, out: &mut [u8]) -> Option<usize> {
         FixClient::encode_session(self, now_ns, out)
     }
+    fn begin_logout(&mut self) -> bool {
+        self.logged_on && !self.logout_sent && self.owe(Pending::Logout("keel is stopping"))
+    }
     fn encode_request(
         &mut self,
         request: &VenueRequest,
