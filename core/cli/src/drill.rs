@@ -490,7 +490,11 @@ impl Own {
             .ok_or("the configuration has no [ipc]")?;
         let channel =
             Channel::open(&ipc.channel_path(StrategyId(strategy))).map_err(|e| e.to_string())?;
-        channel.claim_strategy();
+        // A slot a live strategy holds is refused, never taken over (its commands and events
+        // are its own).
+        channel.claim_strategy().map_err(|e| {
+            format!("{e}: choose a free slot with --strategy (a slot no live strategy holds)")
+        })?;
         let next = channel.id_floor() + 1;
         let template = NewOrder {
             id: ClientOrderId::new(StrategyId(strategy), next).map_err(|e| e.to_string())?,

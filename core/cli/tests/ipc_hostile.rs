@@ -197,7 +197,7 @@ impl Peer {
     fn attach(dir: &Path, strategy: u16) -> Self {
         let path = dir.join(format!("strategy-{strategy}"));
         let ch = Channel::open(&path).unwrap();
-        ch.claim_strategy();
+        ch.claim_strategy().unwrap();
         wait_until("engine running and SYNCED", Duration::from_secs(15), || {
             ch.beat_strategy();
             ch.engine_state() == EngineState::Running && ch.venue_synced(VenueId(0))

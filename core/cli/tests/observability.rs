@@ -708,6 +708,37 @@ fn stat_synced(w: &World) {
     });
 }
 
+// Goal (issue 38, point 6): `keel drill` refuses a strategy slot a live strategy holds — the
+// same check and words as a second writer in the SDKs — instead of overwriting its pid word
+// and writing into its command ring. Method: this test process holds slot 0 (live); a drill
+// on slot 0 exits 2 naming this pid, and the strategy sees no event for an order it never
+// sent; the drill on its own free slot still passes.
+#[test]
+fn a_drill_refuses_a_slot_a_live_strategy_holds() {
+    let (w, engine, log) = drill_world("");
+    let live = synced_channel(&w.ipc);
+    live.claim_strategy().unwrap();
+    let config = w.config.to_str().unwrap();
+    let args = ["drill", "kill-switch", "--config", config, "--strategy", "0"];
+    let (code, text) = keel(&[&args[..], &["--timeout-s", "5"]].concat());
+    assert_eq!(code, 2, "{text}");
+    let words = format!("process {} writes this channel already", std::process::id());
+    assert!(text.contains(&words), "{text}");
+    std::thread::sleep(Duration::from_millis(300));
+    live.beat_strategy();
+    while let Some(e) = live.pop_event() {
+        assert!(
+            !matches!(e, Ok(keel::ipc::IpcEvent::Event(_))),
+            "an event for an order the strategy never sent: {e:?}"
+        );
+    }
+    // The slot is still this strategy's.
+    live.claim_strategy().unwrap();
+    let (code, text) = lever_drill(&w, "kill-switch", "20", &[]);
+    assert_eq!(code, 0, "the drill's own slot: {text}");
+    stop_keel_run(engine, &log);
+}
+
 // Goal (issue 23, point 7: `keel drill` needs the simulated venue's control port, so a desk
 // cannot rehearse a failover on its real venue). Method: `keel run` on `keel venue`; the
 // drills on keel's own levers (reconnect, breaker, kill-switch: the admin socket only) run

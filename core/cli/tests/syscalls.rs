@@ -225,7 +225,7 @@ fn loop_syscalls(transport: &str) -> (Calls, Calls) {
     let tid = thread_named(engine.0.id(), "keel-engine");
 
     // Warm: one order through, so every buffer and operation is in place.
-    channel.claim_strategy();
+    channel.claim_strategy().unwrap();
     let mut seq = 0;
     let round_trip = |seq: &mut u64| {
         *seq += 1;

@@ -181,6 +181,15 @@ pub enum IpcError {
         /// The engine's fingerprint.
         engine_fingerprint: u64,
     },
+    /// Another live process writes this channel (its pid is in the strategy-pid word): one
+    /// writer per channel. The same refusal and words as the C and Python SDKs'.
+    #[error("{path}: process {writer} writes this channel already")]
+    InUse {
+        /// The file.
+        path: PathBuf,
+        /// The live writer's pid.
+        writer: u64,
+    },
 }
 
 /// Why one record was refused (it is skipped and counted; the ring goes on).
@@ -798,10 +807,25 @@ impl Channel {
             .fetch_add(1, Ordering::Release);
     }
 
-    /// Strategy: records this process as the channel's user.
-    pub fn claim_strategy(&self) {
-        self.word(offset::STRATEGY_PID)
-            .store(u64::from(std::process::id()), Ordering::Release);
+    /// Strategy: records this process as the channel's only writer. Refused
+    /// ([`IpcError::InUse`]) while another live process holds it — a strategy, or a drill —
+    /// exactly as the C and Python SDKs refuse; a pid whose process is gone is taken over.
+    pub fn claim_strategy(&self) -> Result<(), IpcError> {
+        let me = u64::from(std::process::id());
+        let word = self.word(offset::STRATEGY_PID);
+        let mut writer = word.load(Ordering::Acquire);
+        loop {
+            if writer != 0 && writer != me && process_exists(writer) {
+                return Err(IpcError::InUse {
+                    path: self.path.clone(),
+                    writer,
+                });
+            }
+            match word.compare_exchange(writer, me, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(()),
+                Err(now) => writer = now,
+            }
+        }
     }
 
     // ----- engine side -------------------------------------------------------------------
@@ -1035,3 +1059,8 @@ impl PeerMonitor {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether process `pid` exists (its `/proc` entry; a pid past Linux's range never does).
+fn process_exists(pid: u64) -> bool {
+    pid <= 0x7fff_ffff && std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
