@@ -780,3 +780,60 @@ fn sessions_and_the_resend_store_are_bounded() {
     );
     assert!(raw.venue.fix_stats().unwrap().store_full >= 1);
 }
+
+// Goal (issue 38, point 3): the venue after a restart without its sessions neither resumes a
+// session it does not have nor books twice. Method: a client trades (one order), the venue is
+// replaced by a fresh one (a kill -9 and restart: no state), the client logs on resuming its
+// numbers — refused with a Logout naming why; logged on again with ResetSeqNumFlag it begins
+// a new session; an order sent again as a possible duplicate under a ClOrdID the venue booked
+// is ignored (counted), never booked twice; no ExecID of the first venue is used again.
+#[test]
+fn a_restarted_venue_refuses_a_resume_it_cannot_honour_and_never_books_twice() {
+    let order = "11=7|54=1|38=10|40=2|44=50|55=MSFT|60=20261202-12:00:00.000|";
+    let mut raw = Raw::open_as("TRADER");
+    raw.logon();
+    raw.send("D", order);
+    let first = raw.next_not_heartbeat();
+    assert_eq!(field(&first, 150), "0", "{first}");
+    // Sent again as a possible duplicate (in sequence): the venue booked it: ignored.
+    let again = format!("43=Y|122=20261202-12:00:00.000|{order}");
+    raw.send("D", &again);
+    raw.send("1", "112=after-dup|");
+    let answer = loop {
+        let m = raw.next();
+        if field(&m, 35) != "0" || field(&m, 112) == "after-dup" {
+            break m;
+        }
+    };
+    assert_eq!(field(&answer, 112), "after-dup", "no second booking: {answer}");
+    assert_eq!(raw.venue.fix_stats().unwrap().poss_dup_orders_ignored, 1);
+    assert_eq!(raw.venue.exchange().stats().accepted, 1);
+
+    // The venue restarts without its state.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let fresh = Raw::open_as("TRADER");
+    raw.venue = fresh.venue;
+    raw.clock = fresh.clock; // a new process: its own clock's origin
+    raw.reconnect();
+    raw.send("A", "98=0|108=30|554=keel|");
+    let logout = raw.next();
+    assert_eq!(field(&logout, 35), "5", "{logout}");
+    let why = field(&logout, 58);
+    assert!(why.contains("no session state for SenderCompID TRADER"), "{why}");
+    assert!(why.contains("141=Y"), "{why}");
+    assert!(raw.closed());
+    assert_eq!(raw.venue.fix_stats().unwrap().logons_without_state, 1);
+    assert_eq!(raw.venue.exchange().stats().accepted, 0);
+
+    // A new session, explicitly reset: the order is new to this venue and booked once.
+    raw.reconnect();
+    raw.out_seq = 1;
+    raw.send("A", "98=0|108=30|141=Y|554=keel|");
+    let logon = raw.next();
+    assert_eq!((field(&logon, 35), field(&logon, 141)), ("A".into(), "Y".into()));
+    raw.send("D", order);
+    let second = raw.next_not_heartbeat();
+    assert_eq!(field(&second, 150), "0", "{second}");
+    assert_ne!(field(&first, 17), field(&second, 17), "an ExecID used again");
+    assert!(field(&second, 17).contains('-'), "{second}");
+}

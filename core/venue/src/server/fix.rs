@@ -123,6 +123,12 @@ pub struct FixVenueStats {
     pub conns_refused: u64,
     /// Messages the `fix-lose` fault kept from the wire (stored, so a resend finds them).
     pub lost_injected: u64,
+    /// Orders and replaces sent again (PossDupFlag Y) under a ClOrdID the session already
+    /// booked: ignored, never booked twice.
+    pub poss_dup_orders_ignored: u64,
+    /// Logons refused because the venue holds no state for the SenderCompID and the Logon
+    /// neither starts at 1 nor resets (the venue restarted without its sessions).
+    pub logons_without_state: u64,
 }
 
 impl FixVenueStats {
@@ -133,7 +139,8 @@ impl FixVenueStats {
              malformed={} rejects_sent={} business_rejects_sent={} resend_requests_in={} \
              resend_requests_out={} resent={} gap_fills_sent={} test_requests_out={} \
              seq_too_low={} duplicates_ignored={} timeouts={} logouts={} foreign_reports={} \
-             store_full={} conns_refused={} lost_injected={}",
+             store_full={} conns_refused={} lost_injected={} poss_dup_orders_ignored={} \
+             logons_without_state={}",
             self.logons,
             self.logons_refused,
             self.messages_in,
@@ -154,7 +161,9 @@ impl FixVenueStats {
             self.foreign_reports,
             self.store_full,
             self.conns_refused,
-            self.lost_injected
+            self.lost_injected,
+            self.poss_dup_orders_ignored,
+            self.logons_without_state
         )
     }
 }
@@ -187,6 +196,32 @@ impl Text {
             len: value.len() as u8,
             bytes,
         })
+    }
+
+    /// `prefix`, this venue process's incarnation (its start in Unix milliseconds, base 36:
+    /// 8 characters until the year 5188), `-`, then `n` in decimal: unique across restarts.
+    fn incarnated(prefix: u8, incarnation: u64, n: u64) -> Self {
+        let mut digits = [0u8; 13];
+        let mut at = digits.len();
+        let mut v = incarnation;
+        loop {
+            at -= 1;
+            digits[at] = b"0123456789abcdefghijklmnopqrstuvwxyz"[(v % 36) as usize];
+            v /= 36;
+            if v == 0 {
+                break;
+            }
+        }
+        let mut text = Self::numbered(prefix, 0);
+        text.len = 1;
+        for &d in &digits[at..] {
+            text = text.with(d);
+        }
+        text = text.with(b'-');
+        let start = usize::from(text.len);
+        let n_len = codec::write_uint(&mut text.bytes[start..], n);
+        text.len += n_len as u8;
+        text
     }
 
     /// `prefix` then `n` in decimal.
@@ -319,6 +354,9 @@ pub(super) struct FixEndpoint {
     out: Vec<u8>,
     body: Vec<u8>,
     unix_at_origin: Option<u64>,
+    /// The wall clock (Unix ms) when this endpoint first stepped (the configured origin's,
+    /// when one is set: a simulation replays byte for byte): ExecIDs carry it.
+    incarnation_ms: Option<u64>,
     conn_scratch: Vec<ConnId>,
     /// The ExecID of the report being written, when it is a fill's.
     fill_exec_id: Option<Text>,
@@ -382,6 +420,7 @@ impl FixEndpoint {
             out: vec![0; config.limits.message_max as usize + 512],
             body: Vec::with_capacity(1_024),
             unix_at_origin: config.unix_ns_at_origin,
+            incarnation_ms: config.unix_ns_at_origin.map(|ns| ns / 1_000_000),
             conn_scratch: Vec::new(),
             fill_exec_id: None,
             stats: FixVenueStats::default(),
@@ -477,6 +516,7 @@ impl FixEndpoint {
             let tsc = keel::clock::TscClock::new();
             let wall = tsc.unix_ns_at_origin().saturating_add(tsc.now_ns());
             self.unix_at_origin = Some(wall.saturating_sub(now_ns));
+            self.incarnation_ms = Some(wall / 1_000_000);
         }
         let mut conns = std::mem::take(&mut self.conn_scratch);
         conns.clear();
@@ -496,6 +536,12 @@ impl FixEndpoint {
             self.timers(srv, now_ns, conn);
         }
         self.conn_scratch = conns;
+    }
+
+    /// This venue's incarnation: the wall clock in Unix milliseconds when it began serving
+    /// (ExecIDs carry it, so no restart reuses one).
+    fn incarnation(&self) -> u64 {
+        self.incarnation_ms.unwrap_or(0)
     }
 
     fn unix_ns(&self, srv_wall_offset: u64, now_ns: u64) -> u64 {
@@ -788,6 +834,22 @@ impl FixEndpoint {
             }
             if msg.get(141) == Some(b"Y") && msg.get(34) != Some(b"1") {
                 return refused("ResetSeqNumFlag (141=Y) with a MsgSeqNum other than 1");
+            }
+            // No state for this session (the venue restarted without it, or a new day) and
+            // a Logon that resumes one: resuming would ask for everything from 1 and book
+            // what the client resends as new. Refused, saying how to begin a new session.
+            if !self.by_comp_id.contains_key(&comp)
+                && msg.get(141) != Some(b"Y")
+                && msg.get(34) != Some(b"1")
+            {
+                self.stats.logons_without_state += 1;
+                return Err(format!(
+                    "no session state for SenderCompID {comp} (the venue restarted without it, \
+                     or a new session): a Logon numbered {} resumes a session this venue does \
+                     not have; log on with ResetSeqNumFlag (141=Y) and MsgSeqNum 1 to begin \
+                     a new one",
+                    String::from_utf8_lossy(msg.get(34).unwrap_or(b"?"))
+                ));
             }
             Ok((comp, hb))
         })();

@@ -164,6 +164,11 @@ impl FixEndpoint {
             Some(b"3") => Some(b'3'),
             Some(_) => None,
         };
+        if msg.get(43) == Some(b"Y") && self.sessions[s].by_id.contains_key(&id) {
+            // Sent again as a possible duplicate, and booked already: never booked twice.
+            self.stats.poss_dup_orders_ignored += 1;
+            return Ok(());
+        }
         let refused = if self.sessions[s].by_id.contains_key(&id) {
             Some(Refused {
                 code: 6,
@@ -287,6 +292,11 @@ impl FixEndpoint {
     ) -> Result<(), Refusal> {
         let orig = msg.require(41).map_err(refusal)?;
         let id = cl_ord_id(msg)?;
+        if msg.get(43) == Some(b"Y") && self.sessions[s].by_id.contains_key(&id) {
+            // A replace sent again and applied already: never booked twice.
+            self.stats.poss_dup_orders_ignored += 1;
+            return Ok(());
+        }
         let total = msg.require_uint(38).map_err(refusal)?;
         let price = msg
             .decimal(44, keel::order::Price::SCALE)
@@ -455,9 +465,10 @@ impl FixEndpoint {
         let exec_id = match self.fill_exec_id.take() {
             Some(id) => id,
             None => {
+                let incarnation = self.incarnation();
                 let session = &mut self.sessions[s];
                 session.exec_ids += 1;
-                Text::numbered(b'E', session.exec_ids)
+                Text::incarnated(b'E', incarnation, session.exec_ids)
             }
         };
         let stamp = utc_timestamp(self.unix_ns(srv.exchange.wall_offset_ns, now_ns));
@@ -594,6 +605,7 @@ impl FixEndpoint {
         seq: u64,
         msg: &Outbound<'_>,
     ) {
+        let incarnation = self.incarnation();
         let orders = &mut self.sessions[s].orders;
         match *msg {
             Outbound::Accepted(a) => {
@@ -664,7 +676,9 @@ impl FixEndpoint {
                 // A match's two sides may both be this session's (a self-match): the side
                 // keeps their ExecIDs apart.
                 let side = orders.get(&user_ref).map_or(b'1', |o| o.side);
-                let exec = Text::numbered(b'M', match_number).with(b'-').with(side);
+                let exec = Text::incarnated(b'M', incarnation, match_number)
+                    .with(b'-')
+                    .with(side);
                 let o = match orders.get_mut(&user_ref) {
                     Some(o) => {
                         o.cum += u64::from(qty);
