@@ -56,7 +56,7 @@ pub fn keel_encode(out: &mut [u8], n: u64, unix_ns: u64) -> usize {
 
 /// keel: one ExecutionReport framed, cut and read as the FIX link reads it.
 pub fn keel_decode(table: &mut FieldTable, report: &[u8], limits: &Limits) -> u64 {
-    let Ok(Frame::Whole { len }) = codec::frame(report, limits) else {
+    let Frame::Whole { len } = codec::frame(report, limits) else {
         panic!("the report frames");
     };
     let msg = table

@@ -85,7 +85,7 @@ fn a_kill_nine_and_restart_resume_the_fix_session() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let (journal, ipc) = (dir.path().join("journal"), dir.path().join("ipc"));
+    let ipc = dir.path().join("ipc");
     let config = write_config(dir.path(), venue.addr, "");
     let log = dir.path().join("run0.log");
     let engine = keel_run(&config, &log);
@@ -166,9 +166,13 @@ fn a_restart_never_declares_dead_an_order_the_venue_holds() {
     let log = dir.path().join("run0.log");
     let engine = keel_run(&config, &log);
     let channel = synced_channel(&ipc, 0);
-    venue.wait_while("mass-status", 0, || std::thread::sleep(Duration::from_millis(1)));
+    venue.wait_while("mass-status", 0, || {
+        std::thread::sleep(Duration::from_millis(1))
+    });
     venue.send("hold");
-    venue.wait_while("holding", 0, || std::thread::sleep(Duration::from_millis(1)));
+    venue.wait_while("holding", 0, || {
+        std::thread::sleep(Duration::from_millis(1))
+    });
     assert!(channel.push_command(&Command::New(order(1))));
     venue.wait_while("held ", 0, || std::thread::sleep(Duration::from_millis(1)));
     let epoch = channel.engine_epoch();
@@ -179,11 +183,15 @@ fn a_restart_never_declares_dead_an_order_the_venue_holds() {
     let engine = keel_run(&config, &log);
     let channel = synced_channel(&ipc, epoch);
     // The new process's own query reached the venue.
-    venue.wait_while("mass-status", 1, || std::thread::sleep(Duration::from_millis(1)));
+    venue.wait_while("mass-status", 1, || {
+        std::thread::sleep(Duration::from_millis(1))
+    });
     let mut after = Vec::new();
     await_events(&channel, &mut after, &[1], |k| *k == EventKind::Accepted);
     assert!(
-        !after.iter().any(|(s, k)| *s == 1 && matches!(k, EventKind::Rejected { .. })),
+        !after
+            .iter()
+            .any(|(s, k)| *s == 1 && matches!(k, EventKind::Rejected { .. })),
         "a live order declared dead: {after:?}"
     );
     assert!(!venue.saw("logout-sent"), "{:?}", venue.seen);
@@ -195,9 +203,14 @@ fn a_restart_never_declares_dead_an_order_the_venue_holds() {
     assert!(!venue.saw("admin 5 "), "{:?}", venue.seen);
     let report = stop_keel_run(engine, &log);
     assert!(report.contains(" 0 reconciliation timeouts"), "{report}");
-    venue.wait_while("admin 5 ", 0, || std::thread::sleep(Duration::from_millis(1)));
+    venue.wait_while("admin 5 ", 0, || {
+        std::thread::sleep(Duration::from_millis(1))
+    });
     let said = std::fs::read_to_string(log.with_extension("err")).unwrap();
-    assert!(said.contains("logged out of 1 venue session(s), each answered"), "{said}");
+    assert!(
+        said.contains("logged out of 1 venue session(s), each answered"),
+        "{said}"
+    );
 }
 
 // Goal (issue 38, point 5): a position survives a restart for risk and reduce-only. With
@@ -215,10 +228,7 @@ fn positions_survive_a_restart_for_risk_and_reduce_only() {
     let log = dir.path().join("run0.log");
     let engine = keel_run(&config, &log);
     let channel = synced_channel(&ipc, 0);
-    let buy = |seq, qty| NewOrder {
-        qty,
-        ..order(seq)
-    };
+    let buy = |seq, qty| NewOrder { qty, ..order(seq) };
     let mut seen = Vec::new();
     assert!(channel.push_command(&Command::New(buy(1, 8))));
     await_events(&channel, &mut seen, &[1], |k| *k == EventKind::Accepted);
@@ -260,14 +270,21 @@ fn positions_survive_a_restart_for_risk_and_reduce_only() {
         };
         assert!(channel.push_command(&Command::New(sell)));
         await_events(&channel, &mut after, &[next + 1], |k| {
-            matches!(k, EventKind::Accepted | EventKind::Refused { .. } | EventKind::Rejected { .. })
+            matches!(
+                k,
+                EventKind::Accepted | EventKind::Refused { .. } | EventKind::Rejected { .. }
+            )
         });
         assert!(
-            after.iter().any(|(s, k)| *s == next + 1 && *k == EventKind::Accepted),
+            after
+                .iter()
+                .any(|(s, k)| *s == next + 1 && *k == EventKind::Accepted),
             "round {round} (kill -9: {kill}): {after:?}"
         );
         assert!(channel.push_command(&Command::Cancel { id: sell.id }));
-        await_events(&channel, &mut after, &[next + 1], |k| *k == EventKind::Canceled);
+        await_events(&channel, &mut after, &[next + 1], |k| {
+            *k == EventKind::Canceled
+        });
         next += 2;
     }
     stop_keel_run(engine.take().unwrap(), &dir.path().join("run2.log"));

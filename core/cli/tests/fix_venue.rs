@@ -805,7 +805,11 @@ fn a_restarted_venue_refuses_a_resume_it_cannot_honour_and_never_books_twice() {
             break m;
         }
     };
-    assert_eq!(field(&answer, 112), "after-dup", "no second booking: {answer}");
+    assert_eq!(
+        field(&answer, 112),
+        "after-dup",
+        "no second booking: {answer}"
+    );
     assert_eq!(raw.venue.fix_stats().unwrap().poss_dup_orders_ignored, 1);
     assert_eq!(raw.venue.exchange().stats().accepted, 1);
 
@@ -819,7 +823,10 @@ fn a_restarted_venue_refuses_a_resume_it_cannot_honour_and_never_books_twice() {
     let logout = raw.next();
     assert_eq!(field(&logout, 35), "5", "{logout}");
     let why = field(&logout, 58);
-    assert!(why.contains("no session state for SenderCompID TRADER"), "{why}");
+    assert!(
+        why.contains("no session state for SenderCompID TRADER"),
+        "{why}"
+    );
     assert!(why.contains("141=Y"), "{why}");
     assert!(raw.closed());
     assert_eq!(raw.venue.fix_stats().unwrap().logons_without_state, 1);
@@ -830,10 +837,17 @@ fn a_restarted_venue_refuses_a_resume_it_cannot_honour_and_never_books_twice() {
     raw.out_seq = 1;
     raw.send("A", "98=0|108=30|141=Y|554=keel|");
     let logon = raw.next();
-    assert_eq!((field(&logon, 35), field(&logon, 141)), ("A".into(), "Y".into()));
+    assert_eq!(
+        (field(&logon, 35), field(&logon, 141)),
+        ("A".into(), "Y".into())
+    );
     raw.send("D", order);
     let second = raw.next_not_heartbeat();
     assert_eq!(field(&second, 150), "0", "{second}");
-    assert_ne!(field(&first, 17), field(&second, 17), "an ExecID used again");
+    assert_ne!(
+        field(&first, 17),
+        field(&second, 17),
+        "an ExecID used again"
+    );
     assert!(field(&second, 17).contains('-'), "{second}");
 }

@@ -1959,7 +1959,10 @@ impl Sent {
             | OutcomeKind::ProtocolState { .. }
             // The venue's figure taken as keel's (no figure of its own yet): any figure is
             // legal; it names no order.
-            | OutcomeKind::PositionBaseline { .. } => return Ok(()),
+            | OutcomeKind::PositionBaseline { .. }
+            // An execution booked outside its order: it follows a contradiction, names no
+            // order and never fills one.
+            | OutcomeKind::UnmatchedExecution { .. } => return Ok(()),
             OutcomeKind::Replaced { id, new_id } => {
                 prop_assert!(
                     self.qty.contains_key(&new_id),

@@ -719,7 +719,14 @@ fn a_drill_refuses_a_slot_a_live_strategy_holds() {
     let live = synced_channel(&w.ipc);
     live.claim_strategy().unwrap();
     let config = w.config.to_str().unwrap();
-    let args = ["drill", "kill-switch", "--config", config, "--strategy", "0"];
+    let args = [
+        "drill",
+        "kill-switch",
+        "--config",
+        config,
+        "--strategy",
+        "0",
+    ];
     let (code, text) = keel(&[&args[..], &["--timeout-s", "5"]].concat());
     assert_eq!(code, 2, "{text}");
     let words = format!("process {} writes this channel already", std::process::id());

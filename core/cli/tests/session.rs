@@ -389,7 +389,10 @@ fn a_stall_of_keel_s_own_loop_is_not_blamed_on_the_venue<T: SocketTransport>() {
         w.step();
     }
     let stats = w.link().stats();
-    assert_eq!(stats.heartbeat_timeouts, 0, "the venue was blamed: {stats:?}");
+    assert_eq!(
+        stats.heartbeat_timeouts, 0,
+        "the venue was blamed: {stats:?}"
+    );
     assert!(stats.last_loop_stall_ns >= 600 * MS, "{stats:?}");
     assert_eq!(w.link().session_stats().connects, connects, "reconnected");
     assert_eq!(w.link().session_stats().disconnects, 0);

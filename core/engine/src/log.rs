@@ -331,6 +331,80 @@ impl Logger {
             .map_or("?", String::as_str)
     }
 
+    /// The lines about whether a link can be trusted: a contradiction (with the execution it
+    /// booked outside its order), a position mismatch, and a stall of keel's own loop.
+    fn write_venue_trust(&self, record: &LogRecord) {
+        match *record {
+            LogRecord::Contradiction {
+                venue,
+                what,
+                total,
+                booked: Some(e),
+            } => tracing::error!(
+                target: "keel::venue",
+                venue = self.venue(venue),
+                contradiction = %what,
+                total,
+                symbol_id = e.symbol.0,
+                side = ?e.side,
+                qty = e.qty,
+                price = e.price.0,
+                "contradiction {what}: the venue reported an execution of {} at {} (price units \
+                 of 1/10,000; {:?}, symbol id {}) that its order cannot take; booked into the \
+                 position (risk counts it), not into the order. READ-ONLY (new orders refused, \
+                 cancels flow) until an operator who checked the account runs `keel ctl \
+                 reconcile` (docs/operations.md, \"When the venue contradicts keel\")",
+                e.qty,
+                e.price.0,
+                e.side,
+                e.symbol.0
+            ),
+            LogRecord::Contradiction {
+                venue,
+                what,
+                total,
+                booked: None,
+            } => tracing::error!(
+                target: "keel::venue",
+                venue = self.venue(venue),
+                contradiction = %what,
+                total,
+                "contradiction {what}: a venue report keel's view cannot take; READ-ONLY (new \
+                 orders refused, cancels flow) until an operator who checked the account runs \
+                 `keel ctl reconcile` (docs/operations.md, \"When the venue contradicts keel\")"
+            ),
+            LogRecord::LoopStalled { venue, ns } => tracing::warn!(
+                target: "keel::engine",
+                venue = self.venue(venue),
+                stalled_ms = ns / 1_000_000,
+                "keel's own loop stood still for {} ms (descheduled, stopped, or a blocked \
+                 core): the venue's silence in that time is keel's, not the venue's; what arrived \
+                 is read before the link judges silence (docs/tuning.md: isolate the core)",
+                ns / 1_000_000
+            ),
+            LogRecord::PositionMismatch {
+                venue,
+                differ,
+                mismatch: m,
+            } => tracing::error!(
+                target: "keel::venue",
+                venue = self.venue(venue),
+                symbol = %String::from_utf8_lossy(&m.symbol).trim_end(),
+                keel_bought = m.keel.bought,
+                keel_sold = m.keel.sold,
+                venue_bought = m.venue.bought,
+                venue_sold = m.venue.sold,
+                differ,
+                "position mismatch: keel booked {} but the venue reports {}; READ-ONLY (new \
+                 orders refused, cancels flow) until they agree or an operator who checked the \
+                 account settles it (docs/operations.md, \"Position mismatch\")",
+                m.keel,
+                m.venue
+            ),
+            _ => {}
+        }
+    }
+
     fn write(&self, record: &LogRecord) {
         match *record {
             LogRecord::ConnectFailed {
@@ -483,72 +557,9 @@ impl Logger {
                     sessions.journal
                 )
             }
-            LogRecord::Contradiction {
-                venue,
-                what,
-                total,
-                booked: Some(e),
-            } => tracing::error!(
-                target: "keel::venue",
-                venue = self.venue(venue),
-                contradiction = %what,
-                total,
-                symbol_id = e.symbol.0,
-                side = ?e.side,
-                qty = e.qty,
-                price = e.price.0,
-                "contradiction {what}: the venue reported an execution of {} at {} (price units \
-                 of 1/10,000; {:?}, symbol id {}) that its order cannot take; booked into the \
-                 position (risk counts it), not into the order. READ-ONLY (new orders refused, \
-                 cancels flow) until an operator who checked the account runs `keel ctl \
-                 reconcile` (docs/operations.md, \"When the venue contradicts keel\")",
-                e.qty,
-                e.price.0,
-                e.side,
-                e.symbol.0
-            ),
-            LogRecord::Contradiction {
-                venue,
-                what,
-                total,
-                booked: None,
-            } => tracing::error!(
-                target: "keel::venue",
-                venue = self.venue(venue),
-                contradiction = %what,
-                total,
-                "contradiction {what}: a venue report keel's view cannot take; READ-ONLY (new \
-                 orders refused, cancels flow) until an operator who checked the account runs \
-                 `keel ctl reconcile` (docs/operations.md, \"When the venue contradicts keel\")"
-            ),
-            LogRecord::LoopStalled { venue, ns } => tracing::warn!(
-                target: "keel::engine",
-                venue = self.venue(venue),
-                stalled_ms = ns / 1_000_000,
-                "keel's own loop stood still for {} ms (descheduled, stopped, or a blocked \
-                 core): the venue's silence in that time is keel's, not the venue's; what arrived \
-                 is read before the link judges silence (docs/tuning.md: isolate the core)",
-                ns / 1_000_000
-            ),
-            LogRecord::PositionMismatch {
-                venue,
-                differ,
-                mismatch: m,
-            } => tracing::error!(
-                target: "keel::venue",
-                venue = self.venue(venue),
-                symbol = %String::from_utf8_lossy(&m.symbol).trim_end(),
-                keel_bought = m.keel.bought,
-                keel_sold = m.keel.sold,
-                venue_bought = m.venue.bought,
-                venue_sold = m.venue.sold,
-                differ,
-                "position mismatch: keel booked {} but the venue reports {}; READ-ONLY (new \
-                 orders refused, cancels flow) until they agree or an operator who checked the \
-                 account settles it (docs/operations.md, \"Position mismatch\")",
-                m.keel,
-                m.venue
-            ),
+            LogRecord::Contradiction { .. }
+            | LogRecord::LoopStalled { .. }
+            | LogRecord::PositionMismatch { .. } => self.write_venue_trust(record),
             LogRecord::Refusals {
                 reason,
                 count,

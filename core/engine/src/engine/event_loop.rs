@@ -818,9 +818,9 @@ fn watch_contradictions(log: &mut LogTx, venue: VenueId, link: &EngineLink, seen
                 venue,
                 what,
                 total: client.contradictions,
-                booked: client.last_unmatched_execution.filter(|_| {
-                    !matches!(what, crate::order::Contradiction::DuplicateExecution)
-                }),
+                booked: client
+                    .last_unmatched_execution
+                    .filter(|_| !matches!(what, crate::order::Contradiction::DuplicateExecution)),
             });
         }
     }

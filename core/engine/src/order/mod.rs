@@ -17,9 +17,8 @@ pub use id::{ClientOrderId, IdAllocator, IdError, StrategyId, VenueId, CLIENT_OR
 pub use lifecycle::{LifecycleError, OrderEvent, OrderState};
 pub use msg::{
     CancelRejectReason, Command, Contradiction, Event, EventKind, Execution, LinkMode,
-    MassCancelScope,
-    NewOrder, Outcome, OutcomeKind, ProtocolState, RejectReason, Replace, RequestKind,
-    TaggedCommand, UnsentRequest, VenueRequest, PROTOCOL_STATE_MAX,
+    MassCancelScope, NewOrder, Outcome, OutcomeKind, ProtocolState, RejectReason, Replace,
+    RequestKind, TaggedCommand, UnsentRequest, VenueRequest, PROTOCOL_STATE_MAX,
 };
 pub use position::{Position, PositionMismatch};
 pub use refusal::{RefusalAdvice, RefusalReason};

@@ -235,7 +235,10 @@ pub fn write(out: &mut Out, settings: &FixSettings) {
     out.int("message_max", settings.limits.message_max);
     out.int("tags_max", settings.limits.tags_max);
     out.int("field_max", settings.limits.field_max);
-    out.int("sending_time_tolerance_s", settings.sending_time_tolerance_s);
+    out.int(
+        "sending_time_tolerance_s",
+        settings.sending_time_tolerance_s,
+    );
     rejects::write_codes(
         out,
         &settings.rejects,

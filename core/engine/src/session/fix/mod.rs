@@ -143,9 +143,15 @@ impl ProtocolStats for FixStats {
             ("logouts_received", self.logouts_received),
             ("unsupported", self.unsupported),
             ("stale_answers", self.stale_answers),
-            ("reconcile_queries_reissued", self.reconcile_queries_reissued),
+            (
+                "reconcile_queries_reissued",
+                self.reconcile_queries_reissued,
+            ),
             ("sending_time_rejects", self.sending_time_rejects),
-            ("duplicate_executions_skipped", self.duplicate_executions_skipped),
+            (
+                "duplicate_executions_skipped",
+                self.duplicate_executions_skipped,
+            ),
         ] {
             f(name, value);
         }
@@ -859,9 +865,8 @@ impl FixClient {
             end = if end == 0 { through } else { end.min(through) };
         }
         let fill_end = if end == 0 { self.out_seq } else { end };
-        let query_lost = self.mass_status != 0
-            && self.reconcile_seq >= begin
-            && self.reconcile_seq < fill_end;
+        let query_lost =
+            self.mass_status != 0 && self.reconcile_seq >= begin && self.reconcile_seq < fill_end;
         if !self.owe(Pending::GapFill { begin, end }) {
             self.end("too many session messages owed");
             return;

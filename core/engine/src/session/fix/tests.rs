@@ -786,7 +786,10 @@ fn a_status_of_a_replaced_order_counts_its_own_shares_not_the_chains() {
         &venue(
             "8",
             4,
-            &format!("790={}|37=X|17=E|11=2|150=I|39=1|38=80|151=45|14=35|6=100|", id_of(1)),
+            &format!(
+                "790={}|37=X|17=E|11=2|150=I|39=1|38=80|151=45|14=35|6=100|",
+                id_of(1)
+            ),
         ),
     );
     assert_eq!(
@@ -1243,7 +1246,10 @@ fn a_status_answer_finding_an_order_open_after_a_cancel_settles_the_cancel_as_no
         &venue(
             "8",
             3,
-            &format!("790={}|37=X|17=E|11=1|150=I|39=0|151=10|14=0|6=0|", id_of(1)),
+            &format!(
+                "790={}|37=X|17=E|11=1|150=I|39=0|151=10|14=0|6=0|",
+                id_of(1)
+            ),
         ),
     );
     assert_eq!(
@@ -1260,7 +1266,10 @@ fn a_status_answer_finding_an_order_open_after_a_cancel_settles_the_cancel_as_no
         &venue(
             "8",
             4,
-            &format!("790={}|37=X|17=E|11=1|150=I|39=0|151=10|14=0|6=0|", id_of(2)),
+            &format!(
+                "790={}|37=X|17=E|11=1|150=I|39=0|151=10|14=0|6=0|",
+                id_of(2)
+            ),
         ),
     );
     assert_eq!(out, [OutcomeKind::StillOpen { id: o.id }]);
@@ -1375,7 +1384,11 @@ fn after_a_restart_the_gap_fill_never_skips_the_reconciliation_query() {
     let again = owed(&mut c);
     assert_eq!(again.len(), 2, "{again:?}");
     assert_eq!(
-        (again[0].0.as_str(), get(&again[0].1, 34), get(&again[0].1, 36)),
+        (
+            again[0].0.as_str(),
+            get(&again[0].1, 34),
+            get(&again[0].1, 36)
+        ),
         ("4", Some("101"), Some("102"))
     );
     assert_eq!(again[1].0, "AF");
@@ -1413,7 +1426,10 @@ fn an_answer_to_an_earlier_process_is_never_taken_and_a_list_never_says_not_rece
     assert_eq!((news, kinds), (SessionNews::Nothing, vec![]));
     assert_eq!(c.fix_stats().stale_answers, 1);
     // An id this process never issued, even without PossDup, is as stale.
-    let never = format!("584={}|911=0|912=Y|37=NONE|17=S2|150=I|39=8|151=0|14=0|6=0|", mine + 7);
+    let never = format!(
+        "584={}|911=0|912=Y|37=NONE|17=S2|150=I|39=8|151=0|14=0|6=0|",
+        mine + 7
+    );
     assert_eq!(feed(&mut c, &venue("8", 9, &never)).0, SessionNews::Nothing);
     assert_eq!(c.fix_stats().stale_answers, 2);
     let own = format!("584={mine}|911=0|912=Y|37=NONE|17=S3|150=I|39=8|151=0|14=0|6=0|");
@@ -1424,7 +1440,8 @@ fn an_answer_to_an_earlier_process_is_never_taken_and_a_list_never_says_not_rece
     assert_eq!((r.in_doubt, r.not_received), (1, 0));
     assert_eq!(kinds, [OutcomeKind::Timeout { id: o.id }]);
     // A stale "unknown order" about it (an earlier process's query, resent) settles nothing.
-    let stale = "43=Y|122=20261202-06:29:00.000|790=3|37=X|17=S4|11=1|150=I|39=8|103=5|151=0|14=0|6=0|";
+    let stale =
+        "43=Y|122=20261202-06:29:00.000|790=3|37=X|17=S4|11=1|150=I|39=8|103=5|151=0|14=0|6=0|";
     assert!(feed(&mut c, &venue("8", 11, stale)).1.is_empty());
     let (_, f) = send(&mut c, RequestKind::Query { id: o.id }, 0);
     let asked = get(&f, 790).unwrap().to_string();
@@ -1446,11 +1463,21 @@ fn a_contradiction_on_a_closed_order_holds_until_an_operator_clears_it() {
     let mut c = logged_on();
     let o = order(1, 10);
     send(&mut c, RequestKind::New(o), 1);
-    feed(&mut c, &venue("8", 2, "37=X|17=A1|11=1|150=0|39=0|151=10|14=0|6=0|"));
-    feed(&mut c, &venue("8", 3, "37=X|17=C1|11=1|150=4|39=4|151=0|14=0|6=0|"));
+    feed(
+        &mut c,
+        &venue("8", 2, "37=X|17=A1|11=1|150=0|39=0|151=10|14=0|6=0|"),
+    );
+    feed(
+        &mut c,
+        &venue("8", 3, "37=X|17=C1|11=1|150=4|39=4|151=0|14=0|6=0|"),
+    );
     let (news, _) = feed(
         &mut c,
-        &venue("8", 4, "37=X|17=F1|11=1|150=F|39=1|32=3|31=100|151=7|14=3|6=100|"),
+        &venue(
+            "8",
+            4,
+            "37=X|17=F1|11=1|150=F|39=1|32=3|31=100|151=7|14=3|6=100|",
+        ),
     );
     assert_eq!(news, SessionNews::Contradicted(Contradiction::AfterClose));
     assert_eq!(c.position(SymbolId(0)).bought, 3);
@@ -1480,9 +1507,16 @@ fn a_contradiction_on_a_closed_order_holds_until_an_operator_clears_it() {
     let o2 = order(2, 10);
     send(&mut c, RequestKind::New(o2), 2);
     let fill = "37=X|17=DUP|11=2|150=F|39=1|32=2|31=100|151=8|14=2|6=100|";
-    assert_eq!(feed(&mut c, &venue("8", 8, fill)).1.len(), 2, "accepted, filled");
+    assert_eq!(
+        feed(&mut c, &venue("8", 8, fill)).1.len(),
+        2,
+        "accepted, filled"
+    );
     let (news, kinds) = feed(&mut c, &venue("8", 9, fill));
-    assert_eq!(news, SessionNews::Contradicted(Contradiction::DuplicateExecution));
+    assert_eq!(
+        news,
+        SessionNews::Contradicted(Contradiction::DuplicateExecution)
+    );
     assert_eq!(
         kinds,
         [OutcomeKind::Contradiction {
@@ -1490,9 +1524,16 @@ fn a_contradiction_on_a_closed_order_holds_until_an_operator_clears_it() {
             what: Contradiction::DuplicateExecution
         }]
     );
-    assert_eq!(c.position(SymbolId(0)).bought, 5, "3 after close + 2, never 7");
+    assert_eq!(
+        c.position(SymbolId(0)).bought,
+        5,
+        "3 after close + 2, never 7"
+    );
     let resent = format!("43=Y|122=20261202-06:30:00.000|{fill}");
-    assert_eq!(feed(&mut c, &venue("8", 10, &resent)).0, SessionNews::Nothing);
+    assert_eq!(
+        feed(&mut c, &venue("8", 10, &resent)).0,
+        SessionNews::Nothing
+    );
     assert_eq!(c.fix_stats().duplicate_executions_skipped, 1);
     assert_eq!(c.position(SymbolId(0)).bought, 5);
     assert_eq!(c.contradictions_open(), 1);

@@ -142,7 +142,12 @@ mod tests {
             b"2026120x-06:30:00",
             b"20261202-06:30:00Z",
         ] {
-            assert_eq!(parse_utc_timestamp(bad), None, "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                parse_utc_timestamp(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 

@@ -662,6 +662,20 @@ impl OuchClient {
                 emit(OutcomeKind::Contradiction { id, what });
                 SessionNews::Contradicted(what)
             }
+            Mapped::UnmatchedExecution(id, what, e) => {
+                emit(OutcomeKind::Contradiction { id: Some(id), what });
+                self.book_fill(e.symbol, e.side == Side::Buy, e.qty);
+                self.stats.unmatched_executions += 1;
+                self.stats.last_unmatched_execution = Some(e);
+                emit(OutcomeKind::UnmatchedExecution { execution: e });
+                if let Some(&position) = self.positions.get(usize::from(e.symbol.0)) {
+                    emit(OutcomeKind::PositionBaseline {
+                        symbol: e.symbol,
+                        position,
+                    });
+                }
+                SessionNews::Contradicted(what)
+            }
             Mapped::Nothing => SessionNews::Nothing,
         }
     }
@@ -795,6 +809,7 @@ impl OuchClient {
         }
         let cleared = self.contradictions_open().saturating_add(mismatches);
         self.orphan_contradictions = 0;
+        self.stats.last_unmatched_execution = None;
         for order in self.by_user_ref.values_mut().filter(|o| o.contradicted) {
             order.contradicted = false;
             if !order.closed {

@@ -335,11 +335,23 @@ impl OuchClient {
                 if absorbed > 0 && qty == 0 {
                     return Mapped::Nothing;
                 }
-                if let Err(contradiction) = self.check_report(user_ref, qty) {
-                    return contradiction;
-                }
-                if let Err(contradiction) = self.check_execution_price(user_ref, price) {
-                    return contradiction;
+                let checked = self
+                    .check_report(user_ref, qty)
+                    .and_then(|()| self.check_execution_price(user_ref, price));
+                if let Err(contradiction) = checked {
+                    let order = self.by_user_ref.get(&user_ref).copied();
+                    return match (contradiction, order) {
+                        (Mapped::Contradiction(Some(id), what), Some(o)) if qty > 0 => {
+                            let execution = crate::order::Execution {
+                                symbol: o.symbol,
+                                side: if o.buy { Side::Buy } else { Side::Sell },
+                                qty,
+                                price: Price(price),
+                            };
+                            Mapped::UnmatchedExecution(id, what, execution)
+                        }
+                        (other, _) => other,
+                    };
                 }
                 self.update(user_ref, |o| {
                     o.accepted = true;
@@ -546,6 +558,10 @@ pub(super) enum Mapped {
     Outcome(OutcomeKind),
     /// A report that cannot be true, about this order (if keel knows it).
     Contradiction(Option<ClientOrderId>, Contradiction),
+    /// An execution that cannot be applied to its order (after it closed, past its quantity,
+    /// through its limit): a contradiction, and booked into the position all the same (the
+    /// venue says shares moved).
+    UnmatchedExecution(ClientOrderId, Contradiction, crate::order::Execution),
     /// Nothing for the dispatcher.
     Nothing,
 }
