@@ -1123,6 +1123,64 @@ fn read_only_link_refuses_new_orders_and_passes_cancels() {
     assert!(matches!(rig.requests(0)[..], [r] if matches!(r.kind, RequestKind::New(_))));
 }
 
+// Goal (issue 38, point 2): an execution the venue stated after the order closed is booked
+// into risk's position (not into the order, which the table keeps closed): a buy of 8 filled,
+// then 2 more after its close, leave a long of 10, and with position_max 10 a further buy of
+// 1 is refused `RiskPosition` once the link trades again.
+#[test]
+fn an_execution_after_the_close_is_booked_for_risk() {
+    use keel::order::{Contradiction, Execution};
+    let mut config = roomy_config();
+    config.risk.position_max = 10;
+    let mut rig = Rig::new(config);
+    let live = rig.live_order(0, 2, 8);
+    rig.outcome(
+        0,
+        OutcomeKind::Fill {
+            id: live,
+            qty: 8,
+            price: Price::from_units(10, 0),
+        },
+    );
+    rig.settle();
+    assert_eq!(rig.dispatcher.guards().risk.position(SymbolId(2)), 8);
+    rig.outcome(
+        0,
+        OutcomeKind::Contradiction {
+            id: Some(live),
+            what: Contradiction::AfterClose,
+        },
+    );
+    let execution = Execution {
+        symbol: SymbolId(2),
+        side: keel::order::Side::Buy,
+        qty: 2,
+        price: Price::from_units(10, 0),
+    };
+    rig.outcome(0, OutcomeKind::UnmatchedExecution { execution });
+    rig.settle();
+    assert_eq!(rig.dispatcher.guards().risk.position(SymbolId(2)), 10);
+    assert_eq!(rig.dispatcher.stats().unmatched_executions, 1);
+    assert_eq!(rig.state(live), OrderState::Filled);
+    assert_eq!(rig.dispatcher.link_mode(VenueId(0)), LinkMode::ReadOnly);
+    // An operator settled it: trading again, and the position holds.
+    rig.outcome(
+        0,
+        OutcomeKind::LinkState {
+            mode: LinkMode::Trading,
+        },
+    );
+    rig.events(0);
+    let more = rig.new_order(0, 2, 1);
+    rig.settle();
+    let reason = RefusalReason::RiskPosition;
+    let kinds = rig.kinds(0);
+    assert!(
+        kinds.contains(&(more, EventKind::Refused { reason })),
+        "{kinds:?}"
+    );
+}
+
 // Goal: a session contradiction makes the order Unknown (its strategy is told), the link
 // read-only, and the counters name it; a report the table itself refuses asks the link to
 // reconcile, and a `Trading` report crossing that request does not restore trust.

@@ -365,12 +365,30 @@ fn impossible_executions_are_contradictions() {
     let (news, got) = sequenced(&mut c, &executed(1, 11));
     assert_eq!(news, SessionNews::Contradicted(Contradiction::Overfill));
     let what = Contradiction::Overfill;
+    // Never applied to the order; booked into the position (the venue says shares moved)
+    // and journaled with it (issue 38).
+    let execution = crate::order::Execution {
+        symbol: SymbolId(0),
+        side: Side::Buy,
+        qty: 11,
+        price: crate::order::Price(100),
+    };
     assert_eq!(
         got,
-        vec![OutcomeKind::Contradiction {
-            id: Some(id(1)),
-            what
-        }]
+        vec![
+            OutcomeKind::Contradiction {
+                id: Some(id(1)),
+                what
+            },
+            OutcomeKind::UnmatchedExecution { execution },
+            OutcomeKind::PositionBaseline {
+                symbol: SymbolId(0),
+                position: Position {
+                    bought: 11,
+                    sold: 0
+                }
+            },
+        ]
     );
     // Order 2 fills completely, then "fills" again.
     let (_, got) = sequenced(&mut c, &executed(2, 10));
@@ -692,10 +710,11 @@ fn a_fill_seen_twice_is_booked_once() {
     sequenced(&mut c, &Outbound::OrderStatus(status));
     sequenced(&mut c, &executed(1, 2));
     assert_eq!(c.position(SymbolId(0)).bought, 6);
-    // An overfill is a contradiction: not booked.
+    // An overfill is a contradiction: never applied to the order, booked into the position
+    // (the venue says the shares moved), so its own figure agrees with keel's.
     sequenced(&mut c, &executed(1, 5));
-    assert_eq!(c.position(SymbolId(0)).bought, 6);
-    let (r, _) = reconcile_with(&mut c, &[("AAPL", 6, 0)]);
+    assert_eq!(c.position(SymbolId(0)).bought, 11);
+    let (r, _) = reconcile_with(&mut c, &[("AAPL", 11, 0)]);
     assert_eq!(r.position_mismatches, 0);
 }
 
