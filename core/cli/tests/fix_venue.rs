@@ -829,8 +829,33 @@ fn a_restarted_venue_refuses_a_resume_it_cannot_honour_and_never_books_twice() {
     );
     assert!(why.contains("141=Y"), "{why}");
     assert!(raw.closed());
-    assert_eq!(raw.venue.fix_stats().unwrap().logons_without_state, 1);
+    // The same saying it has seen the venue's messages up to 2 (789=3): refused too.
+    raw.reconnect();
+    raw.send("A", "98=0|108=30|789=3|554=keel|");
+    let logout = raw.next();
+    assert!(
+        field(&logout, 58).contains("expecting the venue's message 3"),
+        "{logout}"
+    );
+    assert!(raw.closed());
+    assert_eq!(raw.venue.fix_stats().unwrap().logons_without_state, 2);
     assert_eq!(raw.venue.exchange().stats().accepted, 0);
+    // Another client whose first Logon was lost (numbered 2, never heard the venue: 789=1)
+    // is no restart: it logs on, and the venue asks for its number 1.
+    let mut lost = Raw::open_as("LATE");
+    lost.venue = raw.venue;
+    lost.clock = raw.clock;
+    lost.reconnect();
+    lost.out_seq = 2;
+    lost.send("A", "98=0|108=30|789=1|554=keel|");
+    assert_eq!(field(&lost.next(), 35), "A");
+    let resend = lost.next_not_heartbeat();
+    assert_eq!(
+        (field(&resend, 35), field(&resend, 7)),
+        ("2".into(), "1".into())
+    );
+    raw.venue = lost.venue;
+    raw.clock = lost.clock;
 
     // A new session, explicitly reset: the order is new to this venue and booked once.
     raw.reconnect();

@@ -2362,7 +2362,9 @@ fn walk_fix(stream: &[u8], max_len: u16) -> Result<(), TestCaseError> {
         ack_timeout_ns: 1_000,
         symbols: &symbols,
         heartbeat_interval_ns: 1_000_000_000,
-        unix_ns_at_origin: 0,
+        // The instant `fix_encode` stamps (2026-12-02 06:30): within the SendingTime tolerance,
+        // so the messages are judged, not refused for their clock.
+        unix_ns_at_origin: 1_796_193_000_000_000_000,
     };
     let mut c = FixClient::new(
         FixSettings {

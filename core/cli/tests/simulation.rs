@@ -179,6 +179,10 @@ impl Sim {
                 ProtocolConfig::Fix44(keel::session::fix::FixSettings {
                     sender_comp_id: FIX_COMP_ID.into(),
                     target_comp_id: "VENUE".into(),
+                    // The simulated venue stamps a fixed wall clock (it replays byte for byte)
+                    // and the engine its host's: SendingTime is not judged here (it is in the
+                    // FIX client's tests and against QuickFIX).
+                    sending_time_tolerance_s: 0,
                     ..Default::default()
                 }),
             ),

@@ -143,7 +143,10 @@ impl RawClient {
     fn read(&mut self, venue: &mut VenueServer, count: usize) -> Vec<(u8, Vec<u8>)> {
         let clock = TscClock::new();
         let mut packets = Vec::new();
-        for _ in 0..200_000 {
+        // Bounded by time, never by a count of passes: a fast machine runs 200,000 passes
+        // before a 300 ms fault has elapsed.
+        let deadline = clock.now_ns() + WAIT_NS;
+        while clock.now_ns() < deadline {
             venue.step(clock.now_ns(), 0).unwrap();
             let mut chunk = [0u8; 4096];
             match self.stream.read(&mut chunk) {
@@ -168,7 +171,8 @@ impl RawClient {
 
     fn closed(&mut self, venue: &mut VenueServer) -> bool {
         let clock = TscClock::new();
-        for _ in 0..200_000 {
+        let deadline = clock.now_ns() + WAIT_NS;
+        while clock.now_ns() < deadline {
             venue.step(clock.now_ns(), 0).unwrap();
             let mut chunk = [0u8; 4096];
             match self.stream.read(&mut chunk) {
@@ -181,6 +185,9 @@ impl RawClient {
         false
     }
 }
+
+/// How long a read or a close is waited for: far past any fault a test sets.
+const WAIT_NS: u64 = 10_000_000_000;
 
 fn sequenced(packets: &[(u8, Vec<u8>)]) -> Vec<Outbound<'_>> {
     packets

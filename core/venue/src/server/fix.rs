@@ -11,7 +11,7 @@
 //! | connected | Logon, password, CompIDs and HeartBtInt (1..=3600) good | Logon (ResetSeqNumFlag echoed) | logged on |
 //! | connected | anything else, or a bad Logon | Logout with the reason | closed |
 //! | logged on | MsgSeqNum as expected | handled | logged on |
-//! | logged on | MsgSeqNum above expected | ResendRequest (once per gap); only ResendRequest, Logout and SequenceReset-Reset are acted on | logged on |
+//! | logged on | MsgSeqNum above expected | ResendRequest (once per gap, and again when a GapFill stopped short of the highest number seen and the next message is still above the expected one); only ResendRequest, Logout and SequenceReset-Reset are acted on | logged on |
 //! | logged on | MsgSeqNum below expected, PossDupFlag Y | ignored (counted) | logged on |
 //! | logged on | MsgSeqNum below expected, no PossDupFlag | Logout naming both numbers | closed |
 //! | logged on | ResendRequest | application messages again (PossDupFlag Y, OrigSendingTime), session messages as SequenceReset-GapFill | logged on |
@@ -338,6 +338,9 @@ struct FixConn {
     test_request_out: bool,
     /// A ResendRequest was sent: the client's numbers up to this one are awaited.
     resend_through: Option<u64>,
+    /// A GapFill stopped short of `resend_through`: if the next message is above the
+    /// expected number too, what lies between was dropped here and is asked for again.
+    refill: bool,
 }
 
 /// The FIX endpoint of a [`VenueServer`].
@@ -486,6 +489,7 @@ impl FixEndpoint {
                 last_tx_ns: now,
                 test_request_out: false,
                 resend_through: None,
+                refill: false,
             },
         );
     }
@@ -698,7 +702,7 @@ impl FixEndpoint {
         if seq > expected {
             let c = self.conns.get_mut(&conn).expect("connected");
             if c.resend_through.is_none_or(|t| seq > t) {
-                let asked = c.resend_through.is_some();
+                let asked = c.resend_through.is_some() && !std::mem::take(&mut c.refill);
                 c.resend_through = Some(seq);
                 if !asked {
                     self.stats.resend_requests_out += 1;
@@ -746,6 +750,7 @@ impl FixEndpoint {
                 .is_some_and(|t| self.sessions[s].in_seq > t)
             {
                 c.resend_through = None;
+                c.refill = false;
             }
         }
         let outcome = match msg_type {
@@ -835,20 +840,26 @@ impl FixEndpoint {
             if msg.get(141) == Some(b"Y") && msg.get(34) != Some(b"1") {
                 return refused("ResetSeqNumFlag (141=Y) with a MsgSeqNum other than 1");
             }
-            // No state for this session (the venue restarted without it, or a new day) and
-            // a Logon that resumes one: resuming would ask for everything from 1 and book
-            // what the client resends as new. Refused, saying how to begin a new session.
+            // No state for this session and a Logon that resumes one the client has seen this
+            // venue's messages in (NextExpectedMsgSeqNum above 1, or absent so it cannot
+            // tell): the venue restarted without its sessions. Resuming would ask for
+            // everything from 1 and book what the client resends as new orders. Refused,
+            // saying how to begin a new session. A client that never heard from this venue
+            // (789=1: its first Logon was lost) resumes as before.
+            let next_expected = msg.uint(789).ok().flatten();
             if !self.by_comp_id.contains_key(&comp)
                 && msg.get(141) != Some(b"Y")
                 && msg.get(34) != Some(b"1")
+                && next_expected != Some(1)
             {
                 self.stats.logons_without_state += 1;
                 return Err(format!(
-                    "no session state for SenderCompID {comp} (the venue restarted without it, \
-                     or a new session): a Logon numbered {} resumes a session this venue does \
-                     not have; log on with ResetSeqNumFlag (141=Y) and MsgSeqNum 1 to begin \
-                     a new one",
-                    String::from_utf8_lossy(msg.get(34).unwrap_or(b"?"))
+                    "no session state for SenderCompID {comp} (the venue restarted without it): \
+                     a Logon numbered {} expecting the venue's message {} resumes a session \
+                     this venue does not have; log on with ResetSeqNumFlag (141=Y) and \
+                     MsgSeqNum 1 to begin a new one",
+                    String::from_utf8_lossy(msg.get(34).unwrap_or(b"?")),
+                    next_expected.map_or_else(|| "(not said, 789)".to_string(), |n| n.to_string())
                 ));
             }
             Ok((comp, hb))
@@ -1045,10 +1056,20 @@ impl FixEndpoint {
             return self.reject(srv, now_ns, s, seq, b"4", why);
         }
         self.sessions[s].in_seq = new_seq;
-        if let Some(c) = self.conns.get_mut(&conn) {
-            if c.resend_through.is_some_and(|t| new_seq > t) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        match c.resend_through {
+            Some(t) if new_seq > t => {
                 c.resend_through = None;
+                c.refill = false;
             }
+            // A gap fill that stops short of what this venue has seen since (a client that
+            // fills up to its Logon only, never past what it sent after it): if the client
+            // does not resend what follows, what lies between was dropped here while the gap
+            // was open, and the next message above the expected number asks for it again.
+            Some(_) if gap_fill => c.refill = true,
+            _ => {}
         }
     }
 

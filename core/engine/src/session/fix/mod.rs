@@ -373,10 +373,15 @@ impl FixClient {
         }
         self.logon_seq = self.out_seq;
         self.reconcile_seq = 0;
+        let next_expected = self.in_seq;
         let mut e = self.begin(out, now_ns, b"A");
         e.uint(98, 0).uint(108, self.heartbeat_secs());
         if self.settings.reset_on_logon {
             e.flag(141, true);
+        } else {
+            // NextExpectedMsgSeqNum: a venue that lost its state learns the client has seen
+            // its messages before (and refuses a resume it cannot honour, naming why).
+            e.uint(789, next_expected);
         }
         e.bytes(553, self.username.as_bytes())
             .bytes(554, self.password.as_bytes());

@@ -387,6 +387,7 @@ fn the_logon_carries_the_session_settings() {
         (108, "30"),
         (553, "trader"),
         (554, "secret"),
+        (789, "1"),
     ] {
         assert_eq!(get(&f, tag), Some(value), "tag {tag}");
     }

@@ -804,12 +804,15 @@ impl OuchClient {
     /// now: resting orders may fill in between) and journals them.
     pub fn clear_contradictions(&mut self, now_ns: u64, emit: &mut impl FnMut(Outcome)) -> u32 {
         let mismatches = self.stats.last_reconciliation.position_mismatches;
-        if mismatches > 0 {
+        // An execution booked outside its order is settled the same way: the operator checked
+        // the account, so where the venue's figure still differs (it never made that
+        // execution: a lie), the next reconciliation takes the venue's.
+        let booked_outside = self.stats.last_unmatched_execution.take().is_some();
+        if mismatches > 0 || booked_outside {
             self.positions_known = false;
         }
         let cleared = self.contradictions_open().saturating_add(mismatches);
         self.orphan_contradictions = 0;
-        self.stats.last_unmatched_execution = None;
         for order in self.by_user_ref.values_mut().filter(|o| o.contradicted) {
             order.contradicted = false;
             if !order.closed {
