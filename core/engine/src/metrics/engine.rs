@@ -134,6 +134,8 @@ struct ExecVenue {
     operator_reconciles: Slot,
     reconcile_timeouts: Slot,
     reconcile_stuck: Slot,
+    loop_stalls: Slot,
+    unmatched_executions: Slot,
 }
 
 #[derive(Debug)]
@@ -349,6 +351,13 @@ pub fn layout(names: &MetricNames) -> Result<(Layout, FrontSlots, ExecSlots), Co
             )?,
             reconcile_timeouts: l.add(e, Counter, "keel_link_reconcile_timeouts_total", &venue)?,
             reconcile_stuck: l.add(e, Counter, "keel_link_reconcile_stuck_total", &venue)?,
+            loop_stalls: l.add(e, Counter, "keel_link_loop_stalls_total", &venue)?,
+            unmatched_executions: l.add(
+                e,
+                Counter,
+                "keel_link_unmatched_executions_total",
+                &venue,
+            )?,
         });
     }
     Ok((l, front, exec))
@@ -633,6 +642,8 @@ impl ExecMetrics {
             w.set(slots.operator_reconciles, session.operator_reconciles);
             w.set(slots.reconcile_timeouts, session.reconcile_timeouts);
             w.set(slots.reconcile_stuck, session.reconcile_stuck);
+            w.set(slots.loop_stalls, stats.loop_stalls);
+            w.set(slots.unmatched_executions, client.unmatched_executions);
         }
         for (feed, slots) in feeds.iter_mut().zip(&s.feeds) {
             let f = feed.stats();
