@@ -353,6 +353,24 @@ impl Raw {
         }
     }
 
+    /// Whether the venue closes the connection within 200 ms of passes (the connection is
+    /// expected to stay: a deadline, so a fast machine waits as long as a slow one).
+    fn closed_within_a_moment(&mut self) -> bool {
+        let deadline = self.clock.now_ns() + 200_000_000;
+        while self.clock.now_ns() < deadline {
+            let now = self.clock.now_ns();
+            self.venue.step(now, 0).unwrap();
+            let mut buf = [0u8; 8192];
+            match self.stream.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(n) => self.inbox.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return true,
+            }
+        }
+        false
+    }
+
     /// Steps until the venue closes the connection.
     fn closed(&mut self) -> bool {
         let deadline = self.clock.now_ns() + 10_000_000_000;
@@ -875,4 +893,38 @@ fn a_restarted_venue_refuses_a_resume_it_cannot_honour_and_never_books_twice() {
         "an ExecID used again"
     );
     assert!(field(&second, 17).contains('-'), "{second}");
+}
+
+// Goal (issue 38, point 4): the venue's acceptor discards a frame whose BodyLength lies (one
+// short, and one past message_max) and resyncs at the next BeginString: the session stays up,
+// the garbled message's number is not taken, and the venue asks for it again.
+#[test]
+fn a_garbled_frame_is_discarded_and_the_venue_resyncs() {
+    for lie in ["short", "huge"] {
+        let mut raw = Raw::open_as("NOISY");
+        raw.logon();
+        let good = raw.build("1", 2, "112=lost|");
+        let text = String::from_utf8(good).unwrap();
+        let body_length = text.split('\x01').nth(1).unwrap().to_string();
+        let n: usize = body_length[2..].parse().unwrap();
+        let bad = match lie {
+            "short" => format!("9={}", n - 1),
+            _ => "9=999999".to_string(),
+        };
+        let garbled = text.replacen(&body_length, &bad, 1);
+        raw.send_raw(garbled.as_bytes());
+        let next = raw.build("1", 3, "112=after|");
+        raw.send_raw(&next);
+        raw.out_seq = 4;
+        let asked = raw.next_not_heartbeat();
+        assert_eq!(
+            (field(&asked, 35), field(&asked, 7)),
+            ("2".into(), "2".into()),
+            "{lie}: {asked}"
+        );
+        let stats = raw.venue.fix_stats().unwrap();
+        assert_eq!(stats.garbled, 1, "{lie}: {stats:?}");
+        assert_eq!(stats.logons, 1, "{lie}");
+        assert!(!raw.closed_within_a_moment(), "{lie}: the session ended");
+    }
 }
