@@ -356,24 +356,17 @@ impl Raw {
     /// Whether the venue closes the connection within 200 ms of passes (the connection is
     /// expected to stay: a deadline, so a fast machine waits as long as a slow one).
     fn closed_within_a_moment(&mut self) -> bool {
-        let deadline = self.clock.now_ns() + 200_000_000;
-        while self.clock.now_ns() < deadline {
-            let now = self.clock.now_ns();
-            self.venue.step(now, 0).unwrap();
-            let mut buf = [0u8; 8192];
-            match self.stream.read(&mut buf) {
-                Ok(0) => return true,
-                Ok(n) => self.inbox.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(_) => return true,
-            }
-        }
-        false
+        self.closed_within(200_000_000)
     }
 
     /// Steps until the venue closes the connection.
     fn closed(&mut self) -> bool {
-        let deadline = self.clock.now_ns() + 10_000_000_000;
+        self.closed_within(10_000_000_000)
+    }
+
+    /// Steps until the venue closes the connection, for at most `wait_ns`.
+    fn closed_within(&mut self, wait_ns: u64) -> bool {
+        let deadline = self.clock.now_ns() + wait_ns;
         while self.clock.now_ns() < deadline {
             let now = self.clock.now_ns();
             self.venue.step(now, 0).unwrap();
