@@ -509,6 +509,17 @@ fn a_fill_after_the_order_filled_makes_the_link_read_only() {
         "a filled order gets no event after its terminal one: {sell_events:?}"
     );
     assert!(report.dispatch.contradictions >= 1, "{:?}", report.dispatch);
+    // Issue 38: the execution the venue stated is booked into the position (the session's
+    // and risk's), never into the order, and named.
+    let client = &report.links[0].client;
+    assert_eq!(client.unmatched_executions, 1, "{client:?}");
+    assert_eq!(
+        report.dispatch.unmatched_executions, 1,
+        "{:?}",
+        report.dispatch
+    );
+    let booked = client.last_unmatched_execution.expect("named");
+    assert_eq!((booked.symbol, booked.side), (sell.symbol, Side::Sell));
 }
 
 /// A second participant on its own account, speaking SoupBinTCP/OUCH by hand.

@@ -335,6 +335,8 @@ struct LinkSeen {
     reconciliations: u64,
     /// The session's contradictions as last said.
     contradictions: u64,
+    /// The session's executions booked outside their order, as last said.
+    unmatched_executions: u64,
     /// The link's loop stalls as last said.
     loop_stalls: u64,
 }
@@ -370,6 +372,7 @@ impl<T: Transport> Executor<T> {
                 position_mismatches: 0,
                 reconciliations: 0,
                 contradictions: 0,
+                unmatched_executions: 0,
                 loop_stalls: 0,
                 causes: [0; 5],
             })
@@ -813,14 +816,15 @@ fn watch_contradictions(log: &mut LogTx, venue: VenueId, link: &EngineLink, seen
     let client = link.client().stats();
     if client.contradictions > seen.contradictions {
         seen.contradictions = client.contradictions;
+        // The execution is named only with the contradiction that booked it.
+        let booked = client.unmatched_executions > seen.unmatched_executions;
+        seen.unmatched_executions = client.unmatched_executions;
         if let Some(what) = client.last_contradiction {
             log.send(LogRecord::Contradiction {
                 venue,
                 what,
                 total: client.contradictions,
-                booked: client
-                    .last_unmatched_execution
-                    .filter(|_| !matches!(what, crate::order::Contradiction::DuplicateExecution)),
+                booked: client.last_unmatched_execution.filter(|_| booked),
             });
         }
     }
