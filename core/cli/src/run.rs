@@ -413,7 +413,7 @@ fn print_report(report: &EngineReport, venues: &[String], symbols: &[String]) {
         let _ = writeln!(
             out,
             "strategy {}: {} commands, {} events, {} malformed, attached {}, lost {}, broken {}, \
-             mass cancels on loss {}",
+             never attached after a restart {}, mass cancels on loss {}",
             strategy.0,
             b.commands,
             b.events,
@@ -421,6 +421,7 @@ fn print_report(report: &EngineReport, venues: &[String], symbols: &[String]) {
             b.attached,
             b.lost,
             b.broken,
+            b.never_attached,
             b.cancels_on_loss
         );
     }

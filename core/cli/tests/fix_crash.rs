@@ -289,3 +289,55 @@ fn positions_survive_a_restart_for_risk_and_reduce_only() {
     }
     stop_keel_run(engine.take().unwrap(), &dir.path().join("run2.log"));
 }
+
+// Goal (issue 39, point 1): orders restored live whose strategy does not come back are not
+// left working unwatched. Method: an order rests at QuickFIX; kill -9 of the engine (and the
+// strategy: this test stops beating); the restarted engine restores the order live; no
+// strategy attaches within `restored_attach_timeout_ns` (1 s here): the strategy is treated as
+// lost, the order is canceled at the venue, the log says why and the stop report counts it.
+#[test]
+fn restored_orders_of_a_strategy_that_never_attaches_are_canceled() {
+    let Some(mut venue) = Acceptor::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), venue.addr, "");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "strategy_timeout_ns = 500_000_000",
+        "strategy_timeout_ns = 500_000_000\nrestored_attach_timeout_ns = \"1s\"",
+    );
+    std::fs::write(&config, text).unwrap();
+    let ipc = dir.path().join("ipc");
+    let log = dir.path().join("run0.log");
+    let engine = keel_run(&config, &log);
+    let channel = synced_channel(&ipc, 0);
+    let mut seen = Vec::new();
+    assert!(channel.push_command(&Command::New(order(1))));
+    await_events(&channel, &mut seen, &[1], |k| *k == EventKind::Accepted);
+    let line = venue.wait_while("new ", 0, || std::thread::sleep(Duration::from_millis(1)));
+    let id = line.split(' ').nth(1).unwrap().to_string();
+    let epoch = channel.engine_epoch();
+    drop(engine); // SIGKILL, then reaped
+    drop(channel); // the strategy is gone too
+
+    let log = dir.path().join("run1.log");
+    let engine = keel_run(&config, &log);
+    // Nobody beats the channel: the restored order is canceled once the bound passes.
+    let cancel = venue.wait_while("cancel ", 0, || {
+        std::thread::sleep(Duration::from_millis(1))
+    });
+    assert_eq!(cancel, format!("cancel {id}"));
+    let channel = keel::ipc::Channel::open(&ipc.join("strategy-0")).unwrap();
+    assert!(channel.engine_epoch() > epoch);
+    let report = stop_keel_run(engine, &log);
+    assert!(
+        report.contains("never attached after a restart 1, mass cancels on loss 1"),
+        "{report}"
+    );
+    assert!(report.contains("open orders: 0"), "{report}");
+    let said = std::fs::read_to_string(log.with_extension("err")).unwrap();
+    assert!(
+        said.contains("strategy never attached after the restart"),
+        "{said}"
+    );
+}

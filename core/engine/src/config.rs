@@ -942,6 +942,10 @@ fn read_ipc(mut s: Section<'_>) -> Result<IpcConfig> {
     s.int("event_capacity", &mut c.event_capacity)?;
     s.duration("strategy_timeout_ns", &mut c.strategy_timeout_ns)?;
     s.bool("cancel_on_strategy_loss", &mut c.cancel_on_strategy_loss)?;
+    s.duration(
+        "restored_attach_timeout_ns",
+        &mut c.restored_attach_timeout_ns,
+    )?;
     s.int("market_data_trades", &mut c.market_data_trades)?;
     for (key, value) in [
         ("command_capacity", c.command_capacity),
@@ -955,6 +959,13 @@ fn read_ipc(mut s: Section<'_>) -> Result<IpcConfig> {
                 allowed: "a power of two in 2..=1048576",
             });
         }
+    }
+    if c.restored_attach_timeout_ns == 0 {
+        return Err(FileConfigError::OutOfRange {
+            key: s.key("restored_attach_timeout_ns"),
+            value: "0".into(),
+            allowed: ">= 1",
+        });
     }
     if c.strategy_timeout_ns == 0 {
         return Err(FileConfigError::OutOfRange {

@@ -221,6 +221,9 @@ pub enum StrategyChange {
     Attached,
     /// Its heartbeat stopped.
     Lost,
+    /// The journal restored its orders live and it did not attach in time (treated as
+    /// lost).
+    NeverAttached,
     /// Its channel was declared broken, for this fault.
     Broken(crate::ipc::ChannelFault),
 }
@@ -493,6 +496,13 @@ impl Logger {
                     target: "keel::strategy",
                     strategy = strategy.0,
                     "strategy lost (heartbeat stopped)"
+                ),
+                StrategyChange::NeverAttached => tracing::warn!(
+                    target: "keel::strategy",
+                    strategy = strategy.0,
+                    "strategy never attached after the restart (restored_attach_timeout_ns): \
+                     treated as lost; its restored orders are canceled when \
+                     cancel_on_strategy_loss is set"
                 ),
                 StrategyChange::Broken(fault) => tracing::error!(
                     target: "keel::strategy",

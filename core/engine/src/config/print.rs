@@ -277,6 +277,7 @@ fn ipc(out: &mut Out, c: &IpcConfig) {
     out.int("command_capacity", c.command_capacity);
     out.int("event_capacity", c.event_capacity);
     out.duration("strategy_timeout_ns", c.strategy_timeout_ns);
+    out.duration("restored_attach_timeout_ns", c.restored_attach_timeout_ns);
     out.bool("cancel_on_strategy_loss", c.cancel_on_strategy_loss);
     out.int("market_data_trades", c.market_data_trades);
 }

@@ -37,6 +37,9 @@ pub struct BridgeStats {
     pub attached: u64,
     /// Mass cancels issued because the strategy was lost or its channel broke.
     pub cancels_on_loss: u64,
+    /// Times the strategy had orders restored live and did not attach within
+    /// `restored_attach_timeout_ns` (treated as lost).
+    pub never_attached: u64,
     /// Times the channel was declared broken (0 or 1 per run: it stays broken).
     pub broken: u64,
     /// Why it broke.
@@ -55,6 +58,9 @@ pub(super) struct Bridge {
     pending_cancel: bool,
     /// Whether the header says `Running` yet (set by the first pass of the loop).
     running: bool,
+    /// The journal restored this strategy's orders live: it must attach by then, or it is
+    /// treated as lost.
+    attach_by_ns: Option<u64>,
     /// The id floor last published: the highest sequence of this strategy's ids the engine
     /// has read (journaled ones at start, then every new order and replacement as it is
     /// read), so a strategy that re-attaches while the engine runs allocates above it.
@@ -71,6 +77,7 @@ impl Bridge {
             cancel_on_loss: ipc.cancel_on_strategy_loss,
             pending_cancel: false,
             running: false,
+            attach_by_ns: None,
             id_floor: channel.id_floor(),
             channel,
             stats: BridgeStats::default(),
@@ -89,6 +96,13 @@ impl Bridge {
             self.id_floor = id.sequence();
             self.channel.set_id_floor(self.id_floor);
         }
+    }
+
+    /// The strategy has orders the journal restored live: unless it attaches (its heartbeat
+    /// moves) by `deadline_ns`, it is treated as lost — its orders canceled with
+    /// `cancel_on_strategy_loss` — instead of leaving them working unwatched.
+    pub(super) fn await_attach(&mut self, deadline_ns: u64) {
+        self.attach_by_ns = Some(deadline_ns);
     }
 
     /// Counters so far.
@@ -117,6 +131,15 @@ impl Bridge {
             }
             Liveness::CameAlive => self.stats.attached += 1,
             Liveness::Unchanged => {}
+        }
+        if let Some(by) = self.attach_by_ns {
+            if self.monitor.alive() {
+                self.attach_by_ns = None;
+            } else if now >= by {
+                self.attach_by_ns = None;
+                self.stats.never_attached += 1;
+                self.pending_cancel |= self.cancel_on_loss && self.stats.broken == 0;
+            }
         }
         self.push_pending_cancel();
         if self.stats.broken > 0 {

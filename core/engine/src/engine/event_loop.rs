@@ -57,7 +57,7 @@ pub(super) struct Front {
 #[derive(Debug)]
 struct FrontWatch {
     breakers: Vec<crate::guard::breaker::BreakerStats>,
-    bridges: Vec<(u64, u64, u64)>,
+    bridges: Vec<(u64, u64, u64, u64)>,
     refused: [u64; crate::dispatch::REFUSAL_REASONS],
     refused_at_ns: u64,
     open_orders: u64,
@@ -94,7 +94,7 @@ impl Front {
                 .iter()
                 .map(|v| v.breaker.stats())
                 .collect(),
-            bridges: vec![(0, 0, 0); bridges.len()],
+            bridges: vec![(0, 0, 0, 0); bridges.len()],
             refused: dispatcher.stats().refused,
             refused_at_ns: now_ns,
             open_orders: u64::MAX,
@@ -165,13 +165,17 @@ impl Front {
                 (st.attached > seen.0, Some(StrategyChange::Attached)),
                 (st.lost > seen.1, Some(StrategyChange::Lost)),
                 (st.broken > seen.2, st.fault.map(StrategyChange::Broken)),
+                (
+                    st.never_attached > seen.3,
+                    Some(StrategyChange::NeverAttached),
+                ),
             ];
             for (changed, what) in changes {
                 if let (true, Some(what)) = (changed, what) {
                     self.log.send(LogRecord::Strategy { strategy, what });
                 }
             }
-            *seen = (st.attached, st.lost, st.broken);
+            *seen = (st.attached, st.lost, st.broken, st.never_attached);
         }
         let interval_ns = now.saturating_sub(self.watch.refused_at_ns);
         if interval_ns >= REFUSAL_LOG_INTERVAL_NS {

@@ -123,6 +123,10 @@ pub struct IpcConfig {
     pub strategy_timeout_ns: u64,
     /// Cancel every open order of a lost strategy.
     pub cancel_on_strategy_loss: bool,
+    /// A strategy whose orders the journal restored live, and that does not attach within
+    /// this long of the engine's start, is treated as lost (`cancel_on_strategy_loss`
+    /// applies): orders nobody watches are not left working.
+    pub restored_attach_timeout_ns: u64,
     /// Trades each feed's market-data file holds for strategies in other processes (a power
     /// of two): a reader further behind is told how many it lost.
     pub market_data_trades: u32,
@@ -136,6 +140,7 @@ impl Default for IpcConfig {
             event_capacity: 4_096,
             strategy_timeout_ns: 2_000_000_000,
             cancel_on_strategy_loss: true,
+            restored_attach_timeout_ns: 30_000_000_000,
             market_data_trades: 65_536,
         }
     }
@@ -630,7 +635,11 @@ impl EngineBuilder {
                     let channel = channels.next().expect("one channel per strategy served");
                     debug_assert_eq!(channel.strategy(), strategy);
                     channel.set_id_floor(restored.id_floor[i]);
-                    bridges.push(Bridge::new(channel, handle, ipc, now_ns));
+                    let mut bridge = Bridge::new(channel, handle, ipc, now_ns);
+                    if dispatcher.table().first_open(strategy).is_some() {
+                        bridge.await_attach(now_ns.saturating_add(ipc.restored_attach_timeout_ns));
+                    }
+                    bridges.push(bridge);
                     in_process.push(None);
                 }
                 _ => in_process.push(Some(handle)),
