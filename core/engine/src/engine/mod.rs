@@ -621,25 +621,19 @@ impl EngineBuilder {
             }
         }
         let mut channels = channels.into_iter();
-        let mut first_journal_index = 0;
-        if let Some(jc) = &config.journal {
-            first_journal_index = restore(jc, &mut dispatcher, &mut links, &mut restored)?;
-        }
+        let first_journal_index = match &config.journal {
+            Some(jc) => restore(jc, &mut dispatcher, &mut links, &mut restored)?,
+            None => 0,
+        };
         // Strategies beyond the in-process ones talk over shared memory.
         let mut bridges = Vec::new();
         let mut in_process: Vec<Option<StrategyHandle>> = Vec::new();
         for (i, handle) in handles.into_iter().enumerate() {
-            let strategy = StrategyId(i as u16);
             match &config.ipc {
                 Some(ipc) if i >= usize::from(self.in_process) => {
                     let channel = channels.next().expect("one channel per strategy served");
-                    debug_assert_eq!(channel.strategy(), strategy);
-                    channel.set_id_floor(restored.id_floor[i]);
-                    let mut bridge = Bridge::new(channel, handle, ipc, now_ns);
-                    if dispatcher.table().first_open(strategy).is_some() {
-                        bridge.await_attach(now_ns.saturating_add(ipc.restored_attach_timeout_ns));
-                    }
-                    bridges.push(bridge);
+                    let floor = restored.id_floor[i];
+                    bridges.push(bridge(channel, handle, ipc, now_ns, (floor, &dispatcher)));
                     in_process.push(None);
                 }
                 _ => in_process.push(Some(handle)),
@@ -1211,6 +1205,26 @@ impl ExecutorOnly {
         log_out(&mut exec, &clock);
         Ok(Halves::of(None, exec, kind, clock.now_ns()))
     }
+}
+
+/// A shared-memory strategy's bridge, its channel given the journal's id floor; a strategy
+/// whose orders the journal restored live must attach within `restored_attach_timeout_ns` or
+/// is treated as lost.
+fn bridge(
+    channel: crate::ipc::Channel,
+    handle: StrategyHandle,
+    ipc: &IpcConfig,
+    now_ns: u64,
+    (id_floor, dispatcher): (u64, &Dispatcher),
+) -> Bridge {
+    let strategy = channel.strategy();
+    channel.set_id_floor(id_floor);
+    let restored_open = dispatcher.table().first_open(strategy).is_some();
+    let mut bridge = Bridge::new(channel, handle, ipc, now_ns);
+    if restored_open {
+        bridge.await_attach(now_ns.saturating_add(ipc.restored_attach_timeout_ns));
+    }
+    bridge
 }
 
 /// A graceful stop's goodbye to every venue (see `Executor::log_out`), said in the log.
